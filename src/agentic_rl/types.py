@@ -1,0 +1,137 @@
+"""Core data types shared by every stage: messages, tool calls, turns, trajectories.
+
+Messages use the OpenAI chat format as plain dicts (``{"role": ..., "content": ...}``)
+so they pass straight into chat templates and HTTP clients; the typed helpers here
+build and inspect them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Message = dict[str, Any]
+"""An OpenAI-format chat message: ``role``, ``content`` and optionally ``tool_calls``,
+``tool_call_id``, ``name``."""
+
+TerminationReason = Literal["answered", "max_turns", "max_tokens", "timeout", "error"]
+TERMINATION_REASONS: tuple[str, ...] = ("answered", "max_turns", "max_tokens", "timeout", "error")
+
+
+@dataclass
+class ToolCall:
+    """One call the model asked for."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+
+@dataclass
+class ToolResult:
+    """What a tool returned. ``ok=False`` carries an error text the model sees."""
+
+    name: str
+    content: str
+    ok: bool = True
+    call_id: str = ""
+    latency_s: float = 0.0
+    malformed: bool = False
+    """True when the call itself was invalid (bad JSON, unknown tool, bad arguments),
+    as opposed to a well-formed call whose tool failed."""
+
+
+@dataclass
+class Turn:
+    """One assistant turn and the observation that followed it.
+
+    Token spans index into the owning ``Trajectory.token_ids``.
+    """
+
+    assistant_text: str
+    response_start: int = 0
+    response_end: int = 0
+    observation_end: int = 0
+    tool_results: list[ToolResult] = field(default_factory=list)
+    reward: float = 0.0
+    finish_reason: str = "stop"
+
+
+@dataclass
+class Trajectory:
+    """One episode, token-exact.
+
+    ``token_ids`` is the whole sequence (prompt, sampled responses, observations) exactly
+    as the model saw and produced it; ``loss_mask[i]`` is 1 where token i was sampled by
+    the policy and 0 for prompt and observation tokens; ``sampler_logprobs[i]`` is the
+    sampler's log-probability of token i (0.0 where loss_mask is 0).
+    """
+
+    task_id: str
+    group_id: str
+    messages: list[Message] = field(default_factory=list)
+    prompt_length: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    sampler_logprobs: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    reward: float = 0.0
+    termination_reason: str = ""
+    answer: str | None = None
+    """The final answer the env extracted (used for majority voting)."""
+    correct: bool = False
+    infra_error: str | None = None
+    """Set when the environment or a tool crashed; such trajectories leave the loss."""
+    info: dict[str, Any] = field(default_factory=dict)
+    wall_time_s: float = 0.0
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    @property
+    def response_tokens(self) -> int:
+        return int(sum(self.loss_mask))
+
+    @property
+    def tool_results(self) -> list[ToolResult]:
+        return [r for turn in self.turns for r in turn.tool_results]
+
+    def append(self, token_ids: list[int], mask: int, logprobs: list[float] | None = None) -> None:
+        """Append tokens with one mask value; logprobs default to 0.0 (not sampled)."""
+        self.token_ids.extend(token_ids)
+        self.loss_mask.extend([mask] * len(token_ids))
+        self.sampler_logprobs.extend(logprobs if logprobs is not None else [0.0] * len(token_ids))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable view (for rollout dumps and eval output)."""
+        return {
+            "task_id": self.task_id,
+            "group_id": self.group_id,
+            "messages": self.messages,
+            "reward": self.reward,
+            "correct": self.correct,
+            "answer": self.answer,
+            "termination_reason": self.termination_reason,
+            "infra_error": self.infra_error,
+            "num_turns": self.num_turns,
+            "response_tokens": self.response_tokens,
+            "tool_calls": [
+                {"name": r.name, "ok": r.ok, "malformed": r.malformed, "latency_s": r.latency_s}
+                for r in self.tool_results
+            ],
+            "wall_time_s": self.wall_time_s,
+        }
+
+
+@dataclass
+class TrajectoryGroup:
+    """G trajectories sampled for the same task (they share ``group_id``)."""
+
+    task_id: str
+    group_id: str
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajectories]
