@@ -1,0 +1,128 @@
+"""``arithmetic``: procedurally generated multi-operand problems solved with the calculator.
+
+Problems are generated from a per-task seed that includes the split name, so the train
+and test splits (and the few-shot demonstrations, split ``demo``) never share a seed and
+evaluation never sees a training task. With the default knobs (3-digit operands, three
+operands, ``+ - *``) a 135M model cannot do them reliably in its head, so the reward
+measures tool use.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Literal
+
+from agentic_rl.envs.base import Task
+from agentic_rl.envs.tool_env import ToolEnv
+from agentic_rl.parsers import get_parser
+from agentic_rl.tools import ToolRegistry, get_tool
+from agentic_rl.tools.calculator import calculator
+from agentic_rl.types import Message, ToolCall
+
+SPLITS = ("train", "test", "demo")
+DEFAULT_NUM_TASKS = {"train": 10_000, "test": 1_000, "demo": 16}
+DEFAULT_SYSTEM_PROMPT = (
+    "You solve arithmetic problems. Use the calculator tool for the computation, "
+    "then give the final answer as <answer>NUMBER</answer>."
+)
+DEFAULT_SYSTEM_PROMPT_NO_TOOLS = "You solve arithmetic problems. Give the final answer as <answer>NUMBER</answer>."
+
+
+class ArithmeticTasks(Sequence[Task]):
+    """A lazy, seeded sequence of arithmetic tasks (task i is the same on every machine)."""
+
+    def __init__(self, *, split: str = "train", seed: int = 0, num_tasks: int | None = None, digits: int = 3, num_operands: int = 3, operators: str = "+-*") -> None:
+        if split not in SPLITS:
+            raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
+        if not 1 <= digits <= 12:
+            raise ValueError(f"digits: expected an int in [1, 12], got {digits}")
+        if not 2 <= num_operands <= 8:
+            raise ValueError(f"num_operands: expected an int in [2, 8], got {num_operands}")
+        if not operators or any(op not in "+-*" for op in operators):
+            raise ValueError(f"operators: expected a non-empty string of '+', '-', '*', got {operators!r}")
+        self.split, self.seed, self.digits, self.num_operands = split, seed, digits, num_operands
+        self.operators = sorted(set(operators))
+        self.size = DEFAULT_NUM_TASKS[split] if num_tasks is None else num_tasks
+        if self.size < 1:
+            raise ValueError(f"num_tasks: expected a positive int, got {num_tasks}")
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.size))]
+        if not -self.size <= index < self.size:
+            raise IndexError(f"task index {index} out of range for {self.size} tasks")
+        index %= self.size
+        rng = random.Random(f"arithmetic:{self.split}:{self.seed}:{index}")
+        low, high = 10 ** (self.digits - 1), 10**self.digits - 1
+        parts = [str(rng.randint(low, high))]
+        for _ in range(self.num_operands - 1):
+            parts += [rng.choice(self.operators), str(rng.randint(low, high))]
+        expression = " ".join(parts)
+        return Task(
+            id=f"arithmetic-{self.split}-{self.seed}-{index}",
+            prompt=f"What is {expression}?",
+            answer=calculator(expression),
+            metadata={"expression": expression},
+        )
+
+
+def demonstration(task: Task, style: Literal["tool", "answer"], parser) -> list[Message]:
+    """A solved example as earlier conversation turns: a calculator call and its result,
+    then the answer ("tool"), or the answer alone ("answer")."""
+    if style == "answer":
+        return [{"role": "user", "content": task.prompt}, {"role": "assistant", "content": f"<answer>{task.answer}</answer>"}]
+    call = ToolCall(name="calculator", arguments={"expression": task.metadata["expression"]}, id="call_0")
+    result = calculator.invoke(call)
+    return [
+        {"role": "user", "content": task.prompt},
+        {"role": "assistant", "content": parser.format_call(call)},
+        parser.format_result(result),
+        {"role": "assistant", "content": f"<answer>{result.content}</answer>"},
+    ]
+
+
+def make_arithmetic_env(
+    *,
+    split: str = "train",
+    seed: int = 0,
+    num_tasks: int | None = None,
+    digits: int = 3,
+    num_operands: int = 3,
+    operators: str = "+-*",
+    tools: Sequence[str] = ("calculator",),
+    few_shot: int = 0,
+    demo_style: Literal["tool", "answer"] | None = None,
+    system_prompt: str | None = None,
+    max_turns: int = 4,
+    parser: str = "hermes",
+    max_calls_per_turn: int = 4,
+) -> ToolEnv:
+    """Build the arithmetic env.
+
+    ``few_shot`` solved demonstrations (from the ``demo`` split) precede the question;
+    ``demo_style`` defaults to "tool" when a tool is available, else "answer".
+    ``tools=[]`` removes the calculator (to measure what the model does in its head).
+    """
+    if few_shot < 0 or few_shot > DEFAULT_NUM_TASKS["demo"]:
+        raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")
+    knobs = dict(seed=seed, digits=digits, num_operands=num_operands, operators=operators)
+    registry = ToolRegistry(get_tool(name) for name in tools)
+    call_parser = get_parser(parser, max_calls_per_turn=max_calls_per_turn)
+    style = demo_style or ("tool" if len(registry) else "answer")
+    if style == "tool" and "calculator" not in registry:
+        raise ValueError("demo_style: 'tool' demonstrations need the calculator in tools")
+    demos = [demonstration(task, style, call_parser) for task in ArithmeticTasks(split="demo", **knobs)[:few_shot]]
+    if system_prompt is None:
+        system_prompt = DEFAULT_SYSTEM_PROMPT if len(registry) else DEFAULT_SYSTEM_PROMPT_NO_TOOLS
+    return ToolEnv(
+        ArithmeticTasks(split=split, num_tasks=num_tasks, **knobs),
+        registry,
+        parser=call_parser,
+        max_turns=max_turns,
+        system_prompt=system_prompt,
+        demonstrations=demos,
+    )

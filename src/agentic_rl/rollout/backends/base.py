@@ -1,0 +1,33 @@
+"""What a backend takes and returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    seed: int | None = None
+
+
+@dataclass
+class Completion:
+    """One sampled continuation: token ids as sampled, each token's sampler log-prob
+    (log-softmax of the logits at the sampling temperature, before top-p), and why it
+    stopped ("stop": a stop token, which is included in ``token_ids``; "length")."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: Literal["stop", "length"]
+
+
+class TokenBackend(Protocol):
+    """A token-level backend: prompts are token ids, completions are token ids."""
+
+    kind: Literal["tokens"]
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, *, stop_token_ids: list[int], max_new_tokens: list[int] | None = None) -> list[Completion]: ...

@@ -1,0 +1,172 @@
+"""The multi-turn rollout engine.
+
+All active trajectories generate their next turn in one batched backend call; the env
+steps of a turn (and so their tool calls) run concurrently; finished trajectories drop
+out. Token-in-token-out: sampled tokens keep their sampler logprobs and loss_mask 1,
+observations are rendered once and get loss_mask 0.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+
+from agentic_rl.envs.base import Env
+from agentic_rl.rollout.backends.base import SamplingParams
+from agentic_rl.rollout.chat import ChatRenderer
+from agentic_rl.types import Trajectory, TrajectoryGroup, Turn
+
+
+@dataclass
+class RolloutLimits:
+    """Sampling and the limits that cut an episode."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    """Most tokens the model may sample in one turn."""
+    max_total_tokens: int = 4096
+    """Most tokens in a whole trajectory (prompt + responses + observations); reaching it truncates (max_tokens)."""
+    max_turns: int = 16
+    """Engine-side cap on assistant turns, a backstop for envs without their own."""
+    timeout_s: float = 300.0
+    """Wall-clock limit per trajectory (checked between turns, and while its env steps)."""
+    seed: int | None = None
+
+
+@dataclass
+class _Active:
+    trajectory: Trajectory
+    env: Env
+    started: float
+    stopped_last_turn: bool = True
+    steps: int = 0
+    extras: dict = field(default_factory=dict)
+
+
+def _finish(state: _Active, reason: str, on_finish) -> None:
+    state.trajectory.termination_reason = reason
+    state.trajectory.wall_time_s = time.monotonic() - state.started
+    if on_finish:
+        on_finish(state.trajectory)
+
+
+def rollout(
+    backend,
+    make_env: Callable[[], Env],
+    task_indices: Sequence[int],
+    *,
+    group_size: int = 1,
+    limits: RolloutLimits | None = None,
+    on_finish: Callable[[Trajectory], None] | None = None,
+) -> list[TrajectoryGroup]:
+    """Run ``group_size`` episodes for each task index and return one group per task.
+
+    ``backend`` is a token backend (``kind == "tokens"``: HF, scripted) or a chat backend
+    (``kind == "chat"``: OpenAI-compatible endpoints; no token-level data is recorded).
+    ``make_env`` builds a fresh env per trajectory (envs hold episode state).
+    """
+    limits = limits or RolloutLimits()
+    token_level = backend.kind == "tokens"
+    renderer = ChatRenderer(backend.tokenizer) if token_level else None
+    groups: list[TrajectoryGroup] = []
+    states: list[_Active] = []
+    for index in task_indices:
+        group = TrajectoryGroup(task_id="", group_id=uuid.uuid4().hex[:12])
+        for _ in range(group_size):
+            env = make_env()
+            started = time.monotonic()
+            messages, info = env.reset(options={"task_index": index})
+            group.task_id = str(info.get("task_id", index))
+            trajectory = Trajectory(task_id=group.task_id, group_id=group.group_id, messages=list(messages), info=dict(info))
+            if renderer:
+                trajectory.append(renderer.prompt_ids(messages), 0)
+                trajectory.prompt_length = len(trajectory.token_ids)
+            group.trajectories.append(trajectory)
+            states.append(_Active(trajectory, env, started))
+        groups.append(group)
+
+    pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="env-step")
+    try:
+        active = states
+        turn_index = 0
+        while active:
+            active = _one_turn(active, backend, renderer, limits, pool, on_finish, turn_index)
+            turn_index += 1
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return groups
+
+
+def _one_turn(active: list[_Active], backend, renderer: ChatRenderer | None, limits: RolloutLimits, pool, on_finish, turn_index: int) -> list[_Active]:
+    seed = None if limits.seed is None else limits.seed + turn_index
+    sampling = SamplingParams(temperature=limits.temperature, top_p=limits.top_p, max_new_tokens=limits.max_new_tokens, seed=seed)
+    if renderer:
+        budgets = [min(limits.max_new_tokens, limits.max_total_tokens - len(s.trajectory.token_ids)) for s in active]
+        completions = backend.generate([s.trajectory.token_ids for s in active], sampling, stop_token_ids=renderer.stop_token_ids, max_new_tokens=budgets)
+        texts = []
+        for state, completion in zip(active, completions):
+            state.trajectory.append(completion.token_ids, 1, completion.logprobs)
+            state.stopped_last_turn = completion.finish_reason == "stop"
+            texts.append(renderer.response_text(completion.token_ids))
+        finish_reasons = [c.finish_reason for c in completions]
+        hit_total = [len(s.trajectory.token_ids) >= limits.max_total_tokens for s in active]
+    else:
+        replies = backend.chat([s.trajectory.messages for s in active], temperature=limits.temperature, top_p=limits.top_p, max_tokens=limits.max_new_tokens, seed=seed)
+        texts = [r.text for r in replies]
+        finish_reasons = [r.finish_reason for r in replies]
+        hit_total = [False] * len(active)
+
+    futures = []
+    for state, text in zip(active, texts):
+        message = {"role": "assistant", "content": text}
+        state.trajectory.messages.append(message)
+        futures.append(pool.submit(state.env.step, message))
+
+    still_active = []
+    for state, text, finish, full, future in zip(active, texts, finish_reasons, hit_total, futures):
+        trajectory = state.trajectory
+        end = len(trajectory.token_ids)
+        turn = Turn(assistant_text=text, response_start=end - (len(trajectory.token_ids) - end), response_end=end, finish_reason=finish)
+        remaining = limits.timeout_s - (time.monotonic() - state.started)
+        try:
+            observations, reward, terminated, truncated, info = future.result(timeout=max(remaining, 0.0))
+        except FutureTimeout:
+            trajectory.turns.append(turn)
+            _finish(state, "timeout", on_finish)
+            continue
+        except Exception as exc:  # an env or tool crash is infrastructure, not the policy's doing
+            trajectory.turns.append(turn)
+            trajectory.infra_error = f"{type(exc).__name__}: {exc}"
+            _finish(state, "error", on_finish)
+            continue
+        turn.tool_results = list(info.get("tool_results", []))
+        turn.reward = float(reward)
+        trajectory.turns.append(turn)
+        trajectory.reward += float(reward)
+        if "answer" in info:
+            trajectory.answer = info["answer"]
+        trajectory.correct = bool(info.get("correct", trajectory.correct))
+        if terminated:
+            _finish(state, "max_tokens" if finish == "length" else "answered", on_finish)
+        elif truncated or len(trajectory.turns) >= limits.max_turns:
+            _finish(state, "max_turns", on_finish)
+        elif full:
+            _finish(state, "max_tokens", on_finish)
+        elif time.monotonic() - state.started >= limits.timeout_s:
+            _finish(state, "timeout", on_finish)
+        else:
+            if renderer:
+                obs_ids = renderer.observation_ids(observations, stopped=state.stopped_last_turn)
+                if len(trajectory.token_ids) + len(obs_ids) >= limits.max_total_tokens:
+                    _finish(state, "max_tokens", on_finish)
+                    continue
+                trajectory.append(obs_ids, 0)
+                turn.observation_end = len(trajectory.token_ids)
+            trajectory.messages.extend(observations)
+            still_active.append(state)
+    return still_active

@@ -1,0 +1,7 @@
+"""Tools: ``@tool`` turns a typed, docstringed function into a validated, schema'd Tool."""
+
+from agentic_rl.tools.base import Tool, ToolArgumentError, tool
+from agentic_rl.tools.calculator import calculator
+from agentic_rl.tools.registry import BUILTIN_TOOLS, ToolRegistry, get_tool
+
+__all__ = ["Tool", "ToolArgumentError", "tool", "ToolRegistry", "BUILTIN_TOOLS", "get_tool", "calculator"]
