@@ -2,7 +2,7 @@
 
 from agentic_rl.envs.arithmetic import ArithmeticTasks, make_arithmetic_env
 from agentic_rl.envs.base import Env, EnvCheckError, Task, check_env
-from agentic_rl.envs.registry import UnknownEnvError, make, register, registered
+from agentic_rl.envs.registry import UnknownEnvError, accepts_option, make, register, registered
 from agentic_rl.envs.tool_env import INVALID_CALL, ToolEnv
 
 register(
@@ -19,6 +19,7 @@ __all__ = [
     "Task",
     "ToolEnv",
     "UnknownEnvError",
+    "accepts_option",
     "check_env",
     "make",
     "make_arithmetic_env",

@@ -37,6 +37,12 @@ def registered() -> list[EnvEntry]:
     return sorted(_REGISTRY.values(), key=lambda entry: entry.name)
 
 
+def accepts_option(name: str, option: str) -> bool:
+    """Whether env ``name``'s factory takes ``option`` (e.g. "split")."""
+    parameters = inspect.signature(_REGISTRY[name].factory).parameters
+    return option in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
 def make(name: str, **kwargs: Any) -> Env:
     """Build a registered env; unknown names and unknown keyword arguments fail clearly."""
     if name not in _REGISTRY:

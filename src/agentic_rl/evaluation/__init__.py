@@ -1,5 +1,6 @@
 """Evaluation: avg@k / pass@k / maj@k and tool metrics."""
 
+from agentic_rl.evaluation.harness import EvalResult, evaluate
 from agentic_rl.evaluation.metrics import (
     aggregate_metrics,
     avg_at_k,
@@ -10,6 +11,8 @@ from agentic_rl.evaluation.metrics import (
 )
 
 __all__ = [
+    "EvalResult",
+    "evaluate",
     "aggregate_metrics",
     "avg_at_k",
     "maj_at_k",

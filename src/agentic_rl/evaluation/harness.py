@@ -1,0 +1,109 @@
+"""Evaluation: run the rollout engine on held-out tasks with no training and score it."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentic_rl import envs
+from agentic_rl.config import ConfigError, EvalConfig, build
+from agentic_rl.evaluation.metrics import aggregate_metrics
+from agentic_rl.rollout.backends.factory import build_backend
+from agentic_rl.rollout.engine import rollout
+from agentic_rl.types import Trajectory, TrajectoryGroup
+
+
+@dataclass
+class EvalResult:
+    metrics: dict[str, float]
+    config: dict[str, Any]
+    groups: list[TrajectoryGroup]
+    wall_time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metrics": self.metrics,
+            "config": self.config,
+            "wall_time_s": self.wall_time_s,
+            "trajectories": [t.to_dict() for g in self.groups for t in g.trajectories],
+        }
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2))
+        tmp.replace(path)  # never leave a half-written result behind
+        return path
+
+
+def env_factory(name: str, options: dict[str, Any], *, split: str | None = None) -> Callable[[], envs.Env]:
+    """A zero-argument env builder, validated once up front so bad options fail before any sampling."""
+    if split is not None and "split" not in options and name in {e.name for e in envs.registered()} and envs.accepts_option(name, "split"):
+        options = {**options, "split": split}
+    try:
+        envs.make(name, **options)
+    except (envs.UnknownEnvError, TypeError, ValueError) as exc:
+        raise ConfigError(f"env: {exc}") from None
+    return lambda: envs.make(name, **options)
+
+
+@dataclass
+class PreparedEval:
+    """A validated evaluation, ready to run: bad env options or model names fail here,
+    before any sampling starts."""
+
+    config: EvalConfig
+    make_env: Callable[[], envs.Env]
+    backend: Any
+
+    def run(self, on_trajectory: Callable[[Trajectory], None] | None = None) -> EvalResult:
+        config = self.config
+        started = time.monotonic()
+        groups = rollout(
+            self.backend,
+            self.make_env,
+            range(config.num_tasks),
+            group_size=config.samples_per_task,
+            limits=config.rollout.limits(config.seed),
+            on_finish=on_trajectory,
+        )
+        metrics = aggregate_metrics([g.trajectories for g in groups], k=config.k)
+        result = EvalResult(metrics=metrics, config=config.model_dump(), groups=groups, wall_time_s=time.monotonic() - started)
+        if config.output:
+            result.save(config.output)
+        return result
+
+
+def prepare(config: EvalConfig | dict[str, Any] | None = None, *, loaded=None, backend=None) -> PreparedEval:
+    """Validate the config, build the env factory and the backend (loading the model)."""
+    if not isinstance(config, EvalConfig):
+        config = build(EvalConfig, config or {})
+    make_env = env_factory(config.env.name, config.env.options, split=config.split)
+    available = make_env().num_tasks
+    if config.num_tasks > available:
+        raise ConfigError(f"num_tasks: the env has {available} tasks in split {config.split!r}, asked for {config.num_tasks}")
+    return PreparedEval(config, make_env, backend or build_backend(config.backend, config.model, loaded=loaded))
+
+
+def evaluate(
+    config: EvalConfig | dict[str, Any] | None = None,
+    *,
+    loaded=None,
+    backend=None,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
+) -> EvalResult:
+    """Evaluate a policy: ``num_tasks`` held-out tasks x ``num_samples`` samples each.
+
+    ``config``: an ``EvalConfig`` or a dict of its fields (e.g. ``{"model": {"name":
+    "smollm2-135m"}, "env": {"name": "arithmetic", "few_shot": 3}, "k": 4}``).
+    ``loaded``: an already loaded ``(model, tokenizer)``; ``backend``: a ready backend
+    (both optional; by default the config's model is loaded). ``on_trajectory`` is called
+    as each episode finishes (progress displays subscribe here). Writes JSON to
+    ``config.output`` when set.
+    """
+    return prepare(config, loaded=loaded, backend=backend).run(on_trajectory)

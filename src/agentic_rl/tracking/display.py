@@ -1,0 +1,54 @@
+"""Terminal display: a progress bar fed by per-trajectory events, and metric tables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from agentic_rl.types import Trajectory
+
+console = Console(stderr=True)
+
+
+@contextmanager
+def trajectory_progress(total: int, description: str = "rollouts") -> Iterator[Callable[[Trajectory], None]]:
+    """Yield an ``on_finish`` callback that advances a progress bar showing running accuracy."""
+    finished = {"n": 0, "correct": 0}
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("acc {task.fields[accuracy]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task(description, total=total, accuracy="-")
+
+        def on_finish(trajectory: Trajectory) -> None:
+            finished["n"] += 1
+            finished["correct"] += int(trajectory.correct)
+            progress.update(task, advance=1, accuracy=f"{finished['correct'] / finished['n']:.2f}")
+
+        yield on_finish
+
+
+_HEADLINE = ("tool_calls_per_episode", "tool_success_rate", "malformed_call_rate", "mean_turns", "mean_response_tokens", "mean_reward", "infra_error_rate")
+
+
+def metrics_table(metrics: dict[str, float], k: int, title: str = "evaluation") -> Table:
+    """The headline metrics first, then termination reasons and per-tool figures."""
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    keys = [f"avg@{k}", f"pass@{k}", f"maj@{k}", *_HEADLINE]
+    keys += sorted(key for key in metrics if key.startswith(("termination/", "tool/")) and key not in keys)
+    for key in keys:
+        if key in metrics:
+            value = metrics[key]
+            table.add_row(key, f"{value:.4f}" if isinstance(value, float) and not value.is_integer() else f"{value:g}")
+    return table
