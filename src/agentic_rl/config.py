@@ -66,7 +66,7 @@ class RolloutConfig(_Section):
     """Most tokens in a whole trajectory; reaching it truncates (max_tokens)."""
     max_turns: int = Field(16, ge=1)
     """Engine-side cap on assistant turns (envs have their own max_turns too)."""
-    timeout_s: float = Field(300.0, gt=0)
+    timeout_s: float = Field(1800.0, gt=0)
     """Wall-clock limit per trajectory."""
 
     def limits(self, seed: int | None) -> RolloutLimits:

@@ -72,7 +72,9 @@ def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dty
     ``device`` ("auto" picks a GPU when present) in float32 on CPU.
     """
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # our own display owns the terminal
     target = resolve_device(device)
     dtype = dtype or _default_dtype(target)
     try:
@@ -85,7 +87,7 @@ def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dty
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     except embedded.EmbeddedModelMissing as exc:
         raise ModelNotFoundError(str(exc)) from None
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise ModelNotFoundError(f"could not load model {name_or_path!r}: {str(exc).splitlines()[0]}") from None
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -33,8 +33,10 @@ class RolloutLimits:
     """Most tokens in a whole trajectory (prompt + responses + observations); reaching it truncates (max_tokens)."""
     max_turns: int = 16
     """Engine-side cap on assistant turns, a backstop for envs without their own."""
-    timeout_s: float = 300.0
-    """Wall-clock limit per trajectory (checked between turns, and while its env steps)."""
+    timeout_s: float = 1800.0
+    """Wall-clock limit per trajectory, from its reset (checked between turns and while its
+    env steps). In a batched engine this includes waiting for the batch; it is a backstop
+    for hung episodes, not a speed limit."""
     seed: int | None = None
 
 
@@ -90,9 +92,14 @@ def rollout(
             states.append(_Active(trajectory, env, started))
         groups.append(group)
 
+    active = []
+    for state in states:
+        if renderer and len(state.trajectory.token_ids) >= limits.max_total_tokens:
+            _finish(state, "max_tokens", on_finish)  # the prompt alone fills the budget: nothing to sample
+        else:
+            active.append(state)
     pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="env-step")
     try:
-        active = states
         turn_index = 0
         while active:
             active = _one_turn(active, backend, renderer, limits, pool, on_finish, turn_index)
@@ -105,6 +112,7 @@ def rollout(
 def _one_turn(active: list[_Active], backend, renderer: ChatRenderer | None, limits: RolloutLimits, pool, on_finish, turn_index: int) -> list[_Active]:
     seed = None if limits.seed is None else limits.seed + turn_index
     sampling = SamplingParams(temperature=limits.temperature, top_p=limits.top_p, max_new_tokens=limits.max_new_tokens, seed=seed)
+    starts = [len(s.trajectory.token_ids) for s in active]  # where each turn's response begins
     if renderer:
         budgets = [min(limits.max_new_tokens, limits.max_total_tokens - len(s.trajectory.token_ids)) for s in active]
         completions = backend.generate([s.trajectory.token_ids for s in active], sampling, stop_token_ids=renderer.stop_token_ids, max_new_tokens=budgets)
@@ -128,10 +136,9 @@ def _one_turn(active: list[_Active], backend, renderer: ChatRenderer | None, lim
         futures.append(pool.submit(state.env.step, message))
 
     still_active = []
-    for state, text, finish, full, future in zip(active, texts, finish_reasons, hit_total, futures):
+    for state, start, text, finish, full, future in zip(active, starts, texts, finish_reasons, hit_total, futures):
         trajectory = state.trajectory
-        end = len(trajectory.token_ids)
-        turn = Turn(assistant_text=text, response_start=end - (len(trajectory.token_ids) - end), response_end=end, finish_reason=finish)
+        turn = Turn(assistant_text=text, response_start=start, response_end=len(trajectory.token_ids), finish_reason=finish)
         remaining = limits.timeout_s - (time.monotonic() - state.started)
         try:
             observations, reward, terminated, truncated, info = future.result(timeout=max(remaining, 0.0))

