@@ -106,6 +106,203 @@ class EvalConfig(_Section):
         return self.num_samples or self.k
 
 
+class AlgorithmConfig(_Section):
+    """The RL objective. ``preset`` fills every field you leave unset (see
+    ``agentic_rl.algorithms.PRESETS``); explicit fields win."""
+
+    preset: str = "grpo-tcr"
+    """grpo, dr-grpo, grpo-t, grpo-scr or grpo-tcr (default: token-level loss, clip-higher, overlong shaping, no KL)."""
+    advantage: str | None = None
+    """Advantage estimator name in the registry (grpo, rloo, ...)."""
+    normalize_by_std: bool | None = None
+    """GRPO: divide by the group's reward std (False = Dr. GRPO)."""
+    clip_low: float | None = Field(None, ge=0.0, lt=1.0)
+    """Lower clip range: the ratio is clipped below at 1 - clip_low."""
+    clip_high: float | None = Field(None, ge=0.0)
+    """Upper clip range: the ratio is clipped above at 1 + clip_high (clip-higher: > clip_low)."""
+    clip_ratio_c: float | None = Field(None, gt=1.0)
+    """Dual-clip bound for negative advantages (None = off)."""
+    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] | None = None
+    """How per-token losses become one number."""
+    kl_coef: float | None = Field(None, ge=0.0)
+    """Weight of the KL-to-reference loss term (0 = no reference model)."""
+    kl_estimator: Literal["k1", "k2", "k3"] | None = None
+    """KL estimator."""
+    overlong_buffer: int | None = Field(None, ge=0)
+    """Soft overlong punishment: tokens before the length limit where the penalty ramps to -1 (0 = off)."""
+
+    @model_validator(mode="after")
+    def _fill_from_preset(self) -> AlgorithmConfig:
+        from agentic_rl.algorithms.presets import PRESETS
+
+        if self.preset not in PRESETS:
+            close = difflib.get_close_matches(self.preset, PRESETS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown preset {self.preset!r}{hint}; presets: {', '.join(PRESETS)}")
+        for key, value in PRESETS[self.preset].items():
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, value)
+        return self
+
+
+class OptimConfig(_Section):
+    lr: float = Field(1e-6, gt=0)
+    """Peak learning rate (AdamW)."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    warmup_steps: int = Field(0, ge=0)
+    """Optimizer steps of linear warmup."""
+    schedule: Literal["constant", "cosine"] = "constant"
+    """Learning-rate schedule after warmup."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping by global norm."""
+
+
+class LoraConfig(_Section):
+    enabled: bool = False
+    """Train LoRA adapters (peft) instead of all weights; the reference policy is the base with adapters off."""
+    r: int = Field(16, ge=1)
+    """Adapter rank."""
+    alpha: int = Field(32, ge=1)
+    """Adapter scaling numerator."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Adapter dropout."""
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    """Module names that get adapters."""
+
+
+class SFTConfig(_Section):
+    epochs: int = Field(2, ge=1)
+    """Passes over the data."""
+    lr: float = Field(1e-5, gt=0)
+    """Peak learning rate."""
+    batch_size: int = Field(16, ge=1)
+    """Conversations per optimizer step."""
+    micro_batch_tokens: int = Field(4096, ge=64)
+    """Most padded tokens per forward/backward pass (gradient accumulation beyond)."""
+    max_length: int = Field(2048, ge=16)
+    """Longer conversations are dropped (and counted)."""
+    warmup_steps: int = Field(2, ge=0)
+    """Optimizer steps of linear warmup."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping by global norm."""
+    seed: int = 0
+    """Shuffling seed."""
+
+
+class CollectConfig(_Section):
+    """Cold-start data from the model's own successful rollouts (with demonstrations)."""
+
+    num_tasks: int = Field(256, ge=1)
+    """Training tasks to attempt."""
+    samples_per_task: int = Field(2, ge=1)
+    """Attempts per task."""
+    few_shot: int = Field(4, ge=0)
+    """Demonstrations shown while collecting (removed from the stored data)."""
+    max_per_task: int = Field(1, ge=1)
+    """Keep at most this many successful trajectories per task (diversity)."""
+    temperature: float = Field(0.7, ge=0)
+    """Sampling temperature while collecting."""
+    task_offset: int = Field(0, ge=0)
+    """First training task index used (keeps collection and RL tasks apart)."""
+
+
+class FilterConfig(_Section):
+    """Model-aware data: keep training tasks whose pass rate under the current model lies in a band."""
+
+    enabled: bool = False
+    """Run difficulty filtering before RL."""
+    num_tasks: int = Field(128, ge=1)
+    """Candidate training tasks to score."""
+    samples_per_task: int = Field(4, ge=1)
+    """Rollouts per task used to estimate its pass rate."""
+    min_pass_rate: float = Field(0.0, ge=0.0, le=1.0)
+    """Keep tasks whose pass rate is strictly above this (default 0: drop tasks never solved)."""
+    max_pass_rate: float = Field(1.0, ge=0.0, le=1.0)
+    """Keep tasks whose pass rate is strictly below this (default 1: drop tasks always solved)."""
+
+
+class RunEvalConfig(_Section):
+    """The held-out evaluations a training run does (before, after SFT, after RL)."""
+
+    num_tasks: int = Field(100, ge=1)
+    """Held-out test tasks."""
+    k: int = Field(1, ge=1)
+    """Samples per task (avg@k / pass@k / maj@k)."""
+    temperature: float = Field(0.0, ge=0.0)
+    """Sampling temperature (0 = greedy: a deterministic accuracy)."""
+    env: dict[str, Any] = Field(default_factory=lambda: {"few_shot": 0})
+    """Env options that differ at evaluation (default: zero-shot, no demonstrations)."""
+
+
+class SFTStageConfig(_Section):
+    enabled: bool = False
+    """Run the SFT cold start (collect successful trajectories, then fine-tune) before RL."""
+    data: str | None = None
+    """Use this JSONL of conversations instead of collecting."""
+    collect: CollectConfig = Field(default_factory=CollectConfig)
+    """How to collect cold-start data."""
+    train: SFTConfig = Field(default_factory=SFTConfig)
+    """Fine-tuning settings."""
+
+
+class TrainConfig(_Section):
+    """One training run: evals, optional SFT cold start and filtering, then RL."""
+
+    description: str = ""
+    """One line shown by ``agentic-rl recipes``."""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """The policy to train."""
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    """Training env and its options (split is set per stage)."""
+    backend: BackendConfig = Field(default_factory=BackendConfig)
+    """Generation (kind must be hf: the trainer shares its model with the backend)."""
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    """Sampling and episode limits during RL."""
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    """The RL objective."""
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    """Optimizer for RL."""
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    """LoRA adapters instead of full fine-tuning."""
+    sft: SFTStageConfig = Field(default_factory=SFTStageConfig)
+    """SFT cold start."""
+    filter: FilterConfig = Field(default_factory=FilterConfig)
+    """Difficulty filtering."""
+    eval: RunEvalConfig = Field(default_factory=RunEvalConfig)
+    """Held-out evaluations."""
+    steps: int = Field(10, ge=0)
+    """RL steps (each: sample groups, score, update)."""
+    tasks_per_step: int = Field(8, ge=1)
+    """Tasks (groups) sampled per step."""
+    group_size: int = Field(8, ge=1)
+    """Samples per task (G)."""
+    ppo_epochs: int = Field(1, ge=1)
+    """Passes over each step's batch."""
+    mini_batches: int = Field(1, ge=1)
+    """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
+    micro_batch_tokens: int = Field(8192, ge=64)
+    """Most padded tokens per forward/backward pass (gradient accumulation beyond)."""
+    task_offset: int = Field(0, ge=0)
+    """First training task index used by RL (collection uses its own offset)."""
+    log_rollouts: int = Field(4, ge=0)
+    """Sampled rollouts written per step to rollouts.jsonl."""
+    seed: int = 0
+    """Seed for sampling, shuffling and initialisation."""
+    output_dir: str | None = None
+    """Run directory (default runs/<recipe>-<time>)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if self.backend.kind != "hf":
+            raise ValueError("backend.kind: training needs 'hf' (the in-process model)")
+        if self.group_size == 1 and self.algorithm.advantage in ("grpo", "rloo"):
+            raise ValueError(f"group_size: the {self.algorithm.advantage} advantage needs at least 2 samples per task")
+        if self.mini_batches > self.tasks_per_step * self.group_size:
+            raise ValueError("mini_batches: more mini-batches than trajectories per step")
+        return self
+
+
 def _format_validation_error(error: ValidationError) -> str:
     first = error.errors()[0]
     key = ".".join(str(part) for part in first["loc"]) or "config"
@@ -122,7 +319,7 @@ def _format_validation_error(error: ValidationError) -> str:
 
 
 def _section_for(title: str, dotted: str) -> type[BaseModel] | None:
-    models = {cls.__name__: cls for cls in (EvalConfig,)}
+    models = {cls.__name__: cls for cls in (EvalConfig, TrainConfig)}
     model: Any = models.get(title)
     for part in filter(None, dotted.split(".")):
         field = model.model_fields.get(part) if model else None

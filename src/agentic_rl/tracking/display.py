@@ -52,3 +52,15 @@ def metrics_table(metrics: dict[str, float], k: int, title: str = "evaluation") 
             value = metrics[key]
             table.add_row(key, f"{value:.4f}" if isinstance(value, float) and not value.is_integer() else f"{value:g}")
     return table
+
+
+_STEP_KEYS = (("reward_mean", "reward"), ("accuracy", "acc"), ("tool_success_rate", "tool ok"), ("tool_calls_per_episode", "calls"), ("entropy", "ent"), ("kl", "kl"), ("clip_frac_high", "clip hi"), ("grad_norm", "|g|"), ("response_length", "len"), ("step_time_s", "s"))
+
+
+def print_step(metrics: dict[str, float], total_steps: int) -> None:
+    """One compact line per RL step with the key metrics."""
+    parts = [f"[bold]step {int(metrics['step']) + 1}/{total_steps}[/]"]
+    for key, label in _STEP_KEYS:
+        if key in metrics:
+            parts.append(f"{label} {metrics[key]:.3g}")
+    console.print("  ".join(parts))

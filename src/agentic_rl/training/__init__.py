@@ -1,0 +1,1 @@
+"""Training: batch collation, log-probs at loss positions, optimizers, SFT and the RL trainer."""

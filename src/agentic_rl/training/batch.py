@@ -1,0 +1,76 @@
+"""Collating token sequences into padded tensors (right padding: no cache in training)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TokenBatch:
+    """``input_ids``/``attention_mask``/``loss_mask`` are [B, T]; ``values`` holds any
+    extra per-token float tensors ([B, T], e.g. sampler logprobs, advantages) aligned
+    with ``input_ids`` (position t describes token t)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    values: dict[str, torch.Tensor]
+
+    def to(self, device: torch.device) -> TokenBatch:
+        return TokenBatch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.loss_mask.to(device),
+            {k: v.to(device) for k, v in self.values.items()},
+        )
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return int(self.loss_mask.sum())
+
+
+def collate(
+    token_ids: Sequence[Sequence[int]],
+    loss_masks: Sequence[Sequence[int]],
+    *,
+    pad_token_id: int,
+    values: dict[str, Sequence[Sequence[float]]] | None = None,
+) -> TokenBatch:
+    """Right-pad sequences to the longest one; padding gets attention 0 and loss 0."""
+    if len(token_ids) != len(loss_masks):
+        raise ValueError("token_ids and loss_masks differ in length")
+    width = max(len(ids) for ids in token_ids)
+    batch = len(token_ids)
+    input_ids = torch.full((batch, width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((batch, width), dtype=torch.long)
+    loss_mask = torch.zeros((batch, width), dtype=torch.float32)
+    extra = {name: torch.zeros((batch, width), dtype=torch.float32) for name in (values or {})}
+    for row, (ids, mask) in enumerate(zip(token_ids, loss_masks)):
+        if len(ids) != len(mask):
+            raise ValueError(f"sequence {row}: {len(ids)} tokens but {len(mask)} mask values")
+        input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, : len(ids)] = 1
+        loss_mask[row, : len(ids)] = torch.tensor(mask, dtype=torch.float32)
+        for name, rows in (values or {}).items():
+            extra[name][row, : len(ids)] = torch.tensor(rows[row], dtype=torch.float32)
+    return TokenBatch(input_ids, attention_mask, loss_mask, extra)
+
+
+def length_buckets(lengths: Sequence[int], max_tokens: int, max_sequences: int) -> list[list[int]]:
+    """Group indices into micro-batches of similar length, each within ``max_tokens``
+    padded tokens and ``max_sequences`` rows, to cut padding waste."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        candidate = current + [index]
+        if current and (len(candidate) > max_sequences or max(lengths[i] for i in candidate) * len(candidate) > max_tokens):
+            buckets.append(current)
+            candidate = [index]
+        current = candidate
+    if current:
+        buckets.append(current)
+    return buckets

@@ -1,0 +1,193 @@
+"""``train(config)``: a whole run, stage by stage, into a run directory.
+
+baseline eval -> [collect + SFT -> eval] -> [difficulty filter] -> RL steps -> final eval
+-> ``final/`` (a Hugging Face model folder).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from agentic_rl.config import ConfigError, EnvConfig, EvalConfig, TrainConfig, build
+from agentic_rl.evaluation.harness import EvalResult, env_factory, prepare
+from agentic_rl.models import load
+from agentic_rl.rollout.backends.hf import HFBackend
+from agentic_rl.tracking.jsonl import JsonlWriter
+from agentic_rl.training.rl import RLTrainer
+
+
+@dataclass
+class RunEvents:
+    """Display hooks; the training code only calls them."""
+
+    on_stage: Callable[[str], None] = lambda message: None
+    on_step: Callable[[dict[str, float]], None] = lambda metrics: None
+    on_eval: Callable[[str, EvalResult], None] = lambda name, result: None
+    progress: Callable[[int, str], Any] | None = None
+    """``progress(total, description)`` -> a context manager yielding a per-trajectory callback."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    evals: dict[str, dict[str, float]]
+    steps: list[dict[str, float]]
+
+
+def _default_run_dir(name: str) -> Path:
+    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _eval_config(config: TrainConfig, output: Path) -> EvalConfig:
+    options = {**config.env.options, **config.eval.env}
+    return EvalConfig(
+        model=config.model,
+        env=EnvConfig(name=config.env.name, **options),
+        backend=config.backend,
+        rollout=config.rollout.model_copy(update={"temperature": config.eval.temperature}),
+        num_tasks=config.eval.num_tasks,
+        k=config.eval.k,
+        split="test",
+        seed=config.seed,
+        output=str(output),
+    )
+
+
+def _apply_lora(model, config: TrainConfig):
+    if not config.lora.enabled:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    lora = config.lora
+    return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules, task_type="CAUSAL_LM"))
+
+
+def train(config: TrainConfig | dict[str, Any], *, name: str = "custom", events: RunEvents | None = None, loaded=None) -> TrainResult:
+    """Run a training job; mirrors ``agentic-rl train``. Returns the run directory and the
+    headline numbers. ``loaded``: an already loaded ``(model, tokenizer)`` to train."""
+    if not isinstance(config, TrainConfig):
+        config = build(TrainConfig, config)
+    events = events or RunEvents()
+    torch.manual_seed(config.seed)
+    run_dir = Path(config.output_dir) if config.output_dir else _default_run_dir(name)
+    if (run_dir / "metrics.jsonl").exists():
+        raise ConfigError(f"output_dir: {run_dir} already holds a run; choose another directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"recipe": name, **config.model_dump()}, sort_keys=False))
+
+    train_env = env_factory(config.env.name, config.env.options, split="train")
+    # Validate the eval env before spending minutes on anything.
+    env_factory(config.env.name, {**config.env.options, **config.eval.env}, split="test")
+    events.on_stage(f"loading {config.model.name}")
+    model, tokenizer = loaded or load(config.model.name, device=config.model.device)
+    if next(model.parameters()).dtype != torch.float32 and next(model.parameters()).device.type == "cpu":
+        model = model.float()
+    model = _apply_lora(model, config)
+    backend = HFBackend(model, tokenizer, batch_size=config.backend.batch_size)
+    evals: dict[str, dict[str, float]] = {}
+
+    def run_eval(label: str, filename: str) -> None:
+        events.on_stage(f"evaluating ({label})")
+        prepared = prepare(_eval_config(config, run_dir / filename), backend=backend)
+        total = prepared.config.num_tasks * prepared.config.samples_per_task
+        with (events.progress(total, f"eval {label}") if events.progress else _no_progress()) as on_finish:
+            result = prepared.run(on_finish)
+        evals[label] = result.metrics
+        events.on_eval(label, result)
+
+    run_eval("before", "eval_before.json")
+
+    if config.sft.enabled:
+        _sft_stage(config, model, tokenizer, backend, run_dir, events)
+        run_eval("after_sft", "eval_after_sft.json")
+
+    task_indices = list(range(config.task_offset, train_env().num_tasks))
+    if not task_indices:
+        raise ConfigError(f"task_offset: {config.task_offset} leaves no training tasks")
+    if config.filter.enabled:
+        task_indices = _filter_stage(config, backend, train_env, task_indices, run_dir, events)
+
+    trainer = RLTrainer(config, model, tokenizer, backend, train_env, task_indices)
+    steps: list[dict[str, float]] = []
+    if config.steps:
+        events.on_stage(f"RL: {config.steps} steps x {config.tasks_per_step} tasks x {config.group_size} samples ({config.algorithm.preset})")
+    with JsonlWriter(run_dir / "metrics.jsonl") as metrics_log, JsonlWriter(run_dir / "rollouts.jsonl") as rollout_log:
+        for _ in range(config.steps):
+            metrics, groups = trainer.step()
+            metrics_log.write(metrics)
+            for trajectory in [t for g in groups for t in g.trajectories][: config.log_rollouts]:
+                rollout_log.write({"step": int(metrics["step"]), **trajectory.to_dict()})
+            steps.append(metrics)
+            events.on_step(metrics)
+
+    run_eval("after", "eval_after.json")
+    _save_final(model, tokenizer, run_dir / "final")
+    (run_dir / "summary.json").write_text(json.dumps({"evals": evals, "steps": len(steps)}, indent=2))
+    return TrainResult(run_dir, evals, steps)
+
+
+class _no_progress:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _sft_stage(config: TrainConfig, model, tokenizer, backend, run_dir: Path, events: RunEvents) -> None:
+    from agentic_rl.data import read_jsonl, write_jsonl
+    from agentic_rl.training.collect import collect_successful
+    from agentic_rl.training.sft import train_sft
+
+    if config.sft.data:
+        examples = read_jsonl(config.sft.data)
+        events.on_stage(f"SFT data: {len(examples)} conversations from {config.sft.data}")
+    else:
+        collect = config.sft.collect
+        events.on_stage(f"collecting cold-start data: {collect.num_tasks} tasks x {collect.samples_per_task} samples with {collect.few_shot} demonstrations")
+        total = collect.num_tasks * collect.samples_per_task
+        with (events.progress(total, "collect") if events.progress else _no_progress()) as on_finish:
+            result = collect_successful(backend, config.env.name, config.env.options, collect, seed=config.seed, limits=config.rollout.limits(config.seed), on_trajectory=on_finish)
+        examples = result.examples
+        write_jsonl(run_dir / "sft_data.jsonl", examples)
+        events.on_stage(f"kept {result.successful} successful of {result.attempted} ({result.tasks_with_success} tasks) -> {len(examples)} conversations")
+    if not examples:
+        raise ConfigError("sft: no successful trajectories to fine-tune on; raise sft.collect.num_tasks or few_shot")
+    parser = config.env.options.get("parser", "hermes")
+    with JsonlWriter(run_dir / "sft_metrics.jsonl") as log:
+        result = train_sft(model, tokenizer, examples, config.sft.train, parser=parser, on_step=log.write)
+    events.on_stage(f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} ({result.wall_time_s:.0f} s)")
+
+
+def _filter_stage(config: TrainConfig, backend, train_env, task_indices: list[int], run_dir: Path, events: RunEvents) -> list[int]:
+    from agentic_rl.training.filtering import difficulty_filter
+
+    candidates = task_indices[: config.filter.num_tasks]
+    events.on_stage(f"difficulty filter: {len(candidates)} tasks x {config.filter.samples_per_task} samples")
+    result = difficulty_filter(
+        backend, train_env, candidates,
+        samples_per_task=config.filter.samples_per_task,
+        min_pass_rate=config.filter.min_pass_rate, max_pass_rate=config.filter.max_pass_rate,
+        limits=config.rollout.limits(config.seed + 7),
+    )
+    (run_dir / "filtered_tasks.json").write_text(json.dumps(result.to_dict(), indent=2))
+    events.on_stage(f"kept {len(result.kept)} of {len(candidates)} tasks; pass-rate histogram {result.histogram}")
+    if not result.kept:
+        raise ConfigError("filter: no task has a pass rate inside the band; widen filter.min_pass_rate / max_pass_rate")
+    return result.kept
+
+
+def _save_final(model, tokenizer, folder: Path) -> None:
+    """A plain Hugging Face folder that ``transformers`` loads (LoRA adapters merged)."""
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
