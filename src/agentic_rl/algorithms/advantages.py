@@ -1,0 +1,137 @@
+"""Advantage estimators: pure functions in one registry with one signature.
+
+Every estimator is ``fn(inputs: AdvantageInputs, **params) -> Tensor[B, T]`` and is
+looked up by name through :func:`compute_advantages`, so the trainer never branches on
+the estimator. Estimators that need more than outcome rewards (PPO's GAE, REINFORCE++)
+read the optional fields of :class:`AdvantageInputs`.
+
+Shapes: ``B`` trajectories, ``T`` padded token positions.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class AdvantageInputs:
+    """Everything an estimator may read; estimators ignore what they do not need."""
+
+    rewards: Tensor
+    """[B] scalar outcome reward per trajectory."""
+    response_mask: Tensor
+    """[B, T] float/bool, 1 where the policy sampled the token (the loss_mask)."""
+    group_index: Tensor
+    """[B] long; trajectories of the same task share an index (any integer labels)."""
+    token_rewards: Tensor | None = None
+    """[B, T] per-token rewards (for token-level estimators such as REINFORCE++)."""
+    values: Tensor | None = None
+    """[B, T] critic values (for PPO / GAE)."""
+
+
+AdvantageFn = Callable[..., Tensor]
+ADVANTAGES: dict[str, AdvantageFn] = {}
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator adding ``fn(inputs, **params) -> Tensor[B, T]`` to :data:`ADVANTAGES`."""
+
+    def decorator(fn: AdvantageFn) -> AdvantageFn:
+        if name in ADVANTAGES:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGES[name] = fn
+        return fn
+
+    return decorator
+
+
+def compute_advantages(name: str, inputs: AdvantageInputs, **params) -> Tensor:
+    """Run the estimator ``name`` -> Tensor[B, T].
+
+    Only the keyword parameters the estimator accepts are passed on (the rest are
+    dropped), so one flat config can drive every estimator.
+    """
+    if name not in ADVANTAGES:
+        raise KeyError(f"unknown advantage estimator {name!r}; known: {', '.join(sorted(ADVANTAGES))}")
+    fn = ADVANTAGES[name]
+    signature = inspect.signature(fn).parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature):
+        accepted = {p.name for p in signature if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)}
+        params = {key: value for key, value in params.items() if key in accepted}
+    return fn(inputs, **params)
+
+
+def _float(rewards: Tensor) -> Tensor:
+    return rewards if rewards.is_floating_point() else rewards.float()
+
+
+def group_stats(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-trajectory statistics of its group: (mean[B], std[B], group_sizes[B]).
+
+    ``std`` is the unbiased (n - 1) standard deviation, as ``torch.std``; it is 0 for a
+    group of size 1 (where torch.std would give nan).
+    """
+    rewards = _float(rewards)
+    _, inverse = torch.unique(group_index, return_inverse=True)
+    num_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    sizes = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device).index_add_(0, inverse, torch.ones_like(rewards))
+    sums = torch.zeros_like(sizes).index_add_(0, inverse, rewards)
+    mean = (sums / sizes)[inverse]
+    squares = torch.zeros_like(sizes).index_add_(0, inverse, (rewards - mean) ** 2)
+    std = (squares / (sizes - 1).clamp(min=1)).sqrt()[inverse]
+    return mean, std, sizes[inverse]
+
+
+def zero_std_group_fraction(rewards: Tensor, group_index: Tensor) -> float:
+    """Fraction of groups whose rewards are all equal (they carry no GRPO signal).
+
+    A group of size 1 counts as all-equal.
+    """
+    rewards = _float(rewards)
+    _, inverse = torch.unique(group_index, return_inverse=True)
+    if inverse.numel() == 0:
+        return 0.0
+    num_groups = int(inverse.max()) + 1
+    highest = torch.full((num_groups,), float("-inf"), dtype=rewards.dtype, device=rewards.device).scatter_reduce(0, inverse, rewards, "amax")
+    lowest = torch.full((num_groups,), float("inf"), dtype=rewards.dtype, device=rewards.device).scatter_reduce(0, inverse, rewards, "amin")
+    return float((highest == lowest).float().mean())
+
+
+def _broadcast(per_trajectory: Tensor, response_mask: Tensor) -> Tensor:
+    """[B] -> [B, T]: the trajectory's advantage on every sampled token, 0 elsewhere."""
+    return per_trajectory[:, None] * response_mask.to(per_trajectory.dtype)
+
+
+@register_advantage("grpo")
+def grpo(inputs: AdvantageInputs, *, epsilon: float = 1e-6, normalize_by_std: bool = True) -> Tensor:
+    """GRPO outcome advantage -> Tensor[B, T].
+
+    A_b = (r_b - mean_g) / (std_g + epsilon) with the unbiased group std (as verl and
+    TRL); ``normalize_by_std=False`` gives A_b = r_b - mean_g (Dr. GRPO). A group of
+    size 1 has no baseline and gets advantage 0.
+    """
+    rewards = _float(inputs.rewards)
+    mean, std, sizes = group_stats(rewards, inputs.group_index)
+    advantage = rewards - mean
+    if normalize_by_std:
+        advantage = advantage / (std + epsilon)
+    advantage = torch.where(sizes > 1, advantage, torch.zeros_like(advantage))
+    return _broadcast(advantage, inputs.response_mask)
+
+
+@register_advantage("rloo")
+def rloo(inputs: AdvantageInputs) -> Tensor:
+    """REINFORCE leave-one-out -> Tensor[B, T].
+
+    A_i = r_i - mean_{j != i in group} r_j; a group of size 1 gets advantage 0.
+    """
+    rewards = _float(inputs.rewards)
+    mean, _, sizes = group_stats(rewards, inputs.group_index)
+    others_mean = (mean * sizes - rewards) / (sizes - 1).clamp(min=1)
+    advantage = torch.where(sizes > 1, rewards - others_mean, torch.zeros_like(rewards))
+    return _broadcast(advantage, inputs.response_mask)

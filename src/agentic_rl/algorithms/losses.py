@@ -1,0 +1,127 @@
+"""Policy losses and the aggregation modes that turn per-token losses into one number.
+
+Shapes: ``B`` sequences, ``T`` padded token positions; ``mask`` is 1 where the policy
+sampled the token (the loss_mask).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of ``x`` over positions where ``mask`` is set (0 when there are none).
+
+    ``dim=None`` reduces everything to a scalar; otherwise along ``dim``.
+    """
+    mask = mask.to(torch.bool)
+    total = torch.where(mask, x, torch.zeros_like(x))
+    if dim is None:
+        return total.sum() / mask.sum().clamp(min=1)
+    return total.sum(dim) / mask.sum(dim).clamp(min=1)
+
+
+def aggregate(
+    loss_mat: Tensor,
+    mask: Tensor,
+    mode: str,
+    *,
+    num_tokens: float | None = None,
+    num_sequences: float | None = None,
+    norm_length: float | None = None,
+) -> Tensor:
+    """Reduce per-token losses ``loss_mat`` [B, T] over ``mask`` [B, T] to a scalar.
+
+    - ``token-mean``: sum(loss * mask) / num_tokens (default mask.sum()); every token weighs the same.
+    - ``seq-mean-token-mean``: sum_b mean_t(loss_b) / num_sequences; each sequence
+      weighs the same (a sequence with no mask token contributes 0).
+    - ``seq-mean-token-sum``: sum_b sum_t(loss_b) / num_sequences.
+    - ``seq-mean-token-sum-norm`` (Dr. GRPO): sum(loss * mask) / (num_sequences * norm_length),
+      norm_length defaulting to T; the trainer passes the generation budget.
+
+    ``num_sequences`` defaults to B (all rows, including rows with no mask token).
+    The overrides let a trainer split a mini-batch into micro-batches: aggregating each
+    micro-batch with the mini-batch's ``num_tokens`` / ``num_sequences`` and summing
+    gives exactly the mini-batch loss.
+    """
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {mode!r}; expected one of {', '.join(AGGREGATIONS)}")
+    mask = mask.to(torch.bool)
+    masked = torch.where(mask, loss_mat, torch.zeros_like(loss_mat))
+    if mode == "token-mean":
+        denominator = mask.sum().clamp(min=1) if num_tokens is None else num_tokens
+        return masked.sum() / denominator
+    sequences = loss_mat.shape[0] if num_sequences is None else num_sequences
+    if mode == "seq-mean-token-mean":
+        per_sequence = masked.sum(-1) / mask.sum(-1).clamp(min=1)
+        return per_sequence.sum() / sequences
+    if mode == "seq-mean-token-sum":
+        return masked.sum() / sequences
+    length = loss_mat.shape[-1] if norm_length is None else norm_length
+    return masked.sum() / (sequences * length)
+
+
+@dataclass
+class PolicyLossOutput:
+    loss: Tensor
+    """Scalar loss to backpropagate."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """clip_frac_low, clip_frac_high, clip_frac_dual, ratio_mean, ratio_max, approx_kl (python floats)."""
+
+
+def policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+    aggregation: str = "token-mean",
+    num_tokens: float | None = None,
+    num_sequences: float | None = None,
+    norm_length: float | None = None,
+) -> PolicyLossOutput:
+    """PPO clipped surrogate with asymmetric clipping (DAPO clip-higher) and optional dual clip.
+
+    All inputs are [B, T]. ratio = exp(logprobs - old_logprobs) (log-ratio clamped to
+    [-20, 20] so one stale token cannot overflow);
+    loss_t = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high)), and with
+    ``clip_ratio_c`` (as verl) loss_t = min(loss_t, -A * clip_ratio_c) where A < 0.
+    The per-token loss is then reduced by :func:`aggregate`.
+
+    Metrics are fractions of masked tokens: clip_frac_low (A < 0 and ratio < 1 - clip_low),
+    clip_frac_high (A > 0 and ratio > 1 + clip_high), clip_frac_dual (A < 0 and the dual
+    bound is active); ratio_mean / ratio_max over masked tokens; approx_kl = mean k3
+    estimate of KL(old || new) over masked tokens.
+    """
+    log_ratio = (logprobs - old_logprobs).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss_mat = torch.maximum(unclipped, clipped)
+    dual_active = torch.zeros_like(mask, dtype=torch.bool)
+    if clip_ratio_c is not None:
+        dual_bound = -advantages * clip_ratio_c
+        dual_active = (advantages < 0) & (loss_mat > dual_bound)
+        loss_mat = torch.where(dual_active, dual_bound, loss_mat)
+    loss = aggregate(loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+
+    with torch.no_grad():
+        bool_mask = mask.to(torch.bool)
+        any_token = bool(bool_mask.any())
+        metrics = {
+            "clip_frac_low": float(masked_mean(((advantages < 0) & (ratio < 1.0 - clip_low)).float(), bool_mask)),
+            "clip_frac_high": float(masked_mean(((advantages > 0) & (ratio > 1.0 + clip_high)).float(), bool_mask)),
+            "clip_frac_dual": float(masked_mean(dual_active.float(), bool_mask)),
+            "ratio_mean": float(masked_mean(ratio, bool_mask)),
+            "ratio_max": float(ratio[bool_mask].max()) if any_token else 0.0,
+            "approx_kl": float(masked_mean(ratio - log_ratio - 1.0, bool_mask)),
+        }
+    return PolicyLossOutput(loss=loss, metrics=metrics)

@@ -1,0 +1,237 @@
+"""OpenAI-format conversations with tool calls, to and from tokens.
+
+Stored SFT data is portable OpenAI chat format (structured ``tool_calls``, raw ``tool``
+results). ``render_example`` turns it back into tokens exactly the way the rollout engine
+builds a trajectory (prompt, sampled turns, observations rendered once), so supervised
+training sees the same token layout the model sees at inference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from agentic_rl.parsers import ToolCallParser, get_parser
+from agentic_rl.rollout.chat import ChatRenderer
+from agentic_rl.types import Message, ToolCall, ToolResult, Trajectory
+
+ROLES = ("system", "user", "assistant", "tool")
+_PROBE = "\u2063OBS\u2063"
+
+
+# --- JSONL -------------------------------------------------------------------------
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """One JSON object per line (blank lines skipped); errors name the file and line."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: invalid JSON: {error.msg} (column {error.colno})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    return rows
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
+    """Write rows atomically: a temp file in the same folder, then rename (never half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# --- trajectory -> stored example ------------------------------------------------
+
+
+def _parser(parser: ToolCallParser | str) -> ToolCallParser:
+    return get_parser(parser) if isinstance(parser, str) else parser
+
+
+def unwrap_observation(text: str, parser: ToolCallParser | str) -> str:
+    """Reverse ``parser.wrap_observation`` (hermes: strip "<tool_response>\\n" and
+    "\\n</tool_response>"); raises if ``text`` is not wrapped that way, since re-wrapping
+    an unwrapped text would not reproduce the tokens the model saw."""
+    wrapped = _parser(parser).wrap_observation(_PROBE)
+    prefix, suffix = wrapped.split(_PROBE)
+    if not (text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix)):
+        raise ValueError(f"tool observation is not wrapped as {prefix!r}...{suffix!r}: {text[:60]!r}")
+    return text[len(prefix) : len(text) - len(suffix)]
+
+
+def assistant_text(content: str, calls: list[ToolCall], parser: ToolCallParser | str) -> str:
+    """The text a model writes for an assistant turn: content, then one block per call."""
+    parser = _parser(parser)
+    blocks = "\n".join(parser.format_call(call) for call in calls)
+    return content + ("\n" if content and blocks else "") + blocks
+
+
+def _assistant_message(text: str, parser: ToolCallParser, exact: bool) -> tuple[Message, list[str]]:
+    """The OpenAI assistant message for sampled ``text`` and the ids of its structured calls."""
+    parsed = parser.parse(text)
+    # Malformed blocks would vanish from the content (and the error observations that
+    # follow would make no sense), so such turns stay raw text; with ``exact``, so do turns
+    # whose text is not exactly the canonical rendering of their calls.
+    if parsed.errors or not parsed.calls or (exact and assistant_text(parsed.content, parsed.calls, parser) != text):
+        return {"role": "assistant", "content": text}, []
+    calls = [
+        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+        for call in parsed.calls
+    ]
+    return {"role": "assistant", "content": parsed.content, "tool_calls": calls}, [c["id"] for c in calls]
+
+
+def trajectory_to_example(trajectory: Trajectory, parser: ToolCallParser | str, *, skip_messages: int = 0, exact: bool = True) -> dict[str, Any]:
+    """A stored SFT example ``{"messages": [...], "metadata": {...}}`` from a trajectory.
+
+    ``skip_messages`` messages right after the system message (the few-shot
+    demonstrations) are dropped. ``exact`` (default) keeps an assistant turn as raw text
+    (no ``tool_calls``) when structuring it would change its text, so ``render_example``
+    always reproduces what the model wrote; ``exact=False`` always structures well-formed
+    calls (canonicalizing their formatting).
+    """
+    parser = _parser(parser)
+    messages = list(trajectory.messages)
+    start = 1 if messages and messages[0].get("role") == "system" else 0
+    messages = messages[:start] + messages[start + skip_messages :]
+    out: list[Message] = []
+    pending: list[str] = []  # ids of the last assistant turn's calls, matched to results in order
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant":
+            converted, pending = _assistant_message(message.get("content") or "", parser, exact)
+            out.append(converted)
+        elif role == "tool":
+            converted = {"role": "tool"}
+            if pending:
+                converted["tool_call_id"] = pending.pop(0)
+            if message.get("name"):
+                converted["name"] = message["name"]
+            converted["content"] = unwrap_observation(message.get("content") or "", parser)
+            out.append(converted)
+        else:
+            out.append({"role": role, "content": message.get("content") or ""})
+    metadata = {
+        "task_id": trajectory.task_id,
+        "reward": trajectory.reward,
+        "correct": trajectory.correct,
+        "answer": trajectory.answer,
+        "num_turns": trajectory.num_turns,
+        "termination_reason": trajectory.termination_reason,
+    }
+    return {"messages": out, "metadata": metadata}
+
+
+# --- validation ------------------------------------------------------------------
+
+
+def validate_example(example: Any, index: int | None = None) -> None:
+    """Raise ``ValueError`` with one line naming the example and field that is wrong."""
+    where = "example" if index is None else f"example {index}"
+    if not isinstance(example, dict) or "messages" not in example:
+        raise ValueError(f"{where}: missing 'messages'")
+    messages = example["messages"]
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"{where}: 'messages' must be a non-empty list")
+    for i, message in enumerate(messages):
+        field = f"{where}: messages[{i}]"
+        if not isinstance(message, dict):
+            raise ValueError(f"{field}: expected an object, got {type(message).__name__}")
+        role = message.get("role")
+        if role not in ROLES:
+            raise ValueError(f"{field}.role: unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        content = message.get("content")
+        if role == "tool" and not isinstance(content, str):
+            raise ValueError(f"{field}.content: a tool message needs string content")
+        if not isinstance(content, str) and not (role == "assistant" and content is None):
+            raise ValueError(f"{field}.content: expected a string, got {type(content).__name__}")
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if calls is not None and not isinstance(calls, list):
+            raise ValueError(f"{field}.tool_calls: expected a list, got {type(calls).__name__}")
+        for j, call in enumerate(calls or []):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+                raise ValueError(f"{field}.tool_calls[{j}].function.name: missing or not a string")
+            try:
+                _call_arguments(function.get("arguments", {}))
+            except ValueError as error:
+                raise ValueError(f"{field}.tool_calls[{j}].function.arguments: {error}") from None
+    if not any(m["role"] == "assistant" for m in messages):
+        raise ValueError(f"{where}: no assistant message (nothing to train on)")
+
+
+def _call_arguments(arguments: Any) -> dict[str, Any]:
+    """Arguments as a dict: OpenAI stores a JSON string; an already-decoded object is accepted."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"not valid JSON ({error.msg})") from None
+    if not isinstance(arguments, dict):
+        raise ValueError(f"expected a JSON object, got {type(arguments).__name__}")
+    return arguments
+
+
+# --- stored example -> tokens ----------------------------------------------------
+
+
+def end_of_turn_id(renderer: ChatRenderer) -> int:
+    """The stop token the chat template ends an assistant turn with (``<|im_end|>`` for SmolLM2)."""
+    for token_id in renderer.stop_token_ids:
+        text = renderer.tokenizer.decode([token_id])
+        if text and renderer.assistant_suffix.startswith(text):
+            return token_id
+    raise ValueError(f"no stop token starts the template's end of assistant turn {renderer.assistant_suffix!r}")
+
+
+def _text_message(message: Message, parser: ToolCallParser) -> Message:
+    """A stored message as the text-only message the env would have produced."""
+    if message["role"] == "tool":
+        return parser.format_result(ToolResult(name=message.get("name") or "", content=message["content"]))
+    if message["role"] == "assistant":
+        calls = [
+            ToolCall(name=c["function"]["name"], arguments=_call_arguments(c["function"].get("arguments", {})), id=c.get("id", ""))
+            for c in message.get("tool_calls") or []
+        ]
+        return {"role": "assistant", "content": assistant_text(message.get("content") or "", calls, parser)}
+    return {"role": message["role"], "content": message.get("content") or ""}
+
+
+def render_example(messages: list[Message], renderer: ChatRenderer, parser: ToolCallParser | str) -> tuple[list[int], list[int]]:
+    """Token ids and loss mask (1 on assistant content + end-of-turn token), built exactly
+    as the rollout engine builds a trajectory. Messages after the last assistant turn carry
+    no loss and are dropped."""
+    parser = _parser(parser)
+    validate_example({"messages": messages})
+    texts = [_text_message(m, parser) for m in messages]
+    assistant_at = [i for i, m in enumerate(texts) if m["role"] == "assistant"]
+    eot = end_of_turn_id(renderer)
+    ids = renderer.prompt_ids(texts[: assistant_at[0]])
+    mask = [0] * len(ids)
+    for i, next_i in zip(assistant_at, assistant_at[1:] + [None]):
+        turn = renderer.encode_text(texts[i]["content"]) + [eot]
+        ids += turn
+        mask += [1] * len(turn)
+        if next_i is not None:
+            observation = renderer.observation_ids(texts[i + 1 : next_i], stopped=True)
+            ids += observation
+            mask += [0] * len(observation)
+    return ids, mask

@@ -1,0 +1,108 @@
+"""Supervised fine-tuning on multi-turn tool-use conversations.
+
+Conversations are tokenized with ``render_example`` (the rollout engine's token layout)
+and the loss is the mean negative log-likelihood of the assistant tokens only.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from agentic_rl.config import SFTConfig
+from agentic_rl.data.conversations import render_example, validate_example
+from agentic_rl.parsers import ToolCallParser, get_parser
+from agentic_rl.rollout.chat import ChatRenderer
+from agentic_rl.training.batch import collate, length_buckets
+from agentic_rl.training.logprobs import token_logprobs
+from agentic_rl.training.optim import make_optimizer, make_scheduler
+
+
+@dataclass
+class SFTResult:
+    steps: int
+    examples: int
+    """Examples trained on (after dropping the too-long ones)."""
+    dropped_too_long: int
+    losses: list[float] = field(default_factory=list)
+    """Loss of each optimizer step (before its update)."""
+    tokens: int = 0
+    """Assistant (loss) tokens trained on, summed over all steps."""
+    wall_time_s: float = 0.0
+
+
+def tokenize_examples(examples: list[dict], tokenizer, parser: ToolCallParser | str, max_length: int) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """(token ids, loss mask) per example that fits ``max_length``, and how many did not."""
+    parser = get_parser(parser) if isinstance(parser, str) else parser
+    renderer = ChatRenderer(tokenizer)
+    sequences, dropped = [], 0
+    for index, example in enumerate(examples):
+        validate_example(example, index)  # one clear line before any compute
+        ids, mask = render_example(example["messages"], renderer, parser)
+        if len(ids) > max_length:
+            dropped += 1
+        else:
+            sequences.append((ids, mask))
+    return sequences, dropped
+
+
+def train_sft(
+    model,
+    tokenizer,
+    examples: list[dict],
+    config: SFTConfig,
+    *,
+    parser: ToolCallParser | str = "hermes",
+    on_step: Callable[[dict], None] | None = None,
+) -> SFTResult:
+    """Train ``model`` in place on ``examples`` (``{"messages": [...]}``), on its own device."""
+    started = time.monotonic()
+    sequences, dropped = tokenize_examples(examples, tokenizer, parser, config.max_length)
+    if not sequences:
+        raise ValueError(f"no SFT examples to train on ({dropped} of {len(examples)} longer than max_length={config.max_length})")
+    device = next(model.parameters()).device
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    steps_per_epoch = math.ceil(len(sequences) / config.batch_size)
+    optimizer = make_optimizer(model.parameters(), lr=config.lr)
+    scheduler = make_scheduler(optimizer, warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    rng = random.Random(config.seed)
+    result = SFTResult(steps=0, examples=len(sequences), dropped_too_long=dropped)
+    model.train()
+    try:
+        for epoch in range(config.epochs):
+            order = list(range(len(sequences)))
+            rng.shuffle(order)
+            for start in range(0, len(order), config.batch_size):
+                batch = [sequences[i] for i in order[start : start + config.batch_size]]
+                # Position 0 is never predicted, so it never counts as a loss token.
+                batch_tokens = sum(sum(mask[1:]) for _, mask in batch)
+                if batch_tokens == 0:
+                    continue
+                loss_sum = 0.0
+                for bucket in length_buckets([len(ids) for ids, _ in batch], config.micro_batch_tokens, max_sequences=config.batch_size):
+                    micro = collate([batch[i][0] for i in bucket], [batch[i][1] for i in bucket], pad_token_id=pad_id).to(device)
+                    logprobs, _ = token_logprobs(model, micro.input_ids, micro.attention_mask, select=micro.loss_mask)
+                    # Dividing by the whole batch's token count makes accumulation exact.
+                    loss = -(logprobs * micro.loss_mask).sum() / batch_tokens
+                    loss.backward()
+                    loss_sum += loss.item()
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+                lr = scheduler.get_last_lr()[0]
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                result.steps += 1
+                result.losses.append(loss_sum)
+                result.tokens += batch_tokens
+                if on_step:
+                    on_step({"step": result.steps, "epoch": epoch, "loss": loss_sum, "lr": lr, "grad_norm": float(grad_norm), "tokens": batch_tokens})
+    finally:
+        model.eval()
+    result.wall_time_s = time.monotonic() - started
+    return result

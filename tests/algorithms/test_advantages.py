@@ -1,0 +1,124 @@
+import math
+
+import pytest
+import torch
+
+from agentic_rl.algorithms import (
+    ADVANTAGES,
+    AdvantageInputs,
+    compute_advantages,
+    group_stats,
+    grpo,
+    register_advantage,
+    rloo,
+    zero_std_group_fraction,
+)
+
+
+def _inputs(rewards, groups, T=3, mask=None):
+    rewards = torch.tensor(rewards, dtype=torch.float32)
+    mask = torch.ones(len(rewards), T) if mask is None else mask
+    return AdvantageInputs(rewards=rewards, response_mask=mask, group_index=torch.tensor(groups))
+
+
+def _loop_reference(rewards, groups, kind, normalize_by_std=True, epsilon=1e-6):
+    out = []
+    for i, (r, g) in enumerate(zip(rewards, groups)):
+        members = [rewards[j] for j in range(len(rewards)) if groups[j] == g]
+        n = len(members)
+        if n == 1:
+            out.append(0.0)
+            continue
+        mean = sum(members) / n
+        if kind == "grpo":
+            std = math.sqrt(sum((x - mean) ** 2 for x in members) / (n - 1))
+            out.append((r - mean) / (std + epsilon) if normalize_by_std else r - mean)
+        else:
+            out.append(r - (sum(members) - r) / (n - 1))
+    return out
+
+
+def test_grpo_hand_values_one_group():
+    adv = grpo(_inputs([1, 0, 1, 1], [0, 0, 0, 0]))
+    # mean 0.75, unbiased std 0.5 (= torch.std), deviations [0.25, -0.75, 0.25, 0.25]
+    assert torch.tensor([1.0, 0.0, 1.0, 1.0]).std().item() == pytest.approx(0.5)
+    expected = torch.tensor([0.25, -0.75, 0.25, 0.25]) / (0.5 + 1e-6)
+    assert torch.allclose(adv, expected[:, None].expand(4, 3))
+    assert torch.allclose(adv[:, 0], torch.tensor([0.5, -1.5, 0.5, 0.5]), atol=1e-5)
+
+
+def test_dr_grpo_is_mean_centered_only():
+    adv = compute_advantages("grpo", _inputs([1, 0, 1, 1], [0, 0, 0, 0]), normalize_by_std=False)
+    assert torch.allclose(adv[:, 0], torch.tensor([0.25, -0.75, 0.25, 0.25]))
+
+
+def test_rloo_hand_values():
+    adv = rloo(_inputs([1, 0, 1, 1], [7, 7, 7, 7]))
+    # leave-one-out means: 2/3, 1, 2/3, 2/3
+    assert torch.allclose(adv[:, 0], torch.tensor([1 / 3, -1.0, 1 / 3, 1 / 3]))
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo"])
+def test_size_one_group_gets_zero(name):
+    adv = compute_advantages(name, _inputs([5.0, 1.0, 0.0], [3, 9, 9]))
+    assert torch.all(adv[0] == 0)
+    assert torch.all(adv[1] != 0)
+
+
+@pytest.mark.parametrize("name,normalize", [("grpo", True), ("grpo", False), ("rloo", True)])
+def test_matches_loop_reference_on_random_groups(name, normalize):
+    gen = torch.Generator().manual_seed(0)
+    groups = [4, 4, 4, 1, 1, 9, 9, 9, 9, 9, 2, 0, 0, 0, 4]  # sizes 4, 2, 5, 1, 3, unordered
+    rewards = torch.rand(len(groups), generator=gen).tolist()
+    mask = (torch.rand(len(groups), 6, generator=gen) > 0.3).float()
+    adv = compute_advantages(name, _inputs(rewards, groups, mask=mask), normalize_by_std=normalize)
+    expected = torch.tensor(_loop_reference(rewards, groups, name, normalize))
+    assert adv.shape == (len(groups), 6)
+    assert torch.allclose(adv, expected[:, None] * mask, atol=1e-5)
+
+
+def test_mask_respected_and_bool_mask():
+    mask = torch.tensor([[1, 1, 0, 0], [0, 1, 1, 0]], dtype=torch.bool)
+    adv = grpo(_inputs([1, 0], [0, 0], mask=mask))
+    assert torch.all(adv[~mask] == 0)
+    assert torch.all(adv[0, :2] > 0) and torch.all(adv[1, 1:3] < 0)
+
+
+def test_equal_rewards_give_zero_advantage():
+    adv = grpo(_inputs([1, 1, 1], [0, 0, 0]))
+    assert torch.all(adv == 0)
+
+
+def test_group_stats_and_zero_std_fraction():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 2])
+    mean, std, sizes = group_stats(rewards, groups)
+    assert torch.allclose(mean, torch.tensor([0.75] * 4 + [2.0, 2.0, 3.0]))
+    assert torch.allclose(std, torch.tensor([0.5] * 4 + [0.0, 0.0, 0.0]))
+    assert sizes.tolist() == [4, 4, 4, 4, 2, 2, 1]
+    # group 1 (all 2.0) and group 2 (size 1) have zero spread
+    assert zero_std_group_fraction(rewards, groups) == pytest.approx(2 / 3)
+    assert zero_std_group_fraction(torch.tensor([1, 0]), torch.tensor([0, 0])) == 0.0
+
+
+def test_compute_advantages_filters_params_and_unknown_name():
+    inputs = _inputs([1, 0], [0, 0])
+    # one flat config drives every estimator: rloo ignores GRPO's params
+    assert torch.allclose(compute_advantages("rloo", inputs, epsilon=1.0, normalize_by_std=False), rloo(inputs))
+    with pytest.raises(KeyError, match="grpo"):
+        compute_advantages("nope", inputs)
+
+
+def test_register_advantage_and_duplicate():
+    name = "_test_constant"
+    try:
+        @register_advantage(name)
+        def constant(inputs, *, value=2.0, **extra):
+            return torch.full_like(inputs.response_mask, value)
+
+        out = compute_advantages(name, _inputs([1, 0], [0, 0]), value=3.0, unrelated=1)
+        assert torch.all(out == 3.0)
+        with pytest.raises(ValueError):
+            register_advantage(name)(constant)
+    finally:
+        ADVANTAGES.pop(name, None)

@@ -1,0 +1,136 @@
+import math
+
+import pytest
+import torch
+
+from agentic_rl.algorithms import AGGREGATIONS, aggregate, masked_mean, policy_loss
+
+LOSS = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
+MASK = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+
+
+def test_aggregation_hand_values():
+    # masked sums: row0 = 3 (2 tokens), row1 = 26 (4 tokens)
+    assert aggregate(LOSS, MASK, "token-mean").item() == pytest.approx(29 / 6)
+    assert aggregate(LOSS, MASK, "seq-mean-token-mean").item() == pytest.approx((1.5 + 6.5) / 2)
+    assert aggregate(LOSS, MASK, "seq-mean-token-sum").item() == pytest.approx(29 / 2)
+    assert aggregate(LOSS, MASK, "seq-mean-token-sum-norm").item() == pytest.approx(29 / (2 * 4))
+    assert aggregate(LOSS, MASK, "seq-mean-token-sum-norm", norm_length=10).item() == pytest.approx(29 / 20)
+
+
+def _loop_aggregate(loss, mask, mode):
+    B, T = loss.shape
+    rows = [[(loss[b, t].item(), mask[b, t].item()) for t in range(T)] for b in range(B)]
+    if mode == "token-mean":
+        return sum(x * m for row in rows for x, m in row) / sum(m for row in rows for _, m in row)
+    if mode == "seq-mean-token-mean":
+        return sum(sum(x * m for x, m in row) / max(sum(m for _, m in row), 1) for row in rows) / B
+    total = sum(x * m for row in rows for x, m in row)
+    return total / B if mode == "seq-mean-token-sum" else total / (B * T)
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+def test_aggregation_matches_loop(mode):
+    gen = torch.Generator().manual_seed(1)
+    loss = torch.randn(5, 7, generator=gen)
+    mask = (torch.rand(5, 7, generator=gen) > 0.4).float()
+    mask[2] = 0  # a row with no sampled token
+    assert aggregate(loss, mask, mode).item() == pytest.approx(_loop_aggregate(loss, mask, mode), rel=1e-5)
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+def test_micro_batches_add_up_to_mini_batch(mode):
+    gen = torch.Generator().manual_seed(2)
+    loss = torch.randn(6, 5, generator=gen)
+    mask = (torch.rand(6, 5, generator=gen) > 0.3).float()
+    whole = aggregate(loss, mask, mode)
+    norms = {"num_tokens": float(mask.sum()), "num_sequences": 6.0, "norm_length": 5.0}
+    parts = sum(aggregate(loss[s], mask[s], mode, **norms) for s in (slice(0, 2), slice(2, 6)))
+    assert torch.allclose(parts, whole, atol=1e-6)
+
+
+def test_masked_positions_ignored_even_if_nan():
+    loss = LOSS.clone()
+    loss[0, 3] = float("nan")
+    for mode in AGGREGATIONS:
+        assert torch.isfinite(aggregate(loss, MASK, mode))
+
+
+def test_unknown_aggregation():
+    with pytest.raises(ValueError, match="token-mean"):
+        aggregate(LOSS, MASK, "bogus")
+
+
+def test_masked_mean():
+    assert masked_mean(LOSS, MASK).item() == pytest.approx(29 / 6)
+    assert torch.allclose(masked_mean(LOSS, MASK, dim=-1), torch.tensor([1.5, 6.5]))
+    assert masked_mean(LOSS, torch.zeros_like(MASK)).item() == 0.0
+
+
+def _one_token(ratio, advantage, **kwargs):
+    old = torch.zeros(1, 1)
+    new = torch.full((1, 1), math.log(ratio))
+    return policy_loss(new, old, torch.full((1, 1), float(advantage)), torch.ones(1, 1), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "ratio,advantage,expected",
+    [
+        (1.1, 1.0, -1.1),  # inside the range: plain surrogate
+        (1.5, 1.0, -1.2),  # A > 0, ratio above 1 + clip_high: clipped
+        (0.5, 1.0, -0.5),  # A > 0, ratio below 1 - clip_low: pessimistic unclipped
+        (0.9, -1.0, 0.9),  # inside
+        (0.5, -1.0, 0.8),  # A < 0, ratio below 1 - clip_low: clipped
+        (1.5, -1.0, 1.5),  # A < 0, ratio above the range: unclipped (no dual clip)
+        (5.0, -2.0, 10.0),
+    ],
+)
+def test_clipped_surrogate_hand_values(ratio, advantage, expected):
+    assert _one_token(ratio, advantage).loss.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_clip_higher_is_asymmetric():
+    assert _one_token(1.5, 1.0, clip_high=0.28).loss.item() == pytest.approx(-1.28, rel=1e-5)
+    assert _one_token(0.5, -1.0, clip_low=0.1, clip_high=0.28).loss.item() == pytest.approx(0.9, rel=1e-5)
+    assert _one_token(1.25, 1.0, clip_high=0.28).loss.item() == pytest.approx(-1.25, rel=1e-5)
+
+
+def test_dual_clip_bounds_negative_advantages():
+    assert _one_token(5.0, -2.0, clip_ratio_c=3.0).loss.item() == pytest.approx(6.0, rel=1e-5)
+    assert _one_token(2.0, -2.0, clip_ratio_c=3.0).loss.item() == pytest.approx(4.0, rel=1e-5)
+    assert _one_token(5.0, 2.0, clip_ratio_c=3.0).loss.item() == pytest.approx(-2.4, rel=1e-5)
+    assert _one_token(5.0, -2.0, clip_ratio_c=3.0).metrics["clip_frac_dual"] == 1.0
+
+
+def test_clip_fractions_and_metrics():
+    ratios = torch.tensor([[0.5, 0.5, 1.5, 1.5, 1.0, 4.0]])
+    advantages = torch.tensor([[-1.0, 1.0, 1.0, -1.0, 1.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 1.0, 0.0]])  # the last token is not the policy's
+    out = policy_loss(ratios.log(), torch.zeros_like(ratios), advantages, mask, clip_ratio_c=3.0)
+    m = out.metrics
+    assert m["clip_frac_low"] == pytest.approx(1 / 5)
+    assert m["clip_frac_high"] == pytest.approx(1 / 5)
+    assert m["clip_frac_dual"] == 0.0
+    assert m["ratio_mean"] == pytest.approx(5.0 / 5)
+    assert m["ratio_max"] == pytest.approx(1.5)
+    k3 = [r - math.log(r) - 1 for r in (0.5, 0.5, 1.5, 1.5, 1.0)]
+    assert m["approx_kl"] == pytest.approx(sum(k3) / 5, rel=1e-5)
+    assert all(isinstance(v, float) for v in m.values())
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+def test_gradient_at_ratio_one_equals_policy_gradient(mode):
+    gen = torch.Generator().manual_seed(3)
+    base = torch.randn(3, 5, generator=gen) - 2.0
+    advantages = torch.randn(3, 5, generator=gen)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 1, 1, 0, 0]], dtype=torch.float32)
+
+    logprobs = base.clone().requires_grad_(True)
+    policy_loss(logprobs, base.clone(), advantages, mask, clip_high=0.28, clip_ratio_c=3.0, aggregation=mode).loss.backward()
+
+    reference = base.clone().requires_grad_(True)
+    aggregate(-(advantages * reference), mask, mode).backward()
+
+    assert torch.allclose(logprobs.grad, reference.grad, atol=1e-6)
+    assert torch.all(logprobs.grad[mask == 0] == 0)
+    assert logprobs.grad[mask == 1].abs().sum() > 0
