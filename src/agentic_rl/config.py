@@ -45,7 +45,7 @@ class EnvConfig(BaseModel):
 class BackendConfig(_Section):
     kind: Literal["hf", "openai"] = "hf"
     """hf: the model in this process; openai: any OpenAI-compatible chat endpoint."""
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(64, ge=1)
     """Most sequences the hf backend decodes in one batch."""
     base_url: str | None = None
     """Endpoint base URL for kind=openai, e.g. http://127.0.0.1:8000/v1."""

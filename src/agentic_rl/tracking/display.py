@@ -64,3 +64,9 @@ def print_step(metrics: dict[str, float], total_steps: int) -> None:
         if key in metrics:
             parts.append(f"{label} {metrics[key]:.3g}")
     console.print("  ".join(parts))
+
+
+def print_eval(label: str, metrics: dict[str, float], k: int) -> None:
+    """One line per evaluation inside a training run."""
+    keys = ((f"avg@{k}", f"avg@{k}"), ("tool_success_rate", "tool ok"), ("tool_calls_per_episode", "calls/episode"), ("malformed_call_rate", "malformed"), ("mean_turns", "turns"))
+    console.print(f"[bold]eval {label}[/]: " + "  ".join(f"{name} {metrics[key]:.3f}" for key, name in keys))

@@ -129,7 +129,7 @@ def train(config: TrainConfig | dict[str, Any], *, name: str = "custom", events:
             events.on_step(metrics)
 
     run_eval("after", "eval_after.json")
-    _save_final(model, tokenizer, run_dir / "final")
+    save_final(model, tokenizer, run_dir / "final")
     (run_dir / "summary.json").write_text(json.dumps({"evals": evals, "steps": len(steps)}, indent=2))
     return TrainResult(run_dir, evals, steps)
 
@@ -185,7 +185,7 @@ def _filter_stage(config: TrainConfig, backend, train_env, task_indices: list[in
     return result.kept
 
 
-def _save_final(model, tokenizer, folder: Path) -> None:
+def save_final(model, tokenizer, folder: Path) -> None:
     """A plain Hugging Face folder that ``transformers`` loads (LoRA adapters merged)."""
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()

@@ -14,7 +14,7 @@ class HFBackend:
     min_shared_prefix = 32
     """Shared prompt prefixes at least this long are encoded once per batch."""
 
-    def __init__(self, model, tokenizer, *, batch_size: int = 32) -> None:
+    def __init__(self, model, tokenizer, *, batch_size: int = 64) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -31,10 +31,13 @@ class HFBackend:
         results: list[Completion | None] = [None] * len(prompts)
         for number, start in enumerate(range(0, len(order), self.batch_size)):
             chunk = order[start : start + self.batch_size]
+            generator = torch.Generator(device=self.device)
             if sampling.seed is not None:
                 # A distinct, reproducible stream per micro-batch: the same seed gives the same samples.
-                torch.manual_seed(sampling.seed * 1_000_003 + number)
-            outputs = self._generate_batch([prompts[i] for i in chunk], sampling, stop_token_ids, [limits[i] for i in chunk])
+                generator.manual_seed(sampling.seed * 1_000_003 + number)
+            else:
+                generator.seed()
+            outputs = self._generate_batch([prompts[i] for i in chunk], sampling, stop_token_ids, [limits[i] for i in chunk], generator)
             for i, completion in zip(chunk, outputs):
                 results[i] = completion
         return results  # type: ignore[return-value]
@@ -49,62 +52,62 @@ class HFBackend:
         return cache
 
     @torch.no_grad()
-    def _generate_batch(self, prompts, sampling: SamplingParams, stop_token_ids, limits) -> list[Completion]:
+    def _generate_batch(self, prompts, sampling: SamplingParams, stop_token_ids, limits, generator) -> list[Completion]:
+        """Decode a batch with a KV cache; rows leave the batch as soon as they finish, so
+        the cost of each step follows the rows still running, not the longest one."""
+        model, device = self.model, self.device
         prefix = _common_prefix(prompts) if len(prompts) > 1 else []
         # Encode the shared prefix (system prompt, demonstrations) once and let every row
         # start from its KV cache: prompts in a batch usually share most of their tokens.
-        past = self._prefix_cache(prefix, len(prompts)) if len(prefix) >= self.min_shared_prefix else None
-        if past is None:
-            prefix = []
+        cache = self._prefix_cache(prefix, len(prompts)) if len(prefix) >= self.min_shared_prefix else None
+        if cache is None:
+            from transformers import DynamicCache
+
+            prefix, cache = [], DynamicCache(config=model.config)
         suffixes = [p[len(prefix) :] for p in prompts]
         width = max(len(s) for s in suffixes)
-        input_ids = torch.full((len(prompts), len(prefix) + width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        input_ids[:, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), len(prefix) + width), dtype=torch.long)
         attention_mask[:, : len(prefix)] = 1
-        for row, suffix in enumerate(suffixes):  # pads sit between prefix and suffix, masked out
-            input_ids[row, input_ids.shape[1] - len(suffix) :] = torch.tensor(suffix)
-            attention_mask[row, input_ids.shape[1] - len(suffix) :] = 1
-        width = input_ids.shape[1]
-        greedy = sampling.temperature <= 0
-        was_training = self.model.training
-        self.model.eval()
+        for row, suffix in enumerate(suffixes):  # left-pad the suffixes; pads are masked out
+            input_ids[row, width - len(suffix) :] = torch.tensor(suffix)
+            attention_mask[row, len(prefix) + width - len(suffix) :] = 1
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        was_training = model.training
+        model.eval()
         try:
-            out = self.model.generate(
-                input_ids=input_ids.to(self.device),
-                attention_mask=attention_mask.to(self.device),
-                max_new_tokens=max(limits),
-                do_sample=not greedy,
-                temperature=None if greedy else sampling.temperature,
-                top_p=None if greedy else sampling.top_p,
-                top_k=None,
-                eos_token_id=stop_token_ids,
-                pad_token_id=self.pad_token_id,
-                past_key_values=past,
-                output_logits=True,
-                return_dict_in_generate=True,
-            )
-        finally:
-            self.model.train(was_training)
-        new_tokens = out.sequences[:, width:].cpu()
-        # Raw logits (before top-p), so the logprobs are those the policy assigns; the
-        # trainer's forward pass reproduces them exactly at the same temperature.
-        logits = torch.stack(out.logits, dim=1).float()
-        if not greedy:
-            logits = logits / sampling.temperature
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.to(logits.device).unsqueeze(-1)).squeeze(-1).cpu()
-        stops = set(stop_token_ids)
-        completions = []
-        for row in range(len(prompts)):
-            ids = new_tokens[row].tolist()[: limits[row]]
-            finish = "length"
-            for j, token in enumerate(ids):
-                if token in stops:
-                    ids, finish = ids[: j + 1], "stop"
+            out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions[:, len(prefix) :], past_key_values=cache, use_cache=True, logits_to_keep=1)
+            next_position = positions[:, -1] + 1
+            rows = list(range(len(prompts)))  # original row of each active batch entry
+            tokens: list[list[int]] = [[] for _ in prompts]
+            logprobs: list[list[float]] = [[] for _ in prompts]
+            finish = ["length"] * len(prompts)
+            stops = torch.tensor(sorted(set(stop_token_ids)), device=device)
+            limit = torch.tensor(limits, device=device)
+            for step in range(max(limits)):
+                chosen, chosen_logprobs = _sample(out.logits[:, -1, :].float(), sampling, generator)
+                for entry, row in enumerate(rows):
+                    tokens[row].append(int(chosen[entry]))
+                    logprobs[row].append(float(chosen_logprobs[entry]))
+                stopped = torch.isin(chosen, stops)
+                done = stopped | (limit[rows] <= step + 1)
+                for entry in done.nonzero().flatten().tolist():
+                    if stopped[entry]:
+                        finish[rows[entry]] = "stop"
+                if bool(done.all()):
                     break
-            completions.append(Completion(token_ids=ids, logprobs=logprobs[row, : len(ids)].tolist(), finish_reason=finish))
-        return completions
-
+                if bool(done.any()):
+                    keep = (~done).nonzero().flatten()
+                    cache.batch_select_indices(keep)
+                    rows = [rows[i] for i in keep.tolist()]
+                    chosen, attention_mask, next_position = chosen[keep], attention_mask[keep], next_position[keep]
+                attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=1)
+                out = model(input_ids=chosen[:, None], attention_mask=attention_mask, position_ids=next_position[:, None], past_key_values=cache, use_cache=True)
+                next_position = next_position + 1
+        finally:
+            model.train(was_training)
+        return [Completion(token_ids=tokens[i], logprobs=logprobs[i], finish_reason=finish[i]) for i in range(len(prompts))]
 
 def _common_prefix(prompts: list[list[int]]) -> list[int]:
     """The longest common prefix, minus one token so every row keeps a token to feed."""
@@ -113,3 +116,24 @@ def _common_prefix(prompts: list[list[int]]) -> list[int]:
     while end < len(shortest) - 1 and all(p[end] == shortest[end] for p in prompts):
         end += 1
     return shortest[:end]
+
+
+
+def _sample(logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next tokens [N] and their log-probs [N] under the policy at this temperature.
+
+    The log-prob is taken before top-p truncation: it is what the policy assigns, and
+    what the trainer's forward pass reproduces (top-p only narrows what is drawn).
+    """
+    if sampling.temperature <= 0:
+        chosen = logits.argmax(-1)
+        return chosen, torch.log_softmax(logits, -1).gather(-1, chosen[:, None]).squeeze(-1)
+    log_probs = torch.log_softmax(logits / sampling.temperature, -1)
+    probs = log_probs.exp()
+    if sampling.top_p < 1.0:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        # Drop a token once the mass before it already reaches top_p (the first always stays).
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= sampling.top_p
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
+    chosen = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return chosen, log_probs.gather(-1, chosen[:, None]).squeeze(-1)
