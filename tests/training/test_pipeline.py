@@ -1,0 +1,98 @@
+"""``train(config)`` end to end on the tiny model: every stage writes what it promises."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from agentic_rl.cli import main
+from agentic_rl.data import write_jsonl
+from agentic_rl.recipes import load_recipe, recipe_names
+from agentic_rl.training.pipeline import train
+
+
+def _sft_examples(count: int = 4) -> list[dict]:
+    from agentic_rl.envs.arithmetic import ArithmeticTasks
+
+    examples = []
+    for task in ArithmeticTasks(split="train", num_tasks=count):
+        expression = task.metadata["expression"]
+        examples.append({"messages": [
+            {"role": "system", "content": "You solve arithmetic problems."},
+            {"role": "user", "content": task.prompt},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}]},
+            {"role": "tool", "tool_call_id": "call_0", "name": "calculator", "content": task.answer},
+            {"role": "assistant", "content": f"<answer>{task.answer}</answer>"},
+        ]})
+    return examples
+
+
+def test_smoke_recipe_with_sft_writes_the_run_directory(tmp_path) -> None:
+    data = tmp_path / "sft.jsonl"
+    write_jsonl(data, _sft_examples())
+    _, recipe = load_recipe("smoke")
+    recipe["sft"] = {"enabled": True, "data": str(data), "train": {"epochs": 1, "batch_size": 2}}
+    recipe["output_dir"] = str(tmp_path / "run")
+    result = train(recipe, name="smoke")
+    run = result.run_dir
+    for name in ("config.yaml", "metrics.jsonl", "rollouts.jsonl", "eval_before.json", "eval_after_sft.json", "eval_after.json", "sft_metrics.jsonl", "summary.json"):
+        assert (run / name).is_file(), name
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 1]
+    assert {"reward_mean", "accuracy", "entropy", "grad_norm", "clip_frac_high", "tokens_per_s"} <= set(lines[0])
+    assert yaml.safe_load((run / "config.yaml").read_text())["recipe"] == "smoke"
+    evaluation = json.loads((run / "eval_after.json").read_text())
+    assert {"avg@1", "pass@1", "maj@1", "tool_success_rate"} <= set(evaluation["metrics"])
+    assert set(result.evals) == {"before", "after_sft", "after"}
+    rollouts = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert rollouts and rollouts[0]["messages"][0]["role"] == "system"
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(run / "final")
+    tokenizer = AutoTokenizer.from_pretrained(run / "final")
+    assert model.config.vocab_size == len(tokenizer)
+
+
+def test_existing_run_directory_is_not_overwritten(tmp_path) -> None:
+    _, recipe = load_recipe("smoke")
+    recipe.update(steps=0, output_dir=str(tmp_path / "run"))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("{}\n")
+    assert main(["train", "smoke", "--output-dir", str(tmp_path / "run")]) == 2
+
+
+def test_recipes_are_valid_configs() -> None:
+    from agentic_rl.config import TrainConfig
+
+    assert {"default", "smoke"} <= set(recipe_names())
+    for name in recipe_names():
+        _, data = load_recipe(name)
+        assert TrainConfig.model_validate(data).description
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "defualt"], "did you mean 'default'"),
+        (["train", "smoke", "--set", "steps=many"], "steps"),
+        (["train", "smoke", "--set", "algorithm.preset=grpo-xyz"], "unknown preset"),
+        (["train", "smoke", "--set", "algorithm.clip_low=1.5"], "algorithm.clip_low"),
+        (["train", "smoke", "--set", "group_size=1"], "group_size"),
+        (["train", "smoke", "--set", "optim.learning_rate=1"], "known keys: lr"),
+        (["train", "smoke", "--set", "optim.lrr=1"], "did you mean 'optim.lr'"),
+        (["train", "missing.yaml"], "does not exist"),
+    ],
+)
+def test_train_cli_errors_are_one_line_with_exit_code_2(argv, message, capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_recipes_cli_lists_names(capsys) -> None:
+    assert main(["recipes"]) == 0
+    out = capsys.readouterr().err
+    assert "default" in out and "smoke" in out

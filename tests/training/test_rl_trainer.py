@@ -1,0 +1,165 @@
+"""The RL trainer on the tiny model: updates, masking, determinism, KL and LoRA paths."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from agentic_rl import envs
+from agentic_rl.algorithms import policy_loss
+from agentic_rl.config import TrainConfig
+from agentic_rl.rollout.backends.hf import HFBackend
+from agentic_rl.training.batch import collate
+from agentic_rl.training.logprobs import token_logprobs
+from agentic_rl.training.rl import RLTrainer, score
+
+
+class ParityEnv:
+    """One turn; reward 1 when the reply has an even number of characters. Random text
+    from the tiny model gets both outcomes, so groups have reward variance."""
+
+    num_tasks = 64
+
+    def reset(self, *, seed=None, options=None):
+        index = (options or {}).get("task_index", 0)
+        return [{"role": "system", "content": "Reply."}, {"role": "user", "content": f"Task {index}: say something."}], {"task_id": f"parity-{index}"}
+
+    def step(self, message):
+        reward = float(len(message["content"]) % 2 == 0)
+        return [], reward, True, False, {"answer": message["content"], "correct": reward > 0, "tool_results": []}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _parity_env():
+    if "test-parity" not in {e.name for e in envs.registered()}:
+        envs.register("test-parity", ParityEnv, "test env")
+    torch.set_num_threads(1)
+
+
+def _config(**overrides) -> TrainConfig:
+    data = {
+        "model": {"name": "tiny-random", "device": "cpu"},
+        "env": {"name": "test-parity"},
+        "rollout": {"max_new_tokens": 12, "max_total_tokens": 256},
+        "steps": 2,
+        "tasks_per_step": 4,
+        "group_size": 4,
+        "optim": {"lr": 1e-3},
+    }
+    for key, value in overrides.items():
+        data[key] = value
+    return TrainConfig.model_validate(data)
+
+
+def _trainer(tiny, config: TrainConfig) -> RLTrainer:
+    model, tokenizer = tiny
+    model = copy.deepcopy(model)
+    return RLTrainer(config, model, tokenizer, HFBackend(model, tokenizer), ParityEnv, list(range(ParityEnv.num_tasks)))
+
+
+def test_grpo_step_changes_every_trainable_parameter(tiny) -> None:
+    trainer = _trainer(tiny, _config())
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    metrics, groups = trainer.step()
+    assert metrics["frac_zero_std_groups"] < 1.0, "need reward variance for a non-zero update"
+    assert metrics["grad_norm"] > 0
+    unchanged = [name for name, p in trainer.model.named_parameters() if torch.equal(p, before[name])]
+    assert unchanged == []
+    assert len(groups) == 4 and all(len(g.trajectories) == 4 for g in groups)
+
+
+def test_metrics_have_the_documented_keys(tiny) -> None:
+    metrics, _ = _trainer(tiny, _config()).step()
+    for key in (
+        "reward_mean", "reward_std", "accuracy", "entropy", "kl", "clip_frac_low", "clip_frac_high", "grad_norm",
+        "response_length", "tool_calls_per_episode", "tool_success_rate", "malformed_call_rate", "step_time_s",
+        "tokens_per_s", "frac_zero_std_groups",
+    ):
+        assert key in metrics, key
+    assert metrics["ratio_mean"] == pytest.approx(1.0)  # one update per batch: exactly on-policy
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+
+
+def test_same_seed_same_metrics(tiny) -> None:
+    timing = ("step_time_s", "rollout_time_s", "update_time_s", "tokens_per_s")
+
+    def run() -> list[dict]:
+        trainer = _trainer(tiny, _config())
+        return [{k: v for k, v in trainer.step()[0].items() if k not in timing} for _ in range(2)]
+
+    first, second = run(), run()
+    assert first == second
+    assert first[0] != first[1]
+
+
+def test_loss_ignores_logits_at_unmasked_positions(tiny) -> None:
+    """Replacing the model's predictions at loss_mask=0 positions by garbage must not
+    change the loss or its gradient: only sampled tokens are trained on."""
+    model, tokenizer = tiny
+    batch = collate([[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16]], [[0, 0, 1, 1, 0, 1, 1], [0, 1, 1, 0, 1]], pad_token_id=tokenizer.pad_token_id, values={"a": [[0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0], [0.0, -1.0, -1.0, 0.0, -1.0]]})
+    logprobs, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask)
+    ours = policy_loss(logprobs, logprobs.detach(), batch.values["a"], batch.loss_mask).loss
+
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()
+    garbage = torch.randn_like(logits) * 50
+    predicts_unmasked = torch.zeros_like(batch.loss_mask, dtype=torch.bool)
+    predicts_unmasked[:, :-1] = batch.loss_mask[:, 1:] == 0  # logits at t-1 predict token t
+    logits = torch.where(predicts_unmasked[..., None], garbage, logits)
+    full = torch.zeros_like(batch.loss_mask)
+    full[:, 1:] = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1) * batch.loss_mask[:, 1:]
+    reference = policy_loss(full, full.detach(), batch.values["a"], batch.loss_mask).loss
+    assert torch.allclose(ours, reference, atol=1e-6)
+    assert torch.allclose(logprobs, full, atol=1e-5)
+
+
+def test_infra_errors_leave_the_batch() -> None:
+    from agentic_rl.types import Trajectory, TrajectoryGroup
+
+    good = [Trajectory(task_id="t", group_id="g", token_ids=[1, 2, 3], loss_mask=[0, 1, 1], sampler_logprobs=[0, 0, 0], reward=r) for r in (1.0, 0.0)]
+    broken = Trajectory(task_id="t", group_id="g", token_ids=[1, 2], loss_mask=[0, 1], sampler_logprobs=[0, 0], infra_error="boom")
+    scored = score([TrajectoryGroup("t", "g", [*good, broken])], _config())
+    assert scored.excluded == 1
+    assert len(scored.trajectories) == 2
+    assert scored.advantages[0][0] == 0.0 and scored.advantages[0][1] > 0 > scored.advantages[1][1]
+
+
+def test_overlong_shaping_lowers_rewards_near_the_limit() -> None:
+    from agentic_rl.types import Trajectory, TrajectoryGroup
+
+    config = _config(algorithm={"preset": "grpo-tcr", "overlong_buffer": 10}, rollout={"max_total_tokens": 30})
+    short = Trajectory(task_id="t", group_id="g", prompt_length=5, token_ids=[1] * 10, loss_mask=[0] * 5 + [1] * 5, reward=1.0)
+    long = Trajectory(task_id="t", group_id="g", prompt_length=5, token_ids=[1] * 25, loss_mask=[0] * 5 + [1] * 20, reward=1.0)
+    scored = score([TrajectoryGroup("t", "g", [short, long])], config)
+    # room 25, buffer 10: 5 tokens -> 0; 20 tokens -> (15 - 20) / 10 = -0.5
+    assert scored.rewards.tolist() == pytest.approx([1.0, 0.5])
+
+
+def test_kl_reference_copy_and_multiple_updates(tiny) -> None:
+    trainer = _trainer(tiny, _config(algorithm={"preset": "grpo"}, ppo_epochs=2, mini_batches=2))
+    assert trainer.reference is not None and trainer.reference is not trainer.model
+    reference = {n: p.detach().clone() for n, p in trainer.reference.named_parameters()}
+    first, _ = trainer.step()
+    second, _ = trainer.step()
+    # Later mini-batches run after earlier updates: the policy has left the reference.
+    assert first["kl"] > 0 and second["kl"] > 0
+    assert second["ratio_mean"] != 1.0
+    assert all(torch.equal(p, reference[n]) for n, p in trainer.reference.named_parameters())
+
+
+def test_lora_trains_adapters_only_and_uses_disabled_adapters_as_reference(tiny) -> None:
+    from agentic_rl.training.pipeline import _apply_lora
+
+    model, tokenizer = tiny
+    config = _config(lora={"enabled": True, "r": 4, "alpha": 8}, algorithm={"preset": "grpo"})
+    peft_model = _apply_lora(copy.deepcopy(model), config)
+    trainer = RLTrainer(config, peft_model, tokenizer, HFBackend(peft_model, tokenizer), ParityEnv, list(range(8)))
+    assert trainer.reference == "adapters-disabled"
+    frozen = {n: p.detach().clone() for n, p in peft_model.named_parameters() if not p.requires_grad}
+    adapters = {n: p.detach().clone() for n, p in peft_model.named_parameters() if p.requires_grad}
+    assert adapters and all("lora_" in n for n in adapters)
+    trainer.step()
+    trainer.step()
+    assert all(torch.equal(p, frozen[n]) for n, p in peft_model.named_parameters() if n in frozen)
+    assert any(not torch.equal(p, adapters[n]) for n, p in peft_model.named_parameters() if n in adapters)
