@@ -6,7 +6,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: install demo test test-fast clean
+.PHONY: install demo eval-demo test test-fast clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 install: $(VENV)/.installed
 
 demo: install
+	$(BIN)/agentic-rl train
+
+eval-demo: install
 	$(BIN)/agentic-rl eval --model smollm2-135m --env arithmetic --num-tasks 32 --k 4 --set env.few_shot=4 --output runs/eval.json
 
 test: install
