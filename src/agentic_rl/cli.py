@@ -59,8 +59,11 @@ def _train(args: argparse.Namespace) -> int:
     if args.output_dir:
         data["output_dir"] = args.output_dir
     config = build(TrainConfig, apply_assignments(data, args.set or []))
+    import time
+
+    started = time.monotonic()
     events = RunEvents(
-        on_stage=lambda message: console.print(f"[cyan]>[/] {message}"),
+        on_stage=lambda message: console.print(f"[cyan]{time.monotonic() - started:6.0f}s >[/] {message}"),
         on_step=lambda metrics: print_step(metrics, config.steps),
         on_eval=lambda label, result: print_eval(label, result.metrics, result.config["k"]),
         progress=trajectory_progress,
