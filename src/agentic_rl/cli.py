@@ -50,27 +50,38 @@ def _envs(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from agentic_rl.config import TrainConfig, apply_assignments, build
+    from agentic_rl.config import ConfigError, TrainConfig, apply_assignments, build
     from agentic_rl.recipes import load_recipe
     from agentic_rl.tracking.display import console, print_eval, print_step, trajectory_progress
     from agentic_rl.training.pipeline import RunEvents, train
 
-    name, data = load_recipe(args.recipe)
-    if args.output_dir:
-        data["output_dir"] = args.output_dir
-    config = build(TrainConfig, apply_assignments(data, args.set or []))
+    if args.resume:
+        if args.set or args.output_dir or args.recipe != "default":
+            raise ConfigError("--resume continues a run with its own config.yaml; drop the recipe, --set and --output-dir")
+        name, config = "resumed", None
+    else:
+        name, data = load_recipe(args.recipe)
+        if args.output_dir:
+            data["output_dir"] = args.output_dir
+        config = build(TrainConfig, apply_assignments(data, args.set or []))
     import time
 
     started = time.monotonic()
+    shown = {"steps": 0}
+
+    def on_config(resolved: TrainConfig) -> None:
+        shown["steps"] = resolved.steps
+        console.print(f"recipe [bold]{name}[/]: {resolved.description}")
+
     events = RunEvents(
+        on_config=on_config,
         on_stage=lambda message: console.print(f"[cyan]{time.monotonic() - started:6.0f}s >[/] {message}"),
-        on_step=lambda metrics: print_step(metrics, config.steps),
+        on_step=lambda metrics: print_step(metrics, shown["steps"]),
         on_eval=lambda label, result: print_eval(label, result.metrics, result.config["k"]),
         progress=trajectory_progress,
     )
-    console.print(f"recipe [bold]{name}[/]: {config.description}")
-    result = train(config, name=name, events=events)
-    k = config.eval.k
+    result = train(config, name=name, events=events, resume=args.resume)
+    k = next(int(key.split("@")[1]) for key in result.evals["after"] if key.startswith("avg@"))
     summary = Table(title="held-out accuracy", header_style="bold")
     for column in ("stage", f"avg@{k}", "tool_success_rate", "tool_calls_per_episode"):
         summary.add_column(column)
@@ -162,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_argument("recipe", nargs="?", default="default", help="recipe name (see `agentic-rl recipes`) or a YAML file")
     training.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any config key, e.g. steps=20 or optim.lr=1e-6")
     training.add_argument("--output-dir", help="run directory (default runs/<recipe>-<time>)")
+    training.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest complete checkpoint")
     training.set_defaults(run=_train)
 
     recipes = commands.add_parser("recipes", help="list built-in recipes")
@@ -191,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from agentic_rl.config import ConfigError
     from agentic_rl.models import ModelNotFoundError
+    from agentic_rl.training.pipeline import TrainingStopped
 
     args = build_parser().parse_args(argv)
     try:
@@ -198,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ModelNotFoundError) as exc:
         print(f"agentic-rl: error: {exc}", file=sys.stderr)
         return 2
+    except TrainingStopped as exc:
+        print(f"agentic-rl: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("agentic-rl: interrupted", file=sys.stderr)
         return 130

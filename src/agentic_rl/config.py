@@ -287,6 +287,14 @@ class TrainConfig(_Section):
     """First training task index used by RL (collection uses its own offset)."""
     log_rollouts: int = Field(4, ge=0)
     """Sampled rollouts written per step to rollouts.jsonl."""
+    checkpoint_every: int = Field(10, ge=0)
+    """Save a resumable checkpoint every N RL steps (and after SFT/filtering); 0 = never."""
+    keep_checkpoints: int = Field(2, ge=1)
+    """Newest complete checkpoints kept (older ones are deleted only after a new one is complete)."""
+    max_failed_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    """Skip a step's update when more than this fraction of its trajectories hit infrastructure errors."""
+    max_nonfinite_steps: int = Field(3, ge=1)
+    """Stop the run (with a valid checkpoint) after this many non-finite losses or gradients in a row."""
     seed: int = 0
     """Seed for sampling, shuffling and initialisation."""
     output_dir: str | None = None

@@ -53,8 +53,22 @@ class _Active:
 def _finish(state: _Active, reason: str, on_finish) -> None:
     state.trajectory.termination_reason = reason
     state.trajectory.wall_time_s = time.monotonic() - state.started
+    _record_episode_metrics(state)
     if on_finish:
         on_finish(state.trajectory)
+
+
+def _record_episode_metrics(state: _Active) -> None:
+    """Envs may expose ``episode_metrics(trajectory) -> dict[str, float]``; the numbers go to
+    ``trajectory.info["episode_metrics"]`` (``aggregate_metrics`` averages them by name)."""
+    hook = getattr(state.env, "episode_metrics", None)
+    if not callable(hook):
+        return
+    try:
+        metrics = hook(state.trajectory)
+        state.trajectory.info["episode_metrics"] = {str(key): float(value) for key, value in dict(metrics).items()}
+    except Exception as exc:  # a metrics bug must not fail the episode
+        state.trajectory.info["episode_metrics_error"] = f"{type(exc).__name__}: {exc}"
 
 
 def rollout(
@@ -80,9 +94,15 @@ def rollout(
     for index in task_indices:
         group = TrajectoryGroup(task_id="", group_id=uuid.uuid4().hex[:12])
         for _ in range(group_size):
-            env = make_env()
             started = time.monotonic()
-            messages, info = env.reset(options={"task_index": index})
+            try:
+                env = make_env()
+                messages, info = env.reset(options={"task_index": index})
+            except Exception as exc:  # a broken env must not take the other episodes down
+                trajectory = Trajectory(task_id=str(index), group_id=group.group_id, infra_error=f"reset failed: {type(exc).__name__}: {exc}")
+                group.trajectories.append(trajectory)
+                _finish(_Active(trajectory, None, started), "error", on_finish)
+                continue
             group.task_id = str(info.get("task_id", index))
             trajectory = Trajectory(task_id=group.task_id, group_id=group.group_id, messages=list(messages), info=dict(info))
             if renderer:
@@ -143,7 +163,9 @@ def _one_turn(active: list[_Active], backend, renderer: ChatRenderer | None, lim
         try:
             observations, reward, terminated, truncated, info = future.result(timeout=max(remaining, 0.0))
         except FutureTimeout:
+            # The env (or a tool inside it) hung: infrastructure, not the policy's doing.
             trajectory.turns.append(turn)
+            trajectory.infra_error = f"env step did not return within the {limits.timeout_s:g} s trajectory timeout"
             _finish(state, "timeout", on_finish)
             continue
         except Exception as exc:  # an env or tool crash is infrastructure, not the policy's doing

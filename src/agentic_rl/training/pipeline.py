@@ -21,13 +21,15 @@ from agentic_rl.evaluation.harness import EvalResult, env_factory, prepare
 from agentic_rl.models import load
 from agentic_rl.rollout.backends.hf import HFBackend
 from agentic_rl.tracking.jsonl import JsonlWriter
-from agentic_rl.training.rl import RLTrainer
+from agentic_rl.training.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
+from agentic_rl.training.rl import NonFiniteError, RLTrainer
 
 
 @dataclass
 class RunEvents:
     """Display hooks; the training code only calls them."""
 
+    on_config: Callable[[TrainConfig], None] = lambda config: None
     on_stage: Callable[[str], None] = lambda message: None
     on_step: Callable[[dict[str, float]], None] = lambda metrics: None
     on_eval: Callable[[str, EvalResult], None] = lambda name, result: None
@@ -70,18 +72,40 @@ def _apply_lora(model, config: TrainConfig):
     return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules, task_type="CAUSAL_LM"))
 
 
-def train(config: TrainConfig | dict[str, Any], *, name: str = "custom", events: RunEvents | None = None, loaded=None) -> TrainResult:
+class TrainingStopped(RuntimeError):
+    """The run stopped on purpose (e.g. diverged); a valid checkpoint was written."""
+
+
+def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "custom", events: RunEvents | None = None, loaded=None, resume: str | Path | None = None) -> TrainResult:
     """Run a training job; mirrors ``agentic-rl train``. Returns the run directory and the
-    headline numbers. ``loaded``: an already loaded ``(model, tokenizer)`` to train."""
-    if not isinstance(config, TrainConfig):
-        config = build(TrainConfig, config)
+    headline numbers. ``loaded``: an already loaded ``(model, tokenizer)`` to train.
+    ``resume``: a run directory to continue from its newest complete checkpoint (its own
+    config.yaml is used; ``config`` must then be None)."""
     events = events or RunEvents()
+    if resume is not None:
+        if config is not None:
+            raise ConfigError("resume: the run's own config.yaml is used; do not pass a config (or --set) too")
+        run_dir = Path(resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"--resume: {run_dir} is not a run directory (no config.yaml)")
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        name = saved.pop("recipe", name)
+        config = build(TrainConfig, saved)
+        checkpoints = complete_checkpoints(run_dir / "checkpoints")
+        if not checkpoints:
+            raise ConfigError(f"--resume: no complete checkpoint in {run_dir / 'checkpoints'}; the run cannot be resumed")
+        checkpoint: Path | None = checkpoints[-1]
+    else:
+        if not isinstance(config, TrainConfig):
+            config = build(TrainConfig, config or {})
+        run_dir = Path(config.output_dir) if config.output_dir else _default_run_dir(name)
+        if (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists():
+            raise ConfigError(f"output_dir: {run_dir} already holds a run; choose another directory or --resume it")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump({"recipe": name, **config.model_dump()}, sort_keys=False))
+        checkpoint = None
     torch.manual_seed(config.seed)
-    run_dir = Path(config.output_dir) if config.output_dir else _default_run_dir(name)
-    if (run_dir / "metrics.jsonl").exists():
-        raise ConfigError(f"output_dir: {run_dir} already holds a run; choose another directory")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump({"recipe": name, **config.model_dump()}, sort_keys=False))
+    events.on_config(config)
 
     train_env = env_factory(config.env.name, config.env.options, split="train")
     # Validate the eval env before spending minutes on anything.
@@ -103,35 +127,80 @@ def train(config: TrainConfig | dict[str, Any], *, name: str = "custom", events:
         evals[label] = result.metrics
         events.on_eval(label, result)
 
-    run_eval("before", "eval_before.json")
-
-    if config.sft.enabled:
-        _sft_stage(config, model, tokenizer, backend, run_dir, events)
-        run_eval("after_sft", "eval_after_sft.json")
-
     task_indices = list(range(config.task_offset, train_env().num_tasks))
     if not task_indices:
         raise ConfigError(f"task_offset: {config.task_offset} leaves no training tasks")
-    if config.filter.enabled:
-        task_indices = _filter_stage(config, backend, train_env, task_indices, run_dir, events)
+    if checkpoint is None:
+        run_eval("before", "eval_before.json")
+        if config.sft.enabled:
+            _sft_stage(config, model, tokenizer, backend, run_dir, events)
+            run_eval("after_sft", "eval_after_sft.json")
+        if config.filter.enabled:
+            task_indices = _filter_stage(config, backend, train_env, task_indices, run_dir, events)
+    else:
+        for label, filename in (("before", "eval_before.json"), ("after_sft", "eval_after_sft.json")):
+            if (run_dir / filename).is_file():
+                evals[label] = json.loads((run_dir / filename).read_text())["metrics"]
+        if config.filter.enabled:
+            task_indices = json.loads((run_dir / "filtered_tasks.json").read_text())["kept"]
 
     trainer = RLTrainer(config, model, tokenizer, backend, train_env, task_indices)
-    steps: list[dict[str, float]] = []
-    if config.steps:
-        events.on_stage(f"RL: {config.steps} steps x {config.tasks_per_step} tasks x {config.group_size} samples ({config.algorithm.preset})")
-    with JsonlWriter(run_dir / "metrics.jsonl") as metrics_log, JsonlWriter(run_dir / "rollouts.jsonl") as rollout_log:
-        for _ in range(config.steps):
-            metrics, groups = trainer.step()
+    logs = {"metrics": run_dir / "metrics.jsonl", "rollouts": run_dir / "rollouts.jsonl"}
+    if checkpoint is not None:
+        state = load_checkpoint(checkpoint, model=model, optimizer=trainer.optimizer, scheduler=trainer.scheduler)
+        trainer.step_index = state["step"]
+        trainer.sampler.load_state_dict(state["sampler"])
+        for key, path in logs.items():  # drop lines logged after the checkpoint
+            _truncate_lines(path, state["tracking"][key])
+        events.on_stage(f"resumed from {checkpoint.name} (step {state['step']} of {config.steps})")
+
+    def checkpoint_now() -> None:
+        save_checkpoint(
+            run_dir / "checkpoints", trainer.step_index, model=model, optimizer=trainer.optimizer, scheduler=trainer.scheduler,
+            sampler_state=trainer.sampler.state_dict(), tracking={k: _count_lines(p) for k, p in logs.items()}, keep=config.keep_checkpoints,
+        )
+
+    if checkpoint is None and config.checkpoint_every and (config.sft.enabled or config.filter.enabled):
+        checkpoint_now()  # so a resume never repeats collection, SFT or filtering
+    steps: list[dict[str, float]] = _read_lines(logs["metrics"])
+    if trainer.step_index < config.steps:
+        events.on_stage(f"RL: {config.steps - trainer.step_index} steps x {config.tasks_per_step} tasks x {config.group_size} samples ({config.algorithm.preset})")
+    with JsonlWriter(logs["metrics"]) as metrics_log, JsonlWriter(logs["rollouts"]) as rollout_log:
+        while trainer.step_index < config.steps:
+            try:
+                metrics, groups = trainer.step()
+            except NonFiniteError as error:
+                if config.checkpoint_every:
+                    checkpoint_now()
+                raise TrainingStopped(f"training stopped at step {trainer.step_index}: {error}; checkpoint kept in {run_dir / 'checkpoints'}") from None
             metrics_log.write(metrics)
             for trajectory in [t for g in groups for t in g.trajectories][: config.log_rollouts]:
                 rollout_log.write({"step": int(metrics["step"]), **trajectory.to_dict()})
             steps.append(metrics)
             events.on_step(metrics)
+            if metrics.get("skipped_infra"):
+                events.on_stage(f"step {int(metrics['step']) + 1}: skipped the update, too many infrastructure failures ({int(metrics['infra_errors'])})")
+            if config.checkpoint_every and trainer.step_index % config.checkpoint_every == 0 and trainer.step_index < config.steps:
+                checkpoint_now()
 
     run_eval("after", "eval_after.json")
     save_final(model, tokenizer, run_dir / "final")
     (run_dir / "summary.json").write_text(json.dumps({"evals": evals, "steps": len(steps)}, indent=2))
     return TrainResult(run_dir, evals, steps)
+
+
+def _count_lines(path: Path) -> int:
+    return sum(1 for _ in path.open()) if path.is_file() else 0
+
+
+def _read_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def _truncate_lines(path: Path, keep: int) -> None:
+    if path.is_file():
+        lines = path.read_text().splitlines(keepends=True)[:keep]
+        path.write_text("".join(lines))
 
 
 class _no_progress:

@@ -5,6 +5,7 @@ sample groups -> score (rewards + shaping) -> advantages -> batch -> update.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -68,6 +69,10 @@ def score(groups: list[TrajectoryGroup], config: TrainConfig) -> ScoredBatch:
     return ScoredBatch(usable, rewards, rows, excluded, zero_std_group_fraction(rewards, group_index))
 
 
+class NonFiniteError(RuntimeError):
+    """Too many non-finite losses or gradient norms in a row: the run cannot go on."""
+
+
 class RLTrainer:
     """Owns the policy, its optimizer and the task sampler; ``step()`` runs one RL step."""
 
@@ -83,6 +88,7 @@ class RLTrainer:
         self.scheduler = make_scheduler(self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule)
         self.reference = self._reference_policy()
         self.step_index = 0
+        self.nonfinite_in_a_row = 0
 
     def _reference_policy(self):
         """None when KL is off. With LoRA the base model with adapters disabled is the
@@ -110,7 +116,10 @@ class RLTrainer:
         scored = score(groups, config)
         metrics = self._rollout_metrics(groups, scored)
         update_started = time.monotonic()
-        if scored.trajectories:
+        total = sum(len(g.trajectories) for g in groups)
+        failed_fraction = scored.excluded / max(total, 1)
+        metrics["skipped_infra"] = float(failed_fraction > config.max_failed_fraction)
+        if scored.trajectories and not metrics["skipped_infra"]:
             metrics.update(self.update(scored))
         metrics.update(
             step=self.step_index,
@@ -173,13 +182,15 @@ class RLTrainer:
                     values, _ = self._logprobs(batch)
                     for row, i in enumerate(bucket):
                         old_logprobs[i] = values[row, : lengths[i]].tolist()
-        totals: dict[str, float] = {}
+        totals: dict[str, float] = {"loss": 0.0}
         weight = 0.0
         grad_norms = []
+        skipped = 0
         for _ in range(config.ppo_epochs):
             for mini in minis:
                 num_tokens = float(sum(sum(trajectories[i].loss_mask) for i in mini))
                 self.optimizer.zero_grad(set_to_none=True)
+                mini_loss = 0.0
                 for bucket in length_buckets([lengths[i] for i in mini], config.micro_batch_tokens, len(mini)):
                     members = [mini[j] for j in bucket]
                     batch = self._batch([trajectories[i] for i in members], [scored.advantages[i] for i in members])
@@ -203,20 +214,32 @@ class RLTrainer:
                         loss = loss + algorithm.kl_coef * aggregate(kl, batch.loss_mask, algorithm.aggregation, **normalisers)
                         totals["kl"] = totals.get("kl", 0.0) + float((kl.detach() * batch.loss_mask).sum())
                     loss.backward()
-                    totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
+                    mini_loss += float(loss.detach())
                     totals["entropy"] = totals.get("entropy", 0.0) + float((entropy * batch.loss_mask).sum())
                     for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "approx_kl"):
                         totals[key] = totals.get(key, 0.0) + out.metrics[key] * micro_tokens
                     weight += micro_tokens
                 grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], config.optim.max_grad_norm)
                 grad_norms.append(float(grad_norm))
+                if not (math.isfinite(float(grad_norm)) and math.isfinite(mini_loss)):
+                    # A NaN/inf must never reach the weights: drop this update, count it.
+                    self.optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                    self.nonfinite_in_a_row += 1
+                    if self.nonfinite_in_a_row >= config.max_nonfinite_steps:
+                        raise NonFiniteError(f"{self.nonfinite_in_a_row} non-finite losses or gradient norms in a row (last grad norm {float(grad_norm)}); lower optim.lr or check the rewards")
+                    continue
+                self.nonfinite_in_a_row = 0
+                totals["loss"] += mini_loss
                 self.optimizer.step()
                 self.scheduler.step()
         self.model.eval()
         updates = config.ppo_epochs * config.mini_batches
         metrics = {key: value / max(weight, 1.0) for key, value in totals.items() if key != "loss"}
-        metrics["loss"] = totals.get("loss", 0.0) / updates
-        metrics["grad_norm"] = sum(grad_norms) / len(grad_norms)
+        metrics["loss"] = totals["loss"] / max(updates - skipped, 1)
+        finite = [g for g in grad_norms if math.isfinite(g)]
+        metrics["grad_norm"] = sum(finite) / len(finite) if finite else float("nan")
+        metrics["skipped_nonfinite"] = float(skipped)
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         metrics.setdefault("kl", 0.0)
         return metrics

@@ -1,0 +1,108 @@
+"""Atomic training checkpoints: weights, optimizer, scheduler, RNG states, sampler, step.
+
+A checkpoint is written into a temporary folder, marked complete, then renamed into
+place, so a crash mid-write never leaves a folder that looks usable. Retention deletes
+old checkpoints only after the new one is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+COMPLETE = "COMPLETE"
+
+
+def _trainable_state(model) -> dict[str, torch.Tensor]:
+    # With LoRA only the adapters change; the frozen base is rebuilt from the model name.
+    names = {name for name, p in model.named_parameters() if p.requires_grad}
+    state = model.state_dict()
+    keep = {k: v for k, v in state.items() if k in names} if len(names) < len(state) else state
+    # safetensors refuses tensors that share memory (tied embeddings): store each once.
+    seen: dict[int, str] = {}
+    out = {}
+    for key, value in keep.items():
+        pointer = value.data_ptr()
+        if pointer in seen:
+            continue
+        seen[pointer] = key
+        out[key] = value.detach().contiguous().cpu()
+    return out
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(root: Path, step: int, *, model, optimizer, scheduler, sampler_state: dict, tracking: dict, keep: int) -> Path:
+    """Write ``root/step-<step>`` atomically and prune to the newest ``keep`` complete ones."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:06d}"
+    tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_file(_trainable_state(model), tmp / "model.safetensors")
+    torch.save(
+        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
+        tmp / "trainer.pt",
+    )
+    (tmp / "state.json").write_text(json.dumps({"step": step, "sampler": sampler_state, "tracking": tracking}, indent=2))
+    (tmp / COMPLETE).write_text("ok\n")
+    for handle in (tmp / "model.safetensors", tmp / "trainer.pt", tmp / "state.json"):
+        with open(handle, "rb") as f:  # durable before the rename publishes it
+            os.fsync(f.fileno())
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in complete_checkpoints(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def complete_checkpoints(root: Path) -> list[Path]:
+    """Complete checkpoints, oldest first (temporary and unmarked folders are ignored)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.name.startswith("step-") and (p / COMPLETE).is_file())
+
+
+def load_checkpoint(folder: Path, *, model, optimizer, scheduler) -> dict[str, Any]:
+    """Restore weights, optimizer, scheduler and RNG states; return state.json's content."""
+    weights = load_file(folder / "model.safetensors")
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected:
+        raise ValueError(f"checkpoint {folder} has weights the model lacks: {unexpected[:3]}")
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    lost = [name for name in missing if name in trainable and name not in _tied_aliases(model)]
+    if lost:
+        raise ValueError(f"checkpoint {folder} lacks trainable weights: {lost[:3]}")
+    state = torch.load(folder / "trainer.pt", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    return json.loads((folder / "state.json").read_text())
+
+
+def _tied_aliases(model) -> set[str]:
+    """Parameter names that share storage with an earlier one (restored through it)."""
+    seen: set[int] = set()
+    aliases = set()
+    for name, value in model.state_dict().items():
+        if value.data_ptr() in seen:
+            aliases.add(name)
+        seen.add(value.data_ptr())
+    return aliases
