@@ -149,6 +149,59 @@ def _sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from agentic_rl.config import ConfigError
+    from agentic_rl.tracking.display import console
+    from agentic_rl.tracking.report import NotARunDirectory, build_report
+
+    try:
+        path = build_report(args.run_dir, args.output, max_rollouts=args.max_rollouts, tokens_per_call_threshold=args.tokens_per_call)
+    except NotARunDirectory as exc:
+        raise ConfigError(str(exc)) from None
+    console.print(f"wrote {path}")
+    return 0
+
+
+def _index_build(args: argparse.Namespace) -> int:
+    from agentic_rl.config import ConfigError
+    from agentic_rl.retrieval import build_index
+    from agentic_rl.tracking.display import console
+
+    if args.corpus == "builtin":
+        from agentic_rl.envs.search_data import demo_corpus
+
+        documents = demo_corpus(args.seed)
+    elif not Path(args.corpus).is_file():
+        raise ConfigError(f"corpus {args.corpus!r} does not exist (JSONL with id, title, text per line, or 'builtin')")
+    else:
+        documents = args.corpus
+    try:
+        meta = build_index(documents, args.out)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    console.print(f"indexed {meta['num_docs']} documents in {meta['build_time_s']:.1f} s -> {args.out}")
+    return 0
+
+
+def _retriever_serve(args: argparse.Namespace) -> int:
+    from agentic_rl.config import ConfigError
+    from agentic_rl.retrieval import CachedRetriever, load_index
+    from agentic_rl.retrieval.http import RetrievalServer
+    from agentic_rl.tracking.display import console
+
+    try:
+        retriever = CachedRetriever(load_index(args.index), max_size=args.cache_size)
+        server = RetrievalServer(retriever, args.host, args.port)
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+    console.print(f"serving {args.index} at {server.url}/retrieve (POST {{\"queries\": [...], \"topk\": 3}}); Ctrl-C stops")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentic-rl", description="Train and evaluate tool-using LLM agents with RL.")
     parser.add_argument("--version", action="version", version=f"agentic-rl {__version__}")
@@ -197,6 +250,28 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("--parser", default="hermes", help="tool-call format used to render tool calls (default hermes)")
     sft.add_argument("--set", action="append", metavar="KEY=VALUE", help="SFT options, e.g. epochs=3 or lr=2e-5")
     sft.set_defaults(run=_sft)
+
+    report = commands.add_parser("report", help="write a self-contained report.html (plots, eval table, rollouts) for a run directory")
+    report.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `agentic-rl train`")
+    report.add_argument("--output", help="where to write the HTML (default RUN_DIR/report.html)")
+    report.add_argument("--max-rollouts", type=int, default=24, help="training rollouts to include (default 24)")
+    report.add_argument("--tokens-per-call", type=float, default=100.0, help="behaviour analysis: sampled tokens per tool call above which an episode is deliberative (default 100)")
+    report.set_defaults(run=_report)
+
+    index = commands.add_parser("index", help="retrieval indexes").add_subparsers(dest="index_command", required=True)
+    index_build = index.add_parser("build", help="build a BM25 index from a JSONL corpus ({id, title, text} per line)")
+    index_build.add_argument("corpus", help="corpus JSONL, or 'builtin' for the search-qa demo corpus")
+    index_build.add_argument("--out", required=True, help="index folder to write")
+    index_build.add_argument("--seed", type=int, default=0, help="seed of the builtin corpus (default 0)")
+    index_build.set_defaults(run=_index_build)
+
+    retriever = commands.add_parser("retriever", help="retrieval server").add_subparsers(dest="retriever_command", required=True)
+    retriever_serve = retriever.add_parser("serve", help="serve an index over HTTP on loopback (Search-R1 protocol)")
+    retriever_serve.add_argument("index", help="index folder from `agentic-rl index build`")
+    retriever_serve.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    retriever_serve.add_argument("--port", type=int, default=8000)
+    retriever_serve.add_argument("--cache-size", type=int, default=10_000, help="cached (query, k) results")
+    retriever_serve.set_defaults(run=_retriever_serve)
     return parser
 
 

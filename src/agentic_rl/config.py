@@ -246,6 +246,22 @@ class SFTStageConfig(_Section):
     """Fine-tuning settings."""
 
 
+class TrackingConfig(_Section):
+    sinks: list[str] = Field(default_factory=lambda: ["tensorboard"])
+    """Metric sinks besides metrics.jsonl: tensorboard, wandb, mlflow (the last two when installed)."""
+    thresholds: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of the collapse / hacking warning thresholds (see tracking.diagnostics.DEFAULT_THRESHOLDS; None turns one off)."""
+    report: bool = True
+    """Write report.html into the run directory at the end."""
+
+    @model_validator(mode="after")
+    def _known_sinks(self) -> TrackingConfig:
+        from agentic_rl.tracking.sinks import check_sink_names
+
+        check_sink_names(self.sinks)
+        return self
+
+
 class TrainConfig(_Section):
     """One training run: evals, optional SFT cold start and filtering, then RL."""
 
@@ -271,6 +287,8 @@ class TrainConfig(_Section):
     """Difficulty filtering."""
     eval: RunEvalConfig = Field(default_factory=RunEvalConfig)
     """Held-out evaluations."""
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    """Metric sinks, warnings and the HTML report."""
     steps: int = Field(10, ge=0)
     """RL steps (each: sample groups, score, update)."""
     tasks_per_step: int = Field(8, ge=1)

@@ -37,10 +37,12 @@ def test_smoke_recipe_with_sft_writes_the_run_directory(tmp_path) -> None:
     recipe["output_dir"] = str(tmp_path / "run")
     result = train(recipe, name="smoke")
     run = result.run_dir
-    for name in ("config.yaml", "metrics.jsonl", "rollouts.jsonl", "eval_before.json", "eval_after_sft.json", "eval_after.json", "sft_metrics.jsonl", "summary.json"):
+    for name in ("config.yaml", "metrics.jsonl", "rollouts.jsonl", "eval_before.json", "eval_after_sft.json", "eval_after.json", "sft_metrics.jsonl", "summary.json", "report.html"):
         assert (run / name).is_file(), name
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [0, 1]
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert {"repeated_token_ratio", "response_length_trend"} <= set(lines[0])
     assert {"reward_mean", "accuracy", "entropy", "grad_norm", "clip_frac_high", "tokens_per_s"} <= set(lines[0])
     assert yaml.safe_load((run / "config.yaml").read_text())["recipe"] == "smoke"
     evaluation = json.loads((run / "eval_after.json").read_text())

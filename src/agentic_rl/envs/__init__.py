@@ -4,12 +4,21 @@ from agentic_rl.envs.arithmetic import ArithmeticTasks, make_arithmetic_env
 from agentic_rl.envs.base import Env, EnvCheckError, Task, check_env
 from agentic_rl.envs.registry import UnknownEnvError, accepts_option, make, register, registered
 from agentic_rl.envs.tool_env import INVALID_CALL, ToolEnv
+from agentic_rl.envs.math_python import make_gsm8k_env, make_math_python_env
+from agentic_rl.envs.search_qa import make_search_qa_env
 
 register(
     "arithmetic",
     make_arithmetic_env,
     "Multi-operand integer arithmetic solved with the calculator tool; answer in <answer></answer>.",
 )
+register(
+    "search-qa",
+    make_search_qa_env,
+    "Multi-hop questions over a document collection, answered with a search tool (BM25); EM/F1 reward.",
+)
+register("math-python", make_math_python_env, "Math word problems from any JSONL (env.path), sandboxed python tool, math-verify reward.")
+register("gsm8k", make_gsm8k_env, "GSM8K from env.path (#### answers), sandboxed python tool, math-verify reward.")
 
 __all__ = [
     "ArithmeticTasks",

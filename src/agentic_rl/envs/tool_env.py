@@ -82,6 +82,13 @@ class ToolEnv:
         self.turn = 0
         return self.opening_messages(self.task), {"task_id": self.task.id}
 
+    def close(self) -> None:
+        """Release per-episode tool resources (e.g. python sessions); safe to call twice."""
+        for item in self.tools:
+            close = getattr(item, "close", None)
+            if callable(close):
+                close()
+
     def _run_tools(self, calls) -> list[ToolResult]:
         if len(calls) <= 1:
             return [self.tools.invoke(call) for call in calls]

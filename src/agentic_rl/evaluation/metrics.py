@@ -15,6 +15,7 @@ from agentic_rl.types import TERMINATION_REASONS, ToolResult, Trajectory
 __all__ = [
     "aggregate_metrics",
     "avg_at_k",
+    "episode_metrics_means",
     "maj_at_k",
     "majority_vote",
     "normalize_answer",
@@ -110,6 +111,17 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def episode_metrics_means(samples: Sequence[Trajectory]) -> dict[str, float]:
+    """Means of env-reported per-episode metrics (``trajectory.info["episode_metrics"]``,
+    filled by the rollout engine from an env's ``episode_metrics`` hook), by name; each
+    mean is over the samples that report that name."""
+    values: dict[str, list[float]] = {}
+    for trajectory in samples:
+        for name, value in (trajectory.info.get("episode_metrics") or {}).items():
+            values.setdefault(name, []).append(float(value))
+    return {name: _mean(found) for name, found in values.items()}
+
+
 def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[str, float]:
     """Flat evaluation metrics over per-task groups of n >= k sampled trajectories.
 
@@ -143,9 +155,14 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
     - ``tool_calls_per_episode``: ``num_tool_calls / num_samples``.
     - ``tool_success_rate``: successes / all results (0.0 when there are no calls).
     - ``malformed_call_rate``: malformed results / all results (0.0 when no calls).
+    - env metrics: every name in ``trajectory.info["episode_metrics"]`` (see
+      ``episode_metrics_means``), e.g. ``search/answer_recall`` of ``search-qa``.
     - ``tool/<name>/calls``, ``tool/<name>/success_rate``,
       ``tool/<name>/latency_ms_mean`` per ``ToolResult.name`` (malformed calls are
       listed under whatever name the parser recorded).
+
+    Behaviour metrics: ``behaviour/<mode>/fraction|accuracy|tool_success_rate`` for
+    reactive / deliberative / no_tool episodes (``evaluation.behaviour.behaviour_metrics``).
 
     Raises:
         ValueError: if there are no groups, ``k < 1``, or a group has fewer than k
@@ -198,6 +215,8 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
     for reason in TERMINATION_REASONS:
         metrics[f"termination/{reason}"] = sum(t.termination_reason == reason for t in samples) / num_samples
 
+    metrics.update(episode_metrics_means(samples))
+
     by_name: dict[str, list[ToolResult]] = {}
     for result in results:
         by_name.setdefault(result.name, []).append(result)
@@ -205,4 +224,8 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
         metrics[f"tool/{name}/calls"] = float(len(calls))
         metrics[f"tool/{name}/success_rate"] = sum(map(_succeeded, calls)) / len(calls)
         metrics[f"tool/{name}/latency_ms_mean"] = _mean([r.latency_s * 1000.0 for r in calls])
+    # Reactive vs deliberative tool use (``behaviour/...`` keys; see evaluation/behaviour.py).
+    from agentic_rl.evaluation.behaviour import behaviour_metrics
+
+    metrics.update(behaviour_metrics(samples))
     return metrics

@@ -54,6 +54,12 @@ def _finish(state: _Active, reason: str, on_finish) -> None:
     state.trajectory.termination_reason = reason
     state.trajectory.wall_time_s = time.monotonic() - state.started
     _record_episode_metrics(state)
+    close = getattr(state.env, "close", None)
+    if callable(close):  # release per-trajectory resources (sandbox sessions)
+        try:
+            close()
+        except Exception as exc:
+            state.trajectory.info["close_error"] = f"{type(exc).__name__}: {exc}"
     if on_finish:
         on_finish(state.trajectory)
 

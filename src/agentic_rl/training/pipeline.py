@@ -20,7 +20,10 @@ from agentic_rl.config import ConfigError, EnvConfig, EvalConfig, TrainConfig, b
 from agentic_rl.evaluation.harness import EvalResult, env_factory, prepare
 from agentic_rl.models import load
 from agentic_rl.rollout.backends.hf import HFBackend
+from agentic_rl.tracking.diagnostics import check_thresholds
 from agentic_rl.tracking.jsonl import JsonlWriter
+from agentic_rl.tracking.report import build_report
+from agentic_rl.tracking.sinks import MultiSink, make_sinks
 from agentic_rl.training.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
 from agentic_rl.training.rl import NonFiniteError, RLTrainer
 
@@ -165,7 +168,9 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
     steps: list[dict[str, float]] = _read_lines(logs["metrics"])
     if trainer.step_index < config.steps:
         events.on_stage(f"RL: {config.steps - trainer.step_index} steps x {config.tasks_per_step} tasks x {config.group_size} samples ({config.algorithm.preset})")
-    with JsonlWriter(logs["metrics"]) as metrics_log, JsonlWriter(logs["rollouts"]) as rollout_log:
+    trainer.response_length_history = [line["response_length"] for line in steps if "response_length" in line]
+    sinks = MultiSink(make_sinks(run_dir, ["jsonl", *config.tracking.sinks], start_step=trainer.step_index if checkpoint is not None else None), on_error=events.on_stage)
+    with sinks, JsonlWriter(logs["rollouts"]) as rollout_log:
         while trainer.step_index < config.steps:
             try:
                 metrics, groups = trainer.step()
@@ -173,11 +178,13 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
                 if config.checkpoint_every:
                     checkpoint_now()
                 raise TrainingStopped(f"training stopped at step {trainer.step_index}: {error}; checkpoint kept in {run_dir / 'checkpoints'}") from None
-            metrics_log.write(metrics)
+            sinks.log(metrics, int(metrics["step"]))
             for trajectory in [t for g in groups for t in g.trajectories][: config.log_rollouts]:
                 rollout_log.write({"step": int(metrics["step"]), **trajectory.to_dict()})
             steps.append(metrics)
             events.on_step(metrics)
+            for warning in check_thresholds(metrics, config.tracking.thresholds or None):
+                events.on_stage(f"step {int(metrics['step']) + 1}: warning: {warning}")
             if metrics.get("skipped_infra"):
                 events.on_stage(f"step {int(metrics['step']) + 1}: skipped the update, too many infrastructure failures ({int(metrics['infra_errors'])})")
             if config.checkpoint_every and trainer.step_index % config.checkpoint_every == 0 and trainer.step_index < config.steps:
@@ -186,6 +193,11 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
     run_eval("after", "eval_after.json")
     save_final(model, tokenizer, run_dir / "final")
     (run_dir / "summary.json").write_text(json.dumps({"evals": evals, "steps": len(steps)}, indent=2))
+    if config.tracking.report:
+        try:  # a report problem must never fail a finished training run
+            events.on_stage(f"report: {build_report(run_dir)}")
+        except Exception as exc:
+            events.on_stage(f"report not written: {exc}")
     return TrainResult(run_dir, evals, steps)
 
 

@@ -21,6 +21,7 @@ from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.batch import TokenBatch, collate, length_buckets
 from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.optim import make_optimizer, make_scheduler
+from agentic_rl.tracking.diagnostics import mean_first_tokens_after_tool_entropy, step_diagnostics
 from agentic_rl.training.sampler import TaskSampler
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
@@ -89,6 +90,7 @@ class RLTrainer:
         self.reference = self._reference_policy()
         self.step_index = 0
         self.nonfinite_in_a_row = 0
+        self.response_length_history: list[float] = []
 
     def _reference_policy(self):
         """None when KL is off. With LoRA the base model with adapters disabled is the
@@ -115,6 +117,8 @@ class RLTrainer:
         rollout_time = time.monotonic() - started
         scored = score(groups, config)
         metrics = self._rollout_metrics(groups, scored)
+        metrics.update(step_diagnostics([t for g in groups for t in g.trajectories], response_length_history=self.response_length_history))
+        self.response_length_history.append(metrics["response_length"])
         update_started = time.monotonic()
         total = sum(len(g.trajectories) for g in groups)
         failed_fraction = scored.excluded / max(total, 1)
@@ -183,6 +187,7 @@ class RLTrainer:
                     for row, i in enumerate(bucket):
                         old_logprobs[i] = values[row, : lengths[i]].tolist()
         totals: dict[str, float] = {"loss": 0.0}
+        entropy_rows: dict[int, list[float]] = {}
         weight = 0.0
         grad_norms = []
         skipped = 0
@@ -198,6 +203,8 @@ class RLTrainer:
                         batch.values["old_logprobs"] = collate([trajectories[i].token_ids for i in members], [trajectories[i].loss_mask for i in members], pad_token_id=0, values={"v": [old_logprobs[i] for i in members]}).values["v"]
                     batch = batch.to(self.device)
                     logprobs, entropy = self._logprobs(batch, with_entropy=True)
+                    for row, i in enumerate(members):
+                        entropy_rows.setdefault(i, entropy[row, : lengths[i]].tolist())
                     old = logprobs.detach() if single_update else batch.values["old_logprobs"]
                     normalisers = dict(num_tokens=num_tokens, num_sequences=float(len(mini)), norm_length=float(config.rollout.max_total_tokens))
                     out = policy_loss(
@@ -242,4 +249,8 @@ class RLTrainer:
         metrics["skipped_nonfinite"] = float(skipped)
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         metrics.setdefault("kl", 0.0)
+        order = sorted(entropy_rows)
+        after_tool = mean_first_tokens_after_tool_entropy([entropy_rows[i] for i in order], [trajectories[i] for i in order], m=8)
+        if after_tool is not None:
+            metrics["entropy_after_tool"] = after_tool
         return metrics

@@ -1,0 +1,82 @@
+"""The Search-R1 tag format: ``<search> query </search>``, results in ``<information>``.
+
+The model thinks, writes ``<search> query </search>`` to search, reads the results
+inside ``<information>...</information>`` and finishes with ``<answer> ... </answer>``
+(Jin et al. 2025, "Search-R1"). Every ``<search>`` block becomes a call of the tool
+named ``tool_name`` (default ``search``) with argument ``{"query": ...}``.
+"""
+
+from __future__ import annotations
+
+from agentic_rl.parsers.base import ParseResult, ToolCallParser, register_parser
+from agentic_rl.types import Message, ToolCall, ToolResult
+
+__all__ = ["SearchR1Parser"]
+
+OPEN_TAG, CLOSE_TAG = "<search>", "</search>"
+
+
+@register_parser
+class SearchR1Parser(ToolCallParser):
+    """``<search>`` tags; malformed blocks (unclosed, stray close tag, empty query) are errors.
+
+    Search-R1 allows one search per turn; ``max_calls_per_turn`` (default 1) keeps the
+    first blocks and reports the rest as an error.
+    """
+
+    name = "search_r1"
+
+    def __init__(self, max_calls_per_turn: int = 1, tool_name: str = "search") -> None:
+        if max_calls_per_turn < 1:
+            raise ValueError("max_calls_per_turn must be at least 1")
+        self.max_calls_per_turn = max_calls_per_turn
+        self.tool_name = tool_name
+
+    def parse(self, text: str) -> ParseResult:
+        calls: list[ToolCall] = []
+        errors: list[str] = []
+        outside: list[str] = []
+        queries: list[str] = []
+        position = 0
+        while True:
+            start = text.find(OPEN_TAG, position)
+            segment = text[position:] if start < 0 else text[position:start]
+            if CLOSE_TAG in segment:
+                errors.append(f"found {CLOSE_TAG} without a matching {OPEN_TAG}")
+                segment = segment.replace(CLOSE_TAG, "")
+            outside.append(segment)
+            if start < 0:
+                break
+            end = text.find(CLOSE_TAG, start + len(OPEN_TAG))
+            if end < 0:
+                errors.append(f"unclosed {OPEN_TAG} tag: end the query with {CLOSE_TAG}")
+                break
+            queries.append(text[start + len(OPEN_TAG) : end].strip())
+            position = end + len(CLOSE_TAG)
+        for query in queries[: self.max_calls_per_turn]:
+            if not query:
+                errors.append(f"empty query: write {OPEN_TAG} your query {CLOSE_TAG}")
+            elif OPEN_TAG in query:
+                errors.append(f"nested {OPEN_TAG} tags")
+            else:
+                calls.append(ToolCall(name=self.tool_name, arguments={"query": query}, id=f"call_{len(calls)}"))
+        dropped = len(queries) - self.max_calls_per_turn
+        if dropped > 0:
+            errors.append(f"too many searches in one turn: at most {self.max_calls_per_turn} allowed, the other {dropped} were not run")
+        content = "\n".join(piece.strip() for piece in outside if piece.strip())
+        return ParseResult(calls=calls, errors=errors, content=content)
+
+    def format_tools_prompt(self, schemas: list[dict]) -> str:
+        return (
+            f"To search, write {OPEN_TAG} query {CLOSE_TAG}; the results come back between "
+            "<information> and </information>. Search as many times as you need."
+        )
+
+    def format_call(self, call: ToolCall) -> str:
+        return f"{OPEN_TAG} {call.arguments.get('query', '')} {CLOSE_TAG}"
+
+    def wrap_observation(self, text: str) -> str:
+        return f"<information>{text}</information>"
+
+    def format_result(self, result: ToolResult) -> Message:
+        return {"role": "tool", "name": result.name, "content": self.wrap_observation(result.content)}

@@ -1,0 +1,124 @@
+"""Sandbox limits, results, and the runtime probe of which isolation features work here."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+
+STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
+CGROUP_V1_ROOT = "/sys/fs/cgroup"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-call resource limits."""
+
+    timeout_s: float = 10.0
+    """Wall-clock limit, enforced from outside by killing the process group."""
+    memory_mb: int = 512
+    """Address-space limit of the process (RLIMIT_AS); also sizes the cgroup when one is used."""
+    max_output_bytes: int = 65536
+    """stdout + stderr beyond this are cut (status ``output_limit``, ``truncated``)."""
+    cpu_s: float | None = None
+    """CPU-time limit (RLIMIT_CPU); defaults to the wall timeout."""
+    file_size_mb: int = 16
+    """Largest file the code may write (RLIMIT_FSIZE)."""
+    open_files: int = 64
+    """RLIMIT_NOFILE."""
+
+
+@dataclass
+class ExecutionResult:
+    """What one run produced. ``status`` is one of ok, error, timeout, memory, output_limit, killed."""
+
+    status: str
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    truncated: bool = False
+    isolation: str = ""
+    """The isolation level that was actually active for this run (see :func:`isolation`)."""
+    infra_error: bool = False
+    """True when the sandbox itself failed (not the code)."""
+    restarted: bool = False
+    """Sessions only: the previous process was lost (timeout, crash) and state was reset."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class Isolation:
+    """Which isolation features are active. Each flag is verified, never assumed."""
+
+    level: str = "process"
+    """``namespaces`` (network + PID + mount namespaces), ``process`` (rlimits, process
+    group, scrubbed env only)."""
+    net_ns: bool = False
+    pid_ns: bool = False
+    mount_ns: bool = False
+    user_ns: bool = False
+    readonly_root: bool = False
+    private_tmp: bool = False
+    """A private /dev/shm (TMPDIR points at the work dir)."""
+    caps_dropped: bool = False
+    """All capabilities dropped (bounding set too) and no_new_privs set."""
+    cgroup_memory: bool = False
+    cgroup_pids: bool = False
+    method: str = "none"
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        flags = [name for name in ("net_ns", "pid_ns", "mount_ns", "user_ns", "readonly_root", "private_tmp", "caps_dropped", "cgroup_memory", "cgroup_pids") if getattr(self, name)]
+        return f"{self.level} ({', '.join(flags) or 'rlimits only'})"
+
+
+def _try(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, env={"PATH": "/usr/bin:/bin"}).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def unshare_prefix() -> tuple[tuple[str, ...], bool]:
+    """The ``unshare`` command prefix that works here (empty when none does), and whether
+    it uses a user namespace."""
+    if os.environ.get("AGENTIC_RL_SANDBOX_NO_NAMESPACES"):
+        return (), False
+    exe = shutil.which("unshare")
+    if not exe:
+        return (), False
+    core = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "private"]
+    candidates = []
+    if os.geteuid() == 0:
+        candidates.append(([exe, *core], False))
+    candidates.append(([exe, "--user", "--map-root-user", *core], True))
+    for prefix, user_ns in candidates:
+        if _try([*prefix, "true"]):
+            return tuple(prefix), user_ns
+    return (), False
+
+
+def cgroup_v1_available() -> dict[str, bool]:
+    """Whether we can create cgroup v1 memory / pids groups (root on a v1 host)."""
+    found = {}
+    for controller in ("memory", "pids"):
+        path = os.path.join(CGROUP_V1_ROOT, controller)
+        found[controller] = os.path.isdir(path) and os.access(path, os.W_OK) and os.path.exists(os.path.join(path, "cgroup.procs"))
+    return found
+
+
+def isolation() -> Isolation:
+    """Probe (once, by starting a real worker) which isolation features are active here."""
+    from agentic_rl.sandbox.pool import probe_isolation
+
+    return probe_isolation()

@@ -1,0 +1,370 @@
+"""Worker processes (fork servers) and the warm pool.
+
+A :class:`SandboxWorker` is one ``_worker.py`` process, started inside fresh network,
+PID and mount namespaces when the kernel allows it, as a member of its own cgroups when
+they are available. Every call forks a fresh child in it (milliseconds instead of an
+interpreter start); the worker kills everything the call left behind. The parent keeps a
+wall-clock backstop on top: if the worker does not answer in time, the whole worker (and
+its namespace) is killed and replaced.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import os
+import queue
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from agentic_rl.sandbox.limits import CGROUP_V1_ROOT, ExecutionResult, Isolation, Limits, cgroup_v1_available, unshare_prefix
+
+WORKER_SCRIPT = str(Path(__file__).with_name("_worker.py"))
+SCRUBBED_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp", "PYTHONIOENCODING": "utf-8"}
+_counter = itertools.count()
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (could not start a worker)."""
+
+
+def _count_uid_processes(uid: int) -> int:
+    """Tasks (threads included: RLIMIT_NPROC counts them) that ``uid`` runs now."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    with open(f"/proc/{name}/stat") as handle:
+                        count += int(handle.read().rsplit(")", 1)[1].split()[17])
+            except (OSError, ValueError, IndexError):
+                pass
+    return count
+
+
+class SandboxWorker:
+    """One fork-server process. Not thread-safe: one call at a time (the pool ensures it)."""
+
+    def __init__(self, *, memory_mb: int = 512, max_processes: int = 32, namespaces: bool = True, cgroups: bool = True, start_timeout_s: float = 20.0) -> None:
+        self.base = tempfile.mkdtemp(prefix="agentic-rl-sandbox-")
+        if os.geteuid() == 0:
+            # Owned by another uid and not writable by others: the sandboxed code (uid 0
+            # without capabilities) can enter its own call dir but not write beside it.
+            os.chown(self.base, 65534, 65534)
+        os.chmod(self.base, 0o711)
+        self.cgroup_paths: dict[str, str] = {}
+        self._buffer = b""
+        self.proc: subprocess.Popen | None = None
+        self.dead = False
+        self.had_session = False
+        try:
+            self._start(memory_mb, max_processes, namespaces, cgroups, start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, memory_mb: int, max_processes: int, namespaces: bool, cgroups: bool, start_timeout_s: float) -> None:
+        prefix, user_ns = unshare_prefix() if namespaces else ((), False)
+        root = os.geteuid() == 0
+        self.user_ns = user_ns
+        if cgroups and root:
+            available = cgroup_v1_available()
+            name = f"agentic_rl_sandbox_{os.getpid()}_{next(_counter)}"
+            for controller, ok in available.items():
+                if not ok:
+                    continue
+                path = os.path.join(CGROUP_V1_ROOT, controller, name)
+                try:
+                    os.mkdir(path)
+                    if controller == "memory":
+                        Path(path, "memory.limit_in_bytes").write_text(str((memory_mb + 128) * 1024 * 1024))
+                    else:
+                        Path(path, "pids.max").write_text(str(max_processes + 4))
+                    self.cgroup_paths[controller] = path
+                except OSError:
+                    try:
+                        os.rmdir(path)
+                    except OSError:
+                        pass
+        # RLIMIT_NPROC counts every process of the real uid on the machine, so the limit
+        # is what exists now plus the sandbox's share (a backstop behind the pids cgroup).
+        nproc = _count_uid_processes(os.getuid()) + max_processes * 4
+        config = {
+            "base": self.base,
+            "nproc": nproc,
+            "mount_setup": bool(prefix),
+            "cgroups": self.cgroup_paths,
+            "parent_net_ns": os.stat("/proc/self/ns/net").st_ino,
+        }
+        command = [*prefix, sys.executable, "-I", "-B", WORKER_SCRIPT, json.dumps(config)]
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(SCRUBBED_ENV), cwd=self.base, start_new_session=True, close_fds=True)
+        hello = self._read_line(time.monotonic() + start_timeout_s)
+        if hello is None or not hello.get("ready"):
+            raise SandboxError(f"sandbox worker failed to start: {hello}")
+        self.report = hello
+        cg = hello.get("cgroups", {})
+        self.isolation = Isolation(
+            net_ns=bool(hello.get("net_ns")),
+            pid_ns=bool(hello.get("pid_ns")),
+            mount_ns=bool(hello.get("mount_ns")),
+            user_ns=user_ns and bool(hello.get("pid_ns")),
+            readonly_root=bool(hello.get("readonly_root")),
+            private_tmp=bool(hello.get("private_tmp")),
+            caps_dropped=bool(hello.get("caps_dropped")),
+            cgroup_memory=bool(cg.get("memory")),
+            cgroup_pids=bool(cg.get("pids")),
+            method="unshare" if prefix else "none",
+        )
+        self.isolation.level = "namespaces" if (self.isolation.net_ns and self.isolation.pid_ns and self.isolation.mount_ns) else "process"
+        if hello.get("mount_error"):
+            self.isolation.notes.append(f"mount setup failed: {hello['mount_error']}")
+
+    # ------------------------------------------------------------------ protocol
+    def _read_line(self, deadline: float) -> dict | None:
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                return None
+            data = os.read(fd, 1 << 20)
+            if not data:
+                return None
+            self._buffer += data
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def _request(self, payload: dict, deadline: float) -> dict | None:
+        try:
+            self.proc.stdin.write((json.dumps(payload) + "\n").encode())
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            return None
+        try:
+            return self._read_line(deadline)
+        except (OSError, ValueError):
+            return None
+
+    def run(self, code: str, limits: Limits, files: Mapping[str, str | bytes] | None = None, *, keep: bool = False) -> ExecutionResult:
+        """Run ``code`` in a fresh child (``keep``: in this worker's persistent session child)."""
+        if self.dead:
+            return ExecutionResult(status="killed", stderr="sandbox worker is not running", infra_error=True, isolation=self.isolation.level)
+        name = "session" if keep else f"call-{next(_counter)}"
+        workdir = os.path.join(self.base, name)
+        fresh_dir = not os.path.isdir(workdir)
+        if fresh_dir:
+            os.mkdir(workdir, 0o700)
+        try:
+            for relative, content in (files or {}).items():
+                target = os.path.normpath(os.path.join(workdir, relative))
+                if not target.startswith(workdir + os.sep):
+                    raise ValueError(f"file path escapes the work dir: {relative!r}")
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with open(target, "wb") as handle:
+                    handle.write(content.encode() if isinstance(content, str) else content)
+            request = {
+                "op": "run",
+                "code": code,
+                "dir": name,
+                "timeout_s": float(limits.timeout_s),
+                "cpu_s": float(limits.cpu_s or limits.timeout_s),
+                "memory_mb": int(limits.memory_mb),
+                "max_output_bytes": int(limits.max_output_bytes),
+                "file_size_mb": int(limits.file_size_mb),
+                "open_files": int(limits.open_files),
+                "keep": keep,
+                "had_session": self.had_session,
+            }
+            # Backstop: the worker enforces timeout_s itself; if it does not answer by
+            # then plus a margin, the whole worker and its namespace go.
+            response = self._request(request, time.monotonic() + limits.timeout_s + 5.0)
+            if keep:
+                self.had_session = True
+            if response is None:
+                self.kill()
+                return ExecutionResult(status="killed", stderr="sandbox worker died or hung; it was killed", infra_error=True, isolation=self.isolation.level, restarted=keep)
+            return ExecutionResult(
+                status=response["status"],
+                stdout=response.get("stdout", ""),
+                stderr=response.get("stderr", ""),
+                exit_code=response.get("exit_code"),
+                duration_s=float(response.get("duration_s", 0.0)),
+                truncated=bool(response.get("truncated")),
+                isolation=self.isolation.level,
+                infra_error=bool(response.get("infra_error")),
+                restarted=bool(response.get("restarted")),
+            )
+        finally:
+            if not keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    def reset_session(self) -> None:
+        if not self.dead:
+            self._request({"op": "reset"}, time.monotonic() + 5.0)
+        shutil.rmtree(os.path.join(self.base, "session"), ignore_errors=True)
+        self.had_session = False
+
+    # ------------------------------------------------------------------ teardown
+    def kill(self) -> None:
+        self.dead = True
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        for path in self.cgroup_paths.values():
+            for _ in range(100):
+                try:
+                    pids = [int(p) for p in Path(path, "cgroup.procs").read_text().split()]
+                except OSError:
+                    break
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                time.sleep(0.005)
+
+    def close(self) -> None:
+        """Stop the worker, kill anything left, remove its directories and cgroups."""
+        if self.proc is not None:
+            for stream in (self.proc.stdin,):
+                try:
+                    stream.close()
+                except (OSError, ValueError):
+                    pass
+        self.kill()
+        if self.proc is not None:
+            try:
+                self.proc.stdout.close()
+            except (OSError, ValueError):
+                pass
+        for path in self.cgroup_paths.values():
+            for _ in range(50):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+        self.cgroup_paths = {}
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> "SandboxWorker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class SandboxPool:
+    """``size`` warm workers; each call still runs in a fresh forked process.
+
+    Thread-safe: ``execute`` blocks until a worker is free. A worker that dies or hangs
+    is replaced on the next call.
+    """
+
+    def __init__(self, size: int = 2, *, limits: Limits | None = None, max_processes: int = 32, namespaces: bool = True) -> None:
+        if size < 1:
+            raise ValueError(f"size: expected a positive int, got {size}")
+        self.limits = limits or Limits()
+        self._options = dict(memory_mb=self.limits.memory_mb, max_processes=max_processes, namespaces=namespaces)
+        self._idle: queue.Queue[SandboxWorker] = queue.Queue()
+        self._all: list[SandboxWorker] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        for _ in range(size):
+            worker = SandboxWorker(**self._options)
+            self._all.append(worker)
+            self._idle.put(worker)
+
+    @property
+    def isolation(self) -> Isolation:
+        return self._all[0].isolation
+
+    def execute(self, code: str, *, files: Mapping[str, str | bytes] | None = None, **overrides) -> ExecutionResult:
+        if self._closed:
+            raise SandboxError("the pool is closed")
+        limits = Limits(**{**self.limits.__dict__, **overrides})
+        worker = self._idle.get()
+        try:
+            if worker.dead:
+                worker = self._replace(worker)
+            return worker.run(code, limits, files)
+        finally:
+            self._idle.put(worker)
+
+    def _replace(self, worker: SandboxWorker) -> SandboxWorker:
+        worker.close()
+        fresh = SandboxWorker(**self._options)
+        with self._lock:
+            self._all = [fresh if w is worker else w for w in self._all]
+        return fresh
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            for worker in self._all:
+                worker.close()
+
+    def __enter__(self) -> "SandboxPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def execute(code: str, *, timeout_s: float = 10.0, memory_mb: int = 512, max_output_bytes: int = 65536, files: Mapping[str, str | bytes] | None = None, pool: SandboxPool | None = None, **limits) -> ExecutionResult:
+    """Run ``code`` (Python source) in a fresh sandboxed process and return what happened.
+
+    Without ``pool`` a worker is started and stopped for this call (an interpreter start);
+    with one, a warm worker forks a fresh child (milliseconds). ``files`` maps relative
+    paths to contents placed in the private working directory first.
+    """
+    if pool is not None:
+        return pool.execute(code, files=files, timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes, **limits)
+    config = Limits(timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes, **limits)
+    try:
+        worker = SandboxWorker(memory_mb=memory_mb)
+    except (SandboxError, OSError) as error:
+        return ExecutionResult(status="killed", stderr=f"sandbox failed to start: {error}", infra_error=True)
+    try:
+        return worker.run(code, config, files)
+    finally:
+        worker.close()
+
+
+@functools.lru_cache(maxsize=1)
+def probe_isolation() -> Isolation:
+    """Start one worker and report what isolation it actually achieved."""
+    try:
+        worker = SandboxWorker()
+    except (SandboxError, OSError) as error:
+        return Isolation(notes=[f"sandbox worker failed to start: {error}"])
+    try:
+        return worker.isolation
+    finally:
+        worker.close()

@@ -1,0 +1,240 @@
+"""The ``search-qa`` env: generated data, oracle / no-search acceptance, loss masking,
+malformed calls, custom QA files and the engine's episode-metrics hook."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from agentic_rl.envs import check_env, make
+from agentic_rl.envs.search_data import QUESTION_TYPES, SearchQATasks, _worlds, generate_corpus, oracle_action
+from agentic_rl.envs.search_qa import oracle_reply
+from agentic_rl.evaluation.metrics import aggregate_metrics
+from agentic_rl.parsers import get_parser
+from agentic_rl.retrieval import Document, write_corpus
+from agentic_rl.rollout import RolloutLimits, rollout
+from agentic_rl.rollout.backends.scripted import ScriptedBackend
+
+
+def run_episode(env, policy, index):
+    """Drive one episode with ``policy(task, observations) -> assistant text``."""
+    env.reset(options={"task_index": index})
+    observations: list[str] = []
+    while True:
+        reply = policy(env.task, observations)
+        messages, reward, terminated, truncated, info = env.step({"role": "assistant", "content": reply})
+        if terminated or truncated:
+            return reward, info
+        observations.append(info["tool_results"][0].content)
+
+
+def oracle_policy(parser_name):
+    parser = get_parser(parser_name)
+    return lambda task, observations: oracle_reply(task, observations, parser)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def test_tasks_are_deterministic_and_cover_types_and_hops():
+    tasks = SearchQATasks(split="test")
+    again = SearchQATasks(split="test")
+    assert [t.prompt for t in tasks[:50]] == [t.prompt for t in again[:50]]
+    sample = tasks[:200]
+    assert {t.metadata["template"] for t in sample} == set(QUESTION_TYPES)
+    assert {t.metadata["hops"] for t in sample} == {2, 3}
+    assert {t.metadata["question_type"] for t in sample} == {"bridge", "comparison"}
+    for task in sample:  # the answer is never given away by the question
+        assert task.answer.lower() not in task.prompt.lower()
+
+
+def test_train_and_test_worlds_are_disjoint():
+    worlds = _worlds(0)
+    train_text = " ".join(d.text for d in worlds["train"].documents())
+    test_names = [e["name"] for kind in ("people", "companies", "inventions", "cities") for e in getattr(worlds["test"], kind)]
+    assert not any(re.search(rf"\b{re.escape(name)}\b", train_text) for name in test_names[:300])
+    train_prompts = {t.prompt for t in SearchQATasks(split="train")[:500]}
+    assert not train_prompts & {t.prompt for t in SearchQATasks(split="test")[:500]}
+
+
+def test_generate_corpus_size_and_unique_ids():
+    docs = generate_corpus(3000, seed=1)
+    assert len(docs) == 3000 and len({d.id for d in docs}) == 3000
+
+
+# --------------------------------------------------------------------------- acceptance
+
+
+@pytest.mark.parametrize("parser", ["hermes", "search_r1"])
+def test_oracle_scores_em_at_least_095_on_test(parser):
+    env = make("search-qa", split="test", parser=parser)
+    policy = oracle_policy(parser)
+    rewards = [run_episode(env, policy, i)[0] for i in range(300 if parser == "hermes" else 100)]
+    assert sum(rewards) / len(rewards) >= 0.95
+
+
+def test_policy_without_search_scores_at_most_005():
+    env = make("search-qa", split="test")
+
+    def guess(task, observations):  # the best a searchless policy can do: an entity of the question
+        names = re.findall(r"[A-Z][a-z]+(?: [A-Z][a-z]+)*", task.prompt)
+        return f"<answer>{names[-1] if names else 'unknown'}</answer>"
+
+    rewards = [run_episode(env, guess, i)[0] for i in range(300)]
+    assert sum(rewards) / len(rewards) <= 0.05
+    # A constant guess of the most frequent training answer does no better.
+    answers = [t.answer for t in SearchQATasks(split="train")[:2000]]
+    common = max(set(answers), key=answers.count)
+    rewards = [run_episode(env, lambda t, o: f"<answer>{common}</answer>", i)[0] for i in range(300)]
+    assert sum(rewards) / len(rewards) <= 0.05
+
+
+def test_oracle_uses_only_retrieved_text():
+    task = SearchQATasks(split="test")[0]
+    action, query = oracle_action(task, [])
+    assert action == "search"
+    assert oracle_action(task, ["nothing useful"]) == ("answer", "unknown")
+
+
+# --------------------------------------------------------------------------- env behaviour
+
+
+def test_check_env_and_options():
+    check_env(make("search-qa", split="test", num_tasks=5))
+    env = make("search-qa", split="test", top_k=1, max_doc_chars=20)
+    env.reset(options={"task_index": 0})
+    call = oracle_reply(env.task, [], env.parser)
+    _, _, _, _, info = env.step({"role": "assistant", "content": call})
+    content = info["tool_results"][0].content
+    assert content.count("Doc ") == 1 and content.endswith("...")
+    with pytest.raises(ValueError):
+        make("search-qa", top_k=0)
+    with pytest.raises(ValueError):
+        make("search-qa", reward="bleu")
+
+
+def test_f1_and_format_rewards():
+    env = make("search-qa", split="test", reward="f1", format_reward=0.2)
+    env.reset(options={"task_index": 0})
+    gold = env.task.answer
+    _, reward, terminated, _, info = env.step({"role": "assistant", "content": f"<answer>{gold} and more</answer>"})
+    # F1 of (gold + 2 extra tokens) vs gold with a 1-token gold: P=1/3, R=1 -> 0.5
+    assert terminated and info["em"] == 0.0 and info["f1"] == pytest.approx(0.5)
+    assert reward == pytest.approx(0.8 * 0.5 + 0.2)
+    assert not info["correct"]
+    env.reset(options={"task_index": 0})
+    _, reward, _, _, info = env.step({"role": "assistant", "content": "no answer tag"})
+    assert reward == 0.0 and info["answer"] is None
+
+
+def test_malformed_search_calls_hermes():
+    env = make("search-qa", split="test")
+    env.reset(options={"task_index": 0})
+    bad = [
+        '<tool_call>{"name": "search", "arguments": {"query": </tool_call>',  # bad JSON
+        '<tool_call>{"name": "search", "arguments": {"q": "x"}}</tool_call>',  # wrong argument
+        '<tool_call>{"name": "search", "arguments": {"query": "   "}}</tool_call>',  # empty query
+        '<tool_call>{"name": "lookup", "arguments": {"query": "x"}}</tool_call>',  # unknown tool
+    ]
+    for text in bad:
+        observations, reward, terminated, truncated, info = env.step({"role": "assistant", "content": text})
+        assert not terminated and reward == 0.0
+        (result,) = info["tool_results"]
+        assert not result.ok and result.content.startswith("Error")
+        assert observations[0]["content"].startswith("<tool_response>")
+    assert env.episode_metrics()["search/searches"] == 0.0
+    assert env.malformed_calls == 3  # the empty query is well-formed; the tool refused it
+
+
+def test_malformed_search_calls_search_r1():
+    env = make("search-qa", split="test", parser="search_r1")
+    env.reset(options={"task_index": 0})
+    for text, message in [("<search> unclosed", "unclosed"), ("<search>   </search>", "empty query"), ("</search> stray", "without a matching")]:
+        observations, _, terminated, _, info = env.step({"role": "assistant", "content": text})
+        assert not terminated and message in info["tool_results"][0].content
+        assert observations[0]["content"].startswith("<information>Error")
+    observations, _, _, _, info = env.step({"role": "assistant", "content": "<search> a </search><search> b </search>"})
+    assert [r.ok for r in info["tool_results"]] == [False, True]  # second search refused, first runs
+
+
+def test_search_r1_parser_round_trip():
+    parser = get_parser("search_r1")
+    from agentic_rl.types import ToolCall
+
+    text = "I need the founder. " + parser.format_call(ToolCall("search", {"query": "Vexora founded"}))
+    parsed = parser.parse(text)
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("search", {"query": "Vexora founded"})]
+    assert parsed.content == "I need the founder." and not parsed.errors
+    assert not parser.parse("<answer> x </answer>").has_calls
+
+
+def test_episode_metrics_recall_and_repeats():
+    env = make("search-qa", split="test")
+    env.reset(options={"task_index": 0})
+    first = oracle_reply(env.task, [], env.parser)
+    env.step({"role": "assistant", "content": first})
+    env.step({"role": "assistant", "content": first})  # the same query again
+    metrics = env.episode_metrics()
+    assert metrics["search/searches"] == 2.0 and metrics["search/repeated_queries"] == 1.0
+    assert metrics["search/answer_recall"] == 0.0  # one hop is not enough to see the answer
+    env.reset(options={"task_index": 0})
+    assert run_episode(env, oracle_policy("hermes"), 0)[0] == 1.0
+    metrics = env.episode_metrics()
+    assert metrics["search/answer_recall"] == 1.0 and metrics["search/em"] == 1.0 and metrics["search/repeated_queries"] == 0.0
+
+
+def test_custom_qa_file_and_corpus(tmp_path):
+    corpus = write_corpus(
+        [Document("1", "Zorbu", "Zorbu is the capital of Quandia."), Document("2", "Mirel", "Mirel is a river in Sonta.")],
+        tmp_path / "corpus.jsonl",
+    )
+    qa = tmp_path / "test.jsonl"
+    qa.write_text(json.dumps({"question": "What is the capital of Quandia?", "answers": ["Zorbu", "Zorbu City"]}) + "\n")
+    env = make("search-qa", split="test", qa_path=str(tmp_path / "{split}.jsonl"), corpus_path=str(corpus))
+    assert env.num_tasks == 1
+    env.reset(options={"task_index": 0})
+    _, _, _, _, info = env.step({"role": "assistant", "content": '<tool_call>{"name": "search", "arguments": {"query": "capital Quandia"}}</tool_call>'})
+    assert info["tool_results"][0].content.startswith("Doc 1(Title: Zorbu)")
+    _, reward, _, _, _ = env.step({"role": "assistant", "content": "<answer>the Zorbu city</answer>"})
+    assert reward == 1.0
+    assert env.episode_metrics()["search/answer_recall"] == 1.0
+
+
+# --------------------------------------------------------------------------- engine
+
+
+def _scripted_oracle(tokenizer, env):
+    tasks = {env.tasks[i].prompt: env.tasks[i] for i in range(env.num_tasks)}
+    parser = env.parser
+
+    def script(prompt_ids, call_index):
+        text = tokenizer.decode(prompt_ids)
+        question = next(q for q in tasks if q in text.split("<|im_start|>user")[-1] or q in text[text.rfind("<|im_start|>user") :])
+        after = text[text.rfind(question) :]
+        observations = [o.strip() for o in re.findall(r"<tool_response>\n(.*?)\n</tool_response>", after, flags=re.DOTALL)]
+        return oracle_reply(tasks[question], observations, parser)
+
+    return script
+
+
+def test_engine_oracle_masks_information_and_reports_search_metrics(tokenizer):
+    make_env = lambda: make("search-qa", split="test", num_tasks=6)  # noqa: E731
+    backend = ScriptedBackend(tokenizer, _scripted_oracle(tokenizer, make_env()))
+    groups = rollout(backend, make_env, range(6), group_size=1, limits=RolloutLimits(max_total_tokens=4096))
+    trajectories = [t for g in groups for t in g.trajectories]
+    assert all(t.correct and t.termination_reason == "answered" for t in trajectories)
+    for trajectory in trajectories:
+        assert trajectory.num_turns >= 3  # at least two searches, then the answer
+        for turn in trajectory.turns[:-1]:
+            observation = trajectory.token_ids[turn.response_end : turn.observation_end]
+            assert trajectory.loss_mask[turn.response_end : turn.observation_end] == [0] * len(observation)
+            assert "Doc 1(Title:" in tokenizer.decode(observation)
+            assert trajectory.loss_mask[turn.response_start : turn.response_end] == [1] * (turn.response_end - turn.response_start)
+        assert set(trajectory.info["episode_metrics"]) == {"search/searches", "search/answer_recall", "search/repeated_queries", "search/em", "search/f1"}
+    metrics = aggregate_metrics([g.trajectories for g in groups], k=1)
+    assert metrics["avg@1"] == 1.0
+    assert metrics["search/answer_recall"] == 1.0 and metrics["search/em"] == 1.0
+    assert metrics["search/searches"] == pytest.approx(metrics["tool/search/calls"] / 6)
+    assert metrics["search/repeated_queries"] == 0.0
