@@ -38,9 +38,36 @@ def _recipe(path: Path) -> Path:
     return path
 
 
-def _cli(*args: str, **kwargs) -> subprocess.Popen:
+# Runs the CLI with the checkpoint writer slowed down while it writes step 3's
+# checkpoint, so a SIGKILL can land in the middle of a checkpoint deterministically.
+_SLOW_CHECKPOINT = """
+import sys, time
+import agentic_rl.training.checkpoint as checkpoint
+original = checkpoint.save_file
+def slow_save_file(tensors, path, *args, **kwargs):
+    original(tensors, path, *args, **kwargs)
+    if ".tmp-step-000003" in str(path):
+        time.sleep(60)
+checkpoint.save_file = slow_save_file
+from agentic_rl.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _cli(*args: str, slow_checkpoint: bool = False) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # identical float reductions in every process
-    return subprocess.Popen([sys.executable, "-m", "agentic_rl.cli", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
+    program = ["-c", _SLOW_CHECKPOINT] if slow_checkpoint else ["-m", "agentic_rl.cli"]
+    return subprocess.Popen([sys.executable, *program, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _kill_when(process: subprocess.Popen, ready) -> None:
+    deadline = time.monotonic() + 240
+    while not ready():
+        assert process.poll() is None, process.stdout.read().decode()[-2000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
 
 
 def _final_weights(run: Path) -> dict[str, torch.Tensor]:
@@ -59,20 +86,18 @@ def test_sigkill_mid_run_then_resume_gives_the_same_weights_and_metrics(tmp_path
     _wait(_cli("train", str(recipe), "--output-dir", str(tmp_path / "straight")))
 
     interrupted = tmp_path / "interrupted"
-    process = _cli("train", str(recipe), "--output-dir", str(interrupted))
-    deadline = time.monotonic() + 240
-    while not (interrupted / "checkpoints" / "step-000002" / COMPLETE).is_file():
-        assert process.poll() is None, process.stdout.read().decode()[-2000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    checkpoints = interrupted / "checkpoints"
+    # 1. SIGKILL mid-run, right after step 2's checkpoint is complete.
+    _kill_when(_cli("train", str(recipe), "--output-dir", str(interrupted)), lambda: (checkpoints / "step-000002" / COMPLETE).is_file())
     assert not (interrupted / "final").exists()
-
-    # A crash in the middle of writing the next checkpoint leaves a temporary folder and
-    # an unmarked one behind; resume must ignore both and use the last complete checkpoint.
-    (interrupted / "checkpoints" / ".tmp-step-000003-999").mkdir(exist_ok=True)
-    (interrupted / "checkpoints" / "step-000009").mkdir(exist_ok=True)
+    # 2. Resume, then SIGKILL in the middle of writing step 3's checkpoint (weights written, not yet marked or renamed).
+    _kill_when(
+        _cli("train", "--resume", str(interrupted), slow_checkpoint=True),
+        lambda: any((p / "model.safetensors").is_file() for p in checkpoints.glob(".tmp-step-000003-*")),
+    )
+    assert [p.name for p in complete_checkpoints(checkpoints)][-1] == "step-000002"
+    (checkpoints / "step-000009").mkdir()  # an unmarked folder is never trusted either
+    # 3. Resume again from the last complete checkpoint and finish.
     _wait(_cli("train", "--resume", str(interrupted)))
 
     straight, resumed = _final_weights(tmp_path / "straight"), _final_weights(interrupted)

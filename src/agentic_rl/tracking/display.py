@@ -41,12 +41,13 @@ _HEADLINE = ("tool_calls_per_episode", "tool_success_rate", "malformed_call_rate
 
 
 def metrics_table(metrics: dict[str, float], k: int, title: str = "evaluation") -> Table:
-    """The headline metrics first, then termination reasons and per-tool figures."""
+    """The headline metrics first, then every other metric by name."""
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
     keys = [f"avg@{k}", f"pass@{k}", f"maj@{k}", *_HEADLINE]
-    keys += sorted(key for key in metrics if key.startswith(("termination/", "tool/")) and key not in keys)
+    # Then everything else (termination reasons, per-tool and env-reported metrics such as search/*).
+    keys += sorted(key for key in metrics if key not in keys)
     for key in keys:
         if key in metrics:
             value = metrics[key]
