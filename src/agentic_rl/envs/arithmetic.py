@@ -13,7 +13,7 @@ import random
 from collections.abc import Sequence
 from typing import Literal
 
-from agentic_rl.envs.base import Task
+from agentic_rl.envs.base import GeneratedTasks, Task
 from agentic_rl.envs.tool_env import ToolEnv
 from agentic_rl.parsers import get_parser
 from agentic_rl.tools import ToolRegistry, get_tool
@@ -29,7 +29,7 @@ DEFAULT_SYSTEM_PROMPT = (
 DEFAULT_SYSTEM_PROMPT_NO_TOOLS = "You solve arithmetic problems. Give the final answer as <answer>NUMBER</answer>."
 
 
-class ArithmeticTasks(Sequence[Task]):
+class ArithmeticTasks(GeneratedTasks):
     """A lazy, seeded sequence of arithmetic tasks (task i is the same on every machine)."""
 
     def __init__(self, *, split: str = "train", seed: int = 0, num_tasks: int | None = None, digits: int = 3, num_operands: int = 3, operators: str = "+-*") -> None:
@@ -47,15 +47,7 @@ class ArithmeticTasks(Sequence[Task]):
         if self.size < 1:
             raise ValueError(f"num_tasks: expected a positive int, got {num_tasks}")
 
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.size))]
-        if not -self.size <= index < self.size:
-            raise IndexError(f"task index {index} out of range for {self.size} tasks")
-        index %= self.size
+    def generate(self, index: int) -> Task:
         rng = random.Random(f"arithmetic:{self.split}:{self.seed}:{index}")
         low, high = 10 ** (self.digits - 1), 10**self.digits - 1
         parts = [str(rng.randint(low, high))]

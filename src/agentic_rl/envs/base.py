@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -16,6 +17,26 @@ class Task:
     prompt: str
     answer: str
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class GeneratedTasks(Sequence[Task]):
+    """A lazy sequence of ``size`` procedurally generated tasks: task i is built on demand
+    by ``generate(index)`` (seeded by the index), the same on every machine."""
+
+    size: int
+
+    def generate(self, index: int) -> Task:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.size))]
+        if not -self.size <= index < self.size:
+            raise IndexError(f"task index {index} out of range for {self.size} tasks")
+        return self.generate(index % self.size)
 
 
 @runtime_checkable

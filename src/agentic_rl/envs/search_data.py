@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_rl.envs.base import Task
+from agentic_rl.envs.base import GeneratedTasks, Task
 from agentic_rl.retrieval.base import Document
 
 __all__ = [
@@ -316,7 +316,7 @@ def _distinct(rng, items, key):
             return a, b
 
 
-class SearchQATasks(Sequence[Task]):
+class SearchQATasks(GeneratedTasks):
     """A lazy, seeded sequence of multi-hop questions over the built-in corpus.
 
     Task i of a split is the same on every machine. ``types`` restricts the question
@@ -343,15 +343,7 @@ class SearchQATasks(Sequence[Task]):
         if self.size < 1:
             raise ValueError(f"num_tasks: expected a positive int, got {num_tasks}")
 
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.size))]
-        if not -self.size <= index < self.size:
-            raise IndexError(f"task index {index} out of range for {self.size} tasks")
-        index %= self.size
+    def generate(self, index: int) -> Task:
         rng = random.Random(f"search-qa:{self.split}:{self.seed}:{index}")
         kind = self.types[rng.randrange(len(self.types))]
         question, answer, start, plan, qtype, hops = QUESTION_TYPES[kind](rng, self.world)

@@ -16,12 +16,12 @@ server).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from agentic_rl.data.conversations import read_jsonl
 from agentic_rl.envs.base import Task
 from agentic_rl.envs.search_data import DEFAULT_NUM_TASKS, SearchQATasks, demo_corpus, oracle_action
 from agentic_rl.envs.tool_env import INVALID_CALL, ToolEnv
@@ -121,21 +121,14 @@ class QATasks(Sequence[Task]):
 
     def __init__(self, path: str | Path, *, num_tasks: int | None = None) -> None:
         self.tasks: list[Task] = []
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    data = json.loads(line)
-                    question = data["question"]
-                    answers = data.get("answers", data.get("answer"))
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    raise ValueError(f'{path}:{number}: expected {{"question": ..., "answers": [...]}}') from None
-                answers = [answers] if isinstance(answers, str) else list(answers or [])
-                if not isinstance(question, str) or not answers:
-                    raise ValueError(f"{path}:{number}: needs a question string and at least one answer")
-                task_id = str(data.get("id", f"{Path(path).stem}-{len(self.tasks)}"))
-                self.tasks.append(Task(id=task_id, prompt=question, answer=str(answers[0]), metadata={"answers": [str(a) for a in answers]}))
+        for number, data in enumerate(read_jsonl(path), start=1):
+            question = data.get("question")
+            answers = data.get("answers", data.get("answer"))
+            answers = [answers] if isinstance(answers, str) else list(answers or [])
+            if not isinstance(question, str) or not answers:
+                raise ValueError(f'{path}: row {number}: expected {{"question": str, "answers": [str, ...]}}')
+            task_id = str(data.get("id", f"{Path(path).stem}-{len(self.tasks)}"))
+            self.tasks.append(Task(id=task_id, prompt=question, answer=str(answers[0]), metadata={"answers": [str(a) for a in answers]}))
         if num_tasks is not None:
             self.tasks = self.tasks[:num_tasks]
         if not self.tasks:
