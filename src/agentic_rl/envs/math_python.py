@@ -7,7 +7,6 @@ The package ships no data: pass ``path`` (e.g. GSM8K's ``train.jsonl``). GSM8K a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from agentic_rl.envs.base import Task

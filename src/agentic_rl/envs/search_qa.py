@@ -24,11 +24,10 @@ from typing import Any, Literal
 from agentic_rl.data.conversations import read_jsonl
 from agentic_rl.envs.base import Task
 from agentic_rl.envs.search_data import DEFAULT_NUM_TASKS, SearchQATasks, demo_corpus, oracle_action
-from agentic_rl.envs.tool_env import INVALID_CALL, ToolEnv
+from agentic_rl.envs.tool_env import ToolEnv
 from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.retrieval.base import Retriever, format_documents
 from agentic_rl.retrieval.cache import CachedRetriever
-from agentic_rl.rewards import extract_tag
 from agentic_rl.rewards.qa import answer_in_text, best_exact_match, best_f1
 from agentic_rl.tools import Tool, ToolRegistry, tool
 from agentic_rl.types import Message, ToolCall, ToolResult
@@ -185,32 +184,20 @@ class SearchQAEnv(ToolEnv):
         reward = (1.0 - self.format_weight) * base + self.format_weight * float(well_formed)
         return reward, {"em": em, "f1": f1}
 
-    def step(self, assistant_message: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
-        if self.task is None:
-            raise RuntimeError("step() called before reset()")
-        self.turn += 1
-        text = assistant_message.get("content") or ""
-        answer = extract_tag(text, self.answer_tag)
-        parsed = self.parser.parse(text)
-        if answer is not None or not parsed.has_calls:
-            reward, scores = self.score(answer)
-            self.final = scores
-            info = {"answer": answer, "correct": scores["em"] == 1.0, "tool_results": [], **scores}
-            return [], reward, True, False, info
-        results = [ToolResult(name=INVALID_CALL, content=f"Error: {error}", ok=False, malformed=True) for error in parsed.errors]
-        call_results = self._run_tools(parsed.calls)
-        for call, result in zip(parsed.calls, call_results):
+    def score_answer(self, answer: str | None) -> tuple[float, bool, dict[str, Any]]:
+        reward, scores = self.score(answer)
+        self.final = scores
+        return reward, scores["em"] == 1.0, scores
+
+    def record_calls(self, calls, call_results: list[ToolResult], results: list[ToolResult]) -> None:
+        for call, result in zip(calls, call_results):
             if call.name == "search" and result.ok and isinstance(call.arguments, dict):
                 query = _normalize_query(str(call.arguments.get("query", "")))
                 if query in self.queries:
                     self.repeated_queries += 1
                 self.queries.append(query)
                 self.retrieved.append(result.content)
-        results += call_results
         self.malformed_calls += sum(r.malformed for r in results)
-        observations = [self.parser.format_result(result) for result in results]
-        truncated = self.turn >= self.max_turns
-        return observations, 0.0, False, truncated, {"answer": None, "correct": False, "tool_results": results}
 
     def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
         """Per-episode search metrics (averaged over episodes by ``aggregate_metrics``)."""

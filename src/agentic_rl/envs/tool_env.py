@@ -95,6 +95,16 @@ class ToolEnv:
         with ThreadPoolExecutor(max_workers=min(8, len(calls))) as pool:
             return list(pool.map(self.tools.invoke, calls))
 
+    def score_answer(self, answer: str | None) -> tuple[float, bool, dict[str, Any]]:
+        """(reward, correct, extra info) of the final answer; subclasses with richer
+        scoring (EM/F1, format terms) override this instead of ``step``."""
+        reward = float(self.reward_fn(answer, self.task))
+        return reward, reward > 0, {}
+
+    def record_calls(self, calls, call_results: list[ToolResult], results: list[ToolResult]) -> None:
+        """Hook to keep per-episode statistics of a tool turn: ``calls`` pair with
+        ``call_results``; ``results`` also holds the unparseable calls. Default: nothing."""
+
     def step(self, assistant_message: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         if self.task is None:
             raise RuntimeError("step() called before reset()")
@@ -105,11 +115,12 @@ class ToolEnv:
         if answer is not None or parsed is None or not parsed.has_calls:
             # An answer ends the episode even if the same turn also calls a tool: the
             # reward only ever depends on the answer the model committed to.
-            reward = float(self.reward_fn(answer, self.task))
-            info = {"answer": answer, "correct": reward > 0, "tool_results": []}
-            return [], reward, True, False, info
+            reward, correct, extra = self.score_answer(answer)
+            return [], reward, True, False, {"answer": answer, "correct": correct, "tool_results": [], **extra}
         results = [ToolResult(name=INVALID_CALL, content=f"Error: {error}", ok=False, malformed=True) for error in parsed.errors]
-        results += self._run_tools(parsed.calls)
+        call_results = self._run_tools(parsed.calls)
+        results += call_results
+        self.record_calls(parsed.calls, call_results, results)
         observations = [self.parser.format_result(result) for result in results]
         truncated = self.turn >= self.max_turns
         return observations, 0.0, False, truncated, {"answer": None, "correct": False, "tool_results": results}
