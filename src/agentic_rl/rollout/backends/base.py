@@ -12,6 +12,9 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 256
     seed: int | None = None
+    return_entropy: bool = False
+    """Also return each sampled position's predictive entropy (nats, at the sampling
+    temperature, before top-p): ARPO's branching signal."""
 
 
 @dataclass
@@ -23,6 +26,8 @@ class Completion:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: Literal["stop", "length"]
+    entropies: list[float] | None = None
+    """Per-token entropy of the sampling distribution, when ``SamplingParams.return_entropy``."""
 
 
 class TokenBackend(Protocol):

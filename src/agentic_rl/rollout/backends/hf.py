@@ -82,14 +82,20 @@ class HFBackend:
             rows = list(range(len(prompts)))  # original row of each active batch entry
             tokens: list[list[int]] = [[] for _ in prompts]
             logprobs: list[list[float]] = [[] for _ in prompts]
+            entropies: list[list[float]] | None = [[] for _ in prompts] if sampling.return_entropy else None
             finish = ["length"] * len(prompts)
             stops = torch.tensor(sorted(set(stop_token_ids)), device=device)
             limit = torch.tensor(limits, device=device)
             for step in range(max(limits)):
-                chosen, chosen_logprobs = _sample(out.logits[:, -1, :].float(), sampling, generator)
+                step_logits = out.logits[:, -1, :].float()
+                chosen, chosen_logprobs = _sample(step_logits, sampling, generator)
                 for entry, row in enumerate(rows):
                     tokens[row].append(int(chosen[entry]))
                     logprobs[row].append(float(chosen_logprobs[entry]))
+                if entropies is not None:
+                    step_entropy = _entropy(step_logits, sampling.temperature).tolist()
+                    for entry, row in enumerate(rows):
+                        entropies[row].append(step_entropy[entry])
                 stopped = torch.isin(chosen, stops)
                 done = stopped | (limit[rows] <= step + 1)
                 for entry in done.nonzero().flatten().tolist():
@@ -107,7 +113,7 @@ class HFBackend:
                 next_position = next_position + 1
         finally:
             model.train(was_training)
-        return [Completion(token_ids=tokens[i], logprobs=logprobs[i], finish_reason=finish[i]) for i in range(len(prompts))]
+        return [Completion(token_ids=tokens[i], logprobs=logprobs[i], finish_reason=finish[i], entropies=entropies[i] if entropies is not None else None) for i in range(len(prompts))]
 
 def _common_prefix(prompts: list[list[int]]) -> list[int]:
     """The longest common prefix, minus one token so every row keeps a token to feed."""
@@ -117,6 +123,12 @@ def _common_prefix(prompts: list[list[int]]) -> list[int]:
         end += 1
     return shortest[:end]
 
+
+
+def _entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """[N] entropy (nats) of softmax(logits / T); greedy decoding reports the T=1 entropy."""
+    log_probs = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), -1)
+    return -(log_probs.exp() * log_probs).sum(-1)
 
 
 def _sample(logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
