@@ -38,6 +38,9 @@ class RolloutLimits:
     env steps). In a batched engine this includes waiting for the batch; it is a backstop
     for hung episodes, not a speed limit."""
     seed: int | None = None
+    return_entropy: bool = False
+    """Keep each turn's per-token sampling entropies in ``trajectory.info["turn_entropies"]``
+    (one list per turn, token backends only): ARPO branches on them."""
 
 
 @dataclass
@@ -62,6 +65,12 @@ def _finish(state: _Active, reason: str, on_finish) -> None:
             state.trajectory.info["close_error"] = f"{type(exc).__name__}: {exc}"
     if on_finish:
         on_finish(state.trajectory)
+
+
+def _keep_entropies(trajectory: Trajectory, completion) -> None:
+    """One list per turn in ``info["turn_entropies"]``, when the backend returned them."""
+    if completion.entropies is not None:
+        trajectory.info.setdefault("turn_entropies", []).append(list(completion.entropies))
 
 
 def _record_episode_metrics(state: _Active) -> None:
@@ -124,6 +133,29 @@ def rollout(
             _finish(state, "max_tokens", on_finish)  # the prompt alone fills the budget: nothing to sample
         else:
             active.append(state)
+    _run_to_end(active, backend, renderer, limits, on_finish)
+    return groups
+
+
+def continue_rollouts(
+    backend,
+    starts: Sequence[tuple[Trajectory, Env]],
+    *,
+    limits: RolloutLimits | None = None,
+    on_finish: Callable[[Trajectory], None] | None = None,
+) -> None:
+    """Run partial trajectories to the end, in place (ARPO's branches).
+
+    Each start is a token-level trajectory that ends right after an observation (the next
+    thing to sample is an assistant turn) and an env already in the state that follows it.
+    """
+    limits = limits or RolloutLimits()
+    started = time.monotonic()
+    states = [_Active(trajectory, env, started) for trajectory, env in starts]
+    _run_to_end(states, backend, ChatRenderer(backend.tokenizer), limits, on_finish)
+
+
+def _run_to_end(active: list[_Active], backend, renderer: ChatRenderer | None, limits: RolloutLimits, on_finish) -> None:
     pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="env-step")
     try:
         turn_index = 0
@@ -132,12 +164,11 @@ def rollout(
             turn_index += 1
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    return groups
 
 
 def _one_turn(active: list[_Active], backend, renderer: ChatRenderer | None, limits: RolloutLimits, pool, on_finish, turn_index: int) -> list[_Active]:
     seed = None if limits.seed is None else limits.seed + turn_index
-    sampling = SamplingParams(temperature=limits.temperature, top_p=limits.top_p, max_new_tokens=limits.max_new_tokens, seed=seed)
+    sampling = SamplingParams(temperature=limits.temperature, top_p=limits.top_p, max_new_tokens=limits.max_new_tokens, seed=seed, return_entropy=limits.return_entropy)
     starts = [len(s.trajectory.token_ids) for s in active]  # where each turn's response begins
     if renderer:
         budgets = [min(limits.max_new_tokens, limits.max_total_tokens - len(s.trajectory.token_ids)) for s in active]
@@ -145,6 +176,7 @@ def _one_turn(active: list[_Active], backend, renderer: ChatRenderer | None, lim
         texts = []
         for state, completion in zip(active, completions):
             state.trajectory.append(completion.token_ids, 1, completion.logprobs)
+            _keep_entropies(state.trajectory, completion)
             state.stopped_last_turn = completion.finish_reason == "stop"
             texts.append(renderer.response_text(completion.token_ids))
         finish_reasons = [c.finish_reason for c in completions]
