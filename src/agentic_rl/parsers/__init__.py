@@ -2,6 +2,7 @@
 
 from agentic_rl.parsers.base import PARSERS, ParseResult, ToolCallParser, get_parser, register_parser
 from agentic_rl.parsers.hermes import HermesParser
+from agentic_rl.parsers.retool import RetoolParser
 from agentic_rl.parsers.search_r1 import SearchR1Parser
 
-__all__ = ["ParseResult", "ToolCallParser", "PARSERS", "get_parser", "register_parser", "HermesParser"]
+__all__ = ["ParseResult", "ToolCallParser", "PARSERS", "get_parser", "register_parser", "HermesParser", "RetoolParser", "SearchR1Parser"]

@@ -1,0 +1,105 @@
+"""The ReTool tag format: code in ``<code>```python ...```</code>``, output in ``<interpreter>``.
+
+The model reasons in plain text, writes a code block wrapped in ``<code>`` tags and ends
+its turn; the environment runs it and answers with ``<interpreter>...</interpreter>``
+(Feng et al. 2025, "ReTool"). Every ``<code>`` block becomes a call of the tool named
+``tool_name`` (default ``python``) with argument ``{"code": ...}``.
+"""
+
+from __future__ import annotations
+
+from agentic_rl.parsers.base import ParseResult, ToolCallParser, register_parser
+from agentic_rl.types import ToolCall
+
+__all__ = ["RetoolParser"]
+
+OPEN_TAG, CLOSE_TAG = "<code>", "</code>"
+FENCE = "```"
+
+
+def _code_of(body: str) -> str:
+    """The code inside one ``<code>`` body: a fenced block (```python / ```py / ```) or bare
+    code; raises ValueError with the message the model sees."""
+    body = body.strip()
+    if not body.startswith(FENCE):
+        return body  # bare code is accepted: the tags alone delimit it
+    first_line, _, rest = body.partition("\n")
+    language = first_line[len(FENCE) :].strip().lower()
+    if language not in ("", "python", "py", "python3"):
+        raise ValueError(f"the code block is marked {language!r}; only python runs here")
+    if not rest.rstrip().endswith(FENCE):
+        raise ValueError(f"unclosed {FENCE} fence inside {OPEN_TAG}: end the code with {FENCE} before {CLOSE_TAG}")
+    return rest.rstrip()[: -len(FENCE)].strip("\n")
+
+
+@register_parser
+class RetoolParser(ToolCallParser):
+    """``<code>`` tags around a fenced python block; malformed blocks (unclosed tag or
+    fence, stray close tag, empty code, another language) are errors, not calls.
+
+    ReTool runs one block per turn; ``max_calls_per_turn`` (default 1) keeps the first
+    blocks and reports the rest as an error. ``parse(format_call(c))`` round-trips unless
+    the code itself contains the text ``</code>``.
+    """
+
+    name = "retool"
+
+    def __init__(self, max_calls_per_turn: int = 1, tool_name: str = "python") -> None:
+        if max_calls_per_turn < 1:
+            raise ValueError("max_calls_per_turn must be at least 1")
+        self.max_calls_per_turn = max_calls_per_turn
+        self.tool_name = tool_name
+
+    def parse(self, text: str) -> ParseResult:
+        errors: list[str] = []
+        outside: list[str] = []
+        bodies: list[str] = []
+        position = 0
+        while True:
+            start = text.find(OPEN_TAG, position)
+            segment = text[position:] if start < 0 else text[position:start]
+            if CLOSE_TAG in segment:
+                errors.append(f"found {CLOSE_TAG} without a matching {OPEN_TAG}")
+                segment = segment.replace(CLOSE_TAG, "")
+            outside.append(segment)
+            if start < 0:
+                break
+            end = text.find(CLOSE_TAG, start + len(OPEN_TAG))
+            if end < 0:
+                errors.append(f"unclosed {OPEN_TAG} tag: end the code block with {CLOSE_TAG}")
+                break
+            bodies.append(text[start + len(OPEN_TAG) : end])
+            position = end + len(CLOSE_TAG)
+        calls: list[ToolCall] = []
+        for body in bodies[: self.max_calls_per_turn]:
+            if OPEN_TAG in body:
+                errors.append(f"nested {OPEN_TAG} tags")
+                continue
+            try:
+                code = _code_of(body)
+            except ValueError as error:
+                errors.append(str(error))
+                continue
+            if not code.strip():
+                errors.append(f"empty code block: write {OPEN_TAG}\n{FENCE}python\n...\n{FENCE}\n{CLOSE_TAG}")
+                continue
+            calls.append(ToolCall(name=self.tool_name, arguments={"code": code}, id=f"call_{len(calls)}"))
+        dropped = len(bodies) - self.max_calls_per_turn
+        if dropped > 0:
+            errors.append(f"too many code blocks in one turn: at most {self.max_calls_per_turn} allowed, the other {dropped} were not run")
+        content = "\n".join(piece.strip() for piece in outside if piece.strip())
+        return ParseResult(calls=calls, errors=errors, content=content)
+
+    def format_tools_prompt(self, schemas: list[dict]) -> str:
+        return (
+            f"To run Python, write the code in a block like this and end your turn:\n"
+            f"{OPEN_TAG}\n{FENCE}python\nprint(2 + 3)\n{FENCE}\n{CLOSE_TAG}\n"
+            "Variables persist between blocks. What the code prints comes back between "
+            "<interpreter> and </interpreter>."
+        )
+
+    def format_call(self, call: ToolCall) -> str:
+        return f"{OPEN_TAG}\n{FENCE}python\n{call.arguments.get('code', '')}\n{FENCE}\n{CLOSE_TAG}"
+
+    def wrap_observation(self, text: str) -> str:
+        return f"<interpreter>\n{text}\n</interpreter>"
