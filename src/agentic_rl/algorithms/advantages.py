@@ -29,9 +29,21 @@ class AdvantageInputs:
     group_index: Tensor
     """[B] long; trajectories of the same task share an index (any integer labels)."""
     token_rewards: Tensor | None = None
-    """[B, T] per-token rewards (for token-level estimators such as REINFORCE++)."""
+    """[B, T] per-token rewards at sampled positions (token-level estimators: GAE,
+    REINFORCE++); default: the outcome ``rewards`` on each row's last sampled token."""
     values: Tensor | None = None
-    """[B, T] critic values (for PPO / GAE)."""
+    """[B, T] critic values V(s_t) at sampled positions (for PPO / GAE)."""
+    turn_index: Tensor | None = None
+    """[B, T] long: the assistant turn (0, 1, ...) each sampled token belongs to, -1 elsewhere."""
+    turn_rewards: Tensor | None = None
+    """[B, K] per-turn process rewards (``info["turn_reward"]``, outcome excluded), 0 past the last turn."""
+    turn_mask: Tensor | None = None
+    """[B, K] 1 where turn k exists."""
+    anchor_index: Tensor | None = None
+    """[B, K] long: equal labels = the same anchor state (identical observation before the
+    turn, same task group); GiGPO's step groups."""
+    first_tool_turn: Tensor | None = None
+    """[B] long: first turn whose tool results came back (MT-GRPO's boundary), -1 if none."""
 
 
 AdvantageFn = Callable[..., Tensor]
@@ -102,6 +114,19 @@ def zero_std_group_fraction(rewards: Tensor, group_index: Tensor) -> float:
     return float((highest == lowest).float().mean())
 
 
+def outcome_token_rewards(inputs: AdvantageInputs) -> Tensor:
+    """``inputs.token_rewards``, or the outcome reward on each row's last sampled token -> [B, T]."""
+    if inputs.token_rewards is not None:
+        return _float(inputs.token_rewards)
+    mask = inputs.response_mask.to(torch.bool)
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    last = torch.where(mask, positions, torch.full_like(positions, -1)).amax(1)
+    out = torch.zeros(mask.shape, dtype=_float(inputs.rewards).dtype, device=mask.device)
+    rows = torch.nonzero(last >= 0).squeeze(1)
+    out[rows, last[rows]] = _float(inputs.rewards)[rows]
+    return out
+
+
 def _broadcast(per_trajectory: Tensor, response_mask: Tensor) -> Tensor:
     """[B] -> [B, T]: the trajectory's advantage on every sampled token, 0 elsewhere."""
     return per_trajectory[:, None] * response_mask.to(per_trajectory.dtype)
@@ -115,13 +140,19 @@ def grpo(inputs: AdvantageInputs, *, epsilon: float = 1e-6, normalize_by_std: bo
     TRL); ``normalize_by_std=False`` gives A_b = r_b - mean_g (Dr. GRPO). A group of
     size 1 has no baseline and gets advantage 0.
     """
-    rewards = _float(inputs.rewards)
-    mean, std, sizes = group_stats(rewards, inputs.group_index)
-    advantage = rewards - mean
+    advantage = group_normalized(inputs.rewards, inputs.group_index, epsilon=epsilon, normalize_by_std=normalize_by_std)
+    return _broadcast(advantage, inputs.response_mask)
+
+
+def group_normalized(values: Tensor, group_index: Tensor, *, epsilon: float = 1e-6, normalize_by_std: bool = True) -> Tensor:
+    """(v - mean_g) / (std_g + epsilon) within the groups of ``group_index`` -> [N] (values
+    and labels [N]); without std normalization v - mean_g; 0 for a group of size 1."""
+    values = _float(values)
+    mean, std, sizes = group_stats(values, group_index)
+    advantage = values - mean
     if normalize_by_std:
         advantage = advantage / (std + epsilon)
-    advantage = torch.where(sizes > 1, advantage, torch.zeros_like(advantage))
-    return _broadcast(advantage, inputs.response_mask)
+    return torch.where(sizes > 1, advantage, torch.zeros_like(advantage))
 
 
 @register_advantage("rloo")

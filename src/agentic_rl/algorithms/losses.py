@@ -125,3 +125,37 @@ def policy_loss(
             "approx_kl": float(masked_mean(ratio - log_ratio - 1.0, bool_mask)),
         }
     return PolicyLossOutput(loss=loss, metrics=metrics)
+
+
+def value_loss(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    *,
+    clip_range: float | None = 0.2,
+    aggregation: str = "token-mean",
+    num_tokens: float | None = None,
+    num_sequences: float | None = None,
+    norm_length: float | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """PPO's clipped value loss -> (scalar loss, metrics).
+
+    All inputs are [B, T]. loss_t = 0.5 * max((V - R)^2, (V_clip - R)^2) with
+    V_clip = V_old + clip(V - V_old, -clip_range, clip_range) (``clip_range=None``: the
+    plain squared error), reduced by :func:`aggregate`. Metrics: value_clip_frac (masked
+    tokens where the clipped term is the larger one) and value_mean.
+    """
+    unclipped = (values - returns).square()
+    if clip_range is None:
+        loss_mat, clipped_active = 0.5 * unclipped, torch.zeros_like(mask, dtype=torch.bool)
+    else:
+        clipped_values = old_values + (values - old_values).clamp(-clip_range, clip_range)
+        clipped = (clipped_values - returns).square()
+        loss_mat = 0.5 * torch.maximum(unclipped, clipped)
+        clipped_active = clipped > unclipped
+    loss = aggregate(loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+    with torch.no_grad():
+        bool_mask = mask.to(torch.bool)
+        metrics = {"value_clip_frac": float(masked_mean(clipped_active.float(), bool_mask)), "value_mean": float(masked_mean(values, bool_mask))}
+    return loss, metrics
