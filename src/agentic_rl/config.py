@@ -111,7 +111,7 @@ class AlgorithmConfig(_Section):
     ``agentic_rl.algorithms.PRESETS``); explicit fields win."""
 
     preset: str = "grpo-tcr"
-    """grpo, dr-grpo, grpo-t, grpo-scr or grpo-tcr (default: token-level loss, clip-higher, overlong shaping, no KL)."""
+    """A name in agentic_rl.algorithms.PRESETS: grpo, dr-grpo, grpo-t, grpo-scr, grpo-tcr (default: token-level loss, clip-higher, overlong shaping, no KL), ppo, reinforce++, rloo, dapo, mt-grpo, gigpo, starpo-s, ..."""
     advantage: str | None = None
     """Advantage estimator name in the registry (grpo, rloo, ...)."""
     normalize_by_std: bool | None = None
@@ -130,6 +130,32 @@ class AlgorithmConfig(_Section):
     """KL estimator."""
     overlong_buffer: int | None = Field(None, ge=0)
     """Soft overlong punishment: tokens before the length limit where the penalty ramps to -1 (0 = off)."""
+    kl_in_reward: bool | None = None
+    """Subtract kl_coef * KL per sampled token from the token rewards (REINFORCE++, classic PPO) instead of a KL loss term."""
+    gamma: float | None = Field(None, ge=0.0, le=1.0)
+    """Discount over sampled tokens (GAE, REINFORCE++) or over turns (GiGPO step returns)."""
+    lam: float | None = Field(None, ge=0.0, le=1.0)
+    """GAE lambda (PPO)."""
+    whiten_advantages: bool | None = None
+    """PPO: whiten GAE advantages over the batch's sampled tokens."""
+    critic: Literal["none", "shared", "separate"] | None = None
+    """Learned value function: none, a value head on the policy backbone (shared), or a separate copy of the initial model with its own head."""
+    value_loss_coef: float | None = Field(None, ge=0.0)
+    """Weight of the value loss (with a shared critic it also shapes the backbone)."""
+    value_clip: float | None = Field(None, ge=0.0)
+    """Value clipping range around the values at sampling time (0 = plain squared error)."""
+    critic_lr: float | None = Field(None, gt=0.0)
+    """Learning rate of the critic (value head, and the separate backbone)."""
+    group_filter: Literal["none", "zero-variance", "top-std"] | None = None
+    """Which sampled groups enter the update: all, DAPO's non-zero reward variance, or StarPO-S's top keep_fraction by reward std."""
+    keep_fraction: float | None = Field(None, gt=0.0, le=1.0)
+    """top-std filter: fraction of groups kept."""
+    max_generation_rounds: int | None = Field(None, ge=1)
+    """Dynamic sampling: generation rounds per step while filtered groups fill fewer than tasks_per_step (1 = no resampling)."""
+    step_advantage_weight: float | None = Field(None, ge=0.0)
+    """GiGPO: weight of the step-level (anchor-state) advantage."""
+    tool_turn_reward: float | None = None
+    """Per-turn process reward for a turn whose tool calls all ran (added to the env's info["turn_reward"]; MT-GRPO's tool-execution reward)."""
 
     @model_validator(mode="after")
     def _fill_from_preset(self) -> AlgorithmConfig:
@@ -142,6 +168,8 @@ class AlgorithmConfig(_Section):
         for key, value in PRESETS[self.preset].items():
             if getattr(self, key) is None:
                 object.__setattr__(self, key, value)
+        if self.advantage == "gae" and self.critic == "none":
+            raise ValueError("critic: the gae advantage needs a critic ('shared' or 'separate')")
         return self
 
 
@@ -322,7 +350,7 @@ class TrainConfig(_Section):
     def _consistent(self) -> TrainConfig:
         if self.backend.kind != "hf":
             raise ValueError("backend.kind: training needs 'hf' (the in-process model)")
-        if self.group_size == 1 and self.algorithm.advantage in ("grpo", "rloo"):
+        if self.group_size == 1 and self.algorithm.advantage in ("grpo", "rloo", "mt-grpo", "gigpo"):
             raise ValueError(f"group_size: the {self.algorithm.advantage} advantage needs at least 2 samples per task")
         if self.mini_batches > self.tasks_per_step * self.group_size:
             raise ValueError("mini_batches: more mini-batches than trajectories per step")
