@@ -54,6 +54,9 @@ class Turn:
     observation_end: int = 0
     tool_results: list[ToolResult] = field(default_factory=list)
     reward: float = 0.0
+    turn_reward: float = 0.0
+    """Process reward for this turn from the env's ``info["turn_reward"]`` (kept apart from
+    ``reward``, whose sum is the outcome); read by turn-level credit assignment."""
     finish_reason: str = "stop"
 
 

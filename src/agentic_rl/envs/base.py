@@ -47,6 +47,11 @@ class Env(Protocol):
     the assistant's message and returns the observation messages to append, the reward,
     ``terminated`` (the episode reached its end: an answer), ``truncated`` (cut by a
     limit such as max turns) and an info dict. Envs never hold the model.
+
+    Optional info keys the engine reads: ``tool_results``, ``answer``, ``correct``, and
+    ``turn_reward``: a process reward for this turn (e.g. a tool call that ran), kept apart
+    from the outcome ``reward`` and used by turn-level credit assignment (MT-GRPO, GiGPO,
+    per-turn returns for PPO / REINFORCE++).
     """
 
     num_tasks: int

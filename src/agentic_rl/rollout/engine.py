@@ -213,6 +213,7 @@ def _one_turn(active: list[_Active], backend, renderer: ChatRenderer | None, lim
             continue
         turn.tool_results = list(info.get("tool_results", []))
         turn.reward = float(reward)
+        turn.turn_reward = float(info.get("turn_reward", 0.0))
         trajectory.turns.append(turn)
         trajectory.reward += float(reward)
         if "answer" in info:
