@@ -1,0 +1,281 @@
+"""ARPO's entropy-based adaptive rollout (Dong et al. 2025, "Agentic Reinforced Policy
+Optimization").
+
+Per task, out of a budget of M trajectories (the trainer's ``group_size``):
+
+1. sample N global trajectories (the usual batched engine, recording per-token entropies);
+2. at every tool-call point of a finished trajectory (the end of a tool observation that
+   the policy answered with another turn), compare the normalized entropy of the first k
+   tokens of that next turn with the episode's initial entropy (first k tokens of its
+   first turn) and branch with probability P = alpha + beta * dH
+   (:func:`agentic_rl.algorithms.arpo.branch_probability`): Z branches restart from the
+   end of the observation and sample the rest of the episode anew;
+3. branches are new trajectories whose own tool-call points are examined in the next
+   round (up to ``max_rounds`` rounds), until the budget is spent;
+4. whatever budget branching left is filled with global samples.
+
+The decision at a point depends only on the prefix up to the first k tokens after it,
+so taking it after a round finishes gives the same distribution as deciding mid-episode,
+and the engine only needs one entry point to continue partial trajectories. The env
+state at a branch point is rebuilt by replay: a fresh env, reset with the same task,
+steps the prefix's assistant messages; when a replayed observation or reward differs
+from the recorded one (a nondeterministic tool), the branch is skipped and counted.
+
+Each trajectory's ``info["arpo"]`` records its id, task index, the turn it branched
+after, the round, and its lineage (ancestor ids with the number of tokens shared with
+each), which hard advantage attribution and the metrics use.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from agentic_rl.algorithms.arpo import branch_probability, common_prefix_lengths, normalized_entropy
+from agentic_rl.envs.base import Env
+from agentic_rl.rollout.engine import RolloutLimits, continue_rollouts, rollout
+from agentic_rl.types import Trajectory, TrajectoryGroup
+
+INFO_KEY = "arpo"
+
+
+@dataclass
+class BranchingParams:
+    """ARPO's rollout knobs (paper defaults); the budget M is passed separately."""
+
+    initial_samples: int = 8
+    """N: global samples per task before branching."""
+    entropy_tokens: int = 20
+    """k: leading tokens of a turn whose mean entropy is measured."""
+    base_probability: float = 0.5
+    """alpha: branch probability when the entropy did not change (the paper's threshold 0.5)."""
+    entropy_weight: float = 0.2
+    """beta: how much the normalized entropy increase adds to the branch probability."""
+    branches: int = 2
+    """Z: partial rollouts started at a branching point."""
+    max_rounds: int = 4
+    """Most branching rounds (branches of branches) before the budget is filled with global samples."""
+    seed: int | None = None
+    """Seed of the branching draws (and, offset per round, of the branches' sampling)."""
+
+
+@dataclass
+class ARPOStats:
+    """What one ARPO rollout did (summed over its tasks)."""
+
+    tasks: int = 0
+    rounds: int = 0
+    """Generation rounds: the global samples, each branching round, and the fill."""
+    branch_points: int = 0
+    """Tool-call points examined (with a measurable entropy)."""
+    branches: int = 0
+    """Branch trajectories sampled."""
+    replay_mismatches: int = 0
+    """Branches skipped because replaying the prefix gave a different observation or reward."""
+    filled: int = 0
+    """Global samples added after branching to fill the budget."""
+    tool_calls: int = 0
+    """Tool calls the policy made, a shared prefix's calls counted once."""
+
+    def metrics(self) -> dict[str, float]:
+        tasks = max(self.tasks, 1)
+        return {
+            "arpo/rounds": float(self.rounds),
+            "arpo/branch_points_per_task": self.branch_points / tasks,
+            "arpo/branches_per_task": self.branches / tasks,
+            "arpo/fill_per_task": self.filled / tasks,
+            "arpo/replay_mismatches": float(self.replay_mismatches),
+            "arpo/tool_calls_per_task": self.tool_calls / tasks,
+        }
+
+
+def arpo_rollout(
+    backend,
+    make_env: Callable[[], Env],
+    task_indices: Sequence[int],
+    *,
+    budget: int,
+    params: BranchingParams | None = None,
+    limits: RolloutLimits | None = None,
+    on_finish: Callable[[Trajectory], None] | None = None,
+) -> tuple[list[TrajectoryGroup], ARPOStats]:
+    """One group of exactly ``budget`` trajectories per task (fewer only when an env's
+    reset failed), global samples first, then branches and fill-ins."""
+    params = params or BranchingParams()
+    if backend.kind != "tokens":
+        raise ValueError("ARPO needs a token backend (per-token entropies and token prefixes)")
+    if not 1 <= params.initial_samples <= budget:
+        raise ValueError(f"initial_samples must be between 1 and the budget ({budget}), got {params.initial_samples}")
+    limits = dataclasses.replace(limits or RolloutLimits(), return_entropy=True)
+    vocab_size = len(backend.tokenizer)
+    rng = random.Random(params.seed)
+    stats = ARPOStats(tasks=len(task_indices), rounds=1)
+
+    groups = rollout(backend, make_env, task_indices, group_size=params.initial_samples, limits=limits, on_finish=on_finish)
+    for group, index in zip(groups, task_indices):
+        for number, trajectory in enumerate(group.trajectories):
+            trajectory.info[INFO_KEY] = {"id": f"{group.group_id}/{number}", "task_index": index, "lineage": [], "branch_turn": None, "round": 0}
+    # (group position, trajectory, first turn whose tool-call point is not examined yet)
+    frontier = [(position, t, 0) for position, g in enumerate(groups) for t in g.trajectories]
+    for round_number in range(1, params.max_rounds + 1):
+        starts: list[tuple[Trajectory, Env]] = []
+        placed: list[tuple[int, Trajectory, int]] = []
+        for position, parent, first_turn in frontier:
+            group = groups[position]
+            for turn_index in _tool_points(parent, first_turn):
+                remaining = budget - len(group.trajectories) - sum(1 for p, _, _ in placed if p == position)
+                if remaining <= 0:
+                    break
+                increase = _entropy_increase(parent, turn_index, params.entropy_tokens, vocab_size)
+                if increase is None:
+                    continue
+                stats.branch_points += 1
+                probability = branch_probability(increase, base_probability=params.base_probability, entropy_weight=params.entropy_weight)
+                if rng.random() >= probability:
+                    continue
+                for _ in range(min(params.branches, remaining)):
+                    number = len(group.trajectories) + sum(1 for p, _, _ in placed if p == position)
+                    start = branch_from(parent, turn_index, make_env, branch_id=f"{group.group_id}/{number}", round_number=round_number)
+                    if start is None:
+                        stats.replay_mismatches += 1
+                        continue
+                    starts.append(start)
+                    placed.append((position, start[0], turn_index + 1))
+        if not starts:
+            break
+        round_limits = limits if limits.seed is None else dataclasses.replace(limits, seed=limits.seed + 7919 * round_number)
+        continue_rollouts(backend, starts, limits=round_limits, on_finish=on_finish)
+        for position, trajectory, _ in placed:
+            groups[position].trajectories.append(trajectory)
+        stats.branches += len(placed)
+        stats.rounds += 1
+        frontier = placed
+
+    _fill(backend, make_env, groups, task_indices, budget, limits, on_finish, stats)
+    stats.tool_calls = sum(own_tool_calls(t) for g in groups for t in g.trajectories)
+    return groups, stats
+
+
+def _fill(backend, make_env, groups, task_indices, budget, limits, on_finish, stats: ARPOStats) -> None:
+    """Global samples for the budget branching left unspent, in one batched engine call."""
+    wanted = [(position, index) for position, (group, index) in enumerate(zip(groups, task_indices)) for _ in range(budget - len(group.trajectories))]
+    if not wanted:
+        return
+    fill_limits = limits if limits.seed is None else dataclasses.replace(limits, seed=limits.seed + 104_729)
+    extra = rollout(backend, make_env, [index for _, index in wanted], group_size=1, limits=fill_limits, on_finish=on_finish)
+    for (position, index), single in zip(wanted, extra):
+        group = groups[position]
+        for trajectory in single.trajectories:
+            trajectory.group_id = group.group_id
+            trajectory.info[INFO_KEY] = {"id": f"{group.group_id}/{len(group.trajectories)}", "task_index": index, "lineage": [], "branch_turn": None, "round": stats.rounds}
+            group.trajectories.append(trajectory)
+            stats.filled += 1
+    stats.rounds += 1
+
+
+def _tool_points(trajectory: Trajectory, first_turn: int) -> list[int]:
+    """Turns (from ``first_turn``) that ended in a tool observation the policy answered."""
+    if trajectory.infra_error is not None:
+        return []
+    turns = trajectory.turns
+    return [i for i in range(first_turn, len(turns) - 1) if turns[i].tool_results and turns[i].observation_end]
+
+
+def _entropy_increase(trajectory: Trajectory, turn_index: int, k: int, vocab_size: int) -> float | None:
+    """dH at the point after ``turn_index``: the next turn's normalized first-k entropy minus the first turn's."""
+    entropies = trajectory.info.get("turn_entropies") or []
+    if len(entropies) <= turn_index + 1:
+        return None
+    initial = normalized_entropy(entropies[0], k, vocab_size)
+    current = normalized_entropy(entropies[turn_index + 1], k, vocab_size)
+    if initial is None or current is None:
+        return None
+    return current - initial
+
+
+def branch_from(parent: Trajectory, turn_index: int, make_env: Callable[[], Env], *, branch_id: str, round_number: int) -> tuple[Trajectory, Env] | None:
+    """A partial copy of ``parent`` up to the end of turn ``turn_index``'s observation and
+    a fresh env replayed to that point; None when the replay does not reproduce the
+    recorded observations and rewards (or raises)."""
+    meta = parent.info[INFO_KEY]
+    env = make_env()
+    try:
+        replayed = _replay(env, parent, turn_index, meta["task_index"])
+    except Exception:  # a replay that crashes is a mismatch, never a failed step
+        replayed = None
+    if replayed is None:
+        _close(env)
+        return None
+    messages_end, reset_info, answer, correct = replayed
+    position = parent.turns[turn_index].observation_end
+    turns = copy.deepcopy(parent.turns[: turn_index + 1])
+    lineage = [[meta["id"], position]] + [[ancestor, min(shared, position)] for ancestor, shared in meta["lineage"]]
+    info = dict(reset_info)
+    info["turn_entropies"] = [list(e) for e in parent.info["turn_entropies"][: turn_index + 1]]
+    info[INFO_KEY] = {"id": branch_id, "task_index": meta["task_index"], "lineage": lineage, "branch_turn": turn_index, "round": round_number}
+    branch = Trajectory(
+        task_id=parent.task_id,
+        group_id=parent.group_id,
+        messages=[dict(m) for m in parent.messages[:messages_end]],
+        prompt_length=parent.prompt_length,
+        token_ids=parent.token_ids[:position],
+        loss_mask=parent.loss_mask[:position],
+        sampler_logprobs=parent.sampler_logprobs[:position],
+        turns=turns,
+        reward=sum(turn.reward for turn in turns),
+        answer=answer,
+        correct=correct,
+        info=info,
+    )
+    return branch, env
+
+
+def _replay(env: Env, parent: Trajectory, turn_index: int, task_index: int):
+    """Step ``env`` through the parent's first ``turn_index + 1`` turns, checking each
+    observation and reward; (messages consumed, reset info, answer, correct) or None."""
+    messages, reset_info = env.reset(options={"task_index": task_index})
+    if list(messages) != parent.messages[: len(messages)]:
+        return None
+    cursor = len(messages)
+    answer, correct = None, False
+    for turn in parent.turns[: turn_index + 1]:
+        assistant = parent.messages[cursor]
+        cursor += 1
+        observations, reward, terminated, truncated, info = env.step(assistant)
+        if terminated or truncated or float(reward) != turn.reward or list(observations) != parent.messages[cursor : cursor + len(observations)]:
+            return None
+        cursor += len(observations)
+        answer = info.get("answer", answer)
+        correct = bool(info.get("correct", correct))
+    return cursor, reset_info, answer, correct
+
+
+def _close(env: Env) -> None:
+    close = getattr(env, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:
+            pass
+
+
+def own_tool_calls(trajectory: Trajectory) -> int:
+    """Tool calls made after the trajectory's branch point (all of them for a global sample)."""
+    branch_turn = (trajectory.info.get(INFO_KEY) or {}).get("branch_turn")
+    turns = trajectory.turns if branch_turn is None else trajectory.turns[branch_turn + 1 :]
+    return sum(len(turn.tool_results) for turn in turns)
+
+
+def branch_common_prefix(trajectories: Sequence[Trajectory]) -> torch.Tensor | None:
+    """[B, B] shared-token counts of a batch from its ARPO lineages; None when nothing branched."""
+    metas = [t.info.get(INFO_KEY) or {} for t in trajectories]
+    if not any(meta.get("lineage") for meta in metas):
+        return None
+    ids = [meta.get("id", f"unbranched/{row}") for row, meta in enumerate(metas)]
+    lineages = [[(ancestor, int(shared)) for ancestor, shared in meta.get("lineage", [])] for meta in metas]
+    return common_prefix_lengths(lineages, ids, [len(t.token_ids) for t in trajectories])
