@@ -202,6 +202,24 @@ def _retriever_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_gsm8k_to_sft(args: argparse.Namespace) -> int:
+    from agentic_rl.config import ConfigError
+    from agentic_rl.data.gsm8k import convert_file
+    from agentic_rl.tracking.display import console
+
+    if not Path(args.input).is_file():
+        raise ConfigError(f"input {args.input!r} does not exist (GSM8K JSONL with question and answer per line)")
+    try:
+        stats = convert_file(args.input, args.out, tool=args.tool, parser=args.parser, keep_mismatches=args.keep_mismatches, limit=args.limit)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    flagged = f"{stats.flagged} flagged ({stats.mismatched_calls} calls failed or differ from the annotation; {'kept' if args.keep_mismatches else 'left out'})"
+    console.print(f"{stats.rows} rows -> {stats.written} conversations with {stats.calls} {args.tool} calls; {flagged}; {len(stats.skipped)} skipped -> {args.out}")
+    for line in stats.skipped[:5]:
+        console.print(f"  skipped {line}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentic-rl", description="Train and evaluate tool-using LLM agents with RL.")
     parser.add_argument("--version", action="version", version=f"agentic-rl {__version__}")
@@ -272,6 +290,16 @@ def build_parser() -> argparse.ArgumentParser:
     retriever_serve.add_argument("--port", type=int, default=8000)
     retriever_serve.add_argument("--cache-size", type=int, default=10_000, help="cached (query, k) results")
     retriever_serve.set_defaults(run=_retriever_serve)
+
+    data = commands.add_parser("data", help="dataset conversion").add_subparsers(dest="data_command", required=True)
+    gsm8k = data.add_parser("gsm8k-to-sft", help="turn GSM8K's <<expr=result>> annotations into tool-use SFT conversations")
+    gsm8k.add_argument("input", metavar="IN.jsonl", help="GSM8K JSONL (question, answer with #### N)")
+    gsm8k.add_argument("--out", required=True, help="JSONL of OpenAI messages with tool calls, for `agentic-rl sft --data`")
+    gsm8k.add_argument("--tool", choices=("calculator", "python"), default="calculator", help="tool that runs each expression (default calculator)")
+    gsm8k.add_argument("--parser", choices=("hermes", "retool"), default="hermes", help="the env format whose system prompt the conversations carry (default hermes)")
+    gsm8k.add_argument("--keep-mismatches", action="store_true", help="keep conversations where a tool output differs from the annotation (flagged in metadata)")
+    gsm8k.add_argument("--limit", type=int, help="convert only the first N rows")
+    gsm8k.set_defaults(run=_data_gsm8k_to_sft)
     return parser
 
 

@@ -130,6 +130,8 @@ class AlgorithmConfig(_Section):
     """KL estimator."""
     overlong_buffer: int | None = Field(None, ge=0)
     """Soft overlong punishment: tokens before the length limit where the penalty ramps to -1 (0 = off)."""
+    rollout: Literal["group", "arpo"] = "group"
+    """How a task's trajectories are sampled: group (group_size independent samples) or arpo (entropy-based branching, see the arpo section; group_size is its budget M)."""
     kl_in_reward: bool | None = None
     """Subtract kl_coef * KL per sampled token from the token rewards (REINFORCE++, classic PPO) instead of a KL loss term."""
     gamma: float | None = Field(None, ge=0.0, le=1.0)
@@ -171,6 +173,31 @@ class AlgorithmConfig(_Section):
         if self.advantage == "gae" and self.critic == "none":
             raise ValueError("critic: the gae advantage needs a critic ('shared' or 'separate')")
         return self
+
+
+class ARPOConfig(_Section):
+    """ARPO's entropy-based adaptive rollout, used when ``algorithm.rollout`` is arpo (paper
+    defaults; the budget M per task is ``group_size``)."""
+
+    initial_samples: int = Field(8, ge=1)
+    """N: global samples per task before branching (at most group_size)."""
+    entropy_tokens: int = Field(20, ge=1)
+    """k: leading tokens of a turn whose mean entropy (normalized by log vocabulary size) is measured."""
+    base_probability: float = Field(0.5, ge=0.0, le=1.0)
+    """alpha: branch probability at a tool-call point whose entropy did not rise (the paper's threshold 0.5)."""
+    entropy_weight: float = Field(0.2, ge=0.0)
+    """beta: branch probability = alpha + beta * (entropy increase over the episode's first turn)."""
+    branches: int = Field(2, ge=1)
+    """Z: partial rollouts started at a branching point."""
+    max_rounds: int = Field(4, ge=1)
+    """Most branching rounds (branches of branches) before the budget is filled with global samples."""
+    attribution: Literal["soft", "hard"] = "soft"
+    """soft: the advantage as computed over all trajectories, branches included; hard: tokens of a shared prefix get the mean advantage of the trajectories sharing them."""
+
+    def params(self, seed: int | None):
+        from agentic_rl.rollout.arpo import BranchingParams
+
+        return BranchingParams(seed=seed, **self.model_dump(exclude={"attribution"}))
 
 
 class OptimConfig(_Section):
@@ -305,6 +332,8 @@ class TrainConfig(_Section):
     """Sampling and episode limits during RL."""
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     """The RL objective."""
+    arpo: ARPOConfig = Field(default_factory=ARPOConfig)
+    """ARPO branching (when algorithm.rollout is arpo)."""
     optim: OptimConfig = Field(default_factory=OptimConfig)
     """Optimizer for RL."""
     lora: LoraConfig = Field(default_factory=LoraConfig)
@@ -352,6 +381,8 @@ class TrainConfig(_Section):
             raise ValueError("backend.kind: training needs 'hf' (the in-process model)")
         if self.group_size == 1 and self.algorithm.advantage in ("grpo", "rloo", "mt-grpo", "gigpo"):
             raise ValueError(f"group_size: the {self.algorithm.advantage} advantage needs at least 2 samples per task")
+        if self.algorithm.rollout == "arpo" and self.arpo.initial_samples > self.group_size:
+            raise ValueError(f"arpo.initial_samples: must be at most group_size (the budget M = {self.group_size}), got {self.arpo.initial_samples}")
         if self.mini_batches > self.tasks_per_step * self.group_size:
             raise ValueError("mini_batches: more mini-batches than trajectories per step")
         return self

@@ -47,9 +47,10 @@ def task(index: int):
     return make("arithmetic").tasks[index]
 
 
-def two_turn_script(tokenizer):
-    """Turn 1 calls the calculator on the task's expression; after the tool response,
-    the first sampling round answers correctly and later rounds answer wrong."""
+def two_turn_script(tokenizer, correct=lambda call_index: call_index <= 1):
+    """Turn 1 calls the calculator on the task's expression; after the tool response the
+    reply is right when ``correct(generate call index)`` (default: the global samples'
+    second turn, call 1) and wrong otherwise (the branches)."""
 
     def reply(prompt, call_index):
         text = tokenizer.decode(prompt)
@@ -57,7 +58,7 @@ def two_turn_script(tokenizer):
         if TOOL_RESPONSE not in text:
             return f"Let me compute.\n{call(expression)}"
         answer = next(task(i).answer for i in range(4) if task(i).metadata["expression"] in text)
-        return f"<answer>{answer if call_index <= 1 else 'wrong'}</answer>"
+        return f"<answer>{answer if correct(call_index) else 'wrong'}</answer>"
 
     return reply
 
@@ -188,3 +189,74 @@ def test_replay_mismatch_skips_the_branch_and_fills(tokenizer) -> None:
 def test_initial_samples_beyond_budget_is_an_error(tokenizer) -> None:
     with pytest.raises(ValueError, match="initial_samples"):
         run(tokenizer, budget=2, initial=3)
+
+
+# ----------------------------------------------------------------- in the trainer
+
+
+def _tiny_arpo_config(**overrides):
+    from agentic_rl.config import TrainConfig
+    from agentic_rl.recipes import load_recipe
+
+    _, data = load_recipe("arpo")
+    data.update(
+        model={"name": "tiny-random", "device": "cpu"},
+        rollout={"max_new_tokens": 12, "max_total_tokens": 512},
+        sft={"enabled": False},
+        eval={"num_tasks": 2},
+        steps=2, tasks_per_step=2, group_size=4, task_offset=0,
+        optim={"lr": 1e-3},
+        tracking={"sinks": [], "report": False},
+    )
+    data["arpo"] = {**data["arpo"], "initial_samples": 2}
+    data.update(overrides)
+    return TrainConfig.model_validate(data)
+
+
+def test_arpo_recipe_runs_two_steps_on_the_tiny_model(tmp_path) -> None:
+    import torch
+
+    from agentic_rl.training.pipeline import train
+
+    torch.set_num_threads(1)
+    result = train(_tiny_arpo_config(output_dir=str(tmp_path / "run")), name="arpo")
+    assert len(result.steps) == 2
+    for metrics in result.steps:
+        # the random model rarely calls a tool well: whatever branching left is filled
+        assert metrics["arpo/branches_per_task"] + metrics["arpo/fill_per_task"] == 2
+        assert metrics["arpo/rounds"] >= 2 and "arpo/tool_calls_per_task" in metrics
+
+
+def test_trainer_with_forced_branches_and_hard_attribution(tiny, tokenizer) -> None:
+    """The trainer's step samples with ARPO (scripted entropies force branching) and hard
+    attribution gives every token of a shared prefix one advantage."""
+    import copy
+
+    import torch
+
+    from agentic_rl.training.rl import RLTrainer, score
+
+    torch.set_num_threads(1)
+    config = _tiny_arpo_config(arpo={"initial_samples": 2, "base_probability": 0.0, "entropy_weight": 1.0, "attribution": "hard"})
+    model = copy.deepcopy(tiny[0])
+    # each step makes 3 generate calls: first turns, globals' answers (right), branches' answers (wrong)
+    backend = EntropyScripted(tokenizer, two_turn_script(tokenizer, correct=lambda call_index: call_index % 3 == 1))
+    trainer = RLTrainer(config, model, tokenizer, backend, lambda: make("arithmetic"), [0, 1, 2, 3])
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    for _ in range(2):
+        metrics, groups = trainer.step()
+        assert metrics["arpo/branches_per_task"] == 2 and [len(g.trajectories) for g in groups] == [4, 4]
+        assert metrics["reward_std"] > 0
+    assert any(not torch.equal(p, before[name]) for name, p in model.named_parameters())
+    scored = score(groups, config)
+    for group in groups:
+        rows = [scored.trajectories.index(t) for t in group.trajectories]
+        shared = branch_common_prefix(group.trajectories)
+        for i, a in enumerate(rows):
+            for j, b in enumerate(rows):
+                cut = int(shared[i, j])
+                assert scored.advantages[a][:cut] == scored.advantages[b][:cut]
+        # a branch's own continuation keeps its own advantage, which differs from its parent's
+        parent, branch = group.trajectories[0], group.trajectories[2]
+        cut = int(shared[0, 2])
+        assert scored.advantages[rows[0]][cut] != scored.advantages[rows[2]][cut] or parent.reward == branch.reward

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,7 @@ from agentic_rl.envs.math_python import gold_answer, math_equivalent
 from agentic_rl.tools.python_tool import make_python_tool, truncate_output
 from agentic_rl.types import ToolCall
 
-GSM8K = "/work/shared/data/gsm8k/train.jsonl"
+GSM8K = str(Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k" / "train.jsonl")
 needs_gsm8k = pytest.mark.skipif(not os.path.exists(GSM8K), reason=f"{GSM8K} not present")
 
 

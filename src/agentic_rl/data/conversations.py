@@ -13,11 +13,13 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentic_rl.parsers import ToolCallParser, get_parser
-from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.types import Message, ToolCall, ToolResult, Trajectory
+
+if TYPE_CHECKING:  # only annotations: importing rollout here would make data <-> envs circular
+    from agentic_rl.rollout.chat import ChatRenderer
 
 ROLES = ("system", "user", "assistant", "tool")
 _PROBE = "\u2063OBS\u2063"
@@ -213,6 +215,13 @@ def _text_message(message: Message, parser: ToolCallParser) -> Message:
         ]
         return {"role": "assistant", "content": assistant_text(message.get("content") or "", calls, parser)}
     return {"role": message["role"], "content": message.get("content") or ""}
+
+
+def text_messages(messages: list[Message], parser: ToolCallParser | str) -> list[Message]:
+    """Stored OpenAI messages as the text-only messages an env exchanges (calls written and
+    results wrapped by ``parser``), e.g. to show converted conversations as demonstrations."""
+    parser = _parser(parser)
+    return [_text_message(m, parser) for m in messages]
 
 
 def render_example(messages: list[Message], renderer: ChatRenderer, parser: ToolCallParser | str) -> tuple[list[int], list[int]]:

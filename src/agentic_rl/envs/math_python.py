@@ -7,6 +7,7 @@ The package ships no data: pass ``path`` (e.g. GSM8K's ``train.jsonl``). GSM8K a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from agentic_rl.envs.base import Task
@@ -15,10 +16,36 @@ from agentic_rl.parsers import get_parser
 from agentic_rl.rewards import numeric_match
 from agentic_rl.tools import ToolRegistry, get_tool
 from agentic_rl.tools.python_tool import make_python_tool
+from agentic_rl.types import Message
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You solve math word problems. Use the python tool to compute (print the values you need), "
-    "then give the final answer as <answer>NUMBER</answer>."
+SYSTEM_PROMPTS = {
+    "python": "You solve math word problems. Use Python to compute (print the values you need), then give the final answer as <answer>NUMBER</answer>.",
+    "calculator": "You solve math word problems. Use the calculator tool for each computation, then give the final answer as <answer>NUMBER</answer>.",
+    "": "You solve math word problems. Reason step by step, then give the final answer as <answer>NUMBER</answer>.",
+}
+"""The default instruction by the tool the env offers ("" = no tool); the answer format
+matches ``math_reward`` (the last ``<answer>`` of the reply)."""
+DEFAULT_SYSTEM_PROMPT = SYSTEM_PROMPTS["python"]
+
+DEMO_PROBLEMS = (
+    # Written for this package (not GSM8K items), in GSM8K's annotated format so the
+    # converter in data.gsm8k turns them into tool-use turns with real tool outputs.
+    {
+        "question": "A baker makes 24 muffins every morning and packs them in boxes of 6. How many boxes does she fill in 5 mornings?",
+        "answer": "Each morning she fills 24/6 = <<24/6=4>>4 boxes.\nIn 5 mornings she fills 4*5 = <<4*5=20>>20 boxes.\n#### 20",
+    },
+    {
+        "question": "Tom buys 3 notebooks at $2.50 each and a pen for $1.25. He pays with a $20 bill. How much change does he get?",
+        "answer": "The notebooks cost 3*2.50 = $<<3*2.50=7.5>>7.50.\nWith the pen he spends 7.50+1.25 = $<<7.5+1.25=8.75>>8.75.\nHis change is 20-8.75 = $<<20-8.75=11.25>>11.25.\n#### 11.25",
+    },
+    {
+        "question": "A train travels 180 km in 2 hours and then 150 km in 3 hours. What is its average speed, in km per hour, over the whole trip?",
+        "answer": "It travels 180+150 = <<180+150=330>>330 km in 2+3 = <<2+3=5>>5 hours.\nIts average speed is 330/5 = <<330/5=66>>66 km per hour.\n#### 66",
+    },
+    {
+        "question": "In a class of 32 students, 3/8 chose soccer and the rest split equally between basketball and tennis. How many students chose tennis?",
+        "answer": "3/8*32 = <<3/8*32=12>>12 students chose soccer.\nThat leaves 32-12 = <<32-12=20>>20 students.\nHalf of them, 20/2 = <<20/2=10>>10, chose tennis.\n#### 10",
+    },
 )
 
 
@@ -80,6 +107,8 @@ def make_math_python_env(
     num_tasks: int | None = None,
     tools: Sequence[str] = ("python",),
     parser: str = "hermes",
+    max_calls_per_turn: int | None = None,
+    few_shot: int = 0,
     max_turns: int = 4,
     system_prompt: str | None = None,
     timeout_s: float = 5.0,
@@ -89,21 +118,39 @@ def make_math_python_env(
 ) -> ToolEnv:
     """Math word problems from a JSONL file, with a sandboxed stateful ``python`` tool.
 
-    ``split`` is accepted for the eval harness and ignored: the file is the split.
+    ``parser``: ``hermes`` (a ``python(code)`` tool call) or ``retool`` (code in
+    ``<code>```python ...```</code>``, output in ``<interpreter>``; one block per turn
+    unless ``max_calls_per_turn`` says otherwise). Interpreter output longer than
+    ``max_output_chars`` keeps its head and tail around a visible truncation marker.
+    ``few_shot`` (at most 4) solved demonstrations precede the question, with real tool
+    calls and outputs of the first tool among python / calculator (or, without tools,
+    the reasoning alone). ``split`` is accepted for the eval harness and ignored: the file
+    is the split.
     """
     if not path:
         raise ValueError(f"{name}: set env.path to a JSONL file (this package ships no data)")
+    if not 0 <= few_shot <= len(DEMO_PROBLEMS):
+        raise ValueError(f"few_shot: expected an int in [0, {len(DEMO_PROBLEMS)}], got {few_shot}")
+    if parser == "retool" and tools and "python" not in tools:
+        raise ValueError("parser: the retool format runs python code; add 'python' to tools")
+    limit = max_calls_per_turn if max_calls_per_turn is not None else (1 if parser == "retool" else 4)
+    call_parser = get_parser(parser, max_calls_per_turn=limit)
     registry = ToolRegistry(
         make_python_tool(timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars) if tool_name == "python" else get_tool(tool_name)
         for tool_name in tools
     )
+    demo_tool = next((tool_name for tool_name in tools if tool_name in ("python", "calculator")), "")
+    if few_shot and tools and not demo_tool:
+        raise ValueError("few_shot: demonstrations need the python or calculator tool (or no tools)")
     return ToolEnv(
         _cached_tasks(path, question_field, answer_field, name, num_tasks),
         registry,
-        parser=get_parser(parser),
+        parser=call_parser,
         reward_fn=math_reward,
         max_turns=max_turns,
-        system_prompt=DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt,
+        system_prompt=SYSTEM_PROMPTS[demo_tool] if system_prompt is None else system_prompt,
+        # Fresh dicts per env: the cached demonstrations are shared by every env of the process.
+        demonstrations=[[dict(message) for message in demo] for demo in _demonstrations(few_shot, demo_tool, parser, limit, max_output_chars)],
     )
 
 
@@ -117,6 +164,58 @@ def _cached_tasks(path, question_field, answer_field, name, num_tasks):
     return _CACHE[key]
 
 
-def make_gsm8k_env(*, path: str | None = None, split: str | None = None, num_tasks: int | None = None, parser: str = "hermes", max_turns: int = 4, timeout_s: float = 5.0, max_output_chars: int = 1024, tools: Sequence[str] = ("python",), system_prompt: str | None = None) -> ToolEnv:
+@functools.lru_cache(maxsize=16)
+def _demonstrations(count: int, tool_name: str, parser: str, max_calls_per_turn: int, max_output_chars: int) -> tuple[tuple[Message, ...], ...]:
+    """The first ``count`` demo problems as conversation turns, computed once per process
+    (envs are built per trajectory; the python demos run in a real sandbox)."""
+    from agentic_rl.data.conversations import text_messages
+    from agentic_rl.data.gsm8k import ANNOTATION, convert_example
+
+    if not count:
+        return ()
+    call_parser = get_parser(parser, max_calls_per_turn=max_calls_per_turn)
+    if not tool_name:
+        return tuple(
+            ({"role": "user", "content": row["question"]}, {"role": "assistant", "content": _answer_only(row["answer"], ANNOTATION)})
+            for row in DEMO_PROBLEMS[:count]
+        )
+    tool = make_python_tool(timeout_s=10.0, max_output_chars=max_output_chars) if tool_name == "python" else get_tool(tool_name)
+    try:
+        demos = []
+        for row in DEMO_PROBLEMS[:count]:
+            example = convert_example(row["question"], row["answer"], tool)
+            if example["metadata"]["mismatches"]:  # a sandbox failure, never silently shown
+                raise RuntimeError(f"few-shot demonstration failed to compute: {example['metadata']['mismatches'][0]}")
+            demos.append(tuple(text_messages(example["messages"], call_parser)))
+        return tuple(demos)
+    finally:
+        if hasattr(tool, "close"):
+            tool.close()
+
+
+def _answer_only(rationale: str, annotation) -> str:
+    body, _, answer = rationale.rpartition("####")
+    return f"{annotation.sub('', body).strip()}\n<answer>{gold_answer(answer)}</answer>"
+
+
+def make_gsm8k_env(
+    *,
+    path: str | None = None,
+    split: str | None = None,
+    num_tasks: int | None = None,
+    tools: Sequence[str] = ("python",),
+    parser: str = "hermes",
+    max_calls_per_turn: int | None = None,
+    few_shot: int = 0,
+    max_turns: int = 4,
+    system_prompt: str | None = None,
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    max_output_chars: int = 1024,
+) -> ToolEnv:
     """GSM8K (``question`` / ``answer`` with ``#### N``) from a path you give, with the python tool."""
-    return make_math_python_env(path=path, split=split, num_tasks=num_tasks, parser=parser, max_turns=max_turns, timeout_s=timeout_s, max_output_chars=max_output_chars, tools=tools, system_prompt=system_prompt, name="gsm8k")
+    return make_math_python_env(
+        path=path, split=split, num_tasks=num_tasks, tools=tools, parser=parser, max_calls_per_turn=max_calls_per_turn,
+        few_shot=few_shot, max_turns=max_turns, system_prompt=system_prompt, timeout_s=timeout_s, memory_mb=memory_mb,
+        max_output_chars=max_output_chars, name="gsm8k",
+    )

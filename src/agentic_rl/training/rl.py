@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 import torch
 
 from agentic_rl.algorithms import AdvantageInputs, aggregate, compute_advantages, kl_penalty, overlong_penalty, policy_loss, zero_std_group_fraction
+from agentic_rl.algorithms.arpo import hard_attribution
 from agentic_rl.config import TrainConfig
 from agentic_rl.envs.base import Env
 from agentic_rl.evaluation.metrics import aggregate_metrics
+from agentic_rl.rollout.arpo import arpo_rollout, branch_common_prefix
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.batch import TokenBatch, collate, length_buckets
 from agentic_rl.training.logprobs import token_logprobs
@@ -66,8 +68,26 @@ def score(groups: list[TrajectoryGroup], config: TrainConfig) -> ScoredBatch:
         AdvantageInputs(rewards=rewards, response_mask=response_mask, group_index=group_index),
         normalize_by_std=algorithm.normalize_by_std,
     )
+    if config.arpo.attribution == "hard" and (shared := branch_common_prefix(usable)) is not None:
+        advantages = hard_attribution(advantages, shared)
     rows = [advantages[row, : len(t.token_ids)].tolist() for row, t in enumerate(usable)]
     return ScoredBatch(usable, rewards, rows, excluded, zero_std_group_fraction(rewards, group_index))
+
+
+def _sample_groups(trainer: RLTrainer, task_indices: list[int], limits) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+    """``group_size`` independent samples per task."""
+    return rollout(trainer.backend, trainer.make_env, task_indices, group_size=trainer.config.group_size, limits=limits), {}
+
+
+def _sample_arpo(trainer: RLTrainer, task_indices: list[int], limits) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+    """ARPO's entropy-based branching with a budget of ``group_size`` per task."""
+    config = trainer.config
+    groups, stats = arpo_rollout(trainer.backend, trainer.make_env, task_indices, budget=config.group_size, params=config.arpo.params(seed=limits.seed), limits=limits)
+    return groups, stats.metrics()
+
+
+SAMPLERS = {"group": _sample_groups, "arpo": _sample_arpo}
+"""How a step samples its groups, by ``algorithm.rollout``: ``fn(trainer, task_indices, limits) -> (groups, metrics)``."""
 
 
 class NonFiniteError(RuntimeError):
@@ -113,10 +133,11 @@ class RLTrainer:
         started = time.monotonic()
         task_indices = self.sampler.next(config.tasks_per_step)
         limits = config.rollout.limits(seed=config.seed * 100_003 + self.step_index)
-        groups = rollout(self.backend, self.make_env, task_indices, group_size=config.group_size, limits=limits)
+        groups, sampling_metrics = SAMPLERS[config.algorithm.rollout](self, task_indices, limits)
         rollout_time = time.monotonic() - started
         scored = score(groups, config)
         metrics = self._rollout_metrics(groups, scored)
+        metrics.update(sampling_metrics)
         metrics.update(step_diagnostics([t for g in groups for t in g.trajectories], response_length_history=self.response_length_history))
         self.response_length_history.append(metrics["response_length"])
         update_started = time.monotonic()
