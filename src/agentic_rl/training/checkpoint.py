@@ -48,18 +48,21 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(root: Path, step: int, *, model, optimizer, scheduler, sampler_state: dict, tracking: dict, keep: int) -> Path:
-    """Write ``root/step-<step>`` atomically and prune to the newest ``keep`` complete ones."""
+def save_checkpoint(root: Path, step: int, *, model, optimizer, scheduler, sampler_state: dict, tracking: dict, keep: int, critic=None) -> Path:
+    """Write ``root/step-<step>`` atomically and prune to the newest ``keep`` complete ones.
+
+    ``critic`` (a ``training.value.Critic``) adds critic.safetensors and its optimizer."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
     tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     save_file(_trainable_state(model), tmp / "model.safetensors")
-    torch.save(
-        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
-        tmp / "trainer.pt",
-    )
+    trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()}
+    if critic is not None:
+        save_file(_trainable_state(critic.module), tmp / "critic.safetensors")
+        trainer_state["critic_optimizer"] = critic.optimizer.state_dict()
+    torch.save(trainer_state, tmp / "trainer.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, "sampler": sampler_state, "tracking": tracking}, indent=2))
     (tmp / COMPLETE).write_text("ok\n")
     for handle in (tmp / "model.safetensors", tmp / "trainer.pt", tmp / "state.json"):
@@ -80,17 +83,26 @@ def complete_checkpoints(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.name.startswith("step-") and (p / COMPLETE).is_file())
 
 
-def load_checkpoint(folder: Path, *, model, optimizer, scheduler) -> dict[str, Any]:
-    """Restore weights, optimizer, scheduler and RNG states; return state.json's content."""
-    weights = load_file(folder / "model.safetensors")
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+def _load_weights(module, path: Path) -> None:
+    missing, unexpected = module.load_state_dict(load_file(path), strict=False)
     if unexpected:
-        raise ValueError(f"checkpoint {folder} has weights the model lacks: {unexpected[:3]}")
-    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
-    lost = [name for name in missing if name in trainable and name not in _tied_aliases(model)]
+        raise ValueError(f"checkpoint {path} has weights the model lacks: {unexpected[:3]}")
+    trainable = {name for name, p in module.named_parameters() if p.requires_grad}
+    lost = [name for name in missing if name in trainable and name not in _tied_aliases(module)]
     if lost:
-        raise ValueError(f"checkpoint {folder} lacks trainable weights: {lost[:3]}")
+        raise ValueError(f"checkpoint {path} lacks trainable weights: {lost[:3]}")
+
+
+def load_checkpoint(folder: Path, *, model, optimizer, scheduler, critic=None) -> dict[str, Any]:
+    """Restore weights, optimizer, scheduler and RNG states (and the critic, when given);
+    return state.json's content."""
+    _load_weights(model, folder / "model.safetensors")
     state = torch.load(folder / "trainer.pt", weights_only=False)
+    if critic is not None:
+        if not (folder / "critic.safetensors").is_file():
+            raise ValueError(f"checkpoint {folder} has no critic (critic.safetensors) but the run's config uses one")
+        _load_weights(critic.module, folder / "critic.safetensors")
+        critic.optimizer.load_state_dict(state["critic_optimizer"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     set_rng_state(state["rng"])
