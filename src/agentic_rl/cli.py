@@ -149,6 +149,34 @@ def _sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dpo(args: argparse.Namespace) -> int:
+    from agentic_rl.config import ConfigError, DPOConfig, apply_assignments, build
+    from agentic_rl.data import read_jsonl
+    from agentic_rl.models import load
+    from agentic_rl.tracking.display import console
+    from agentic_rl.training.dpo import pairs_from_rollout_records, train_dpo, validate_pair
+    from agentic_rl.training.pipeline import save_final
+
+    config = build(DPOConfig, apply_assignments({}, args.set or []))
+    source = "--data" if args.data else "--rollouts"
+    try:
+        if args.data:
+            pairs = read_jsonl(args.data)
+            for index, pair in enumerate(pairs):
+                validate_pair(pair, index)
+        else:
+            pairs = pairs_from_rollout_records(read_jsonl(args.rollouts), args.parser)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    if not pairs:
+        raise ConfigError(f"{source}: no preference pairs (a rollout group needs two different rewards)")
+    model, tokenizer = load(args.model)
+    result = train_dpo(model, tokenizer, pairs, config, parser=args.parser, on_step=lambda m: console.print(f"step {m['step']}  loss {m['loss']:.4f}  margin {m['margin']:+.4f}  acc {m['accuracy']:.2f}  lr {m['lr']:.2e}"))
+    save_final(model, tokenizer, Path(args.output_dir))
+    console.print(f"DPO: {result.pairs} pairs, {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; saved to {args.output_dir}")
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from agentic_rl.config import ConfigError
     from agentic_rl.tracking.display import console
@@ -268,6 +296,16 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("--parser", default="hermes", help="tool-call format used to render tool calls (default hermes)")
     sft.add_argument("--set", action="append", metavar="KEY=VALUE", help="SFT options, e.g. epochs=3 or lr=2e-5")
     sft.set_defaults(run=_sft)
+
+    dpo = commands.add_parser("dpo", help="offline DPO on preference pairs of conversations (JSONL), or pairs built from a run's rollouts.jsonl")
+    dpo.add_argument("--model", default="smollm2-135m")
+    source = dpo.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", help="JSONL of {\"prompt\": [...], \"chosen\": [...], \"rejected\": [...]} OpenAI messages")
+    source.add_argument("--rollouts", help="a run's rollouts.jsonl: pairs are the best against the worst reward of each logged group")
+    dpo.add_argument("--output-dir", required=True, help="where to save the trained Hugging Face model")
+    dpo.add_argument("--parser", default="hermes", help="tool-call format used to render tool calls (default hermes)")
+    dpo.add_argument("--set", action="append", metavar="KEY=VALUE", help="DPO options, e.g. beta=0.1, lr=1e-6 or loss_type=ipo")
+    dpo.set_defaults(run=_dpo)
 
     report = commands.add_parser("report", help="write a self-contained report.html (plots, eval table, rollouts) for a run directory")
     report.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `agentic-rl train`")

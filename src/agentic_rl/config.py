@@ -301,6 +301,63 @@ class SFTStageConfig(_Section):
     """Fine-tuning settings."""
 
 
+class DPOConfig(_Section):
+    """Offline DPO on preference pairs (chosen / rejected conversations sharing a prompt)."""
+
+    epochs: int = Field(1, ge=1)
+    """Passes over the pairs."""
+    lr: float = Field(1e-6, gt=0)
+    """Peak learning rate."""
+    batch_size: int = Field(8, ge=1)
+    """Pairs per optimizer step."""
+    beta: float = Field(0.1, gt=0)
+    """Strength of the implicit KL to the reference policy (the initial policy)."""
+    label_smoothing: float = Field(0.0, ge=0.0, lt=0.5)
+    """Assumed probability that a preference label is flipped (conservative DPO; sigmoid loss only)."""
+    loss_type: Literal["sigmoid", "ipo"] = "sigmoid"
+    """sigmoid: DPO; ipo: IPO's squared loss on per-token mean log-ratios."""
+    micro_batch_tokens: int = Field(4096, ge=64)
+    """Most padded tokens per forward/backward pass (gradient accumulation beyond)."""
+    max_length: int = Field(2048, ge=16)
+    """Pairs with a longer side are dropped (and counted)."""
+    warmup_steps: int = Field(0, ge=0)
+    """Optimizer steps of linear warmup."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping by global norm."""
+    seed: int = 0
+    """Shuffling seed."""
+
+    @model_validator(mode="after")
+    def _smoothing_is_for_sigmoid(self) -> DPOConfig:
+        if self.label_smoothing and self.loss_type != "sigmoid":
+            raise ValueError("label_smoothing: only the sigmoid (DPO) loss uses it")
+        return self
+
+
+class PairCollectConfig(_Section):
+    """Preference pairs sampled with the current policy: per task, best against worst reward."""
+
+    num_tasks: int = Field(64, ge=1)
+    """Training tasks to sample a group on."""
+    samples_per_task: int = Field(4, ge=2)
+    """Group size per task (more samples: more groups with a reward difference)."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature while collecting."""
+    task_offset: int = Field(0, ge=0)
+    """First training task index used."""
+
+
+class DPOStageConfig(_Section):
+    enabled: bool = False
+    """Run offline DPO (after SFT and filtering, before RL)."""
+    data: str | None = None
+    """Use this JSONL of preference pairs instead of collecting."""
+    collect: PairCollectConfig = Field(default_factory=PairCollectConfig)
+    """How to collect pairs."""
+    train: DPOConfig = Field(default_factory=DPOConfig)
+    """DPO settings."""
+
+
 class TrackingConfig(_Section):
     sinks: list[str] = Field(default_factory=lambda: ["tensorboard"])
     """Metric sinks besides metrics.jsonl: tensorboard, wandb, mlflow (the last two when installed)."""
@@ -342,6 +399,8 @@ class TrainConfig(_Section):
     """SFT cold start."""
     filter: FilterConfig = Field(default_factory=FilterConfig)
     """Difficulty filtering."""
+    dpo: DPOStageConfig = Field(default_factory=DPOStageConfig)
+    """Offline DPO on preference pairs (collected best-vs-worst, or from a JSONL)."""
     eval: RunEvalConfig = Field(default_factory=RunEvalConfig)
     """Held-out evaluations."""
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)

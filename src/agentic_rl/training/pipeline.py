@@ -6,6 +6,7 @@ baseline eval -> [collect + SFT -> eval] -> [difficulty filter] -> RL steps -> f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -15,7 +16,6 @@ from typing import Any
 
 import torch
 import yaml
-from safetensors.torch import save_file
 
 from agentic_rl.config import ConfigError, EnvConfig, EvalConfig, TrainConfig, build
 from agentic_rl.evaluation.harness import EvalResult, env_factory, prepare
@@ -25,7 +25,7 @@ from agentic_rl.tracking.diagnostics import check_thresholds
 from agentic_rl.tracking.jsonl import JsonlWriter
 from agentic_rl.tracking.report import build_report
 from agentic_rl.tracking.sinks import MultiSink, make_sinks
-from agentic_rl.training.checkpoint import _trainable_state, complete_checkpoints, load_checkpoint, save_checkpoint
+from agentic_rl.training.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
 from agentic_rl.training.rl import NonFiniteError, RLTrainer
 
 
@@ -141,6 +141,8 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
             run_eval("after_sft", "eval_after_sft.json")
         if config.filter.enabled:
             task_indices = _filter_stage(config, backend, train_env, task_indices, run_dir, events)
+        if config.dpo.enabled:
+            _dpo_stage(config, model, tokenizer, backend, train_env, run_dir, events)
     else:
         for label, filename in (("before", "eval_before.json"), ("after_sft", "eval_after_sft.json")):
             if (run_dir / filename).is_file():
@@ -151,7 +153,7 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
     trainer = RLTrainer(config, model, tokenizer, backend, train_env, task_indices)
     logs = {"metrics": run_dir / "metrics.jsonl", "rollouts": run_dir / "rollouts.jsonl"}
     if checkpoint is not None:
-        state = load_checkpoint(checkpoint, model=model, optimizer=trainer.optimizer, scheduler=trainer.scheduler, critic=trainer.critic)
+        state = load_checkpoint(checkpoint, model=model, optimizer=trainer.optimizer, scheduler=trainer.scheduler)
         trainer.step_index = state["step"]
         trainer.sampler.load_state_dict(state["sampler"])
         for key, path in logs.items():  # drop lines logged after the checkpoint
@@ -162,11 +164,10 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
         save_checkpoint(
             run_dir / "checkpoints", trainer.step_index, model=model, optimizer=trainer.optimizer, scheduler=trainer.scheduler,
             sampler_state=trainer.sampler.state_dict(), tracking={k: _count_lines(p) for k, p in logs.items()}, keep=config.keep_checkpoints,
-            critic=trainer.critic,
         )
 
-    if checkpoint is None and config.checkpoint_every and (config.sft.enabled or config.filter.enabled):
-        checkpoint_now()  # so a resume never repeats collection, SFT or filtering
+    if checkpoint is None and config.checkpoint_every and (config.sft.enabled or config.filter.enabled or config.dpo.enabled):
+        checkpoint_now()  # so a resume never repeats collection, SFT, filtering or DPO
     steps: list[dict[str, float]] = _read_lines(logs["metrics"])
     if trainer.step_index < config.steps:
         events.on_stage(f"RL: {config.steps - trainer.step_index} steps x {config.tasks_per_step} tasks x {config.group_size} samples ({config.algorithm.preset})")
@@ -194,8 +195,6 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
 
     run_eval("after", "eval_after.json")
     save_final(model, tokenizer, run_dir / "final")
-    if trainer.critic is not None:  # the value function, for continuing PPO or inspecting values
-        save_file(_trainable_state(trainer.critic.module), run_dir / "final" / "critic.safetensors")
     (run_dir / "summary.json").write_text(json.dumps({"evals": evals, "steps": len(steps)}, indent=2))
     if config.tracking.report:
         try:  # a report problem must never fail a finished training run
@@ -250,6 +249,37 @@ def _sft_stage(config: TrainConfig, model, tokenizer, backend, run_dir: Path, ev
     with JsonlWriter(run_dir / "sft_metrics.jsonl") as log:
         result = train_sft(model, tokenizer, examples, config.sft.train, parser=parser, on_step=log.write)
     events.on_stage(f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} ({result.wall_time_s:.0f} s)")
+
+
+def _dpo_stage(config: TrainConfig, model, tokenizer, backend, train_env, run_dir: Path, events: RunEvents) -> None:
+    from agentic_rl.data import read_jsonl, write_jsonl
+    from agentic_rl.training.dpo import collect_pairs, train_dpo, validate_pair
+
+    parser = getattr(train_env(), "parser", None) or "hermes"
+    stage = config.dpo
+    if stage.data:
+        try:
+            pairs = read_jsonl(stage.data)
+            for index, pair in enumerate(pairs):
+                validate_pair(pair, index)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"dpo.data: {exc}") from None
+        events.on_stage(f"DPO data: {len(pairs)} preference pairs from {stage.data}")
+    else:
+        collect = stage.collect
+        events.on_stage(f"collecting preference pairs: {collect.num_tasks} tasks x {collect.samples_per_task} samples (best vs worst)")
+        limits = dataclasses.replace(config.rollout.limits(config.seed + 11), temperature=collect.temperature)
+        tasks = range(collect.task_offset, collect.task_offset + collect.num_tasks)
+        with (events.progress(collect.num_tasks * collect.samples_per_task, "pairs") if events.progress else _no_progress()) as on_finish:
+            result = collect_pairs(backend, train_env, tasks, samples_per_task=collect.samples_per_task, parser=parser, limits=limits, on_finish=on_finish)
+        pairs = result.pairs
+        write_jsonl(run_dir / "dpo_pairs.jsonl", pairs)
+        events.on_stage(f"{len(pairs)} pairs from {result.groups} groups ({result.tied} with equal rewards skipped)")
+    if not pairs:
+        raise ConfigError("dpo: no preference pairs (every group had equal rewards); raise dpo.collect.num_tasks or samples_per_task")
+    with JsonlWriter(run_dir / "dpo_metrics.jsonl") as log:
+        result = train_dpo(model, tokenizer, pairs, stage.train, parser=parser, on_step=log.write)
+    events.on_stage(f"DPO: {result.steps} steps on {result.pairs} pairs, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}, margin {result.margins[-1]:+.3f} ({result.wall_time_s:.0f} s)")
 
 
 def _filter_stage(config: TrainConfig, backend, train_env, task_indices: list[int], run_dir: Path, events: RunEvents) -> list[int]:

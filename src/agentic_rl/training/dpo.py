@@ -1,0 +1,266 @@
+"""Offline DPO on preference pairs of multi-turn conversations.
+
+A pair is ``{"prompt": [...], "chosen": [...], "rejected": [...], "metadata": {...}}``
+with OpenAI-format messages (structured ``tool_calls``, raw ``tool`` results, as the SFT
+data): the shared opening messages, then each response's assistant and tool messages.
+Each side is tokenized with ``render_example`` (the rollout engine's token layout), so
+the loss covers the assistant tokens only. The reference policy is the initial policy:
+its sequence log-probs are computed once before the first update (the same numbers a
+frozen copy would give, without holding a second model; with LoRA the initial policy is
+the base model, as the adapters start at zero).
+
+Pairs come from rollout groups: the best against the worst reward of a group, ties
+skipped (:func:`pairs_from_groups`), sampled here (:func:`collect_pairs`) or read back
+from a run's ``rollouts.jsonl`` (:func:`pairs_from_rollout_records`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from agentic_rl.algorithms.dpo import dpo_loss, sequence_logprobs
+from agentic_rl.config import DPOConfig
+from agentic_rl.data.conversations import render_example, trajectory_to_example, validate_example
+from agentic_rl.envs.base import Env
+from agentic_rl.parsers import ToolCallParser, get_parser
+from agentic_rl.rollout.chat import ChatRenderer
+from agentic_rl.rollout.engine import RolloutLimits, rollout
+from agentic_rl.training.batch import collate, length_buckets
+from agentic_rl.training.logprobs import token_logprobs
+from agentic_rl.training.optim import make_optimizer, make_scheduler
+from agentic_rl.types import Trajectory, TrajectoryGroup
+
+Sequences = tuple[list[int], list[int]]  # (token ids, loss mask)
+
+
+@dataclass
+class DPOResult:
+    steps: int
+    pairs: int
+    """Pairs trained on (after dropping the too-long ones)."""
+    dropped_too_long: int
+    losses: list[float] = field(default_factory=list)
+    """Loss of each optimizer step (before its update)."""
+    margins: list[float] = field(default_factory=list)
+    """Mean implicit-reward margin (chosen - rejected) of each step's pairs, before its update."""
+    accuracies: list[float] = field(default_factory=list)
+    """Fraction of each step's pairs whose chosen response has the larger implicit reward."""
+    wall_time_s: float = 0.0
+
+
+# --- pairs ------------------------------------------------------------------------
+
+
+def _split(messages: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(opening messages, response messages from the first assistant turn on)."""
+    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    return messages[:first], messages[first:]
+
+
+def validate_pair(pair, index: int | None = None) -> None:
+    """Raise ``ValueError`` with one line naming the pair and field that is wrong."""
+    where = "pair" if index is None else f"pair {index}"
+    if not isinstance(pair, dict):
+        raise ValueError(f"{where}: expected an object with prompt, chosen, rejected")
+    for key in ("prompt", "chosen", "rejected"):
+        if not isinstance(pair.get(key), list) or not pair[key]:
+            raise ValueError(f"{where}.{key}: expected a non-empty list of messages")
+    if any(m.get("role") == "assistant" for m in pair["prompt"] if isinstance(m, dict)):
+        raise ValueError(f"{where}.prompt: the shared prompt must end before the first assistant turn")
+    for key in ("chosen", "rejected"):
+        try:
+            validate_example({"messages": pair["prompt"] + pair[key]})
+        except ValueError as error:
+            raise ValueError(f"{where}.{key}: {str(error).removeprefix('example: ')}") from None
+        if pair[key][0].get("role") != "assistant":
+            raise ValueError(f"{where}.{key}: must start with an assistant message")
+
+
+def pairs_from_groups(groups: Sequence[TrajectoryGroup], parser: ToolCallParser | str, *, skip_messages: int = 0) -> list[dict]:
+    """One pair per group: its highest-reward trajectory (chosen) against its lowest
+    (rejected); groups whose usable rewards are all equal give none. Infrastructure
+    failures never enter a pair."""
+    pairs = []
+    for group in groups:
+        usable = [t for t in group.trajectories if t.infra_error is None and any(m.get("role") == "assistant" for m in t.messages)]
+        if len(usable) < 2:
+            continue
+        best = max(usable, key=lambda t: t.reward)  # first of equals: deterministic
+        worst = min(usable, key=lambda t: t.reward)
+        if best.reward == worst.reward:
+            continue
+        chosen = trajectory_to_example(best, parser, skip_messages=skip_messages)
+        rejected = trajectory_to_example(worst, parser, skip_messages=skip_messages)
+        prompt, chosen_messages = _split(chosen["messages"])
+        rejected_prompt, rejected_messages = _split(rejected["messages"])
+        if prompt != rejected_prompt:  # same task, so the same opening; never pair different prompts
+            continue
+        pairs.append({
+            "prompt": prompt,
+            "chosen": chosen_messages,
+            "rejected": rejected_messages,
+            "metadata": {"task_id": group.task_id, "chosen_reward": best.reward, "rejected_reward": worst.reward},
+        })
+    return pairs
+
+
+def pairs_from_rollout_records(records: Sequence[dict], parser: ToolCallParser | str) -> list[dict]:
+    """Pairs from ``rollouts.jsonl`` lines (``Trajectory.to_dict()`` plus ``step``), grouped by
+    (step, group_id)."""
+    groups: dict[tuple, TrajectoryGroup] = {}
+    for number, record in enumerate(records, 1):
+        if not isinstance(record.get("messages"), list) or "reward" not in record:
+            raise ValueError(f"rollout record {number}: expected 'messages' and 'reward' (a rollouts.jsonl line)")
+        key = (record.get("step"), record.get("group_id"))
+        group = groups.setdefault(key, TrajectoryGroup(task_id=str(record.get("task_id", "")), group_id=str(record.get("group_id", ""))))
+        group.trajectories.append(Trajectory(
+            task_id=group.task_id, group_id=group.group_id, messages=record["messages"],
+            reward=float(record["reward"]), infra_error=record.get("infra_error"),
+        ))
+    return pairs_from_groups(list(groups.values()), parser)
+
+
+@dataclass
+class PairCollection:
+    pairs: list[dict]
+    groups: int
+    """Groups sampled (tasks)."""
+    tied: int
+    """Groups skipped because all their rewards were equal."""
+    wall_time_s: float
+
+
+def collect_pairs(
+    backend,
+    make_env: Callable[[], Env],
+    task_indices: Sequence[int],
+    *,
+    samples_per_task: int,
+    parser: ToolCallParser | str,
+    limits: RolloutLimits | None = None,
+    on_finish: Callable[[Trajectory], None] | None = None,
+) -> PairCollection:
+    """Sample a group per task with the current policy and pair best against worst."""
+    started = time.monotonic()
+    groups = rollout(backend, make_env, task_indices, group_size=samples_per_task, limits=limits, on_finish=on_finish)
+    pairs = pairs_from_groups(groups, parser)
+    return PairCollection(pairs, len(groups), len(groups) - len(pairs), time.monotonic() - started)
+
+
+# --- training ---------------------------------------------------------------------
+
+
+def tokenize_pairs(pairs: Sequence[dict], tokenizer, parser: ToolCallParser | str, max_length: int) -> tuple[list[tuple[Sequences, Sequences]], int]:
+    """(chosen, rejected) token ids and loss masks per pair that fits ``max_length``, and how many did not."""
+    parser = get_parser(parser) if isinstance(parser, str) else parser
+    renderer = ChatRenderer(tokenizer)
+    out, dropped = [], 0
+    for index, pair in enumerate(pairs):
+        validate_pair(pair, index)  # one clear line before any compute
+        chosen = render_example(pair["prompt"] + pair["chosen"], renderer, parser)
+        rejected = render_example(pair["prompt"] + pair["rejected"], renderer, parser)
+        if max(len(chosen[0]), len(rejected[0])) > max_length:
+            dropped += 1
+        else:
+            out.append((chosen, rejected))
+    return out, dropped
+
+
+def _micro_batches(pairs: list[tuple[Sequences, Sequences]], members: list[int], max_tokens: int) -> list[list[int]]:
+    """Micro-batches of whole pairs (both sides of a pair in the same forward pass)."""
+    lengths = [max(len(pairs[i][0][0]), len(pairs[i][1][0])) for i in members]
+    return [[members[j] for j in bucket] for bucket in length_buckets(lengths, max(max_tokens // 2, 1), len(members))]
+
+
+def _pair_logprobs(model, pairs, members: list[int], pad_id: int, device, *, average: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """[n] chosen and [n] rejected sequence log-probs of the pairs ``members``, one forward pass."""
+    rows = [pairs[i][0] for i in members] + [pairs[i][1] for i in members]
+    batch = collate([ids for ids, _ in rows], [mask for _, mask in rows], pad_token_id=pad_id).to(device)
+    logprobs, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, select=batch.loss_mask)
+    sequences = sequence_logprobs(logprobs, batch.loss_mask, average=average)
+    return sequences[: len(members)], sequences[len(members) :]
+
+
+def reference_logprobs(model, pairs, config: DPOConfig, pad_id: int) -> torch.Tensor:
+    """[N, 2] (chosen, rejected) sequence log-probs of every pair under ``model`` as it is now."""
+    device = next(model.parameters()).device
+    out = torch.zeros((len(pairs), 2))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for members in _micro_batches(pairs, list(range(len(pairs))), config.micro_batch_tokens):
+                chosen, rejected = _pair_logprobs(model, pairs, members, pad_id, device, average=config.loss_type == "ipo")
+                out[members, 0], out[members, 1] = chosen.float().cpu(), rejected.float().cpu()
+    finally:
+        model.train(was_training)
+    return out
+
+
+def train_dpo(
+    model,
+    tokenizer,
+    pairs: list[dict],
+    config: DPOConfig,
+    *,
+    parser: ToolCallParser | str = "hermes",
+    on_step: Callable[[dict], None] | None = None,
+) -> DPOResult:
+    """Train ``model`` in place on preference ``pairs``, on its own device."""
+    started = time.monotonic()
+    sequences, dropped = tokenize_pairs(pairs, tokenizer, parser, config.max_length)
+    if not sequences:
+        raise ValueError(f"no DPO pairs to train on ({dropped} of {len(pairs)} longer than max_length={config.max_length})")
+    device = next(model.parameters()).device
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    reference = reference_logprobs(model, sequences, config, pad_id).to(device)
+    steps_per_epoch = math.ceil(len(sequences) / config.batch_size)
+    optimizer = make_optimizer(model.parameters(), lr=config.lr)
+    scheduler = make_scheduler(optimizer, warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    rng = random.Random(config.seed)
+    result = DPOResult(steps=0, pairs=len(sequences), dropped_too_long=dropped)
+    model.train()
+    try:
+        for epoch in range(config.epochs):
+            order = list(range(len(sequences)))
+            rng.shuffle(order)
+            for start in range(0, len(order), config.batch_size):
+                batch = order[start : start + config.batch_size]
+                loss_sum, margins, correct = 0.0, [], 0
+                for members in _micro_batches(sequences, batch, config.micro_batch_tokens):
+                    chosen, rejected = _pair_logprobs(model, sequences, members, pad_id, device, average=config.loss_type == "ipo")
+                    out = dpo_loss(
+                        chosen, rejected, reference[members, 0], reference[members, 1],
+                        beta=config.beta, label_smoothing=config.label_smoothing, loss_type=config.loss_type,
+                    )
+                    # Weighting each micro-batch mean by its share of the batch makes accumulation exact.
+                    loss = out.loss * (len(members) / len(batch))
+                    loss.backward()
+                    loss_sum += loss.item()
+                    margins.extend(out.margins.tolist())
+                    correct += int((out.margins > 0).sum())
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+                lr = scheduler.get_last_lr()[0]
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                result.steps += 1
+                result.losses.append(loss_sum)
+                result.margins.append(sum(margins) / len(margins))
+                result.accuracies.append(correct / len(batch))
+                if on_step:
+                    on_step({
+                        "step": result.steps, "epoch": epoch, "loss": loss_sum, "margin": result.margins[-1],
+                        "accuracy": result.accuracies[-1], "lr": lr, "grad_norm": float(grad_norm), "pairs": len(batch),
+                    })
+    finally:
+        model.eval()
+    result.wall_time_s = time.monotonic() - started
+    return result
