@@ -65,7 +65,8 @@ def contained(pool):
         time.sleep(0.02)
     assert len(_processes_matching(worker.base)) <= baseline_procs, "a process of the call outlived it"
     assert _processes_matching("sleep 7") == [], "a spawned subprocess outlived the call"
-    assert [name for name in os.listdir(worker.base) if name.startswith("call-")] == [], "call dir left behind"
+    # As the worker sees its base (a private tmpfs inside its mount namespace, where it has one).
+    assert [name for name in worker.workdirs() if name.startswith("call-")] == [], "call dir left behind"
     assert _fd_count() == baseline_fds, "the parent leaked file descriptors"
     after = pool.execute("print('next call works')", timeout_s=5)
     assert after.status == "ok" and after.stdout == "next call works\n", after
@@ -132,6 +133,34 @@ def test_huge_file(contained):
     result = contained(code, file_size_mb=8, memory_mb=512, timeout_s=5)
     assert result.status in ("error", "memory")
     assert "File too large" in result.stderr or "MemoryError" in result.stderr
+
+
+@pytest.mark.skipif(not ISOLATION.private_workdir, reason=f"no private work-dir tmpfs here: {ISOLATION.describe()}")
+def test_many_files_are_bounded_in_total(contained):
+    # Each file is under the per-file limit; the private tmpfs (64 MB) bounds their sum.
+    code = (
+        "n = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        open(f'f{n}', 'wb').write(b'0' * (4 * 1024 * 1024)); n += 1\n"
+        "except OSError as e:\n"
+        "    print(n, e.errno)\n"
+    )
+    result = contained(code, file_size_mb=8, timeout_s=5)
+    count, errno = result.stdout.split()
+    assert result.status == "ok" and int(errno) == 28 and 1 <= int(count) <= 16  # ENOSPC after 64 MB
+
+
+def test_a_call_sees_nothing_of_the_previous_one(contained):
+    first = contained("import os\nopen('secret.txt', 'w').write('x')\nprint(os.getcwd())")
+    code = (
+        f"import os\nprint(os.listdir('.'), os.path.exists({first.stdout.strip()!r}))\n"
+        "try:\n    print(os.listdir('..'))\nexcept OSError as e:\n    print('base not listable', e.errno)\n"
+    )
+    second = contained(code)
+    assert second.status == "ok" and second.stdout.startswith("[] False\n"), second.stdout
+    if os.geteuid() == 0 and not ISOLATION.user_ns:  # the base belongs to another uid, mode 0711
+        assert "base not listable 13" in second.stdout
 
 
 def test_writing_outside_the_work_dir(contained, tmp_path):

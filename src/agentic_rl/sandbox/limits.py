@@ -66,6 +66,9 @@ class Isolation:
     readonly_root: bool = False
     private_tmp: bool = False
     """A private /dev/shm (TMPDIR points at the work dir)."""
+    private_workdir: bool = False
+    """The work dirs live on a private, size-capped tmpfs (``disk_mb``) that only the
+    worker's mount namespace sees: a total bound on what calls write."""
     caps_dropped: bool = False
     """All capabilities dropped (bounding set too) and no_new_privs set."""
     cgroup_memory: bool = False
@@ -77,7 +80,7 @@ class Isolation:
         return asdict(self)
 
     def describe(self) -> str:
-        flags = [name for name in ("net_ns", "pid_ns", "mount_ns", "user_ns", "readonly_root", "private_tmp", "caps_dropped", "cgroup_memory", "cgroup_pids") if getattr(self, name)]
+        flags = [name for name in ("net_ns", "pid_ns", "mount_ns", "user_ns", "readonly_root", "private_tmp", "private_workdir", "caps_dropped", "cgroup_memory", "cgroup_pids") if getattr(self, name)]
         return f"{self.level} ({', '.join(flags) or 'rlimits only'})"
 
 

@@ -10,6 +10,7 @@ its namespace) is killed and replaced.
 
 from __future__ import annotations
 
+import base64
 import functools
 import itertools
 import json
@@ -54,7 +55,7 @@ def _count_uid_processes(uid: int) -> int:
 class SandboxWorker:
     """One fork-server process. Not thread-safe: one call at a time (the pool ensures it)."""
 
-    def __init__(self, *, memory_mb: int = 512, max_processes: int = 32, namespaces: bool = True, cgroups: bool = True, start_timeout_s: float = 20.0) -> None:
+    def __init__(self, *, memory_mb: int = 512, max_processes: int = 32, disk_mb: int = 64, namespaces: bool = True, cgroups: bool = True, start_timeout_s: float = 20.0) -> None:
         self.base = tempfile.mkdtemp(prefix="agentic-rl-sandbox-")
         if os.geteuid() == 0:
             # Owned by another uid and not writable by others: the sandboxed code (uid 0
@@ -67,12 +68,12 @@ class SandboxWorker:
         self.dead = False
         self.had_session = False
         try:
-            self._start(memory_mb, max_processes, namespaces, cgroups, start_timeout_s)
+            self._start(memory_mb, max_processes, disk_mb, namespaces, cgroups, start_timeout_s)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, memory_mb: int, max_processes: int, namespaces: bool, cgroups: bool, start_timeout_s: float) -> None:
+    def _start(self, memory_mb: int, max_processes: int, disk_mb: int, namespaces: bool, cgroups: bool, start_timeout_s: float) -> None:
         prefix, user_ns = unshare_prefix() if namespaces else ((), False)
         root = os.geteuid() == 0
         self.user_ns = user_ns
@@ -100,6 +101,8 @@ class SandboxWorker:
         nproc = _count_uid_processes(os.getuid()) + max_processes * 4
         config = {
             "base": self.base,
+            "disk_mb": disk_mb,
+            "base_owner": 65534 if root and not user_ns else None,
             "nproc": nproc,
             "mount_setup": bool(prefix),
             "cgroups": self.cgroup_paths,
@@ -119,6 +122,7 @@ class SandboxWorker:
             user_ns=user_ns and bool(hello.get("pid_ns")),
             readonly_root=bool(hello.get("readonly_root")),
             private_tmp=bool(hello.get("private_tmp")),
+            private_workdir=bool(hello.get("workdir_tmpfs")),
             caps_dropped=bool(hello.get("caps_dropped")),
             cgroup_memory=bool(cg.get("memory")),
             cgroup_pids=bool(cg.get("pids")),
@@ -162,58 +166,60 @@ class SandboxWorker:
             return ExecutionResult(status="killed", stderr="sandbox worker is not running", infra_error=True, isolation=self.isolation.level)
         name = "session" if keep else f"call-{next(_counter)}"
         workdir = os.path.join(self.base, name)
-        fresh_dir = not os.path.isdir(workdir)
-        if fresh_dir:
-            os.mkdir(workdir, 0o700)
-        try:
-            for relative, content in (files or {}).items():
-                target = os.path.normpath(os.path.join(workdir, relative))
-                if not target.startswith(workdir + os.sep):
-                    raise ValueError(f"file path escapes the work dir: {relative!r}")
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                with open(target, "wb") as handle:
-                    handle.write(content.encode() if isinstance(content, str) else content)
-            request = {
-                "op": "run",
-                "code": code,
-                "dir": name,
-                "timeout_s": float(limits.timeout_s),
-                "cpu_s": float(limits.cpu_s or limits.timeout_s),
-                "memory_mb": int(limits.memory_mb),
-                "max_output_bytes": int(limits.max_output_bytes),
-                "file_size_mb": int(limits.file_size_mb),
-                "open_files": int(limits.open_files),
-                "keep": keep,
-                "had_session": self.had_session,
-            }
-            # Backstop: the worker enforces timeout_s itself; if it does not answer by
-            # then plus a margin, the whole worker and its namespace go.
-            response = self._request(request, time.monotonic() + limits.timeout_s + 5.0)
-            if keep:
-                self.had_session = True
-            if response is None:
-                self.kill()
-                return ExecutionResult(status="killed", stderr="sandbox worker died or hung; it was killed", infra_error=True, isolation=self.isolation.level, restarted=keep)
-            return ExecutionResult(
-                status=response["status"],
-                stdout=response.get("stdout", ""),
-                stderr=response.get("stderr", ""),
-                exit_code=response.get("exit_code"),
-                duration_s=float(response.get("duration_s", 0.0)),
-                truncated=bool(response.get("truncated")),
-                isolation=self.isolation.level,
-                infra_error=bool(response.get("infra_error")),
-                restarted=bool(response.get("restarted")),
-            )
-        finally:
-            if not keep:
-                shutil.rmtree(workdir, ignore_errors=True)
+        encoded = {}
+        for relative, content in (files or {}).items():
+            if not os.path.normpath(os.path.join(workdir, relative)).startswith(workdir + os.sep):
+                raise ValueError(f"file path escapes the work dir: {relative!r}")
+            encoded[relative] = base64.b64encode(content.encode() if isinstance(content, str) else content).decode()
+        # The worker creates the work dir (on its private tmpfs where it has one), writes
+        # the files, and removes the dir once every process of the call is gone.
+        request = {
+            "op": "run",
+            "code": code,
+            "dir": name,
+            "files": encoded,
+            "timeout_s": float(limits.timeout_s),
+            "cpu_s": float(limits.cpu_s or limits.timeout_s),
+            "memory_mb": int(limits.memory_mb),
+            "max_output_bytes": int(limits.max_output_bytes),
+            "file_size_mb": int(limits.file_size_mb),
+            "open_files": int(limits.open_files),
+            "keep": keep,
+            "had_session": self.had_session,
+        }
+        # Backstop: the worker enforces timeout_s itself; if it does not answer by then
+        # plus a margin, the whole worker and its namespace go.
+        response = self._request(request, time.monotonic() + limits.timeout_s + 5.0)
+        if keep:
+            self.had_session = True
+        if response is None:
+            self.kill()
+            shutil.rmtree(workdir, ignore_errors=True)  # the host-side dir when there was no private tmpfs
+            return ExecutionResult(status="killed", stderr="sandbox worker died or hung; it was killed", infra_error=True, isolation=self.isolation.level, restarted=keep)
+        return ExecutionResult(
+            status=response["status"],
+            stdout=response.get("stdout", ""),
+            stderr=response.get("stderr", ""),
+            exit_code=response.get("exit_code"),
+            duration_s=float(response.get("duration_s", 0.0)),
+            truncated=bool(response.get("truncated")),
+            isolation=self.isolation.level,
+            infra_error=bool(response.get("infra_error")),
+            restarted=bool(response.get("restarted")),
+        )
 
     def reset_session(self) -> None:
         if not self.dead:
-            self._request({"op": "reset"}, time.monotonic() + 5.0)
-        shutil.rmtree(os.path.join(self.base, "session"), ignore_errors=True)
+            self._request({"op": "reset"}, time.monotonic() + 5.0)  # the worker removes the session dir
         self.had_session = False
+
+    def workdirs(self) -> list[str]:
+        """Names in the work-dir base as the worker sees it (its private tmpfs, if any)."""
+        view = f"/proc/{self.proc.pid}/root{self.base}" if self.proc is not None and self.proc.poll() is None else self.base
+        try:
+            return sorted(os.listdir(view))
+        except OSError:
+            return sorted(os.listdir(self.base)) if os.path.isdir(self.base) else []
 
     # ------------------------------------------------------------------ teardown
     def kill(self) -> None:
