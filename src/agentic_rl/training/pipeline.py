@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 import yaml
+from safetensors.torch import save_file
 
 from agentic_rl.config import ConfigError, EnvConfig, EvalConfig, TrainConfig, build
 from agentic_rl.evaluation.harness import EvalResult, env_factory, prepare
@@ -25,7 +26,7 @@ from agentic_rl.tracking.diagnostics import check_thresholds
 from agentic_rl.tracking.jsonl import JsonlWriter
 from agentic_rl.tracking.report import build_report
 from agentic_rl.tracking.sinks import MultiSink, make_sinks
-from agentic_rl.training.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
+from agentic_rl.training.checkpoint import _trainable_state, complete_checkpoints, load_checkpoint, save_checkpoint
 from agentic_rl.training.rl import NonFiniteError, RLTrainer
 
 
@@ -153,7 +154,7 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
     trainer = RLTrainer(config, model, tokenizer, backend, train_env, task_indices)
     logs = {"metrics": run_dir / "metrics.jsonl", "rollouts": run_dir / "rollouts.jsonl"}
     if checkpoint is not None:
-        state = load_checkpoint(checkpoint, model=model, optimizer=trainer.optimizer, scheduler=trainer.scheduler)
+        state = load_checkpoint(checkpoint, model=model, optimizer=trainer.optimizer, scheduler=trainer.scheduler, critic=trainer.critic)
         trainer.step_index = state["step"]
         trainer.sampler.load_state_dict(state["sampler"])
         for key, path in logs.items():  # drop lines logged after the checkpoint
@@ -164,6 +165,7 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
         save_checkpoint(
             run_dir / "checkpoints", trainer.step_index, model=model, optimizer=trainer.optimizer, scheduler=trainer.scheduler,
             sampler_state=trainer.sampler.state_dict(), tracking={k: _count_lines(p) for k, p in logs.items()}, keep=config.keep_checkpoints,
+            critic=trainer.critic,
         )
 
     if checkpoint is None and config.checkpoint_every and (config.sft.enabled or config.filter.enabled or config.dpo.enabled):
@@ -195,6 +197,8 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
 
     run_eval("after", "eval_after.json")
     save_final(model, tokenizer, run_dir / "final")
+    if trainer.critic is not None:  # the value function, for continuing PPO or inspecting values
+        save_file(_trainable_state(trainer.critic.module), run_dir / "final" / "critic.safetensors")
     (run_dir / "summary.json").write_text(json.dumps({"evals": evals, "steps": len(steps)}, indent=2))
     if config.tracking.report:
         try:  # a report problem must never fail a finished training run
