@@ -262,6 +262,28 @@ def test_daemonized_grandchild(contained):
     assert result.status == "ok" and "parent done" in result.stdout
 
 
+def test_daemons_are_killed_without_namespaces_or_cgroups():
+    """The weakest level (no PID namespace, no cgroups: an unprivileged host) still kills a
+    setsid'd daemon tree: the worker is a child subreaper and kills the orphans."""
+    limits = sandbox.Limits(timeout_s=2.0)
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        os.execvp('sleep', ['sleep', '73'])\n"
+        "    time.sleep(60)\n"
+        "time.sleep(0.2)\n"
+        "print('parent done')\n"
+    )
+    with sandbox.SandboxWorker(namespaces=False, cgroups=False) as worker:
+        assert not (worker.isolation.pid_ns or worker.isolation.cgroup_pids or worker.isolation.cgroup_memory)
+        result = worker.run(code, limits)
+        assert result.status == "ok" and result.stdout == "parent done\n"
+        assert _processes_matching("sleep 73") == [], "a daemon outlived the call"
+        assert worker.run("print(1)", limits).stdout == "1\n"
+
+
 def test_thread_running_after_timeout(contained):
     code = "import threading, time\nthreading.Thread(target=lambda: [time.sleep(0.01) for _ in iter(int, 1)]).start()\ntime.sleep(10)"
     assert contained(code).status == "timeout"

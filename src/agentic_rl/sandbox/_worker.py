@@ -429,6 +429,21 @@ class Worker:
                 if not self._others_alive():
                     break
                 time.sleep(0.002)
+        else:
+            # The worker is a child subreaper: orphans of the call (setsid'd daemons) are
+            # re-parented to it, so killing its children until none is left reaches them
+            # even without a PID namespace or cgroups.
+            for _ in range(500):
+                self._reap()
+                children = self._children()
+                if not children:
+                    break
+                for pid in children:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                time.sleep(0.001)
         cgroups = (self._cfg_cgroups() or {})
         for controller in ("pids", "memory"):
             path = cgroups.get(controller)
@@ -464,6 +479,15 @@ class Worker:
                 return
             if pid == 0:
                 return
+
+    @staticmethod
+    def _children() -> list[int]:
+        """Live children of the worker (the worker is single-threaded: one task)."""
+        try:
+            with open(f"/proc/self/task/{os.getpid()}/children") as handle:
+                return [int(pid) for pid in handle.read().split()]
+        except OSError:
+            return []
 
     def _others_alive(self) -> bool:
         try:
