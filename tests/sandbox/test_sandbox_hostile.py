@@ -21,7 +21,9 @@ needs_net_ns = pytest.mark.skipif(not ISOLATION.net_ns, reason=f"no network name
 needs_pid_ns = pytest.mark.skipif(not ISOLATION.pid_ns, reason=f"no PID namespace here: {ISOLATION.describe()}")
 
 
-def _processes_matching(text: str) -> list[int]:
+def _processes_matching(text: str, *, spares: bool = False) -> list[int]:
+    """Live processes whose command line contains ``text``; the worker's waiting spare
+    child (forked ahead of the next call, named "sandbox-spare") only with ``spares``."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -30,10 +32,11 @@ def _processes_matching(text: str) -> list[int]:
             with open(f"/proc/{name}/cmdline", "rb") as handle:
                 cmdline = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
             with open(f"/proc/{name}/stat") as handle:
-                state = handle.read().rsplit(")", 1)[1].split()[0]
+                stat = handle.read()
         except OSError:
             continue
-        if text in cmdline and state != "Z":
+        state, spare = stat.rsplit(")", 1)[1].split()[0], "(sandbox-spare)" in stat
+        if text in cmdline and state != "Z" and spare == spares:
             found.append(int(name))
     return found
 
@@ -64,6 +67,7 @@ def contained(pool):
     while len(_processes_matching(worker.base)) > baseline_procs and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(_processes_matching(worker.base)) <= baseline_procs, "a process of the call outlived it"
+    assert len(_processes_matching(worker.base, spares=True)) <= 1, "more than one spare child"
     assert _processes_matching("sleep 7") == [], "a spawned subprocess outlived the call"
     # As the worker sees its base (a private tmpfs inside its mount namespace, where it has one).
     assert [name for name in worker.workdirs() if name.startswith("call-")] == [], "call dir left behind"
@@ -79,6 +83,18 @@ def test_isolation_is_reported_honestly():
         assert info.net_ns and info.pid_ns and info.mount_ns
     result = sandbox.execute("print(1)", timeout_s=5)
     assert result.isolation == info.level
+
+
+def test_each_call_is_a_fresh_process_with_its_own_limits(contained):
+    # The worker forks each call's child ahead of the request; nothing carries over, and
+    # the request's limits and work dir are in place before any code runs.
+    pids = {contained("import os\nprint(os.getpid())").stdout for _ in range(4)}
+    assert len(pids) == 4
+    contained("import builtins\nbuiltins.leak = 1")
+    assert contained("import builtins\nprint(hasattr(builtins, 'leak'))").stdout == "False\n"
+    code = "import os, resource\nprint(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20, resource.getrlimit(resource.RLIMIT_NOFILE)[0], os.getcwd() == os.environ['TMPDIR'])"
+    assert contained(code, memory_mb=300, open_files=32).stdout == "300 32 True\n"
+    assert contained(code, memory_mb=200, open_files=48).stdout == "200 48 True\n"
 
 
 def test_infinite_loop(contained):
