@@ -8,6 +8,7 @@ observations are rendered once and get loss_mask 0.
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from agentic_rl.envs.base import Env
 from agentic_rl.rollout.backends.base import SamplingParams
 from agentic_rl.rollout.chat import ChatRenderer
+from agentic_rl.rollout.sampling import stream_seed
 from agentic_rl.types import Trajectory, TrajectoryGroup, Turn
 
 
@@ -38,6 +40,11 @@ class RolloutLimits:
     env steps). In a batched engine this includes waiting for the batch; it is a backstop
     for hung episodes, not a speed limit."""
     seed: int | None = None
+    continuous_batching: bool = True
+    """With a backend that offers decode sessions (HF): each trajectory decodes on its own
+    schedule (one waiting for a tool does not hold the others; freed slots take new work)
+    and keeps its KV cache across turns. False: one batched ``generate`` per turn over
+    all active trajectories (the reference path; same tokens for the same seed)."""
     return_entropy: bool = False
     """Keep each turn's per-token sampling entropies in ``trajectory.info["turn_entropies"]``
     (one list per turn, token backends only): ARPO branches on them."""
@@ -50,6 +57,8 @@ class _Active:
     started: float
     stopped_last_turn: bool = True
     steps: int = 0
+    seed: int = 0
+    """This trajectory's random stream (token draws depend on it and the position only)."""
     extras: dict = field(default_factory=dict)
 
 
@@ -156,8 +165,16 @@ def continue_rollouts(
 
 
 def _run_to_end(active: list[_Active], backend, renderer: ChatRenderer | None, limits: RolloutLimits, on_finish) -> None:
+    base_seed = limits.seed if limits.seed is not None else random.getrandbits(62)
+    for ordinal, state in enumerate(active):
+        state.seed = stream_seed(base_seed, ordinal)
     pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="env-step")
     try:
+        if renderer and limits.continuous_batching and callable(getattr(backend, "session", None)):
+            from agentic_rl.rollout.continuous import run_continuous
+
+            run_continuous(active, backend, renderer, limits, pool, on_finish)
+            return
         turn_index = 0
         while active:
             active = _one_turn(active, backend, renderer, limits, pool, on_finish, turn_index)
@@ -168,17 +185,12 @@ def _run_to_end(active: list[_Active], backend, renderer: ChatRenderer | None, l
 
 def _one_turn(active: list[_Active], backend, renderer: ChatRenderer | None, limits: RolloutLimits, pool, on_finish, turn_index: int) -> list[_Active]:
     seed = None if limits.seed is None else limits.seed + turn_index
-    sampling = SamplingParams(temperature=limits.temperature, top_p=limits.top_p, max_new_tokens=limits.max_new_tokens, seed=seed, return_entropy=limits.return_entropy)
+    sampling = SamplingParams(temperature=limits.temperature, top_p=limits.top_p, max_new_tokens=limits.max_new_tokens, seed=seed, return_entropy=limits.return_entropy, row_seeds=[s.seed for s in active])
     starts = [len(s.trajectory.token_ids) for s in active]  # where each turn's response begins
     if renderer:
         budgets = [min(limits.max_new_tokens, limits.max_total_tokens - len(s.trajectory.token_ids)) for s in active]
         completions = backend.generate([s.trajectory.token_ids for s in active], sampling, stop_token_ids=renderer.stop_token_ids, max_new_tokens=budgets)
-        texts = []
-        for state, completion in zip(active, completions):
-            state.trajectory.append(completion.token_ids, 1, completion.logprobs)
-            _keep_entropies(state.trajectory, completion)
-            state.stopped_last_turn = completion.finish_reason == "stop"
-            texts.append(renderer.response_text(completion.token_ids))
+        texts = [_take_completion(state, completion, renderer) for state, completion in zip(active, completions)]
         finish_reasons = [c.finish_reason for c in completions]
         hit_total = [len(s.trajectory.token_ids) >= limits.max_total_tokens for s in active]
     else:
@@ -195,46 +207,62 @@ def _one_turn(active: list[_Active], backend, renderer: ChatRenderer | None, lim
 
     still_active = []
     for state, start, text, finish, full, future in zip(active, starts, texts, finish_reasons, hit_total, futures):
-        trajectory = state.trajectory
-        turn = Turn(assistant_text=text, response_start=start, response_end=len(trajectory.token_ids), finish_reason=finish)
+        turn = Turn(assistant_text=text, response_start=start, response_end=len(state.trajectory.token_ids), finish_reason=finish)
         remaining = limits.timeout_s - (time.monotonic() - state.started)
-        try:
-            observations, reward, terminated, truncated, info = future.result(timeout=max(remaining, 0.0))
-        except FutureTimeout:
-            # The env (or a tool inside it) hung: infrastructure, not the policy's doing.
-            trajectory.turns.append(turn)
-            trajectory.infra_error = f"env step did not return within the {limits.timeout_s:g} s trajectory timeout"
-            _finish(state, "timeout", on_finish)
-            continue
-        except Exception as exc:  # an env or tool crash is infrastructure, not the policy's doing
-            trajectory.turns.append(turn)
-            trajectory.infra_error = f"{type(exc).__name__}: {exc}"
-            _finish(state, "error", on_finish)
-            continue
-        turn.tool_results = list(info.get("tool_results", []))
-        turn.reward = float(reward)
-        turn.turn_reward = float(info.get("turn_reward", 0.0))
-        trajectory.turns.append(turn)
-        trajectory.reward += float(reward)
-        if "answer" in info:
-            trajectory.answer = info["answer"]
-        trajectory.correct = bool(info.get("correct", trajectory.correct))
-        if terminated:
-            _finish(state, "max_tokens" if finish == "length" else "answered", on_finish)
-        elif truncated or len(trajectory.turns) >= limits.max_turns:
-            _finish(state, "max_turns", on_finish)
-        elif full:
-            _finish(state, "max_tokens", on_finish)
-        elif time.monotonic() - state.started >= limits.timeout_s:
-            _finish(state, "timeout", on_finish)
-        else:
-            if renderer:
-                obs_ids = renderer.observation_ids(observations, stopped=state.stopped_last_turn)
-                if len(trajectory.token_ids) + len(obs_ids) >= limits.max_total_tokens:
-                    _finish(state, "max_tokens", on_finish)
-                    continue
-                trajectory.append(obs_ids, 0)
-                turn.observation_end = len(trajectory.token_ids)
-            trajectory.messages.extend(observations)
+        if _after_step(state, turn, full, lambda: future.result(timeout=max(remaining, 0.0)), renderer, limits, on_finish):
             still_active.append(state)
     return still_active
+
+
+def _take_completion(state: _Active, completion, renderer: ChatRenderer) -> str:
+    """Append a sampled turn to the trajectory; return its assistant text."""
+    state.trajectory.append(completion.token_ids, 1, completion.logprobs)
+    _keep_entropies(state.trajectory, completion)
+    state.stopped_last_turn = completion.finish_reason == "stop"
+    return renderer.response_text(completion.token_ids)
+
+
+def _after_step(state: _Active, turn: Turn, full: bool, result: Callable[[], tuple], renderer: ChatRenderer | None, limits: RolloutLimits, on_finish) -> bool:
+    """Apply one env step's outcome (``result()`` returns it or raises); finish the episode
+    or append the observation. Returns whether the trajectory goes on."""
+    trajectory, finish = state.trajectory, turn.finish_reason
+    try:
+        observations, reward, terminated, truncated, info = result()
+    except FutureTimeout:
+        # The env (or a tool inside it) hung: infrastructure, not the policy's doing.
+        trajectory.turns.append(turn)
+        trajectory.infra_error = f"env step did not return within the {limits.timeout_s:g} s trajectory timeout"
+        _finish(state, "timeout", on_finish)
+        return False
+    except Exception as exc:  # an env or tool crash is infrastructure, not the policy's doing
+        trajectory.turns.append(turn)
+        trajectory.infra_error = f"{type(exc).__name__}: {exc}"
+        _finish(state, "error", on_finish)
+        return False
+    turn.tool_results = list(info.get("tool_results", []))
+    turn.reward = float(reward)
+    turn.turn_reward = float(info.get("turn_reward", 0.0))
+    trajectory.turns.append(turn)
+    trajectory.reward += float(reward)
+    if "answer" in info:
+        trajectory.answer = info["answer"]
+    trajectory.correct = bool(info.get("correct", trajectory.correct))
+    if terminated:
+        _finish(state, "max_tokens" if finish == "length" else "answered", on_finish)
+    elif truncated or len(trajectory.turns) >= limits.max_turns:
+        _finish(state, "max_turns", on_finish)
+    elif full:
+        _finish(state, "max_tokens", on_finish)
+    elif time.monotonic() - state.started >= limits.timeout_s:
+        _finish(state, "timeout", on_finish)
+    else:
+        if renderer:
+            obs_ids = renderer.observation_ids(observations, stopped=state.stopped_last_turn)
+            if len(trajectory.token_ids) + len(obs_ids) >= limits.max_total_tokens:
+                _finish(state, "max_tokens", on_finish)
+                return False
+            trajectory.append(obs_ids, 0)
+            turn.observation_end = len(trajectory.token_ids)
+        trajectory.messages.extend(observations)
+        return True
+    return False

@@ -15,6 +15,9 @@ class SamplingParams:
     return_entropy: bool = False
     """Also return each sampled position's predictive entropy (nats, at the sampling
     temperature, before top-p): ARPO's branching signal."""
+    row_seeds: list[int] | None = None
+    """One random stream per prompt (backends that support it; overrides ``seed``): a
+    token's draw then depends only on its stream and position, not on the batch."""
 
 
 @dataclass

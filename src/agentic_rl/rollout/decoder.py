@@ -1,0 +1,351 @@
+"""A continuous-batching decode session over a preallocated KV cache.
+
+Sequences are submitted with a key; each ``step()`` first starts waiting work (new
+prompts, or paused sequences extended with observation tokens) in one batched prefill,
+then advances every running sequence by one token. A sequence that finishes a turn
+keeps its slot and cache (paused) so that, when its tool answers, only the observation
+tokens are encoded; the others never wait for it. Freed slots take new work.
+
+Running sequences always occupy slots ``[0, running)`` of the cache, so a decode step is
+one forward pass over a view (no gather, no concatenation); slots are swapped when a
+sequence starts or stops running. Per token there is no per-row Python: tokens, log-probs
+and entropies go into device buffers and are converted once per finished turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from agentic_rl.rollout.backends.base import Completion, SamplingParams
+from agentic_rl.rollout.kv_cache import SlotCache
+from agentic_rl.rollout.sampling import entropy as sampling_entropy
+from agentic_rl.rollout.sampling import sample
+
+
+@dataclass
+class _Sequence:
+    key: Hashable
+    seed: int
+    handle: int
+    """Row of the output buffers, fixed while the sequence lives (slots move, handles do not)."""
+    pending: list[int] = field(default_factory=list)
+    """Tokens to encode before the next sample (prompt, or last sampled token + observation)."""
+    budget: int = 0
+    length: int = 0
+    """Tokens already in the cache."""
+    slot: int | None = None
+    last_token: int | None = None
+    """The last sampled token: not yet encoded, it leads the next extension."""
+
+
+class DecodeSession:
+    """One batch of work for ``model`` (a transformers causal LM) with fixed sampling settings.
+
+    ``max_slots`` bounds the sequences held at once (running or paused); more wait for a
+    free slot. ``min_shared_prefix``: new prompts sharing at least this many leading tokens
+    encode them once (identical prompts, e.g. a GRPO group, are encoded once whole).
+    """
+
+    def __init__(self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int, min_shared_prefix: int = 32) -> None:
+        from agentic_rl.training.logprobs import _split_model
+
+        self.model = model
+        self.backbone, self.lm_head = _split_model(model)
+        self.sampling = sampling
+        self.max_slots = max_slots
+        self.pad_token_id = pad_token_id
+        self.min_shared_prefix = min_shared_prefix
+        parameter = next(model.parameters())
+        self.device, self.dtype = parameter.device, parameter.dtype
+        self.stops = torch.tensor(sorted(set(stop_token_ids)) or [-1], device=self.device)
+        self.cache: SlotCache | None = None
+        self.owner: list[_Sequence | None] = []
+        self.running = 0
+        self.waiting: list[_Sequence] = []
+        self.sequences: dict[Hashable, _Sequence] = {}
+        self.free_handles: list[int] = []
+        self._buffers_width = 0
+        self._handles = 0
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def busy(self) -> bool:
+        """Whether ``step()`` has anything to do."""
+        return bool(self.running or self.waiting)
+
+    def submit(self, key: Hashable, token_ids: Sequence[int], max_new_tokens: int, seed: int) -> None:
+        """A new sequence: encode ``token_ids``, then sample up to ``max_new_tokens`` tokens.
+        ``seed`` picks its random stream (the draw for position p depends on (seed, p) only)."""
+        if key in self.sequences:
+            raise ValueError(f"sequence {key!r} is already in this session")
+        if not token_ids:
+            raise ValueError(f"sequence {key!r}: token_ids is empty; a prompt needs at least one token")
+        sequence = _Sequence(key, int(seed), self._new_handle(), pending=list(token_ids), budget=max(int(max_new_tokens), 1))
+        self.sequences[key] = sequence
+        self.waiting.append(sequence)
+
+    def extend(self, key: Hashable, token_ids: Sequence[int], max_new_tokens: int) -> None:
+        """Resume a paused sequence: append ``token_ids`` (an observation) to its cache and
+        sample up to ``max_new_tokens`` more. Nothing before them is encoded again."""
+        sequence = self.sequences[key]
+        if sequence.last_token is None or sequence in self.waiting:
+            raise ValueError(f"sequence {key!r} is not paused after a finished turn")
+        sequence.pending = [sequence.last_token, *token_ids]
+        sequence.last_token = None
+        sequence.budget = max(int(max_new_tokens), 1)
+        self.waiting.append(sequence)
+
+    def release(self, key: Hashable) -> None:
+        """Forget a sequence (its episode ended); its slot takes new work."""
+        sequence = self.sequences.pop(key)
+        if sequence in self.waiting:
+            self.waiting.remove(sequence)
+        if sequence.slot is not None:
+            if sequence.slot < self.running:
+                raise ValueError(f"sequence {key!r} is still running")
+            self.owner[sequence.slot] = None
+        self.free_handles.append(sequence.handle)
+
+    @torch.no_grad()
+    def step(self) -> list[tuple[Hashable, Completion]]:
+        """Start waiting work, advance running sequences by one token; return finished turns."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            finished: list[tuple[Hashable, Completion]] = []
+            if self.waiting:
+                self._start_waiting(finished)
+            if self.running:
+                self._decode(finished)
+            return finished
+        finally:
+            self.model.train(was_training)
+
+    # ------------------------------------------------------------------ slots and buffers
+
+    def _new_handle(self) -> int:
+        if self.free_handles:
+            return self.free_handles.pop()
+        self._handles += 1
+        return self._handles - 1
+
+    def _ensure_storage(self, slots: int, capacity: int, width: int) -> None:
+        if self.cache is None:
+            self.cache = SlotCache(self.backbone.config, slots=slots, capacity=capacity, dtype=self.dtype, device=self.device)
+        else:
+            self.cache.reserve(slots, capacity)
+        self.owner.extend([None] * (self.cache.slots - len(self.owner)))
+        handles = max(self._handles, 1)
+        if not hasattr(self, "out_tokens") or self.out_tokens.shape[0] < handles or self._buffers_width < width:
+            rows, cols = max(handles, 2 * getattr(self, "out_tokens", torch.empty(0, 0)).shape[0]), max(width, self._buffers_width)
+            grown = {
+                "out_tokens": torch.zeros((rows, cols), dtype=torch.long, device=self.device),
+                "out_logprobs": torch.zeros((rows, cols), dtype=torch.float32, device=self.device),
+                "out_entropy": torch.zeros((rows, cols), dtype=torch.float32, device=self.device),
+            }
+            for name, tensor in grown.items():
+                if hasattr(self, name):
+                    old = getattr(self, name)
+                    tensor[: old.shape[0], : old.shape[1]] = old
+                setattr(self, name, tensor)
+            counts = torch.zeros(rows, dtype=torch.long, device=self.device)
+            budgets = torch.zeros(rows, dtype=torch.long, device=self.device)
+            if hasattr(self, "count"):
+                counts[: self.count.shape[0]] = self.count
+                budgets[: self.budget.shape[0]] = self.budget
+            self.count, self.budget = counts, budgets
+            self._buffers_width = cols
+
+    def _move(self, sequence: _Sequence, target: int) -> None:
+        """Put ``sequence`` in slot ``target``, swapping with whatever is there."""
+        source = sequence.slot
+        other = self.owner[target]
+        if source == target:
+            return
+        if source is None:
+            if other is not None:
+                raise RuntimeError("target slot is taken")  # callers pick free targets for slotless sequences
+        elif other is None:
+            self.cache.copy_slot(source, target, sequence.length)
+            self.owner[source] = None
+        else:
+            self.cache.swap_slots(source, target, max(sequence.length, other.length))
+            self.owner[source] = other
+            other.slot = source
+        self.owner[target] = sequence
+        sequence.slot = target
+
+    def _sync_running(self) -> None:
+        """Write the running rows' lengths and last tokens back to their sequences."""
+        if self.running:
+            for sequence, length, token in zip(self.owner[: self.running], self.run_length.tolist(), self.run_last.tolist()):
+                sequence.length, sequence.last_token = length, token
+
+    def _rebuild_running(self) -> None:
+        rows = self.owner[: self.running]
+        self.run_length = torch.tensor([s.length for s in rows], dtype=torch.long, device=self.device)
+        self.run_last = torch.tensor([s.last_token for s in rows], dtype=torch.long, device=self.device)
+        self.run_seed = torch.tensor([s.seed for s in rows], dtype=torch.long, device=self.device)
+        self.run_handle = torch.tensor([s.handle for s in rows], dtype=torch.long, device=self.device)
+
+    # ------------------------------------------------------------------ forward passes
+
+    def _forward(self, lo: int, hi: int, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Encode ``input_ids`` [B, q] for slots [lo, hi) whose caches hold ``lengths`` [B]
+        tokens; return the last hidden states [B, q, hidden]."""
+        q = input_ids.shape[1]
+        positions = lengths[:, None] + torch.arange(q, device=self.device)
+        width = int(lengths.max()) + q
+        # Query j of a row sees its cached tokens and its own new tokens up to j.
+        mask = (torch.arange(width, device=self.device)[None, None, :] <= positions[:, :, None])[:, None]
+        self.cache.bind(lo, hi, positions, width)
+        return self.backbone(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache, use_cache=True).last_hidden_state
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+    def _sample(self, logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor):
+        tokens, logprobs = sample(logits, temperature=self.sampling.temperature, top_p=self.sampling.top_p, seeds=seeds, positions=positions)
+        entropies = sampling_entropy(logits, self.sampling.temperature) if self.sampling.return_entropy else None
+        return tokens, logprobs, entropies
+
+    def _record(self, handles: torch.Tensor, tokens: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor | None) -> torch.Tensor:
+        """Store one sampled token per row; return which rows finished their turn."""
+        column = self.count[handles]
+        self.out_tokens[handles, column] = tokens
+        self.out_logprobs[handles, column] = logprobs
+        if entropies is not None:
+            self.out_entropy[handles, column] = entropies
+        self.count[handles] = column + 1
+        return torch.isin(tokens, self.stops) | (column + 1 >= self.budget[handles])
+
+    def _completion(self, sequence: _Sequence) -> Completion:
+        n = int(self.count[sequence.handle])
+        tokens = self.out_tokens[sequence.handle, :n].tolist()
+        stopped = bool(torch.isin(self.out_tokens[sequence.handle, n - 1], self.stops))
+        entropies = self.out_entropy[sequence.handle, :n].tolist() if self.sampling.return_entropy else None
+        return Completion(token_ids=tokens, logprobs=self.out_logprobs[sequence.handle, :n].tolist(), finish_reason="stop" if stopped else "length", entropies=entropies)
+
+    def _start_waiting(self, finished: list) -> None:
+        """Admit waiting sequences that have (or can get) a slot, encode their pending
+        tokens in one batched pass, and sample each one's first token."""
+        self._sync_running()
+        held = sum(1 for s in self.owner if s is not None)
+        admitted: list[_Sequence] = []
+        for sequence in list(self.waiting):
+            if sequence.slot is None:
+                if held >= self.max_slots:
+                    continue
+                held += 1
+            admitted.append(sequence)
+            self.waiting.remove(sequence)
+        if not admitted:
+            return
+        slots_needed = max(held, self.running + len(admitted))
+        capacity = max(s.length + len(s.pending) + s.budget for s in admitted)
+        self._ensure_storage(slots_needed, capacity, max(s.budget for s in admitted))
+        for sequence in admitted:
+            self.count[sequence.handle] = 0
+            self.budget[sequence.handle] = sequence.budget
+        # Identical new prompts (a GRPO group) are encoded once: representatives first.
+        representative: dict[tuple[int, ...], _Sequence] = {}
+        copies: list[tuple[_Sequence, _Sequence]] = []
+        for sequence in admitted:
+            if sequence.length == 0:
+                leader = representative.setdefault(tuple(sequence.pending), sequence)
+                if leader is not sequence:
+                    copies.append((sequence, leader))
+        copied = {id(s) for s, _ in copies}
+        leaders = [s for s in admitted if id(s) not in copied]
+        ordered = leaders + [s for s, _ in copies]
+        # Slotless sequences need free slots outside the target range, so place slot holders first.
+        lo = self.running
+        for index, sequence in enumerate(ordered):
+            if sequence.slot is not None:
+                self._move(sequence, lo + index)
+        for index, sequence in enumerate(ordered):
+            if sequence.slot is None:
+                target = lo + index
+                if self.owner[target] is not None:
+                    self._move(self.owner[target], self.owner.index(None))
+                self._move(sequence, target)
+        self._shared_prefix(leaders, lo)
+        hidden_last = self._encode_pending(leaders, lo)
+        for sequence, leader in copies:
+            self.cache.copy_slot(leader.slot, sequence.slot, leader.length)
+            sequence.length, sequence.pending = leader.length, []
+        logits = self._logits(hidden_last)
+        source = {id(s): i for i, s in enumerate(leaders)}
+        rows = torch.tensor([source[id(s)] for s in leaders] + [source[id(leader)] for _, leader in copies], device=self.device)
+        logits = logits[rows]
+        seeds = torch.tensor([s.seed for s in ordered], dtype=torch.long, device=self.device)
+        positions = torch.tensor([s.length for s in ordered], dtype=torch.long, device=self.device)
+        tokens, logprobs, entropies = self._sample(logits, seeds, positions)
+        handles = torch.tensor([s.handle for s in ordered], dtype=torch.long, device=self.device)
+        done = self._record(handles, tokens, logprobs, entropies).tolist()
+        for sequence, token in zip(ordered, tokens.tolist()):
+            sequence.last_token = token
+        # Those still going join the running range; the others pause right away.
+        going = [s for s, d in zip(ordered, done) if not d]
+        for index, sequence in enumerate(going):
+            self._move(sequence, lo + index)
+        self.running = lo + len(going)
+        for sequence, d in zip(ordered, done):
+            if d:
+                finished.append((sequence.key, self._completion(sequence)))
+        self._rebuild_running()
+
+    def _shared_prefix(self, leaders: list[_Sequence], lo: int) -> None:
+        """Encode the leading tokens that all new prompts share once, then copy that cache."""
+        fresh = [s for s in leaders if s.length == 0]
+        if len(fresh) < 2:
+            return
+        shortest = min((s.pending for s in fresh), key=len)
+        end = 0
+        while end < len(shortest) - 1 and all(s.pending[end] == shortest[end] for s in fresh):
+            end += 1
+        if end < self.min_shared_prefix:
+            return
+        first = fresh[0]
+        self._forward(first.slot, first.slot + 1, torch.tensor([shortest[:end]], device=self.device), torch.zeros(1, dtype=torch.long, device=self.device))
+        for sequence in fresh:
+            if sequence is not first:
+                self.cache.copy_slot(first.slot, sequence.slot, end)
+            sequence.length, sequence.pending = end, sequence.pending[end:]
+
+    def _encode_pending(self, leaders: list[_Sequence], lo: int) -> torch.Tensor:
+        """One right-padded pass over the leaders' pending tokens; [len(leaders), hidden] at each row's last token."""
+        width = max(len(s.pending) for s in leaders)
+        input_ids = torch.full((len(leaders), width), self.pad_token_id, dtype=torch.long)
+        for row, sequence in enumerate(leaders):
+            input_ids[row, : len(sequence.pending)] = torch.tensor(sequence.pending)
+        lengths = torch.tensor([s.length for s in leaders], dtype=torch.long, device=self.device)
+        hidden = self._forward(lo, lo + len(leaders), input_ids.to(self.device), lengths)
+        last = torch.tensor([len(s.pending) - 1 for s in leaders], device=self.device)
+        for sequence in leaders:
+            sequence.length += len(sequence.pending)
+            sequence.pending = []
+        return hidden[torch.arange(len(leaders), device=self.device), last]
+
+    def _decode(self, finished: list) -> None:
+        """Advance every running sequence by one token."""
+        n = self.running
+        hidden = self._forward(0, n, self.run_last[:, None], self.run_length)[:, -1]
+        self.run_length += 1
+        tokens, logprobs, entropies = self._sample(self._logits(hidden), self.run_seed, self.run_length)
+        self.run_last = tokens
+        done = self._record(self.run_handle, tokens, logprobs, entropies)
+        if not bool(done.any()):
+            return
+        self._sync_running()
+        leaving = [self.owner[i] for i in done.nonzero().flatten().tolist()]
+        for sequence in leaving:
+            # Swap it with the last running row: the running range stays contiguous.
+            self._move(sequence, self.running - 1)
+            self.running -= 1
+            finished.append((sequence.key, self._completion(sequence)))
+        self._rebuild_running()

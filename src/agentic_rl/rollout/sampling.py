@@ -1,0 +1,78 @@
+"""Sampling next tokens on the device, with counter-based randomness.
+
+Each draw is a pure function of ``(stream seed, token position)``: a sequence samples the
+same tokens whether it decodes alone, in a batch of 32, or in a continuously batched
+session where other sequences come and go. That is what makes seeded rollouts
+reproducible under continuous batching (the order of events there depends on tool
+latency) and lets a per-turn batched run and a continuous one be compared token for token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)  # splitmix64 constants as signed int64
+_MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
+_MIX2 = 0x94D049BB133111EB - (1 << 64)
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's ``>>`` is arithmetic)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser on int64 tensors (wrapping arithmetic), elementwise."""
+    x = x + _GOLDEN
+    x = (x ^ _shift_right(x, 30)) * _MIX1
+    x = (x ^ _shift_right(x, 27)) * _MIX2
+    return x ^ _shift_right(x, 31)
+
+
+def counter_uniform(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Uniform draws in [0, 1) as float64, one per element of ``seeds``/``positions`` ([N] int64)."""
+    bits = _splitmix64(_splitmix64(seeds) + positions)
+    return _shift_right(bits, 11).double() * (1.0 / (1 << 53))
+
+
+def stream_seed(*parts: int) -> int:
+    """One int64 stream seed from integers (e.g. the rollout seed and a trajectory's index)."""
+    value = torch.tensor(0, dtype=torch.long)
+    for part in parts:
+        value = _splitmix64(value + int(part))
+    return int(value)
+
+
+def entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """[N] entropy (nats) of softmax(logits / T) for logits [N, V]; greedy decoding reports the T=1 entropy."""
+    log_probs = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), -1)
+    return -(log_probs.exp() * log_probs).sum(-1)
+
+
+def sample(
+    logits: torch.Tensor, *, temperature: float, top_p: float, seeds: torch.Tensor, positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next tokens [N] and their log-probs [N] from logits [N, V].
+
+    ``seeds`` and ``positions`` ([N] int64) pick each row's random draw. The log-prob is the
+    policy's at this temperature, taken before top-p truncation: it is what the trainer's
+    forward pass reproduces (top-p only narrows what is drawn). Temperature 0 is greedy and
+    reports the temperature-1 log-prob.
+    """
+    if temperature <= 0:
+        chosen = logits.argmax(-1)
+        return chosen, torch.log_softmax(logits, -1).gather(-1, chosen[:, None]).squeeze(-1)
+    log_probs = torch.log_softmax(logits / temperature, -1)
+    probs = log_probs.exp()
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        # Drop a token once the mass before it already reaches top_p (the first always stays).
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
+    # Inverse-CDF sampling: one uniform per row instead of multinomial's V exponentials
+    # (those were a tenth of a decode step at vocabulary 49k). Float64 keeps the smallest
+    # probabilities resolvable in the cumulative sum.
+    cdf = probs.double().cumsum(-1)
+    target = counter_uniform(seeds, positions).to(cdf.device) * cdf[:, -1]
+    chosen = torch.searchsorted(cdf, target[:, None], right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
+    return chosen, log_probs.gather(-1, chosen[:, None]).squeeze(-1)
