@@ -77,7 +77,10 @@ def _hidden_states(backbone, input_ids: torch.Tensor, attention_mask: torch.Tens
     back through the shared cache, so the result and its gradient equal a full forward
     pass, at a fraction of the cost.
     """
-    prefix = _shared_prefix_length(input_ids, attention_mask, target)
+    # Under activation checkpointing transformers drops the KV cache inside each layer, so
+    # the prefix would silently vanish from the suffix's context: run the full pass then.
+    checkpointing = getattr(backbone, "gradient_checkpointing", False) and backbone.training
+    prefix = 0 if checkpointing else _shared_prefix_length(input_ids, attention_mask, target)
     if not prefix:
         return backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, 0
     from transformers import DynamicCache
