@@ -417,6 +417,10 @@ class TrainConfig(_Section):
     """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
     micro_batch_tokens: int = Field(8192, ge=64)
     """Most padded tokens per forward/backward pass (gradient accumulation beyond)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory for long episodes, ~1.3x compute."""
+    compile: bool = False
+    """torch.compile the decoder layers (pays off on GPUs; on CPU compilation outweighs the gain)."""
     task_offset: int = Field(0, ge=0)
     """First training task index used by RL (collection uses its own offset)."""
     log_rollouts: int = Field(4, ge=0)

@@ -23,6 +23,7 @@ from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.batch import TokenBatch, collate, length_buckets
 from agentic_rl.training.credit import build_advantage_inputs
 from agentic_rl.training.logprobs import token_logprobs
+from agentic_rl.training.speed import apply_speed_options
 from agentic_rl.training.optim import make_optimizer, make_scheduler
 from agentic_rl.tracking.diagnostics import mean_first_tokens_after_tool_entropy, step_diagnostics
 from agentic_rl.training.sampler import TaskSampler
@@ -149,6 +150,7 @@ class RLTrainer:
         self.backend = backend
         self.make_env = make_env
         self.sampler = TaskSampler(task_indices, seed=config.seed)
+        apply_speed_options(model, gradient_checkpointing=config.gradient_checkpointing, compile=config.compile)
         self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         updates = config.steps * config.ppo_epochs * config.mini_batches
         self.scheduler = make_scheduler(self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule)
