@@ -21,9 +21,7 @@ needs_net_ns = pytest.mark.skipif(not ISOLATION.net_ns, reason=f"no network name
 needs_pid_ns = pytest.mark.skipif(not ISOLATION.pid_ns, reason=f"no PID namespace here: {ISOLATION.describe()}")
 
 
-def _processes_matching(text: str, *, spares: bool = False) -> list[int]:
-    """Live processes whose command line contains ``text``; the worker's waiting spare
-    child (forked ahead of the next call, named "sandbox-spare") only with ``spares``."""
+def _processes_matching(text: str) -> list[int]:
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -32,11 +30,10 @@ def _processes_matching(text: str, *, spares: bool = False) -> list[int]:
             with open(f"/proc/{name}/cmdline", "rb") as handle:
                 cmdline = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
             with open(f"/proc/{name}/stat") as handle:
-                stat = handle.read()
+                state = handle.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        state, spare = stat.rsplit(")", 1)[1].split()[0], "(sandbox-spare)" in stat
-        if text in cmdline and state != "Z" and spare == spares:
+        if text in cmdline and state != "Z":
             found.append(int(name))
     return found
 
@@ -67,7 +64,6 @@ def contained(pool):
     while len(_processes_matching(worker.base)) > baseline_procs and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(_processes_matching(worker.base)) <= baseline_procs, "a process of the call outlived it"
-    assert len(_processes_matching(worker.base, spares=True)) <= 1, "more than one spare child"
     assert _processes_matching("sleep 7") == [], "a spawned subprocess outlived the call"
     # As the worker sees its base (a private tmpfs inside its mount namespace, where it has one).
     assert [name for name in worker.workdirs() if name.startswith("call-")] == [], "call dir left behind"
@@ -86,8 +82,7 @@ def test_isolation_is_reported_honestly():
 
 
 def test_each_call_is_a_fresh_process_with_its_own_limits(contained):
-    # The worker forks each call's child ahead of the request; nothing carries over, and
-    # the request's limits and work dir are in place before any code runs.
+    # Nothing carries over between calls; each call's limits and work dir are its own.
     pids = {contained("import os\nprint(os.getpid())").stdout for _ in range(4)}
     assert len(pids) == 4
     contained("import builtins\nbuiltins.leak = 1")

@@ -27,19 +27,8 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096,
 SANDBOX_MOUNT = "/tmp/sandbox"
 
 
-_LIBC = None
-
-
 def _libc():
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    return _LIBC
-
-
-def _set_name(name: bytes) -> None:
-    """The process name ``ps`` shows (PR_SET_NAME): a waiting spare is told from a call."""
-    _libc().prctl(15, ctypes.c_char_p(name), 0, 0, 0)
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _mount(source, target, fstype, flags, data=None) -> bool:
@@ -110,7 +99,6 @@ class Worker:
         self.report: dict = {"pid_ns": self.pid_ns}
         self.child: int | None = None  # a persistent (session) child
         self.child_pipes: dict = {}
-        self.spare: dict | None = None  # the next call's child, forked ahead (see prefork)
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -153,16 +141,9 @@ class Worker:
         self.report["caps_dropped"] = os.waitstatus_to_exitcode(status) == 0
 
     # ------------------------------------------------------------------ child
-    def _child_main(self, out_w: int, err_w: int, ctl_r: int, st_w: int) -> None:
-        """In the forked child: own session, fds, privileges dropped; then the first message's
-        work dir and limits; then a loop running cells.
-
-        Everything before the first message is the same for every call, so the worker forks
-        the next child ahead of its request (off the latency path, see ``prefork``); no code
-        runs before the message's limits are in place.
-        """
+    def _child_main(self, request: dict, out_w: int, err_w: int, ctl_r: int, st_w: int) -> None:
+        """In the forked child: limits, privileges, then a loop running cells."""
         os.setsid()
-        _set_name(b"sandbox-spare")
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
@@ -172,21 +153,36 @@ class Worker:
         os.closerange(5, 65536)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        _set_limits([(resource.RLIMIT_CORE, (0, 0))] + ([(resource.RLIMIT_NPROC, (self.config["nproc"],) * 2)] if self.config.get("nproc") else []))
+        os.chdir(os.path.join(self.base, request["dir"]))
+        cpu = int(request["cpu_s"]) + 1
+        limits = [
+            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+            (resource.RLIMIT_AS, (request["memory_mb"] * MB,) * 2),
+            (resource.RLIMIT_FSIZE, (request["file_size_mb"] * MB,) * 2),
+            (resource.RLIMIT_NOFILE, (request["open_files"],) * 2),
+            (resource.RLIMIT_CORE, (0, 0)),
+        ]
+        if self.config.get("nproc"):
+            limits.append((resource.RLIMIT_NPROC, (self.config["nproc"],) * 2))
+        for which, value in limits:
+            try:
+                resource.setrlimit(which, value)
+            except (ValueError, OSError):
+                pass
         if self.report.get("caps_dropped"):
-            drop_capabilities()  # limits below are only ever lowered: no capability needed
+            drop_capabilities()
         os.environ.clear()
+        os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.getcwd(), "TMPDIR": os.getcwd()})
         import io
 
         sys.stdin = open(0, "r", closefd=False)
         sys.stdout = io.TextIOWrapper(open(1, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
         sys.stderr = io.TextIOWrapper(open(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
-        base = self.base
+        del request
         namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
         control = os.fdopen(3, "rb", buffering=0)
         self.config = None  # nothing of the worker's state for the user code
         buffer = b""
-        entered = False
         while True:
             while b"\n" not in buffer:
                 chunk = control.read(65536)
@@ -194,25 +190,7 @@ class Worker:
                     os._exit(0)
                 buffer += chunk
             line, buffer = buffer.split(b"\n", 1)
-            message = json.loads(line)
-            if "setup" in message:  # the first cell: enter the call's work dir and limits
-                setup = message["setup"]
-                _set_name(b"sandbox-call")
-                os.chdir(os.path.join(base, setup["dir"]))
-                cpu = int(setup["cpu_s"]) + 1
-                _set_limits([
-                    (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-                    (resource.RLIMIT_AS, (setup["memory_mb"] * MB,) * 2),
-                    (resource.RLIMIT_FSIZE, (setup["file_size_mb"] * MB,) * 2),
-                    (resource.RLIMIT_NOFILE, (setup["open_files"],) * 2),
-                ])
-                os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.getcwd(), "TMPDIR": os.getcwd()})
-                del setup
-                entered = True
-            elif not entered:
-                os._exit(70)  # never run code outside a call's dir and limits
-            code = message["code"]
-            del message
+            code = json.loads(line)["code"]
             outcome = "ok"
             exit_code = None
             try:
@@ -244,7 +222,7 @@ class Worker:
                 os._exit(exit_code & 0xFF)
             os.write(4, (json.dumps({"outcome": outcome}) + "\n").encode())
 
-    def _spawn(self) -> dict:
+    def _spawn(self, request: dict) -> dict:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
@@ -253,7 +231,7 @@ class Worker:
         pid = os.fork()
         if pid == 0:
             try:
-                self._child_main(out_w, err_w, ctl_r, st_w)
+                self._child_main(request, out_w, err_w, ctl_r, st_w)
             except BaseException as error:
                 try:
                     os.write(2, f"sandbox setup failed: {error}\n".encode())
@@ -286,17 +264,15 @@ class Worker:
         start = time.monotonic()
         restarted = False
         workdir = self._prepare_dir(request)
-        message: dict = {"code": request["code"]}
         if request.get("keep") and self.child is not None:
             child = self.child_pipes
         else:
             if request.get("keep") and request.get("had_session"):
                 restarted = True
-            child = self._take_spare() or self._spawn()
-            message["setup"] = {key: request[key] for key in ("dir", "cpu_s", "memory_mb", "file_size_mb", "open_files")}
+            child = self._spawn(request)
         pid = child["pid"]
         try:
-            os.write(child["ctl"], (json.dumps(message) + "\n").encode())
+            os.write(child["ctl"], (json.dumps({"code": request["code"]}) + "\n").encode())
         except OSError:
             pass
         limit = request["max_output_bytes"]
@@ -406,35 +382,6 @@ class Worker:
             "restarted": restarted,
             "session_alive": bool(alive),
         }
-
-    def prefork(self) -> None:
-        """Fork the next call's child now, while the parent reads the last result (a fresh
-        process per call all the same). Not while a session child is alive: that one runs
-        the next cells."""
-        if self.spare is None and self.child is None:
-            self.spare = self._spawn()
-
-    def _take_spare(self) -> dict | None:
-        spare, self.spare = self.spare, None
-        if spare is not None and os.waitpid(spare["pid"], os.WNOHANG)[0] != 0:
-            self._close_pipes(spare)  # it died while waiting (killed by a cleanup): not usable
-            return None
-        return spare
-
-    def kill_spare(self) -> None:
-        spare, self.spare = self.spare, None
-        if spare is not None:
-            self._kill_group(spare["pid"])
-            self._close_pipes(spare)
-            self._reap()
-
-    @staticmethod
-    def _close_pipes(child: dict) -> None:
-        for fd in (child["out"], child["err"], child["status"], child["ctl"]):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
 
     def _drain(self, chunks: dict, limit: int) -> None:
         for fd, buf in chunks.items():
@@ -561,14 +508,6 @@ class Worker:
         shutil.rmtree(os.path.join(self.base, "session"), ignore_errors=True)
 
 
-def _set_limits(limits: list) -> None:
-    for which, value in limits:
-        try:
-            resource.setrlimit(which, value)
-        except (ValueError, OSError):
-            pass  # above the inherited hard limit: the stricter inherited one stays
-
-
 def main() -> None:
     config = json.loads(sys.argv[1])
     # Signals aimed at the worker by the code it runs must not stop it.
@@ -586,9 +525,6 @@ def main() -> None:
     except Exception as error:  # report, then exit
         out.write(json.dumps({"ready": False, "error": f"{type(error).__name__}: {error}"}) + "\n")
         return
-    prefork = bool(config.get("prefork", True))
-    if prefork:
-        worker.prefork()
     for line in sys.stdin:
         request = json.loads(line)
         op = request.get("op")
@@ -603,12 +539,6 @@ def main() -> None:
         else:
             response = {"ok": True}
         out.write(json.dumps(response) + "\n")
-        if prefork:
-            try:
-                worker.prefork()
-            except OSError:
-                pass  # e.g. out of processes: the next call forks its own child
-    worker.kill_spare()
     worker.stop_session()
 
 
