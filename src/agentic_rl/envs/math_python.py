@@ -3,6 +3,9 @@
 
 The package ships no data: pass ``path`` (e.g. GSM8K's ``train.jsonl``). GSM8K answers
 (reasoning, then ``#### N``) are understood: the gold answer is the part after ``####``.
+Calls use the hermes ``python(code)`` format or ReTool's ``<code>`` / ``<interpreter>``
+tags (``parser``); the answer is always ``<answer>...</answer>``. Few-shot demonstrations
+are built-in problems converted by :mod:`agentic_rl.data.gsm8k` with real tool outputs.
 """
 
 from __future__ import annotations
