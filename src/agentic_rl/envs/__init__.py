@@ -17,8 +17,8 @@ register(
     make_search_qa_env,
     "Multi-hop questions over a document collection, answered with a search tool (BM25); EM/F1 reward.",
 )
-register("math-python", make_math_python_env, "Math word problems from any JSONL (env.path), sandboxed python tool, math-verify reward.")
-register("gsm8k", make_gsm8k_env, "GSM8K from env.path (#### answers), sandboxed python tool, math-verify reward.")
+register("math-python", make_math_python_env, "Math word problems from any JSONL (env.path), sandboxed python tool (hermes or ReTool <code> tags), math-verify reward.")
+register("gsm8k", make_gsm8k_env, "GSM8K from env.path (#### answers), sandboxed python tool (hermes or ReTool <code> tags), math-verify reward.")
 
 __all__ = [
     "ArithmeticTasks",
