@@ -83,3 +83,32 @@ def get_parser(name: str, **kwargs: Any) -> ToolCallParser:
     if name not in PARSERS:
         raise KeyError(f"unknown parser '{name}'; available parsers: {', '.join(sorted(PARSERS))}")
     return PARSERS[name](**kwargs)
+
+
+def scan_tag_blocks(text: str, open_tag: str, close_tag: str, *, unclosed_hint: str) -> tuple[list[str], list[str], list[str]]:
+    """Split ``text`` at ``open_tag ... close_tag`` blocks -> (bodies, outside, errors).
+
+    ``bodies`` are the raw block contents in order, ``outside`` the text between blocks
+    (stray close tags removed), ``errors`` a stray close tag or an unclosed block (the
+    scan stops there; ``unclosed_hint`` tells the model how to end the block).
+    """
+    errors: list[str] = []
+    outside: list[str] = []
+    bodies: list[str] = []
+    position = 0
+    while True:
+        start = text.find(open_tag, position)
+        segment = text[position:] if start < 0 else text[position:start]
+        if close_tag in segment:
+            errors.append(f"found {close_tag} without a matching {open_tag}")
+            segment = segment.replace(close_tag, "")
+        outside.append(segment)
+        if start < 0:
+            break
+        end = text.find(close_tag, start + len(open_tag))
+        if end < 0:
+            errors.append(f"unclosed {open_tag} tag: {unclosed_hint}")
+            break
+        bodies.append(text[start + len(open_tag) : end])
+        position = end + len(close_tag)
+    return bodies, outside, errors

@@ -8,7 +8,7 @@ its turn; the environment runs it and answers with ``<interpreter>...</interpret
 
 from __future__ import annotations
 
-from agentic_rl.parsers.base import ParseResult, ToolCallParser, register_parser
+from agentic_rl.parsers.base import ParseResult, ToolCallParser, register_parser, scan_tag_blocks
 from agentic_rl.types import ToolCall
 
 __all__ = ["RetoolParser"]
@@ -51,25 +51,7 @@ class RetoolParser(ToolCallParser):
         self.tool_name = tool_name
 
     def parse(self, text: str) -> ParseResult:
-        errors: list[str] = []
-        outside: list[str] = []
-        bodies: list[str] = []
-        position = 0
-        while True:
-            start = text.find(OPEN_TAG, position)
-            segment = text[position:] if start < 0 else text[position:start]
-            if CLOSE_TAG in segment:
-                errors.append(f"found {CLOSE_TAG} without a matching {OPEN_TAG}")
-                segment = segment.replace(CLOSE_TAG, "")
-            outside.append(segment)
-            if start < 0:
-                break
-            end = text.find(CLOSE_TAG, start + len(OPEN_TAG))
-            if end < 0:
-                errors.append(f"unclosed {OPEN_TAG} tag: end the code block with {CLOSE_TAG}")
-                break
-            bodies.append(text[start + len(OPEN_TAG) : end])
-            position = end + len(CLOSE_TAG)
+        bodies, outside, errors = scan_tag_blocks(text, OPEN_TAG, CLOSE_TAG, unclosed_hint=f"end the code block with {CLOSE_TAG}")
         calls: list[ToolCall] = []
         for body in bodies[: self.max_calls_per_turn]:
             if OPEN_TAG in body:

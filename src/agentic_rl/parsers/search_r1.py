@@ -8,7 +8,7 @@ named ``tool_name`` (default ``search``) with argument ``{"query": ...}``.
 
 from __future__ import annotations
 
-from agentic_rl.parsers.base import ParseResult, ToolCallParser, register_parser
+from agentic_rl.parsers.base import ParseResult, ToolCallParser, register_parser, scan_tag_blocks
 from agentic_rl.types import Message, ToolCall, ToolResult
 
 __all__ = ["SearchR1Parser"]
@@ -34,25 +34,8 @@ class SearchR1Parser(ToolCallParser):
 
     def parse(self, text: str) -> ParseResult:
         calls: list[ToolCall] = []
-        errors: list[str] = []
-        outside: list[str] = []
-        queries: list[str] = []
-        position = 0
-        while True:
-            start = text.find(OPEN_TAG, position)
-            segment = text[position:] if start < 0 else text[position:start]
-            if CLOSE_TAG in segment:
-                errors.append(f"found {CLOSE_TAG} without a matching {OPEN_TAG}")
-                segment = segment.replace(CLOSE_TAG, "")
-            outside.append(segment)
-            if start < 0:
-                break
-            end = text.find(CLOSE_TAG, start + len(OPEN_TAG))
-            if end < 0:
-                errors.append(f"unclosed {OPEN_TAG} tag: end the query with {CLOSE_TAG}")
-                break
-            queries.append(text[start + len(OPEN_TAG) : end].strip())
-            position = end + len(CLOSE_TAG)
+        bodies, outside, errors = scan_tag_blocks(text, OPEN_TAG, CLOSE_TAG, unclosed_hint=f"end the query with {CLOSE_TAG}")
+        queries = [body.strip() for body in bodies]
         for query in queries[: self.max_calls_per_turn]:
             if not query:
                 errors.append(f"empty query: write {OPEN_TAG} your query {CLOSE_TAG}")
