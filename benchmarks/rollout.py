@@ -42,6 +42,18 @@ def best_of(repeats: int, run) -> float:
 
 
 def hf_generate(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> None:
+    """The reference: stock ``model.generate`` with PyTorch's own linear kernels."""
+    from agentic_rl.models.kernels import linear_kernel, set_linear_kernel
+
+    kernel = linear_kernel(model)
+    set_linear_kernel(model, "torch")
+    try:
+        _generate(model, tokenizer, prompts, new_tokens)
+    finally:
+        set_linear_kernel(model, kernel)
+
+
+def _generate(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> None:
     width = max(len(p) for p in prompts)
     pad = tokenizer.pad_token_id
     input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
@@ -70,17 +82,17 @@ def episodes(backend, prompts: list[list[int]], turns: int, tokens_per_turn: int
             for history, completion in zip(histories, backend.generate(histories, sampling, stop_token_ids=[])):
                 history.extend(completion.token_ids + (observation if turn < turns - 1 else []))
         return
-    session = backend.session(sampling, stop_token_ids=[])
     done_turns = dict.fromkeys(range(len(prompts)), 0)
-    for key, prompt in enumerate(prompts):
-        session.submit(key, prompt, tokens_per_turn, key)
-    while session.busy:
-        for key, _ in session.step():
-            done_turns[key] += 1
-            if done_turns[key] < turns:
-                session.extend(key, observation, tokens_per_turn)
-            else:
-                session.release(key)
+    with backend.session(sampling, stop_token_ids=[]) as session:
+        for key, prompt in enumerate(prompts):
+            session.submit(key, prompt, tokens_per_turn, key)
+        while session.busy:
+            for key, _ in session.step():
+                done_turns[key] += 1
+                if done_turns[key] < turns:
+                    session.extend(key, observation, tokens_per_turn)
+                else:
+                    session.release(key)
 
 
 def main() -> None:
@@ -99,7 +111,7 @@ def main() -> None:
     from agentic_rl.models import load
     from agentic_rl.rollout.backends.hf import HFBackend
 
-    model, tokenizer = load(args.model)
+    model, tokenizer = load(args.model)  # oneDNN linear kernels where available ("auto")
     backend = HFBackend(model, tokenizer)
     results: dict = {"model": args.model, "threads": torch.get_num_threads(), "new_tokens": args.new_tokens, "throughput": [], "episodes": {}}
     ours(backend, prompts_for(tokenizer, 2), 4)  # warm-up

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from agentic_rl.models import embedded
+from agentic_rl.models.kernels import set_linear_kernel
 from agentic_rl.models.tiny import build_tiny_model
 
 MODEL_NAMES: dict[str, str] = {
@@ -64,12 +65,14 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
-def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dtype: torch.dtype | None = None):
+def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dtype: torch.dtype | None = None, linear_kernel: str = "auto"):
     """Load ``(model, tokenizer)``.
 
     ``name_or_path``: a built-in name (see ``MODEL_NAMES``), a local Hugging Face folder,
     or a hub id (only where a hub is reachable). The model is put in eval mode on
-    ``device`` ("auto" picks a GPU when present) in float32 on CPU.
+    ``device`` ("auto" picks a GPU when present) in float32 on CPU. ``linear_kernel``:
+    "auto" runs float32 CPU linear layers on oneDNN (models/kernels.py), "torch" keeps
+    PyTorch's default, "onednn" insists.
     """
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -91,4 +94,6 @@ def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dty
         raise ModelNotFoundError(f"could not load model {name_or_path!r}: {str(exc).splitlines()[0]}") from None
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model.to(target).eval(), tokenizer
+    model = model.to(target).eval()
+    set_linear_kernel(model, linear_kernel)
+    return model, tokenizer

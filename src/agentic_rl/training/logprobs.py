@@ -38,18 +38,100 @@ def token_logprobs(
     target[:, 0] = False
     rows, cols = target.nonzero(as_tuple=True)
     hidden, offset = _hidden_states(backbone, input_ids, attention_mask, target)
-    logits = lm_head(hidden[rows, cols - 1 - offset]).float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    log_probs = torch.log_softmax(logits, dim=-1)
-    picked = log_probs.gather(-1, input_ids[rows, cols].unsqueeze(-1)).squeeze(-1)
+    picked, values = head_logprobs(lm_head, hidden[rows, cols - 1 - offset], input_ids[rows, cols], temperature=temperature, with_entropy=with_entropy)
     out = torch.zeros(input_ids.shape, dtype=picked.dtype, device=picked.device)
     out = out.index_put((rows, cols), picked)
     entropy = None
     if with_entropy:
-        values = -(log_probs.exp() * log_probs).sum(-1)
         entropy = torch.zeros(input_ids.shape, dtype=values.dtype, device=values.device).index_put((rows, cols), values.detach())
     return out, entropy
+
+
+HEAD_CHUNK_ELEMENTS = 1 << 22
+"""Logits held at once by the chunked vocabulary head (rows x vocab; 16 MB in float32)."""
+
+
+def head_logprobs(lm_head, hidden: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(targets[i] | hidden[i]) under softmax(lm_head(hidden) / temperature), and the
+    predictive entropy (no gradient) if asked. Shapes: hidden [N, H], targets [N] -> [N].
+
+    A linear head runs in row chunks and never holds the [N, vocab] logits (for a 49k
+    vocabulary they are the largest tensors of a step, and allocating them costs more than
+    the matmul); the backward recomputes each chunk's logits. Other heads (e.g. peft
+    wrappers) and heads with hooks (the shared critic captures the head's input) take the
+    plain module call; both paths give the same values and gradients."""
+    from agentic_rl.models.kernels import OneDNNLinear
+
+    hooked = bool(lm_head._forward_pre_hooks or lm_head._forward_hooks)
+    if type(lm_head) in (torch.nn.Linear, OneDNNLinear) and not hooked:
+        return _ChunkedHead.apply(hidden, lm_head.weight, lm_head.bias, targets, float(temperature), type(lm_head) is OneDNNLinear, with_entropy)
+    logits = lm_head(hidden).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    log_probs = torch.log_softmax(logits, dim=-1)
+    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    values = -(log_probs.exp() * log_probs).sum(-1).detach() if with_entropy else None
+    return picked, values
+
+
+class _ChunkedHead(torch.autograd.Function):
+    """Chunked ``log_softmax(h W^T + b)[target]``: d logp / d logits = onehot(target) - p."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, onednn, with_entropy):
+        from agentic_rl.models.kernels import linear
+
+        rows = hidden.shape[0]
+        chunk = max(32, HEAD_CHUNK_ELEMENTS // weight.shape[0])
+        picked = torch.empty(rows, dtype=torch.float32, device=hidden.device)
+        normaliser = torch.empty_like(picked)
+        entropy = torch.empty_like(picked) if with_entropy else None
+        for start in range(0, rows, chunk):
+            end = min(start + chunk, rows)
+            logits = linear(hidden[start:end], weight, bias, onednn=onednn).float()
+            if temperature != 1.0:
+                logits.div_(temperature)
+            lse = torch.logsumexp(logits, dim=-1)
+            normaliser[start:end] = lse
+            picked[start:end] = logits.gather(-1, targets[start:end, None]).squeeze(-1) - lse
+            if with_entropy:
+                # H = lse - sum_v p_v z_v
+                entropy[start:end] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        ctx.save_for_backward(hidden, weight, bias, targets, normaliser)
+        ctx.temperature, ctx.onednn, ctx.chunk = temperature, onednn, chunk
+        if entropy is not None:
+            ctx.mark_non_differentiable(entropy)
+        return picked, entropy
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_picked, _grad_entropy):
+        from agentic_rl.models.kernels import linear
+
+        hidden, weight, bias, targets, normaliser = ctx.saved_tensors
+        need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        grad_weight = torch.zeros_like(weight) if need_weight else None
+        grad_bias = torch.zeros_like(bias) if need_bias else None
+        for start in range(0, hidden.shape[0], ctx.chunk):
+            end = min(start + ctx.chunk, hidden.shape[0])
+            logits = linear(hidden[start:end], weight, bias, onednn=ctx.onednn).float()
+            if ctx.temperature != 1.0:
+                logits.div_(ctx.temperature)
+            grad = grad_picked[start:end, None]
+            # d/dz (z_t - lse) = onehot(t) - softmax(z); the 1/T of z = logits / T comes last.
+            grad_logits = logits.sub_(normaliser[start:end, None]).exp_().mul_(-grad)
+            grad_logits.scatter_add_(-1, targets[start:end, None], grad)
+            if ctx.temperature != 1.0:
+                grad_logits.div_(ctx.temperature)
+            grad_logits = grad_logits.to(weight.dtype)
+            if need_hidden:
+                grad_hidden[start:end] = linear(grad_logits, weight.t(), onednn=ctx.onednn)
+            if need_weight:
+                grad_weight.addmm_(grad_logits.t(), hidden[start:end])
+            if need_bias:
+                grad_bias += grad_logits.sum(0)
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
 MIN_SHARED_PREFIX = 32

@@ -116,7 +116,7 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
     # Validate the eval env before spending minutes on anything.
     env_factory(config.env.name, {**config.env.options, **config.eval.env}, split="test")
     events.on_stage(f"loading {config.model.name}")
-    model, tokenizer = loaded or load(config.model.name, device=config.model.device)
+    model, tokenizer = loaded or load(config.model.name, device=config.model.device, linear_kernel=config.model.linear_kernel)
     if next(model.parameters()).dtype != torch.float32 and next(model.parameters()).device.type == "cpu":
         model = model.float()
     model = _apply_lora(model, config)

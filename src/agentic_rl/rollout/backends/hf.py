@@ -46,12 +46,12 @@ class HFBackend:
         if seeds is None:
             base = sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**62, ()))
             seeds = [stream_seed(base, i) for i in range(len(prompts))]
-        session = self.session(sampling, stop_token_ids=stop_token_ids)
-        for i, prompt in enumerate(prompts):
-            session.submit(i, prompt, limits[i], seeds[i])
         results: list[Completion | None] = [None] * len(prompts)
-        while session.busy:
-            for i, completion in session.step():
-                results[i] = completion
-                session.release(i)  # its slot takes the next prompt
+        with self.session(sampling, stop_token_ids=stop_token_ids) as session:
+            for i, prompt in enumerate(prompts):
+                session.submit(i, prompt, limits[i], seeds[i])
+            while session.busy:
+                for i, completion in session.step():
+                    results[i] = completion
+                    session.release(i)  # its slot takes the next prompt
         return results  # type: ignore[return-value]
