@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from agentic_rl.models import embedded
+from agentic_rl.models.allocator import tune_malloc
 from agentic_rl.models.kernels import set_linear_kernel
 from agentic_rl.models.tiny import build_tiny_model
 
@@ -72,12 +73,14 @@ def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dty
     or a hub id (only where a hub is reachable). The model is put in eval mode on
     ``device`` ("auto" picks a GPU when present) in float32 on CPU. ``linear_kernel``:
     "auto" runs float32 CPU linear layers on oneDNN (models/kernels.py), "torch" keeps
-    PyTorch's default, "onednn" insists.
+    PyTorch's default, "onednn" insists. Loading also keeps freed host memory mapped for
+    reuse (models/allocator.py; ``AGENTIC_RL_MALLOC_TUNING=0`` turns that off).
     """
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own display owns the terminal
+    tune_malloc()
     target = resolve_device(device)
     dtype = dtype or _default_dtype(target)
     try:
