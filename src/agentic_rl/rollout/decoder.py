@@ -23,6 +23,7 @@ import torch
 from agentic_rl.models.kernels import packed_weights
 from agentic_rl.rollout.backends.base import Completion, SamplingParams
 from agentic_rl.rollout.kv_cache import SlotCache
+from agentic_rl.rollout.lean import lean_decoder
 from agentic_rl.rollout.sampling import entropy as sampling_entropy
 from agentic_rl.rollout.sampling import sample
 
@@ -51,8 +52,9 @@ class DecodeSession:
     encode them once (identical prompts, e.g. a GRPO group, are encoded once whole).
 
     Used as a context manager (``with backend.session(...) as session``), the model's
-    oneDNN linear weights stay packed for the session (models/kernels.py): faster decode
-    steps; the weights must not change until the block ends.
+    oneDNN linear weights stay packed for the session (models/kernels.py) and supported
+    Llama-family models run the lean forward (rollout/lean.py): faster decode steps; the
+    weights must not change until the block ends.
     """
 
     def __init__(self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int, min_shared_prefix: int = 32) -> None:
@@ -68,6 +70,7 @@ class DecodeSession:
         self.device, self.dtype = parameter.device, parameter.dtype
         self.stops = torch.tensor(sorted(set(stop_token_ids)) or [-1], device=self.device)
         self.cache: SlotCache | None = None
+        self._lean = None
         self.owner: list[_Sequence | None] = []
         self.running = 0
         self.waiting: list[_Sequence] = []
@@ -81,9 +84,11 @@ class DecodeSession:
     def __enter__(self) -> DecodeSession:
         self._scope = contextlib.ExitStack()
         self._scope.enter_context(packed_weights(self.model))
+        self._lean = lean_decoder(self.backbone)
         return self
 
     def __exit__(self, *exc_info) -> None:
+        self._lean = None
         self._scope.close()
 
     @property
@@ -217,6 +222,8 @@ class DecodeSession:
         # Query j of a row sees its cached tokens and its own new tokens up to j.
         mask = (torch.arange(width, device=self.device)[None, None, :] <= positions[:, :, None])[:, None]
         self.cache.bind(lo, hi, positions, width)
+        if self._lean is not None:
+            return self._lean.forward(input_ids, positions, mask, self.cache)
         return self.backbone(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache, use_cache=True).last_hidden_state
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:

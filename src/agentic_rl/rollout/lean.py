@@ -1,0 +1,138 @@
+"""A lean forward pass of Llama-family decoders for rollouts on CPU.
+
+A decode step of a small model is mostly fixed costs: transformers' modules issue
+about 50 tensor operations per layer, each a separate dispatch, and 7 matrix products
+that are too narrow to run near the matmul peak. During a rollout the weights cannot
+change, so this forward fuses the q/k/v and gate/up projections into two wider
+products, runs them (and the others) on oneDNN weights packed once for the session,
+and computes RMSNorm, rotary embedding and attention with the fewest operations.
+It reads the model's own modules (embedding, rotary tables, norms, head), so a
+supported model needs nothing converted.
+
+Supported: ``model_type`` llama, qwen2 and mistral without a sliding window, SiLU MLPs,
+float32 on CPU, projections on the oneDNN kernel (models/kernels.py; a model kept on
+torch's kernels, or with adapters wrapping its projections, is not touched). :func:`lean_decoder` returns None for anything else and
+the caller keeps the transformers forward. Numerics match that forward to float32
+rounding (tests/rollout/test_lean.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from agentic_rl.models.kernels import onednn_available
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+_PACK_BATCH_HINT = 16
+
+
+def _packed(weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), _PACK_BATCH_HINT)
+
+
+def _project(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def _bias(*modules) -> torch.Tensor | None:
+    if all(m.bias is None for m in modules):
+        return None
+    return torch.cat([m.bias.detach() if m.bias is not None else torch.zeros(m.out_features, dtype=m.weight.dtype) for m in modules])
+
+
+class _Layer:
+    def __init__(self, layer) -> None:
+        attention, mlp = layer.self_attn, layer.mlp
+        self.input_norm = layer.input_layernorm
+        self.post_norm = layer.post_attention_layernorm
+        self.qkv = _packed(torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]))
+        self.qkv_bias = _bias(attention.q_proj, attention.k_proj, attention.v_proj)
+        self.o = _packed(attention.o_proj.weight)
+        self.o_bias = None if attention.o_proj.bias is None else attention.o_proj.bias.detach()
+        self.gate_up = _packed(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
+        self.gate_up_bias = _bias(mlp.gate_proj, mlp.up_proj)
+        self.down = _packed(mlp.down_proj.weight)
+        self.down_bias = None if mlp.down_proj.bias is None else mlp.down_proj.bias.detach()
+        self.intermediate = mlp.gate_proj.out_features
+        self.scaling = attention.scaling
+
+
+def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return torch.addcmul(x * cos, rotated, sin)
+
+
+class LeanDecoder:
+    """``forward(input_ids, positions, mask, cache) -> last hidden states`` with the same
+    contract as the backbone call in rollout/decoder.py (SlotCache bound beforehand)."""
+
+    def __init__(self, backbone) -> None:
+        config = backbone.config
+        self.backbone = backbone
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.layers = [_Layer(layer) for layer in backbone.layers]
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache) -> torch.Tensor:
+        backbone = self.backbone
+        batch, q = input_ids.shape
+        hidden = backbone.embed_tokens(input_ids)
+        cos, sin = backbone.rotary_emb(hidden, positions)
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, q, head_dim]
+        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        groups = self.heads // self.kv_heads
+        for index, layer in enumerate(self.layers):
+            qkv = _project(_rms_norm(hidden, layer.input_norm), layer.qkv, layer.qkv_bias)
+            # Queries and keys are adjacent in the fused output: one rotary pass for both.
+            rotated = _rotate(qkv[..., : q_width + kv_width].view(batch, q, self.heads + self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
+            query, key = rotated[:, : self.heads], rotated[:, self.heads :]
+            value = qkv[..., q_width + kv_width :].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
+            keys, values = cache.update(key, value, index)
+            if q == 1:
+                # One query per row: grouped heads as a [groups, width] product per kv head
+                # (the fused attention kernel's setup dominates at this size).
+                scores = torch.matmul(query.view(batch, self.kv_heads, groups, self.head_dim), keys.transpose(-1, -2)) * layer.scaling
+                scores = scores.masked_fill_(~mask, float("-inf")).softmax(-1)
+                attended = torch.matmul(scores, values).view(batch, 1, q_width)
+            else:
+                attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling, enable_gqa=groups > 1)
+                attended = attended.transpose(1, 2).reshape(batch, q, q_width)
+            hidden = hidden + _project(attended, layer.o, layer.o_bias)
+            gate_up = _project(_rms_norm(hidden, layer.post_norm), layer.gate_up, layer.gate_up_bias)
+            hidden = hidden + _project(F.silu(gate_up[..., : layer.intermediate]) * gate_up[..., layer.intermediate :], layer.down, layer.down_bias)
+        return _rms_norm(hidden, backbone.norm)
+
+
+def _plain_projections(layer) -> bool:
+    """Only plain linear layers: an adapter (e.g. peft LoRA) wrapping one would be skipped."""
+    from agentic_rl.models.kernels import OneDNNLinear
+
+    attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    names = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
+    return all(type(getattr(owner, name, None)) is OneDNNLinear for owner, group in zip((attention, mlp), names) for name in group)
+
+
+def lean_decoder(backbone) -> LeanDecoder | None:
+    """A LeanDecoder over ``backbone`` (weights packed now: build it only where they stay
+    fixed), or None when the model or the machine is not covered."""
+    config = backbone.config
+    parameter = next(backbone.parameters(), None)
+    if (
+        config.model_type not in SUPPORTED_MODEL_TYPES
+        or getattr(config, "hidden_act", "silu") != "silu"
+        or (getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True))
+        or parameter is None or parameter.device.type != "cpu" or parameter.dtype != torch.float32
+        or not onednn_available()
+        or not all(hasattr(backbone, name) for name in ("embed_tokens", "rotary_emb", "layers", "norm"))
+        or not all(_plain_projections(layer) for layer in backbone.layers)
+    ):
+        return None
+    return LeanDecoder(backbone)

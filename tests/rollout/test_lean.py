@@ -1,0 +1,104 @@
+"""The lean Llama-family forward equals transformers' forward over the same slot cache."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from agentic_rl.models.kernels import onednn_available, packed_weights, set_linear_kernel
+from agentic_rl.rollout.backends.base import SamplingParams
+from agentic_rl.rollout.backends.hf import HFBackend
+from agentic_rl.rollout.kv_cache import SlotCache
+from agentic_rl.rollout.lean import lean_decoder
+from agentic_rl.rollout.sampling import inverse_cdf
+from agentic_rl.training.logprobs import _split_model
+
+needs_onednn = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
+
+
+def _run(backbone, forward, prompts: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """Prefill ``prompts`` [B, T] into a fresh slot cache, then ``steps`` one-token steps
+    (feeding token id 7 + step); returns the hidden states of each pass."""
+    batch, width = prompts.shape
+    cache = SlotCache(backbone.config, slots=batch, capacity=width + steps, dtype=torch.float32, device=torch.device("cpu"))
+    outputs = []
+    lengths = torch.zeros(batch, dtype=torch.long)
+    ids = prompts
+    for _ in range(steps + 1):
+        q = ids.shape[1]
+        positions = lengths[:, None] + torch.arange(q)
+        total = int(lengths.max()) + q
+        mask = (torch.arange(total)[None, None, :] <= positions[:, :, None])[:, None]
+        cache.bind(0, batch, positions, total)
+        outputs.append(forward(ids, positions, mask, cache))
+        lengths += q
+        ids = torch.full((batch, 1), 7 + len(outputs))
+    return outputs
+
+
+@needs_onednn
+def test_lean_forward_matches_transformers(tiny) -> None:
+    model, _ = tiny
+    backbone, _ = _split_model(model)
+    prompts = torch.randint(3, 500, (3, 9), generator=torch.Generator().manual_seed(0))
+
+    def reference(ids, positions, mask, cache):
+        return backbone(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
+
+    with torch.no_grad(), packed_weights(model):
+        lean = lean_decoder(backbone)
+        assert lean is not None
+        expected = _run(backbone, reference, prompts, steps=4)
+        got = _run(backbone, lean.forward, prompts, steps=4)
+    assert [g.shape for g in got] == [e.shape for e in expected] == [(3, 9, backbone.config.hidden_size)] + [(3, 1, backbone.config.hidden_size)] * 4
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
+@needs_onednn
+def test_lean_forward_only_where_covered(tiny) -> None:
+    model, _ = tiny
+    backbone, _ = _split_model(model)
+    assert lean_decoder(backbone) is not None
+    plain = copy.deepcopy(model)
+    set_linear_kernel(plain, "torch")  # the user kept torch's kernels: not overridden
+    assert lean_decoder(_split_model(plain)[0]) is None
+    other = copy.deepcopy(model)
+    other.config.model_type = "gpt_neox"
+    assert lean_decoder(_split_model(other)[0]) is None
+    wrapped = copy.deepcopy(model)
+    layer = _split_model(wrapped)[0].layers[0].self_attn
+    layer.q_proj = torch.nn.Sequential(layer.q_proj)  # e.g. an adapter around a projection
+    assert lean_decoder(_split_model(wrapped)[0]) is None
+
+
+@needs_onednn
+def test_rollouts_equal_with_and_without_the_lean_forward(tiny, monkeypatch) -> None:
+    model, tokenizer = tiny
+    backend = HFBackend(model, tokenizer)
+    prompts = [[1, 5, 9, 200, 17], [1, 5, 301, 44], [1, 5, 9, 200, 17]]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
+    fast = backend.generate(prompts, sampling, stop_token_ids=[])
+    monkeypatch.setattr("agentic_rl.rollout.decoder.lean_decoder", lambda backbone: None)
+    slow = backend.generate(prompts, sampling, stop_token_ids=[])
+    assert [c.token_ids for c in fast] == [c.token_ids for c in slow]
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-4)
+
+
+def test_inverse_cdf_matches_a_full_cumulative_sum() -> None:
+    generator = torch.Generator().manual_seed(0)
+    probs = torch.rand(64, 1000, generator=generator) ** 8  # not a multiple of the block size
+    probs[:, ::7] = 0.0  # zero-probability entries are never chosen
+    probs /= probs.sum(-1, keepdim=True)
+    uniform = torch.rand(64, generator=generator, dtype=torch.float64)
+    cdf = probs.double().cumsum(-1)
+    expected = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True).squeeze(-1)
+    chosen = inverse_cdf(probs, uniform)
+    assert torch.equal(chosen, expected)
+    assert bool((probs.gather(-1, chosen[:, None]) > 0).all())
+    # u -> 1 lands on the last positive entry, u = 0 on the first.
+    edge = inverse_cdf(probs[:2], torch.tensor([1.0 - 1e-16, 0.0], dtype=torch.float64))
+    assert probs[0, edge[0]] > 0 and int(edge[1]) == int((probs[1] > 0).nonzero()[0])
