@@ -12,7 +12,7 @@ def build_backend(backend: BackendConfig, model: ModelConfig, *, loaded=None):
         from agentic_rl.models import load
         from agentic_rl.rollout.backends.hf import HFBackend
 
-        policy, tokenizer = loaded or load(model.name, device=model.device)
+        policy, tokenizer = loaded or load(model.name, device=model.device, linear_kernel=model.linear_kernel)
         return HFBackend(policy, tokenizer, batch_size=backend.batch_size)
     if not backend.base_url:
         raise ConfigError("backend.base_url: required when backend.kind is 'openai' (e.g. http://127.0.0.1:8000/v1)")
