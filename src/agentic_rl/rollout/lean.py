@@ -5,7 +5,8 @@ about 50 tensor operations per layer, each a separate dispatch, and 7 matrix pro
 that are too narrow to run near the matmul peak. During a rollout the weights cannot
 change, so this forward fuses the q/k/v and gate/up projections into two wider
 products, runs them (and the others) on oneDNN weights packed once for the session,
-and computes RMSNorm, rotary embedding and attention with the fewest operations.
+and computes RMSNorm, rotary embedding and attention (grouped-query SDPA over the slot
+cache views, no repeated keys) with the fewest operations.
 It reads the model's own modules (embedding, rotary tables, norms, head), so a
 supported model needs nothing converted.
 
@@ -96,15 +97,8 @@ class LeanDecoder:
             query, key = rotated[:, : self.heads], rotated[:, self.heads :]
             value = qkv[..., q_width + kv_width :].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
             keys, values = cache.update(key, value, index)
-            if q == 1:
-                # One query per row: grouped heads as a [groups, width] product per kv head
-                # (the fused attention kernel's setup dominates at this size).
-                scores = torch.matmul(query.view(batch, self.kv_heads, groups, self.head_dim), keys.transpose(-1, -2)) * layer.scaling
-                scores = scores.masked_fill_(~mask, float("-inf")).softmax(-1)
-                attended = torch.matmul(scores, values).view(batch, 1, q_width)
-            else:
-                attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling, enable_gqa=groups > 1)
-                attended = attended.transpose(1, 2).reshape(batch, q, q_width)
+            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling, enable_gqa=groups > 1)
+            attended = attended.transpose(1, 2).reshape(batch, q, q_width)
             hidden = hidden + _project(attended, layer.o, layer.o_bias)
             gate_up = _project(_rms_norm(hidden, layer.post_norm), layer.gate_up, layer.gate_up_bias)
             hidden = hidden + _project(F.silu(gate_up[..., : layer.intermediate]) * gate_up[..., layer.intermediate :], layer.down, layer.down_bias)
