@@ -40,8 +40,15 @@ def onednn_available() -> bool:
         return False
 
 
-def _inner_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x W^T + b on oneDNN; ``weight`` dense (views allowed) or from :func:`pack_weight`."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` [out, in] reordered into oneDNN's blocked layout for :func:`onednn_linear`
+    (a copy: valid only while the weight does not change)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), _PACK_BATCH_HINT)
 
 
 class _OneDNNLinearFunction(torch.autograd.Function):
@@ -50,7 +57,7 @@ class _OneDNNLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
         ctx.save_for_backward(x, weight)
-        return _inner_product(x, weight, bias)
+        return onednn_linear(x, weight, bias)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -61,10 +68,10 @@ class _OneDNNLinearFunction(torch.autograd.Function):
         # oneDNN reads transposed views through their strides: copying them first was
         # slower than the product itself (a strided 12 MB copy takes ~20 ms here).
         if ctx.needs_input_grad[0]:
-            grad_x = _inner_product(grad, weight.t(), None)
+            grad_x = onednn_linear(grad, weight.t(), None)
         if ctx.needs_input_grad[1]:
             # dW[o, i] = sum_m dy[m, o] x[m, i]: an inner product of dy^T with x^T as "weight".
-            grad_weight = _inner_product(flat_grad.t(), x.reshape(-1, x.shape[-1]).t(), None)
+            grad_weight = onednn_linear(flat_grad.t(), x.reshape(-1, x.shape[-1]).t(), None)
         if ctx.needs_input_grad[2]:
             grad_bias = flat_grad.sum(0)
         return grad_x, grad_weight, grad_bias
@@ -74,7 +81,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """``F.linear`` without autograd tracking, on oneDNN when ``onednn`` and the inputs
     allow it (float32 CPU tensors; transposed views are read in place)."""
     if onednn and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.numel() and onednn_available() and not torch.compiler.is_compiling():
-        return _inner_product(x, weight, bias)
+        return onednn_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
@@ -101,8 +108,8 @@ class OneDNNLinear(torch.nn.Linear):
         if needs_grad:
             return _OneDNNLinearFunction.apply(x, self.weight, self.bias)
         if self._packing:
-            return _inner_product(x, self._packed_weight(), self.bias)
-        return _inner_product(x, self.weight, self.bias)
+            return onednn_linear(x, self._packed_weight(), self.bias)
+        return onednn_linear(x, self.weight, self.bias)
 
     def _packed_weight(self) -> torch.Tensor:
         # Keyed on storage and version as a second guard; packed_weights() is the real
@@ -110,7 +117,7 @@ class OneDNNLinear(torch.nn.Linear):
         weight = self.weight.detach()
         key = (weight.data_ptr(), self.weight._version)
         if self._packed is None or self._packed[:2] != key:
-            self._packed = (*key, torch.ops.mkldnn._reorder_linear_weight(weight, _PACK_BATCH_HINT))
+            self._packed = (*key, pack_weight(weight))
         return self._packed[2]
 
 

@@ -22,18 +22,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from agentic_rl.models.kernels import onednn_available
+from agentic_rl.models.kernels import OneDNNLinear, onednn_available, onednn_linear, pack_weight
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
-_PACK_BATCH_HINT = 16
-
-
-def _packed(weight: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), _PACK_BATCH_HINT)
-
-
-def _project(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
 def _bias(*modules) -> torch.Tensor | None:
@@ -47,13 +38,13 @@ class _Layer:
         attention, mlp = layer.self_attn, layer.mlp
         self.input_norm = layer.input_layernorm
         self.post_norm = layer.post_attention_layernorm
-        self.qkv = _packed(torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]))
+        self.qkv = pack_weight(torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]))
         self.qkv_bias = _bias(attention.q_proj, attention.k_proj, attention.v_proj)
-        self.o = _packed(attention.o_proj.weight)
+        self.o = pack_weight(attention.o_proj.weight)
         self.o_bias = None if attention.o_proj.bias is None else attention.o_proj.bias.detach()
-        self.gate_up = _packed(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
+        self.gate_up = pack_weight(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
         self.gate_up_bias = _bias(mlp.gate_proj, mlp.up_proj)
-        self.down = _packed(mlp.down_proj.weight)
+        self.down = pack_weight(mlp.down_proj.weight)
         self.down_bias = None if mlp.down_proj.bias is None else mlp.down_proj.bias.detach()
         self.intermediate = mlp.gate_proj.out_features
         self.scaling = attention.scaling
@@ -91,7 +82,7 @@ class LeanDecoder:
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         groups = self.heads // self.kv_heads
         for index, layer in enumerate(self.layers):
-            qkv = _project(_rms_norm(hidden, layer.input_norm), layer.qkv, layer.qkv_bias)
+            qkv = onednn_linear(_rms_norm(hidden, layer.input_norm), layer.qkv, layer.qkv_bias)
             # Queries and keys are adjacent in the fused output: one rotary pass for both.
             rotated = _rotate(qkv[..., : q_width + kv_width].view(batch, q, self.heads + self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
             query, key = rotated[:, : self.heads], rotated[:, self.heads :]
@@ -99,16 +90,14 @@ class LeanDecoder:
             keys, values = cache.update(key, value, index)
             attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling, enable_gqa=groups > 1)
             attended = attended.transpose(1, 2).reshape(batch, q, q_width)
-            hidden = hidden + _project(attended, layer.o, layer.o_bias)
-            gate_up = _project(_rms_norm(hidden, layer.post_norm), layer.gate_up, layer.gate_up_bias)
-            hidden = hidden + _project(F.silu(gate_up[..., : layer.intermediate]) * gate_up[..., layer.intermediate :], layer.down, layer.down_bias)
+            hidden = hidden + onednn_linear(attended, layer.o, layer.o_bias)
+            gate_up = onednn_linear(_rms_norm(hidden, layer.post_norm), layer.gate_up, layer.gate_up_bias)
+            hidden = hidden + onednn_linear(F.silu(gate_up[..., : layer.intermediate]) * gate_up[..., layer.intermediate :], layer.down, layer.down_bias)
         return _rms_norm(hidden, backbone.norm)
 
 
 def _plain_projections(layer) -> bool:
     """Only plain linear layers: an adapter (e.g. peft LoRA) wrapping one would be skipped."""
-    from agentic_rl.models.kernels import OneDNNLinear
-
     attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     names = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
     return all(type(getattr(owner, name, None)) is OneDNNLinear for owner, group in zip((attention, mlp), names) for name in group)
