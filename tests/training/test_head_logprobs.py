@@ -20,8 +20,11 @@ def _reference(head, hidden, targets, temperature):
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_chunked_head_matches_log_softmax(monkeypatch, kernel, bias, temperature):
-    # 64 vocab entries x 32 rows per chunk: 75 rows span three chunks, the last one partial.
-    monkeypatch.setattr(logprobs_module, "HEAD_CHUNK_ELEMENTS", 64 * 32)
+    # Blocks of 32 rows (75 rows: three, the last partial), each over vocabulary chunks of
+    # 16 entries (64 entries: four), so the online normaliser and the gradient accumulation
+    # across row blocks are both exercised.
+    monkeypatch.setattr(logprobs_module, "HEAD_ROW_BLOCK", 32)
+    monkeypatch.setattr(logprobs_module, "HEAD_CHUNK_ELEMENTS", 16 * 32)
     torch.manual_seed(0)
     head = torch.nn.Linear(16, 64, bias=bias)
     set_linear_kernel(head, kernel)

@@ -4,10 +4,13 @@ A training step allocates and frees gigabytes of activations. glibc's defaults h
 freed heap tops back to the kernel (trim threshold ~2x the mmap threshold) and serve
 blocks above a dynamic threshold with fresh mmaps, so every step faults the same
 memory in again, page by page: on the 2-core VM we measure on that was 0.5-2.2 GB of
-page faults per training step (``ru_minflt``) and about 10-15% of its time. Raising
-the trim threshold and pinning the mmap threshold at glibc's maximum (32 MB) keeps the
-memory mapped and reused; the price is that the process's resident size stays near its
-peak. Set ``AGENTIC_RL_MALLOC_TUNING=0`` to keep glibc's defaults.
+page faults per training step (``ru_minflt``) and about 10-15% of its time. Blocks
+above glibc's largest mmap threshold (32 MB: vocabulary-sized gradients, 113 MB each
+for a 49k x 576 embedding) would still be mapped fresh each time, so mmap is turned off
+altogether: every block comes from the heap, which a raised trim threshold keeps mapped
+and reused (another ~0.3 s of a 6 s training step there). The price is that the
+process's resident size stays near its peak. Set ``AGENTIC_RL_MALLOC_TUNING=0`` to keep
+glibc's defaults.
 """
 
 from __future__ import annotations
@@ -17,9 +20,7 @@ import ctypes.util
 import os
 import sys
 
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
-_MMAP_THRESHOLD_MAX = 32 << 20
-"""glibc refuses larger values (HEAP_MAX_SIZE / 2 on 64-bit)."""
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
 
 _tuned: bool | None = None
 
@@ -39,6 +40,7 @@ def tune_malloc() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     _tuned = bool(
-        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) and mallopt(_M_TOP_PAD, 64 << 20)
+        # With no mmap, glibc still falls back to it when the heap cannot grow.
+        mallopt(_M_MMAP_MAX, 0) and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) and mallopt(_M_TOP_PAD, 64 << 20)
     )
     return _tuned

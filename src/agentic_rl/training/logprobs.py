@@ -48,18 +48,24 @@ def token_logprobs(
 
 
 HEAD_CHUNK_ELEMENTS = 1 << 22
-"""Logits held at once by the chunked vocabulary head (rows x vocab; 16 MB in float32)."""
+"""Logits held at once by the chunked vocabulary head (vocab columns x rows; 16 MB in float32)."""
+
+HEAD_ROW_BLOCK = 8192
+"""Rows the chunked head takes at once: more rows would narrow its vocabulary chunks
+below the width at which the products run efficiently."""
 
 
 def head_logprobs(lm_head, hidden: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(targets[i] | hidden[i]) under softmax(lm_head(hidden) / temperature), and the
     predictive entropy (no gradient) if asked. Shapes: hidden [N, H], targets [N] -> [N].
 
-    A linear head runs in row chunks and never holds the [N, vocab] logits (for a 49k
-    vocabulary they are the largest tensors of a step, and allocating them costs more than
-    the matmul); the backward recomputes each chunk's logits. Other heads (e.g. peft
-    wrappers) and heads with hooks (the shared critic captures the head's input) take the
-    plain module call; both paths give the same values and gradients."""
+    A linear head runs in vocabulary chunks and never holds the [N, vocab] logits (for a
+    49k vocabulary they are the largest tensors of a step, and allocating them costs more
+    than the matmul); the log-normaliser accumulates online over the chunks and the
+    backward recomputes each chunk's logits. Chunking the vocabulary (not the rows) reads
+    each weight row once per pass and writes each row of the weight gradient once. Other
+    heads (e.g. peft wrappers) and heads with hooks (the shared critic captures the head's
+    input) take the plain module call; both paths give the same values and gradients."""
     from agentic_rl.models.kernels import OneDNNLinear
 
     hooked = bool(lm_head._forward_pre_hooks or lm_head._forward_hooks)
@@ -74,31 +80,65 @@ def head_logprobs(lm_head, hidden: torch.Tensor, targets: torch.Tensor, *, tempe
     return picked, values
 
 
+def _vocab_chunks(rows: int, vocab: int) -> list[tuple[int, int]]:
+    width = max(16, HEAD_CHUNK_ELEMENTS // max(rows, 1) // 16 * 16)
+    return [(start, min(start + width, vocab)) for start in range(0, vocab, width)]
+
+
+def _chunk_logits(hidden, weight, bias, start: int, end: int, temperature: float, onednn: bool) -> torch.Tensor:
+    """Logits of vocabulary entries start:end, transposed ([end - start, rows]), float32:
+    one contiguous slice of the weight is the product's left operand."""
+    from agentic_rl.models.kernels import linear
+
+    logits = linear(weight[start:end], hidden, onednn=onednn).float()
+    if bias is not None:
+        logits += bias[start:end, None].float()
+    if temperature != 1.0:
+        logits.div_(temperature)
+    return logits
+
+
+def _in_chunk(targets: torch.Tensor, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mask of targets inside start:end, their row in the chunk, clamped for the others)."""
+    return (targets >= start) & (targets < end), (targets - start).clamp(0, end - start - 1)
+
+
 class _ChunkedHead(torch.autograd.Function):
     """Chunked ``log_softmax(h W^T + b)[target]``: d logp / d logits = onehot(target) - p."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, temperature, onednn, with_entropy):
-        from agentic_rl.models.kernels import linear
-
         rows = hidden.shape[0]
-        chunk = max(32, HEAD_CHUNK_ELEMENTS // weight.shape[0])
         picked = torch.empty(rows, dtype=torch.float32, device=hidden.device)
         normaliser = torch.empty_like(picked)
         entropy = torch.empty_like(picked) if with_entropy else None
-        for start in range(0, rows, chunk):
-            end = min(start + chunk, rows)
-            logits = linear(hidden[start:end], weight, bias, onednn=onednn).float()
-            if temperature != 1.0:
-                logits.div_(temperature)
-            lse = torch.logsumexp(logits, dim=-1)
-            normaliser[start:end] = lse
-            picked[start:end] = logits.gather(-1, targets[start:end, None]).squeeze(-1) - lse
+        for r0 in range(0, rows, HEAD_ROW_BLOCK):
+            r1 = min(r0 + HEAD_ROW_BLOCK, rows)
+            block, block_targets = hidden[r0:r1], targets[r0:r1]
+            # Online log-sum-exp: running max m, sum s of exp(z - m) (and of exp(z - m) z for the entropy).
+            m = torch.full((r1 - r0,), float("-inf"), device=hidden.device)
+            s, weighted, target_logit = torch.zeros_like(m), torch.zeros_like(m), torch.zeros_like(m)
+            for start, end in _vocab_chunks(r1 - r0, weight.shape[0]):
+                logits = _chunk_logits(block, weight, bias, start, end, temperature, onednn)
+                inside, local = _in_chunk(block_targets, start, end)
+                target_logit = torch.where(inside, logits.gather(0, local[None]).squeeze(0), target_logit)
+                new_m = torch.maximum(m, logits.amax(0))
+                rescale = (m - new_m).exp()
+                if with_entropy:
+                    exp = (logits - new_m).exp_()
+                    weighted = weighted * rescale + (exp * logits).sum(0)
+                else:
+                    exp = logits.sub_(new_m).exp_()
+                s = s * rescale + exp.sum(0)
+                m = new_m
+            lse = m + s.log()
+            normaliser[r0:r1] = lse
+            picked[r0:r1] = target_logit - lse
             if with_entropy:
                 # H = lse - sum_v p_v z_v
-                entropy[start:end] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+                entropy[r0:r1] = lse - weighted / s
         ctx.save_for_backward(hidden, weight, bias, targets, normaliser)
-        ctx.temperature, ctx.onednn, ctx.chunk = temperature, onednn, chunk
+        ctx.temperature, ctx.onednn = temperature, onednn
         if entropy is not None:
             ctx.mark_non_differentiable(entropy)
         return picked, entropy
@@ -111,26 +151,38 @@ class _ChunkedHead(torch.autograd.Function):
         hidden, weight, bias, targets, normaliser = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        grad_weight = torch.zeros_like(weight) if need_weight else None
+        rows = hidden.shape[0]
+        # Each row block's pass writes (first block) or adds to every row of the weight's gradient.
+        grad_weight = (torch.empty_like(weight) if rows else torch.zeros_like(weight)) if need_weight else None
         grad_bias = torch.zeros_like(bias) if need_bias else None
-        for start in range(0, hidden.shape[0], ctx.chunk):
-            end = min(start + ctx.chunk, hidden.shape[0])
-            logits = linear(hidden[start:end], weight, bias, onednn=ctx.onednn).float()
-            if ctx.temperature != 1.0:
-                logits.div_(ctx.temperature)
-            grad = grad_picked[start:end, None]
-            # d/dz (z_t - lse) = onehot(t) - softmax(z); the 1/T of z = logits / T comes last.
-            grad_logits = logits.sub_(normaliser[start:end, None]).exp_().mul_(-grad)
-            grad_logits.scatter_add_(-1, targets[start:end, None], grad)
-            if ctx.temperature != 1.0:
-                grad_logits.div_(ctx.temperature)
-            grad_logits = grad_logits.to(weight.dtype)
+        for r0 in range(0, rows, HEAD_ROW_BLOCK):
+            r1 = min(r0 + HEAD_ROW_BLOCK, rows)
+            block, block_targets = hidden[r0:r1], targets[r0:r1]
+            grad, lse = grad_picked[r0:r1].float(), normaliser[r0:r1]
+            grad_block_t = None
+            for start, end in _vocab_chunks(r1 - r0, weight.shape[0]):
+                logits = _chunk_logits(block, weight, bias, start, end, ctx.temperature, ctx.onednn)
+                # d/dz (z_t - lse) = onehot(t) - softmax(z); the 1/T of z = logits / T comes last.
+                grad_logits = logits.sub_(lse).exp_().mul_(-grad)
+                inside, local = _in_chunk(block_targets, start, end)
+                grad_logits.scatter_add_(0, local[None], torch.where(inside, grad, 0.0)[None])
+                if ctx.temperature != 1.0:
+                    grad_logits.div_(ctx.temperature)
+                grad_logits = grad_logits.to(weight.dtype)
+                if need_hidden:
+                    # [H, rows] += W_chunk^T grad_logits: the chunk's slice is the small operand to transpose.
+                    part = linear(weight[start:end].t(), grad_logits.t(), onednn=ctx.onednn)
+                    grad_block_t = part if grad_block_t is None else grad_block_t.add_(part)
+                if need_weight:
+                    part = linear(grad_logits, block.t(), onednn=ctx.onednn)
+                    if r0 == 0:
+                        grad_weight[start:end] = part
+                    else:
+                        grad_weight[start:end] += part
+                if need_bias:
+                    grad_bias[start:end] += grad_logits.sum(1)
             if need_hidden:
-                grad_hidden[start:end] = linear(grad_logits, weight.t(), onednn=ctx.onednn)
-            if need_weight:
-                grad_weight.addmm_(grad_logits.t(), hidden[start:end])
-            if need_bias:
-                grad_bias += grad_logits.sum(0)
+                grad_hidden[r0:r1] = grad_block_t.t()
         return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
