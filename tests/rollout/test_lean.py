@@ -18,9 +18,11 @@ from agentic_rl.training.logprobs import _split_model
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
 
 
-def _run(backbone, forward, prompts: torch.Tensor, steps: int) -> list[torch.Tensor]:
+def _run(backbone, forward, prompts: torch.Tensor, steps: int, ragged: bool = False) -> list[torch.Tensor]:
     """Prefill ``prompts`` [B, T] into a fresh slot cache, then ``steps`` one-token steps
-    (feeding token id 7 + step); returns the hidden states of each pass."""
+    (feeding token id 7 + step); returns the hidden states of each pass. ``ragged``: row b
+    continues from T - 2b cached tokens (its later entries are stale and masked), so the
+    decode steps see rows of different lengths."""
     batch, width = prompts.shape
     cache = SlotCache(backbone.config, slots=batch, capacity=width + steps, dtype=torch.float32, device=torch.device("cpu"))
     outputs = []
@@ -34,12 +36,15 @@ def _run(backbone, forward, prompts: torch.Tensor, steps: int) -> list[torch.Ten
         cache.bind(0, batch, positions, total)
         outputs.append(forward(ids, positions, mask, cache))
         lengths += q
+        if ragged and len(outputs) == 1:
+            lengths -= 2 * torch.arange(batch)
         ids = torch.full((batch, 1), 7 + len(outputs))
     return outputs
 
 
 @needs_onednn
-def test_lean_forward_matches_transformers(tiny) -> None:
+@pytest.mark.parametrize("ragged", [False, True])
+def test_lean_forward_matches_transformers(tiny, ragged) -> None:
     model, _ = tiny
     backbone, _ = _split_model(model)
     prompts = torch.randint(3, 500, (3, 9), generator=torch.Generator().manual_seed(0))
@@ -50,8 +55,8 @@ def test_lean_forward_matches_transformers(tiny) -> None:
     with torch.no_grad(), packed_weights(model):
         lean = lean_decoder(backbone)
         assert lean is not None
-        expected = _run(backbone, reference, prompts, steps=4)
-        got = _run(backbone, lean.forward, prompts, steps=4)
+        expected = _run(backbone, reference, prompts, steps=4, ragged=ragged)
+        got = _run(backbone, lean.forward, prompts, steps=4, ragged=ragged)
     assert [g.shape for g in got] == [e.shape for e in expected] == [(3, 9, backbone.config.hidden_size)] + [(3, 1, backbone.config.hidden_size)] * 4
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)

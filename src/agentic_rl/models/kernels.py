@@ -40,9 +40,15 @@ def onednn_available() -> bool:
         return False
 
 
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x W^T + b on oneDNN; ``weight`` dense (views allowed) or from :func:`pack_weight`."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *, activation: str = "none") -> torch.Tensor:
+    """x W^T + b on oneDNN; ``weight`` dense (views allowed) or from :func:`pack_weight`.
+    ``activation``: a oneDNN post-op applied in the same pass ("none", "swish" = SiLU, "relu", ...)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, activation, [], "")
+
+
+def onednn_linear_then(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, op: str, other: torch.Tensor) -> torch.Tensor:
+    """(x W^T + b) ``op`` other, in one oneDNN pass; ``op`` "add" or "mul" (``other`` has the output's shape)."""
+    return torch.ops.mkldnn._linear_pointwise.binary(x, other, weight, bias, op)
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:

@@ -3,10 +3,12 @@
 A decode step of a small model is mostly fixed costs: transformers' modules issue
 about 50 tensor operations per layer, each a separate dispatch, and 7 matrix products
 that are too narrow to run near the matmul peak. During a rollout the weights cannot
-change, so this forward fuses the q/k/v and gate/up projections into two wider
-products, runs them (and the others) on oneDNN weights packed once for the session,
-and computes RMSNorm, rotary embedding and attention (grouped-query SDPA over the slot
-cache views, no repeated keys) with the fewest operations.
+change, so this forward runs the projections on oneDNN weights packed once for the
+session, fuses the q/k/v projections into one wider product, folds the residual adds,
+SiLU and the gate-times-up product into the products' oneDNN post-ops, and computes
+RMSNorm, rotary embedding and attention with the fewest operations (grouped-query SDPA
+for prefill; for a single new token, two batched products over the slot cache views,
+which skip SDPA's per-call setup).
 It reads the model's own modules (embedding, rotary tables, norms, head), so a
 supported model needs nothing converted.
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from agentic_rl.models.kernels import OneDNNLinear, onednn_available, onednn_linear, pack_weight
+from agentic_rl.models.kernels import OneDNNLinear, onednn_available, onednn_linear, onednn_linear_then, pack_weight
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 
@@ -40,13 +42,11 @@ class _Layer:
         self.post_norm = layer.post_attention_layernorm
         self.qkv = pack_weight(torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]))
         self.qkv_bias = _bias(attention.q_proj, attention.k_proj, attention.v_proj)
-        self.o = pack_weight(attention.o_proj.weight)
-        self.o_bias = None if attention.o_proj.bias is None else attention.o_proj.bias.detach()
-        self.gate_up = pack_weight(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
-        self.gate_up_bias = _bias(mlp.gate_proj, mlp.up_proj)
-        self.down = pack_weight(mlp.down_proj.weight)
-        self.down_bias = None if mlp.down_proj.bias is None else mlp.down_proj.bias.detach()
-        self.intermediate = mlp.gate_proj.out_features
+        self.o, self.o_bias = pack_weight(attention.o_proj.weight), _bias(attention.o_proj)
+        # Gate and up stay separate products: each then carries its post-op (SiLU; times the gate).
+        self.gate, self.gate_bias = pack_weight(mlp.gate_proj.weight), _bias(mlp.gate_proj)
+        self.up, self.up_bias = pack_weight(mlp.up_proj.weight), _bias(mlp.up_proj)
+        self.down, self.down_bias = pack_weight(mlp.down_proj.weight), _bias(mlp.down_proj)
         self.scaling = attention.scaling
 
 
@@ -81,6 +81,8 @@ class LeanDecoder:
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, q, head_dim]
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         groups = self.heads // self.kv_heads
+        # One new token per row: attention is two batched products per layer, the mask an additive bias.
+        decode_bias = torch.zeros(mask.shape, dtype=hidden.dtype, device=hidden.device).masked_fill_(~mask, float("-inf")) if q == 1 else None
         for index, layer in enumerate(self.layers):
             qkv = onednn_linear(_rms_norm(hidden, layer.input_norm), layer.qkv, layer.qkv_bias)
             # Queries and keys are adjacent in the fused output: one rotary pass for both.
@@ -88,11 +90,18 @@ class LeanDecoder:
             query, key = rotated[:, : self.heads], rotated[:, self.heads :]
             value = qkv[..., q_width + kv_width :].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
             keys, values = cache.update(key, value, index)
-            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling, enable_gqa=groups > 1)
-            attended = attended.transpose(1, 2).reshape(batch, q, q_width)
-            hidden = hidden + onednn_linear(attended, layer.o, layer.o_bias)
-            gate_up = onednn_linear(_rms_norm(hidden, layer.post_norm), layer.gate_up, layer.gate_up_bias)
-            hidden = hidden + onednn_linear(F.silu(gate_up[..., : layer.intermediate]) * gate_up[..., layer.intermediate :], layer.down, layer.down_bias)
+            if decode_bias is not None:
+                # Query heads sharing a key/value head form one [groups, head_dim] block: [B, kv, groups, width] scores.
+                grouped = (query * layer.scaling).reshape(batch, self.kv_heads, groups, self.head_dim)
+                scores = torch.matmul(grouped, keys.transpose(-1, -2)).add_(decode_bias)
+                attended = torch.matmul(torch.softmax(scores, dim=-1), values).reshape(batch, q, q_width)
+            else:
+                attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling, enable_gqa=groups > 1)
+                attended = attended.transpose(1, 2).reshape(batch, q, q_width)
+            hidden = onednn_linear_then(attended, layer.o, layer.o_bias, "add", hidden)
+            normed = _rms_norm(hidden, layer.post_norm)
+            gate = onednn_linear(normed, layer.gate, layer.gate_bias, activation="swish")
+            hidden = onednn_linear_then(onednn_linear_then(normed, layer.up, layer.up_bias, "mul", gate), layer.down, layer.down_bias, "add", hidden)
         return _rms_norm(hidden, backbone.norm)
 
 
