@@ -19,12 +19,15 @@ def _reference(head, hidden, targets, temperature):
 @pytest.mark.parametrize("kernel", ["torch", "onednn"])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_chunked_head_matches_log_softmax(monkeypatch, kernel, bias, temperature):
+@pytest.mark.parametrize("keep", [False, True], ids=["recompute", "kept"])
+def test_chunked_head_matches_log_softmax(monkeypatch, kernel, bias, temperature, keep):
     # Blocks of 32 rows (75 rows: three, the last partial), each over vocabulary chunks of
     # 16 entries (64 entries: four), so the online normaliser and the gradient accumulation
     # across row blocks are both exercised.
     monkeypatch.setattr(logprobs_module, "HEAD_ROW_BLOCK", 32)
     monkeypatch.setattr(logprobs_module, "HEAD_CHUNK_ELEMENTS", 16 * 32)
+    # The backward either recomputes each chunk's logits or reuses the forward's.
+    monkeypatch.setattr(logprobs_module, "HEAD_SAVE_BYTES", 1 << 40 if keep else 0)
     torch.manual_seed(0)
     head = torch.nn.Linear(16, 64, bias=bias)
     set_linear_kernel(head, kernel)
@@ -66,3 +69,16 @@ def test_hooked_head_takes_the_module_call():
     head.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape))
     picked, entropy = head_logprobs(head, torch.randn(5, 4), torch.randint(0, 8, (5,)))
     assert seen == [torch.Size([5, 4])] and picked.shape == (5,) and entropy is None
+
+
+def test_kept_chunks_survive_a_retained_graph(monkeypatch):
+    monkeypatch.setattr(logprobs_module, "HEAD_CHUNK_ELEMENTS", 16 * 8)
+    torch.manual_seed(1)
+    head = torch.nn.Linear(8, 48, bias=False)
+    hidden = torch.randn(10, 8, requires_grad=True)
+    picked, _ = head_logprobs(head, hidden, torch.randint(0, 48, (10,)))
+    picked.sum().backward(retain_graph=True)
+    first = hidden.grad.clone()
+    hidden.grad = None
+    picked.sum().backward()
+    torch.testing.assert_close(hidden.grad, first, rtol=0, atol=0)

@@ -50,6 +50,11 @@ def token_logprobs(
 HEAD_CHUNK_ELEMENTS = 1 << 22
 """Logits held at once by the chunked vocabulary head (vocab columns x rows; 16 MB in float32)."""
 
+HEAD_SAVE_BYTES = 256 << 20
+"""The forward keeps each chunk's exponentiated logits for the backward when all of them
+fit in this many bytes, which spares the backward one of the head's four products (the
+recomputation of the logits); larger batches recompute."""
+
 HEAD_ROW_BLOCK = 8192
 """Rows the chunked head takes at once: more rows would narrow its vocabulary chunks
 below the width at which the products run efficiently."""
@@ -112,12 +117,18 @@ class _ChunkedHead(torch.autograd.Function):
         picked = torch.empty(rows, dtype=torch.float32, device=hidden.device)
         normaliser = torch.empty_like(picked)
         entropy = torch.empty_like(picked) if with_entropy else None
+        # Kept chunks: (start, end, exp(z - m), m) per row block, m the running max when computed.
+        kept: list[list[tuple[int, int, torch.Tensor, torch.Tensor]]] | None = (
+            [] if any(ctx.needs_input_grad[:3]) and rows * weight.shape[0] * 4 <= HEAD_SAVE_BYTES else None
+        )
         for r0 in range(0, rows, HEAD_ROW_BLOCK):
             r1 = min(r0 + HEAD_ROW_BLOCK, rows)
             block, block_targets = hidden[r0:r1], targets[r0:r1]
             # Online log-sum-exp: running max m, sum s of exp(z - m) (and of exp(z - m) z for the entropy).
             m = torch.full((r1 - r0,), float("-inf"), device=hidden.device)
             s, weighted, target_logit = torch.zeros_like(m), torch.zeros_like(m), torch.zeros_like(m)
+            if kept is not None:
+                kept.append([])
             for start, end in _vocab_chunks(r1 - r0, weight.shape[0]):
                 logits = _chunk_logits(block, weight, bias, start, end, temperature, onednn)
                 inside, local = _in_chunk(block_targets, start, end)
@@ -131,6 +142,8 @@ class _ChunkedHead(torch.autograd.Function):
                     exp = logits.sub_(new_m).exp_()
                 s = s * rescale + exp.sum(0)
                 m = new_m
+                if kept is not None:
+                    kept[-1].append((start, end, exp, new_m))
             lse = m + s.log()
             normaliser[r0:r1] = lse
             picked[r0:r1] = target_logit - lse
@@ -138,7 +151,7 @@ class _ChunkedHead(torch.autograd.Function):
                 # H = lse - sum_v p_v z_v
                 entropy[r0:r1] = lse - weighted / s
         ctx.save_for_backward(hidden, weight, bias, targets, normaliser)
-        ctx.temperature, ctx.onednn = temperature, onednn
+        ctx.temperature, ctx.onednn, ctx.kept = temperature, onednn, kept
         if entropy is not None:
             ctx.mark_non_differentiable(entropy)
         return picked, entropy
@@ -160,10 +173,18 @@ class _ChunkedHead(torch.autograd.Function):
             block, block_targets = hidden[r0:r1], targets[r0:r1]
             grad, lse = grad_picked[r0:r1].float(), normaliser[r0:r1]
             grad_block_t = None
-            for start, end in _vocab_chunks(r1 - r0, weight.shape[0]):
-                logits = _chunk_logits(block, weight, bias, start, end, ctx.temperature, ctx.onednn)
+            if ctx.kept is not None:
+                chunks = ctx.kept[r0 // HEAD_ROW_BLOCK]
+            else:
+                chunks = [(start, end, None, None) for start, end in _vocab_chunks(r1 - r0, weight.shape[0])]
+            for start, end, kept_exp, kept_max in chunks:
                 # d/dz (z_t - lse) = onehot(t) - softmax(z); the 1/T of z = logits / T comes last.
-                grad_logits = logits.sub_(lse).exp_().mul_(-grad)
+                if kept_exp is not None:
+                    # softmax = exp(z - m) exp(m - lse); out of place, so a retained graph can run it again.
+                    grad_logits = kept_exp * ((kept_max - lse).exp_() * -grad)
+                else:
+                    logits = _chunk_logits(block, weight, bias, start, end, ctx.temperature, ctx.onednn)
+                    grad_logits = logits.sub_(lse).exp_().mul_(-grad)
                 inside, local = _in_chunk(block_targets, start, end)
                 grad_logits.scatter_add_(0, local[None], torch.where(inside, grad, 0.0)[None])
                 if ctx.temperature != 1.0:
