@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from agentic_rl import envs
-from agentic_rl.algorithms import AdvantageInputs
 from agentic_rl.config import TrainConfig
 from agentic_rl.rollout.backends.hf import HFBackend
 from agentic_rl.rollout.engine import rollout
@@ -19,7 +18,7 @@ from agentic_rl.training.credit import build_advantage_inputs
 from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.rl import RLTrainer
 from agentic_rl.training.value import Critic
-from agentic_rl.types import ToolResult, Trajectory, Turn
+from agentic_rl.types import Trajectory, Turn
 
 from test_algorithm_recipes import TwoTurnEnv  # same directory (pytest puts it on sys.path)
 

@@ -19,8 +19,6 @@ def apply_speed_options(model, *, gradient_checkpointing: bool = False, compile:
         base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         base.config.use_cache = False
     if compile:
-        import torch
-
         # Compile the decoder layers, not the whole model: the rollout loop calls the same
         # modules with a custom cache, which stays in eager Python around compiled layers.
         decoder = base.get_decoder() if hasattr(base, "get_decoder") else base.model
