@@ -7,7 +7,17 @@ import torch
 import torch.nn.functional as F
 
 from agentic_rl.models import load
-from agentic_rl.models.kernels import OneDNNLinear, linear, linear_kernel, onednn_available, packed_weights, set_linear_kernel
+from agentic_rl.models.kernels import (
+    OneDNNLinear,
+    linear,
+    linear_kernel,
+    onednn_available,
+    onednn_linear,
+    onednn_linear_then,
+    pack_weight,
+    packed_weights,
+    set_linear_kernel,
+)
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
 
@@ -96,3 +106,16 @@ def test_model_outputs_match_between_kernels():
             packed = model(input_ids=ids).logits
     torch.testing.assert_close(fast, reference, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(packed, reference, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_post_ops_match_the_separate_operations(packed):
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(5, 1, 12), torch.randn(7, 12), torch.randn(7)
+    other = torch.randn(5, 1, 7)
+    w = pack_weight(weight) if packed else weight
+    plain = F.linear(x, weight, bias)
+    torch.testing.assert_close(onednn_linear(x, w, bias), plain, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(onednn_linear(x, w, bias, activation="swish"), F.silu(plain), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(onednn_linear_then(x, w, bias, "add", other), plain + other, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(onednn_linear_then(x, w, bias, "mul", other), plain * other, rtol=1e-5, atol=1e-5)
