@@ -2,11 +2,12 @@
 4-turn episode against a 1-turn one with the same number of sampled tokens.
 
     python benchmarks/rollout.py [--model smollm2-135m] [--batch-sizes 1 8 16 32]
-                                 [--new-tokens 64] [--repeats 2] [--json out.json]
+                                 [--new-tokens 64] [--repeats 3] [--json out.json]
 
 Throughput: B distinct chat prompts, exactly ``--new-tokens`` sampled tokens per row (no
 stop tokens), temperature 1, prefill included; tokens/s = B x new tokens / seconds (best
-of ``--repeats``). Episodes: 16 trajectories of four turns of n sampled tokens with a
+of ``--repeats``, the two sides alternating so that the machine's drift hits both).
+Episodes: 16 trajectories of four turns of n sampled tokens with a
 20-token observation appended (KV reuse: only the observation is encoded) after each of
 the first three, against one turn with the same token count: the episode's length
 (4n + 60 sampled tokens), and also the same sampled tokens (4n; the 4-turn episode then
@@ -31,6 +32,15 @@ def prompts_for(tokenizer, batch: int) -> list[list[int]]:
         renderer.prompt_ids([{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": f"Task {i}: what is {17 * i + 3} times {i + 11}? Think step by step."}])
         for i in range(batch)
     ]
+
+
+def best_interleaved(repeats: int, runs: dict) -> dict[str, float]:
+    """Best seconds of each run over ``repeats`` rounds that each run every one once."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            times[name].append(best_of(1, run))
+    return {name: min(values) for name, values in times.items()}
 
 
 def best_of(repeats: int, run) -> float:
@@ -102,7 +112,7 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16, 32])
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--episode-tokens", type=int, default=128, help="sampled tokens per episode (split over 4 turns)")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -121,8 +131,11 @@ def main() -> None:
     for batch in args.batch_sizes:
         prompts = prompts_for(tokenizer, batch)
         tokens = batch * args.new_tokens
-        reference = tokens / best_of(args.repeats, lambda: hf_generate(model, tokenizer, prompts, args.new_tokens))
-        fast = tokens / best_of(args.repeats, lambda: ours(backend, prompts, args.new_tokens))
+        best = best_interleaved(args.repeats, {
+            "reference": lambda: hf_generate(model, tokenizer, prompts, args.new_tokens),
+            "fast": lambda: ours(backend, prompts, args.new_tokens),
+        })
+        reference, fast = tokens / best["reference"], tokens / best["fast"]
         results["throughput"].append({"batch": batch, "hf_generate_tokens_per_s": reference, "agentic_rl_tokens_per_s": fast, "speedup": fast / reference})
         print(f"{batch:>5} {reference:>21.1f} {fast:>17.1f} {fast / reference:>8.2f}x", flush=True)
 
@@ -136,11 +149,7 @@ def main() -> None:
         "four_turns_s": lambda: episodes(backend, prompts, 4, per_turn, observation, reuse=True),
     }
     # Interleaved repeats: the machine's speed drifts between runs, not within one round.
-    times = {name: [] for name in runs}
-    for _ in range(args.repeats):
-        for name, run in runs.items():
-            times[name].append(best_of(1, run))
-    best = {name: min(values) for name, values in times.items()}
+    best = best_interleaved(args.repeats, runs)
     four_no_reuse = best_of(args.repeats, lambda: episodes(backend, prompts, 4, per_turn, observation, reuse=False))
     same_length, same_sampled, four = best["one_turn_same_length_s"], best["one_turn_same_sampled_s"], best["four_turns_s"]
     results["episodes"] = {

@@ -117,6 +117,33 @@ def test_identical_prompts_are_encoded_once(tiny) -> None:
     assert len({c.token_ids[0] for c in completions}) > 1  # eight draws, not one copied
 
 
+def test_a_shared_prompt_prefix_is_encoded_once(tiny) -> None:
+    model, tokenizer = tiny
+    system = tokenizer("You are a careful assistant who answers questions about arithmetic. Task:")["input_ids"]
+    prompts = [system + tokenizer(f"{i} + {i}?")["input_ids"] for i in range(6)]
+    shared = len(system)
+    assert all(p[:shared] == system for p in prompts) and prompts[0][shared] != prompts[1][shared]
+    sampling = SamplingParams(max_new_tokens=4, seed=0)
+
+    def generate(min_shared_prefix: int):
+        backend = HFBackend(model, tokenizer)
+        backend.min_shared_prefix = min_shared_prefix
+        fed: list[tuple[int, ...]] = []
+        hook = model.get_input_embeddings().register_forward_hook(lambda module, args, out: fed.append(tuple(args[0].shape)))
+        try:
+            return backend.generate(prompts, sampling, stop_token_ids=[]), fed
+        finally:
+            hook.remove()
+
+    shared_run, fed = generate(8)
+    assert fed[0] == (1, shared) and fed[1] == (6, max(len(p) for p in prompts) - shared)
+    separate_run, fed = generate(10_000)
+    assert fed[0] == (6, max(len(p) for p in prompts))
+    for a, b in zip(shared_run, separate_run):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=1e-4, atol=1e-5)
+
+
 def test_a_row_samples_the_same_alone_or_in_a_batch(tiny) -> None:
     model, tokenizer = tiny
     backend = HFBackend(model, tokenizer, batch_size=2)  # also forces queueing: 4 prompts, 2 slots

@@ -63,6 +63,34 @@ def test_lean_forward_matches_transformers(tiny, ragged) -> None:
 
 
 @needs_onednn
+def test_lean_forward_matches_transformers_with_projection_biases() -> None:
+    """Qwen2 has q/k/v biases: they follow the reordered, scaled q/k rows."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_(0, 0.5)
+    set_linear_kernel(model, "onednn")
+    backbone, _ = _split_model(model)
+    prompts = torch.randint(3, 300, (2, 6), generator=torch.Generator().manual_seed(1))
+
+    def reference(ids, positions, mask, cache):
+        return backbone(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
+
+    with torch.no_grad(), packed_weights(model):
+        lean = lean_decoder(backbone)
+        assert lean is not None and lean.layers[0].qkv_bias is not None
+        expected = _run(backbone, reference, prompts, steps=3, ragged=True)
+        got = _run(backbone, lean.forward, prompts, steps=3, ragged=True)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
+@needs_onednn
 def test_lean_forward_only_where_covered(tiny) -> None:
     model, _ = tiny
     backbone, _ = _split_model(model)

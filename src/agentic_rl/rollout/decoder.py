@@ -28,6 +28,12 @@ from agentic_rl.rollout.sampling import entropy as sampling_entropy
 from agentic_rl.rollout.sampling import sample
 
 
+SHARED_PREFIX_MIN_SAVED = 64
+"""Token encodings a shared prefix must spare to be encoded on its own: that extra pass
+reads every weight once, which costs about as much as prefilling ~40 token rows of a
+135M model on CPU."""
+
+
 @dataclass
 class _Sequence:
     key: Hashable
@@ -49,7 +55,8 @@ class DecodeSession:
 
     ``max_slots`` bounds the sequences held at once (running or paused); more wait for a
     free slot. ``min_shared_prefix``: new prompts sharing at least this many leading tokens
-    encode them once (identical prompts, e.g. a GRPO group, are encoded once whole).
+    encode them once, when that spares at least ``SHARED_PREFIX_MIN_SAVED`` token encodings
+    (identical prompts, e.g. a GRPO group, are encoded once whole).
 
     Used as a context manager (``with backend.session(...) as session``), the model's
     oneDNN linear weights stay packed for the session (models/kernels.py) and supported
@@ -57,7 +64,7 @@ class DecodeSession:
     weights must not change until the block ends.
     """
 
-    def __init__(self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int, min_shared_prefix: int = 32) -> None:
+    def __init__(self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int, min_shared_prefix: int = 8) -> None:
         from agentic_rl.training.logprobs import _split_model
 
         self.model = model
@@ -329,7 +336,7 @@ class DecodeSession:
         end = 0
         while end < len(shortest) - 1 and all(s.pending[end] == shortest[end] for s in fresh):
             end += 1
-        if end < self.min_shared_prefix:
+        if end < self.min_shared_prefix or (len(fresh) - 1) * end < SHARED_PREFIX_MIN_SAVED:
             return
         first = fresh[0]
         self._forward(first.slot, first.slot + 1, torch.tensor([shortest[:end]], device=self.device), torch.zeros(1, dtype=torch.long, device=self.device))

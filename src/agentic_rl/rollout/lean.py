@@ -6,9 +6,12 @@ that are too narrow to run near the matmul peak. During a rollout the weights ca
 change, so this forward runs the projections on oneDNN weights packed once for the
 session, fuses the q/k/v projections into one wider product, folds the residual adds,
 SiLU and the gate-times-up product into the products' oneDNN post-ops, and computes
-RMSNorm, rotary embedding and attention with the fewest operations (grouped-query SDPA
-for prefill; for a single new token, two batched products over the slot cache views,
-which skip SDPA's per-call setup).
+RMSNorm, rotary embedding and attention with the fewest operations. The packed q/k rows
+are reordered so each rotary pair is adjacent (the rotation is then one in-place complex
+product; queries and keys share the order, so their dot products are unchanged: the
+session's cache holds keys in this order) and carry the attention scaling. Attention is
+grouped-query SDPA for prefill; for a single new token, two batched products over the
+slot cache views, which skip SDPA's per-call setup.
 It reads the model's own modules (embedding, rotary tables, norms, head), so a
 supported model needs nothing converted.
 
@@ -35,29 +38,39 @@ def _bias(*modules) -> torch.Tensor | None:
     return torch.cat([m.bias.detach() if m.bias is not None else torch.zeros(m.out_features, dtype=m.weight.dtype) for m in modules])
 
 
+def _pair_rows(heads: int, head_dim: int) -> torch.Tensor:
+    """Row order that puts each rotary pair (i, i + head_dim/2) of every head side by side,
+    so the rotation is one in-place complex product. Queries and keys get the same order:
+    their dot products, all attention reads, are unchanged."""
+    half = head_dim // 2
+    within = torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).flatten()
+    return (torch.arange(heads)[:, None] * head_dim + within).flatten()
+
+
 class _Layer:
-    def __init__(self, layer) -> None:
+    def __init__(self, layer, heads: int, kv_heads: int, head_dim: int) -> None:
         attention, mlp = layer.self_attn, layer.mlp
         self.input_norm = layer.input_layernorm
         self.post_norm = layer.post_attention_layernorm
-        self.qkv = pack_weight(torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]))
-        self.qkv_bias = _bias(attention.q_proj, attention.k_proj, attention.v_proj)
+        # Fused q/k/v rows, with two changes the attention cannot see: q and k rows in rotary
+        # pair order, and the attention scaling folded into q (rotation is linear).
+        projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+        weight = torch.cat([m.weight.detach() for m in projections])
+        bias = _bias(*projections)
+        order = torch.cat([_pair_rows(heads + kv_heads, head_dim), torch.arange((heads + kv_heads) * head_dim, weight.shape[0])])
+        scale = torch.ones(weight.shape[0], dtype=weight.dtype)
+        scale[: heads * head_dim] = attention.scaling
+        self.qkv = pack_weight(weight[order] * scale[:, None])
+        self.qkv_bias = None if bias is None else bias[order] * scale
         self.o, self.o_bias = pack_weight(attention.o_proj.weight), _bias(attention.o_proj)
         # Gate and up stay separate products: each then carries its post-op (SiLU; times the gate).
         self.gate, self.gate_bias = pack_weight(mlp.gate_proj.weight), _bias(mlp.gate_proj)
         self.up, self.up_bias = pack_weight(mlp.up_proj.weight), _bias(mlp.up_proj)
         self.down, self.down_bias = pack_weight(mlp.down_proj.weight), _bias(mlp.down_proj)
-        self.scaling = attention.scaling
 
 
 def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
     return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return torch.addcmul(x * cos, rotated, sin)
 
 
 class LeanDecoder:
@@ -70,7 +83,7 @@ class LeanDecoder:
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.layers = [_Layer(layer) for layer in backbone.layers]
+        self.layers = [_Layer(layer, self.heads, self.kv_heads, self.head_dim) for layer in backbone.layers]
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache) -> torch.Tensor:
@@ -78,25 +91,28 @@ class LeanDecoder:
         batch, q = input_ids.shape
         hidden = backbone.embed_tokens(input_ids)
         cos, sin = backbone.rotary_emb(hidden, positions)
-        cos, sin = cos[:, None], sin[:, None]  # [B, 1, q, head_dim]
+        half = self.head_dim // 2
+        # The tables repeat their first half (checked in lean_decoder): one complex factor per pair.
+        rotation = torch.complex(cos[..., :half], sin[..., :half])[:, :, None]  # [B, q, 1, head_dim / 2]
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         groups = self.heads // self.kv_heads
         # One new token per row: attention is two batched products per layer, the mask an additive bias.
         decode_bias = torch.zeros(mask.shape, dtype=hidden.dtype, device=hidden.device).masked_fill_(~mask, float("-inf")) if q == 1 else None
         for index, layer in enumerate(self.layers):
             qkv = onednn_linear(_rms_norm(hidden, layer.input_norm), layer.qkv, layer.qkv_bias)
-            # Queries and keys are adjacent in the fused output: one rotary pass for both.
-            rotated = _rotate(qkv[..., : q_width + kv_width].view(batch, q, self.heads + self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
-            query, key = rotated[:, : self.heads], rotated[:, self.heads :]
+            # Queries and keys rotate in place, in one complex product (each pair is two adjacent rows).
+            torch.view_as_complex(qkv[..., : q_width + kv_width].view(batch, q, self.heads + self.kv_heads, half, 2)).mul_(rotation)
+            key = qkv[..., q_width : q_width + kv_width].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
             value = qkv[..., q_width + kv_width :].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
             keys, values = cache.update(key, value, index)
             if decode_bias is not None:
                 # Query heads sharing a key/value head form one [groups, head_dim] block: [B, kv, groups, width] scores.
-                grouped = (query * layer.scaling).reshape(batch, self.kv_heads, groups, self.head_dim)
+                grouped = qkv[..., :q_width].view(batch, self.kv_heads, groups, self.head_dim)
                 scores = torch.matmul(grouped, keys.transpose(-1, -2)).add_(decode_bias)
                 attended = torch.matmul(torch.softmax(scores, dim=-1), values).reshape(batch, q, q_width)
             else:
-                attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling, enable_gqa=groups > 1)
+                query = qkv[..., :q_width].view(batch, q, self.heads, self.head_dim).transpose(1, 2)
+                attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=1.0, enable_gqa=groups > 1)
                 attended = attended.transpose(1, 2).reshape(batch, q, q_width)
             hidden = onednn_linear_then(attended, layer.o, layer.o_bias, "add", hidden)
             normed = _rms_norm(hidden, layer.post_norm)
@@ -112,6 +128,14 @@ def _plain_projections(layer) -> bool:
     return all(type(getattr(owner, name, None)) is OneDNNLinear for owner, group in zip((attention, mlp), names) for name in group)
 
 
+def _rotary_halves_repeat(backbone, dtype: torch.dtype) -> bool:
+    """Whether the model's rotary tables are cat(freqs, freqs) (Llama's rotate-half form,
+    which the pair order relies on), probed at a few positions."""
+    cos, sin = backbone.rotary_emb(torch.zeros(1, dtype=dtype), torch.tensor([[0, 1, 7, 4095]]))
+    half = cos.shape[-1] // 2
+    return cos.shape[-1] % 2 == 0 and torch.equal(cos[..., :half], cos[..., half:]) and torch.equal(sin[..., :half], sin[..., half:])
+
+
 def lean_decoder(backbone) -> LeanDecoder | None:
     """A LeanDecoder over ``backbone`` (weights packed now: build it only where they stay
     fixed), or None when the model or the machine is not covered."""
@@ -125,6 +149,7 @@ def lean_decoder(backbone) -> LeanDecoder | None:
         or not onednn_available()
         or not all(hasattr(backbone, name) for name in ("embed_tokens", "rotary_emb", "layers", "norm"))
         or not all(_plain_projections(layer) for layer in backbone.layers)
+        or not _rotary_halves_repeat(backbone, parameter.dtype)
     ):
         return None
     return LeanDecoder(backbone)

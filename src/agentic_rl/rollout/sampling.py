@@ -45,8 +45,13 @@ def stream_seed(*parts: int) -> int:
 
 def entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """[N] entropy (nats) of softmax(logits / T) for logits [N, V]; greedy decoding reports the T=1 entropy."""
-    log_probs = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), -1)
+    log_probs = torch.log_softmax(_tempered(logits, temperature if temperature > 0 else 1.0), -1)
     return -(log_probs.exp() * log_probs).sum(-1)
+
+
+def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / T, without the pass over [N, vocabulary] when T is 1 (the usual RL setting)."""
+    return logits if temperature == 1.0 else logits / temperature
 
 
 def sample(
@@ -62,7 +67,7 @@ def sample(
     if temperature <= 0:
         chosen = logits.argmax(-1)
         return chosen, torch.log_softmax(logits, -1).gather(-1, chosen[:, None]).squeeze(-1)
-    log_probs = torch.log_softmax(logits / temperature, -1)
+    log_probs = torch.log_softmax(_tempered(logits, temperature), -1)
     probs = log_probs.exp()
     if top_p < 1.0:
         sorted_probs, order = probs.sort(-1, descending=True)

@@ -21,8 +21,9 @@ from agentic_rl.rollout.sampling import stream_seed
 class HFBackend:
     kind = "tokens"
 
-    min_shared_prefix = 32
-    """Shared prompt prefixes at least this long are encoded once per batch."""
+    min_shared_prefix = 8
+    """Shared prompt prefixes at least this long (e.g. a system prompt) are encoded once per
+    batch, where that spares enough work (rollout/decoder.py)."""
 
     def __init__(self, model, tokenizer, *, batch_size: int = 64) -> None:
         self.model = model
