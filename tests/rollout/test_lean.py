@@ -121,9 +121,10 @@ def test_rollouts_equal_with_and_without_the_lean_forward(tiny, monkeypatch) -> 
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-4)
 
 
-def test_inverse_cdf_matches_a_full_cumulative_sum() -> None:
+@pytest.mark.parametrize("vocab", [1000, 1024])  # padded to the block size, or whole blocks
+def test_inverse_cdf_matches_a_full_cumulative_sum(vocab: int) -> None:
     generator = torch.Generator().manual_seed(0)
-    probs = torch.rand(64, 1000, generator=generator) ** 8  # not a multiple of the block size
+    probs = torch.rand(64, vocab, generator=generator) ** 8
     probs[:, ::7] = 0.0  # zero-probability entries are never chosen
     probs /= probs.sum(-1, keepdim=True)
     uniform = torch.rand(64, generator=generator, dtype=torch.float64)

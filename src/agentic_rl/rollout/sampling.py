@@ -67,15 +67,16 @@ def sample(
     if temperature <= 0:
         chosen = logits.argmax(-1)
         return chosen, torch.log_softmax(logits, -1).gather(-1, chosen[:, None]).squeeze(-1)
-    log_probs = torch.log_softmax(_tempered(logits, temperature), -1)
-    probs = log_probs.exp()
+    # Softmax once; the chosen tokens' log-probs are logs of their probabilities (they were
+    # drawn, so far from float32 underflow): one pass over [N, vocabulary] less than log_softmax + exp.
+    probs = full = torch.softmax(_tempered(logits, temperature), -1)
     if top_p < 1.0:
         sorted_probs, order = probs.sort(-1, descending=True)
         # Drop a token once the mass before it already reaches top_p (the first always stays).
         drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
     chosen = inverse_cdf(probs, counter_uniform(seeds, positions).to(probs.device))
-    return chosen, log_probs.gather(-1, chosen[:, None]).squeeze(-1)
+    return chosen, full.gather(-1, chosen[:, None]).squeeze(-1).log()
 
 
 _BLOCK = 256
@@ -88,12 +89,14 @@ def inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
 
     Two levels: the block of 256 entries holding the target by a cumulative sum over
     block masses, then the entry inside that block; a full-length cumulative sum cost
-    ~3 ms per batch-16 step. Float64 keeps the smallest probabilities resolvable. A
-    zero-probability entry (cut by top-p) is never returned."""
+    ~3 ms per batch-16 step. Block masses are float32 sums of 256 entries (a float64 copy
+    of the whole [N, V] was ~1 ms); the cumulative sums run in float64, so the smallest
+    probabilities stay resolvable. A zero-probability entry (cut by top-p) is never returned."""
     rows, vocab = probs.shape
     blocks = -(-vocab // _BLOCK)
-    padded = torch.nn.functional.pad(probs, (0, blocks * _BLOCK - vocab)).view(rows, blocks, _BLOCK)
-    block_cdf = padded.sum(-1, dtype=torch.float64).cumsum(-1)
+    padded = probs if vocab == blocks * _BLOCK else torch.nn.functional.pad(probs, (0, blocks * _BLOCK - vocab))
+    padded = padded.reshape(rows, blocks, _BLOCK)
+    block_cdf = padded.sum(-1).double().cumsum(-1)
     target = uniform.double() * block_cdf[:, -1]
     block = torch.searchsorted(block_cdf, target[:, None], right=True).squeeze(-1).clamp_(max=blocks - 1)
     before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp(min=0)[:, None]).squeeze(-1), torch.zeros_like(target))
