@@ -29,6 +29,8 @@ class SlotCache(Cache):
         self._lo = self._hi = 0
         self._index: torch.Tensor | None = None
         self._width = 0
+        self._flat: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._windows: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _empty(self, slots: int, capacity: int) -> torch.Tensor:
         return torch.zeros((self.num_layers, slots, self.kv_heads, capacity, self.head_dim), dtype=self.dtype, device=self.device)
@@ -62,13 +64,16 @@ class SlotCache(Cache):
         slots = torch.arange(lo, hi, device=positions.device)[:, None, None]
         heads = torch.arange(self.kv_heads, device=positions.device)[None, :, None]
         self._index = ((slots * self.kv_heads + heads) * self.capacity + positions[:, None, :]).reshape(-1)
+        # Per-pass views, so that a layer's update is two selects and two writes.
+        self._flat = (self.keys.view(self.num_layers, -1, self.head_dim), self.values.view(self.num_layers, -1, self.head_dim))
+        self._windows = (self.keys[:, lo:hi, :, :width], self.values[:, lo:hi, :, :width])
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         """Write [B, kv_heads, q, head_dim] new keys/values; return [B, kv_heads, width, head_dim] views."""
-        keys, values = self.keys[layer_idx], self.values[layer_idx]
-        keys.view(-1, self.head_dim).index_copy_(0, self._index, key_states.reshape(-1, self.head_dim))
-        values.view(-1, self.head_dim).index_copy_(0, self._index, value_states.reshape(-1, self.head_dim))
-        return keys[self._lo : self._hi, :, : self._width], values[self._lo : self._hi, :, : self._width]
+        flat_keys, flat_values = self._flat
+        flat_keys[layer_idx].index_copy_(0, self._index, key_states.reshape(-1, self.head_dim))
+        flat_values[layer_idx].index_copy_(0, self._index, value_states.reshape(-1, self.head_dim))
+        return self._windows[0][layer_idx], self._windows[1][layer_idx]
 
     def copy_slot(self, source: int, target: int, length: int) -> None:
         """Copy the first ``length`` cached positions of slot ``source`` into ``target``."""

@@ -96,8 +96,13 @@ class LeanDecoder:
         rotation = torch.complex(cos[..., :half], sin[..., :half])[:, :, None]  # [B, q, 1, head_dim / 2]
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         groups = self.heads // self.kv_heads
-        # One new token per row: attention is two batched products per layer, the mask an additive bias.
-        decode_bias = torch.zeros(mask.shape, dtype=hidden.dtype, device=hidden.device).masked_fill_(~mask, float("-inf")) if q == 1 else None
+        # One new token per row: attention is two batched products per layer over [B * kv, groups, ...]
+        # blocks (query heads sharing a key/value head), the mask an additive bias built once per pass.
+        decode_bias = None
+        if q == 1:
+            decode_bias = torch.zeros((batch, self.kv_heads, groups, mask.shape[-1]), dtype=hidden.dtype, device=hidden.device)
+            decode_bias.masked_fill_(~mask, float("-inf"))
+            decode_bias = decode_bias.view(batch * self.kv_heads, groups, -1)
         for index, layer in enumerate(self.layers):
             qkv = onednn_linear(_rms_norm(hidden, layer.input_norm), layer.qkv, layer.qkv_bias)
             # Queries and keys rotate in place, in one complex product (each pair is two adjacent rows).
@@ -106,10 +111,9 @@ class LeanDecoder:
             value = qkv[..., q_width + kv_width :].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
             keys, values = cache.update(key, value, index)
             if decode_bias is not None:
-                # Query heads sharing a key/value head form one [groups, head_dim] block: [B, kv, groups, width] scores.
-                grouped = qkv[..., :q_width].view(batch, self.kv_heads, groups, self.head_dim)
-                scores = torch.matmul(grouped, keys.transpose(-1, -2)).add_(decode_bias)
-                attended = torch.matmul(torch.softmax(scores, dim=-1), values).reshape(batch, q, q_width)
+                grouped = qkv[..., :q_width].reshape(batch * self.kv_heads, groups, self.head_dim)
+                scores = torch.baddbmm(decode_bias, grouped, keys.flatten(0, 1).transpose(1, 2))
+                attended = torch.bmm(torch.softmax(scores, dim=-1), values.flatten(0, 1)).view(batch, q, q_width)
             else:
                 query = qkv[..., :q_width].view(batch, q, self.heads, self.head_dim).transpose(1, 2)
                 attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=1.0, enable_gqa=groups > 1)
