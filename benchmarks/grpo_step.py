@@ -1,7 +1,7 @@
 """One GRPO step in agentic-rl and in TRL's GRPOTrainer, same workload, same run.
 
     pip install -e ".[bench]"   # TRL, benchmark-only
-    python benchmarks/grpo_step.py [--steps 3] [--max-new-tokens 128] [--json out.json]
+    python benchmarks/grpo_step.py [--steps 5] [--max-new-tokens 128] [--json out.json]
 
 Workload (both): SmolLM2-135M-Instruct in float32 on CPU (the cached safetensors folder
 of the embedded model), 2 prompts x 8 generations, at most 128 new tokens at temperature
@@ -101,7 +101,7 @@ def trl(model_folder: str, tokenizer_folder: str, steps: int, max_new_tokens: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps after the warm-up (median reported); the first steps of a run also grow the heap as longer batches arrive")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--skip-trl", action="store_true")
