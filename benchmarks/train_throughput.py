@@ -2,7 +2,7 @@
 its fraction of this machine's fp32 matmul peak (measured here, in the same run).
 
     python benchmarks/train_throughput.py [--model smollm2-135m] [--batch 8] [--length 256]
-        [--response-fraction 0.5] [--repeats 3] [--checkpointing] [--compile] [--json out.json]
+        [--response-fraction 0.5] [--repeats 5] [--checkpointing] [--compile] [--json out.json]
 
 Peak: the best GFLOP/s of square fp32 matmuls (1024..2048) with all threads, over the
 kernel libraries torch ships (MKL's torch.mm and oneDNN); measured once over all sizes
