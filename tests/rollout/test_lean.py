@@ -105,6 +105,18 @@ def test_lean_forward_only_where_covered(tiny) -> None:
     layer = _split_model(wrapped)[0].layers[0].self_attn
     layer.q_proj = torch.nn.Sequential(layer.q_proj)  # e.g. an adapter around a projection
     assert lean_decoder(_split_model(wrapped)[0]) is None
+    other_rope = copy.deepcopy(model)
+    backbone = _split_model(other_rope)[0]
+    rotary = backbone.rotary_emb
+
+    class HalvesDiffer(torch.nn.Module):  # tables not of the rotate-half form cat(freqs, freqs)
+        def forward(self, x, positions):
+            cos, sin = rotary(x, positions)
+            half = cos.shape[-1] // 2
+            return torch.cat([cos[..., :half], cos[..., :half].flip(-1)], -1), torch.cat([sin[..., :half], sin[..., :half].flip(-1)], -1)
+
+    backbone.rotary_emb = HalvesDiffer()
+    assert lean_decoder(backbone) is None
 
 
 @needs_onednn

@@ -134,8 +134,9 @@ def _plain_projections(layer) -> bool:
 
 def _rotary_halves_repeat(backbone, dtype: torch.dtype) -> bool:
     """Whether the model's rotary tables are cat(freqs, freqs) (Llama's rotate-half form,
-    which the pair order relies on), probed at a few positions."""
-    cos, sin = backbone.rotary_emb(torch.zeros(1, dtype=dtype), torch.tensor([[0, 1, 7, 4095]]))
+    which the pair order relies on), probed at a few positions (small ones: a dynamic rope
+    rescales itself past its trained length)."""
+    cos, sin = backbone.rotary_emb(torch.zeros(1, dtype=dtype), torch.tensor([[0, 1, 7, 63]]))
     half = cos.shape[-1] // 2
     return cos.shape[-1] % 2 == 0 and torch.equal(cos[..., :half], cos[..., half:]) and torch.equal(sin[..., :half], sin[..., half:])
 
