@@ -42,12 +42,9 @@ def _run(backbone, forward, prompts: torch.Tensor, steps: int, ragged: bool = Fa
     return outputs
 
 
-@needs_onednn
-@pytest.mark.parametrize("ragged", [False, True])
-def test_lean_forward_matches_transformers(tiny, ragged) -> None:
-    model, _ = tiny
+def _lean_and_reference(model, prompts: torch.Tensor, steps: int, ragged: bool):
+    """(lean decoder, its hidden states, transformers' hidden states) over the same passes."""
     backbone, _ = _split_model(model)
-    prompts = torch.randint(3, 500, (3, 9), generator=torch.Generator().manual_seed(0))
 
     def reference(ids, positions, mask, cache):
         return backbone(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
@@ -55,8 +52,18 @@ def test_lean_forward_matches_transformers(tiny, ragged) -> None:
     with torch.no_grad(), packed_weights(model):
         lean = lean_decoder(backbone)
         assert lean is not None
-        expected = _run(backbone, reference, prompts, steps=4, ragged=ragged)
-        got = _run(backbone, lean.forward, prompts, steps=4, ragged=ragged)
+        expected = _run(backbone, reference, prompts, steps=steps, ragged=ragged)
+        got = _run(backbone, lean.forward, prompts, steps=steps, ragged=ragged)
+    return lean, got, expected
+
+
+@needs_onednn
+@pytest.mark.parametrize("ragged", [False, True])
+def test_lean_forward_matches_transformers(tiny, ragged) -> None:
+    model, _ = tiny
+    backbone, _ = _split_model(model)
+    prompts = torch.randint(3, 500, (3, 9), generator=torch.Generator().manual_seed(0))
+    _, got, expected = _lean_and_reference(model, prompts, steps=4, ragged=ragged)
     assert [g.shape for g in got] == [e.shape for e in expected] == [(3, 9, backbone.config.hidden_size)] + [(3, 1, backbone.config.hidden_size)] * 4
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
@@ -75,17 +82,9 @@ def test_lean_forward_matches_transformers_with_projection_biases() -> None:
             if isinstance(module, torch.nn.Linear) and module.bias is not None:
                 module.bias.normal_(0, 0.5)
     set_linear_kernel(model, "onednn")
-    backbone, _ = _split_model(model)
     prompts = torch.randint(3, 300, (2, 6), generator=torch.Generator().manual_seed(1))
-
-    def reference(ids, positions, mask, cache):
-        return backbone(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
-
-    with torch.no_grad(), packed_weights(model):
-        lean = lean_decoder(backbone)
-        assert lean is not None and lean.layers[0].qkv_bias is not None
-        expected = _run(backbone, reference, prompts, steps=3, ragged=True)
-        got = _run(backbone, lean.forward, prompts, steps=3, ragged=True)
+    lean, got, expected = _lean_and_reference(model, prompts, steps=3, ragged=True)
+    assert lean.layers[0].qkv_bias is not None
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
 

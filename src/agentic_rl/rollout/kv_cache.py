@@ -26,7 +26,6 @@ class SlotCache(Cache):
         self.keys = self._empty(slots, capacity)
         self.values = self._empty(slots, capacity)
         # Set by ``bind`` before each forward pass.
-        self._lo = self._hi = 0
         self._index: torch.Tensor | None = None
         self._width = 0
         self._flat: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -58,7 +57,7 @@ class SlotCache(Cache):
     def bind(self, lo: int, hi: int, positions: torch.Tensor, width: int) -> None:
         """The next forward pass covers slots ``[lo, hi)``; row b writes its q new tokens at
         ``positions[b]`` ([hi - lo, q] int64) and attends over the first ``width`` positions."""
-        self._lo, self._hi, self._width = lo, hi, width
+        self._width = width
         # Flat row indices into a layer's [slots * kv_heads * capacity, head_dim] view, so the
         # write is one index_copy_ (advanced-index assignment was ~1 ms per layer per step).
         slots = torch.arange(lo, hi, device=positions.device)[:, None, None]
