@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from agentic_rl.models import small_gemm
 from agentic_rl.models.kernels import onednn_available, packed_weights, set_linear_kernel
 from agentic_rl.rollout.backends.base import SamplingParams
 from agentic_rl.rollout.backends.hf import HFBackend
@@ -16,6 +17,8 @@ from agentic_rl.rollout.sampling import inverse_cdf
 from agentic_rl.training.logprobs import _split_model
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
+# The lean forward's products run on small_gemm's kernel where it builds, else on oneDNN: test both.
+KERNELS = [pytest.param(False, id="onednn"), pytest.param(True, id="small_gemm", marks=pytest.mark.skipif(not small_gemm.available(), reason=f"small_gemm: {small_gemm.unavailable_reason()}"))]
 
 
 def _run(backbone, forward, prompts: torch.Tensor, steps: int, ragged: bool = False) -> list[torch.Tensor]:
@@ -42,35 +45,42 @@ def _run(backbone, forward, prompts: torch.Tensor, steps: int, ragged: bool = Fa
     return outputs
 
 
-def _lean_and_reference(model, prompts: torch.Tensor, steps: int, ragged: bool):
+def _lean_and_reference(model, prompts: torch.Tensor, steps: int, ragged: bool, native: bool):
     """(lean decoder, its hidden states, transformers' hidden states) over the same passes."""
-    backbone, _ = _split_model(model)
+    backbone, lm_head = _split_model(model)
 
     def reference(ids, positions, mask, cache):
         return backbone(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
 
     with torch.no_grad(), packed_weights(model):
-        lean = lean_decoder(backbone)
-        assert lean is not None
+        lean = lean_decoder(backbone, lm_head, native=native)
+        assert lean is not None and lean.native == native
         expected = _run(backbone, reference, prompts, steps=steps, ragged=ragged)
         got = _run(backbone, lean.forward, prompts, steps=steps, ragged=ragged)
+        # The head joins the kernel (else the caller runs the module): the same logits.
+        logits = lean.logits(got[-1])
+        assert (logits is not None) == native
+        if native:
+            torch.testing.assert_close(logits, lm_head(got[-1]), rtol=1e-4, atol=1e-5)
     return lean, got, expected
 
 
 @needs_onednn
+@pytest.mark.parametrize("native", KERNELS)
 @pytest.mark.parametrize("ragged", [False, True])
-def test_lean_forward_matches_transformers(tiny, ragged) -> None:
+def test_lean_forward_matches_transformers(tiny, ragged, native) -> None:
     model, _ = tiny
     backbone, _ = _split_model(model)
     prompts = torch.randint(3, 500, (3, 9), generator=torch.Generator().manual_seed(0))
-    _, got, expected = _lean_and_reference(model, prompts, steps=4, ragged=ragged)
+    _, got, expected = _lean_and_reference(model, prompts, steps=4, ragged=ragged, native=native)
     assert [g.shape for g in got] == [e.shape for e in expected] == [(3, 9, backbone.config.hidden_size)] + [(3, 1, backbone.config.hidden_size)] * 4
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
 
 
 @needs_onednn
-def test_lean_forward_matches_transformers_with_projection_biases() -> None:
+@pytest.mark.parametrize("native", KERNELS)
+def test_lean_forward_matches_transformers_with_projection_biases(native) -> None:
     """Qwen2 has q/k/v biases: they follow the reordered, scaled q/k rows."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -83,7 +93,7 @@ def test_lean_forward_matches_transformers_with_projection_biases() -> None:
                 module.bias.normal_(0, 0.5)
     set_linear_kernel(model, "onednn")
     prompts = torch.randint(3, 300, (2, 6), generator=torch.Generator().manual_seed(1))
-    lean, got, expected = _lean_and_reference(model, prompts, steps=3, ragged=True)
+    lean, got, expected = _lean_and_reference(model, prompts, steps=3, ragged=True, native=native)
     assert lean.layers[0].qkv_bias is not None
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
@@ -125,7 +135,7 @@ def test_rollouts_equal_with_and_without_the_lean_forward(tiny, monkeypatch) -> 
     prompts = [[1, 5, 9, 200, 17], [1, 5, 301, 44], [1, 5, 9, 200, 17]]
     sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
     fast = backend.generate(prompts, sampling, stop_token_ids=[])
-    monkeypatch.setattr("agentic_rl.rollout.decoder.lean_decoder", lambda backbone: None)
+    monkeypatch.setattr("agentic_rl.rollout.decoder.lean_decoder", lambda backbone, lm_head: None)
     slow = backend.generate(prompts, sampling, stop_token_ids=[])
     assert [c.token_ids for c in fast] == [c.token_ids for c in slow]
     for a, b in zip(fast, slow):

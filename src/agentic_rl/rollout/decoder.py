@@ -91,7 +91,7 @@ class DecodeSession:
     def __enter__(self) -> DecodeSession:
         self._scope = contextlib.ExitStack()
         self._scope.enter_context(packed_weights(self.model))
-        self._lean = lean_decoder(self.backbone)
+        self._lean = lean_decoder(self.backbone, self.lm_head)
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -234,6 +234,10 @@ class DecodeSession:
         return self.backbone(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache, use_cache=True).last_hidden_state
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self._lean is not None:
+            logits = self._lean.logits(hidden)
+            if logits is not None:
+                return logits
         return self.lm_head(hidden).float()
 
     def _sample(self, logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from agentic_rl.models import small_gemm
 from agentic_rl.models.kernels import OneDNNLinear, onednn_available, onednn_linear, onednn_linear_then, pack_weight
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
@@ -36,6 +37,18 @@ def _bias(*modules) -> torch.Tensor | None:
     if all(m.bias is None for m in modules):
         return None
     return torch.cat([m.bias.detach() if m.bias is not None else torch.zeros(m.out_features, dtype=m.weight.dtype) for m in modules])
+
+
+class _OneDNNProjection:
+    """op(x W^T + b) on oneDNN's packed weights and post-ops: small_gemm.PackedLinear's contract."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        self.weight, self.bias = pack_weight(weight), bias
+
+    def __call__(self, x: torch.Tensor, op: str = "none", other: torch.Tensor | None = None) -> torch.Tensor:
+        if op == "none" or op == "swish":
+            return onednn_linear(x, self.weight, self.bias, activation=op)
+        return onednn_linear_then(x, self.weight, self.bias, op, other)
 
 
 def _pair_rows(heads: int, head_dim: int) -> torch.Tensor:
@@ -48,7 +61,7 @@ def _pair_rows(heads: int, head_dim: int) -> torch.Tensor:
 
 
 class _Layer:
-    def __init__(self, layer, heads: int, kv_heads: int, head_dim: int) -> None:
+    def __init__(self, layer, heads: int, kv_heads: int, head_dim: int, projection) -> None:
         attention, mlp = layer.self_attn, layer.mlp
         self.input_norm = layer.input_layernorm
         self.post_norm = layer.post_attention_layernorm
@@ -60,13 +73,13 @@ class _Layer:
         order = torch.cat([_pair_rows(heads + kv_heads, head_dim), torch.arange((heads + kv_heads) * head_dim, weight.shape[0])])
         scale = torch.ones(weight.shape[0], dtype=weight.dtype)
         scale[: heads * head_dim] = attention.scaling
-        self.qkv = pack_weight(weight[order] * scale[:, None])
         self.qkv_bias = None if bias is None else bias[order] * scale
-        self.o, self.o_bias = pack_weight(attention.o_proj.weight), _bias(attention.o_proj)
+        self.qkv = projection(weight[order] * scale[:, None], self.qkv_bias)
+        self.o = projection(attention.o_proj.weight, _bias(attention.o_proj))
         # Gate and up stay separate products: each then carries its post-op (SiLU; times the gate).
-        self.gate, self.gate_bias = pack_weight(mlp.gate_proj.weight), _bias(mlp.gate_proj)
-        self.up, self.up_bias = pack_weight(mlp.up_proj.weight), _bias(mlp.up_proj)
-        self.down, self.down_bias = pack_weight(mlp.down_proj.weight), _bias(mlp.down_proj)
+        self.gate = projection(mlp.gate_proj.weight, _bias(mlp.gate_proj))
+        self.up = projection(mlp.up_proj.weight, _bias(mlp.up_proj))
+        self.down = projection(mlp.down_proj.weight, _bias(mlp.down_proj))
 
 
 def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
@@ -77,13 +90,28 @@ class LeanDecoder:
     """``forward(input_ids, positions, mask, cache) -> last hidden states`` with the same
     contract as the backbone call in rollout/decoder.py (SlotCache bound beforehand)."""
 
-    def __init__(self, backbone) -> None:
+    def __init__(self, backbone, lm_head=None, *, native: bool | None = None) -> None:
         config = backbone.config
         self.backbone = backbone
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.layers = [_Layer(layer, self.heads, self.kv_heads, self.head_dim) for layer in backbone.layers]
+        # The products: small_gemm's kernel where it is available (faster on decode's few
+        # rows, as fast at prefill sizes), else oneDNN's packed weights.
+        self.native = small_gemm.available() if native is None else native
+        projection = small_gemm.PackedLinear if self.native else _OneDNNProjection
+        self.layers = [_Layer(layer, self.heads, self.kv_heads, self.head_dim, projection) for layer in backbone.layers]
+        # The head (a plain linear layer) joins the kernel; otherwise the caller runs the module.
+        self.head = None
+        if self.native and type(lm_head) in (OneDNNLinear, torch.nn.Linear):
+            self.head = projection(lm_head.weight, _bias(lm_head))
+
+    @torch.no_grad()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """The head's logits for ``hidden``, or None when the head is not covered (run the module)."""
+        if self.head is None:
+            return None
+        return self.head(hidden)
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache) -> torch.Tensor:
@@ -104,7 +132,7 @@ class LeanDecoder:
             decode_bias.masked_fill_(~mask, float("-inf"))
             decode_bias = decode_bias.view(batch * self.kv_heads, groups, -1)
         for index, layer in enumerate(self.layers):
-            qkv = onednn_linear(_rms_norm(hidden, layer.input_norm), layer.qkv, layer.qkv_bias)
+            qkv = layer.qkv(_rms_norm(hidden, layer.input_norm))
             # Queries and keys rotate in place, in one complex product (each pair is two adjacent rows).
             torch.view_as_complex(qkv[..., : q_width + kv_width].view(batch, q, self.heads + self.kv_heads, half, 2)).mul_(rotation)
             key = qkv[..., q_width : q_width + kv_width].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -118,10 +146,9 @@ class LeanDecoder:
                 query = qkv[..., :q_width].view(batch, q, self.heads, self.head_dim).transpose(1, 2)
                 attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=1.0, enable_gqa=groups > 1)
                 attended = attended.transpose(1, 2).reshape(batch, q, q_width)
-            hidden = onednn_linear_then(attended, layer.o, layer.o_bias, "add", hidden)
+            hidden = layer.o(attended, "add", hidden)
             normed = _rms_norm(hidden, layer.post_norm)
-            gate = onednn_linear(normed, layer.gate, layer.gate_bias, activation="swish")
-            hidden = onednn_linear_then(onednn_linear_then(normed, layer.up, layer.up_bias, "mul", gate), layer.down, layer.down_bias, "add", hidden)
+            hidden = layer.down(layer.up(normed, "mul", layer.gate(normed, "swish")), "add", hidden)
         return _rms_norm(hidden, backbone.norm)
 
 
@@ -141,9 +168,11 @@ def _rotary_halves_repeat(backbone, dtype: torch.dtype) -> bool:
     return cos.shape[-1] % 2 == 0 and torch.equal(cos[..., :half], cos[..., half:]) and torch.equal(sin[..., :half], sin[..., half:])
 
 
-def lean_decoder(backbone) -> LeanDecoder | None:
-    """A LeanDecoder over ``backbone`` (weights packed now: build it only where they stay
-    fixed), or None when the model or the machine is not covered."""
+def lean_decoder(backbone, lm_head=None, *, native: bool | None = None) -> LeanDecoder | None:
+    """A LeanDecoder over ``backbone`` (and ``lm_head``, when the kernel covers it; weights
+    packed now: build it only where they stay fixed), or None when the model or the
+    machine is not covered. ``native``: force small_gemm's kernel on or off (default: on
+    where available)."""
     config = backbone.config
     parameter = next(backbone.parameters(), None)
     if (
@@ -157,4 +186,4 @@ def lean_decoder(backbone) -> LeanDecoder | None:
         or not _rotary_halves_repeat(backbone, parameter.dtype)
     ):
         return None
-    return LeanDecoder(backbone)
+    return LeanDecoder(backbone, lm_head, native=native)
