@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from agentic_rl.models import small_gemm
+from agentic_rl.models import native
 from agentic_rl.models.kernels import onednn_available, packed_weights, set_linear_kernel
 from agentic_rl.rollout.backends.base import SamplingParams
 from agentic_rl.rollout.backends.hf import HFBackend
@@ -17,8 +17,8 @@ from agentic_rl.rollout.sampling import inverse_cdf
 from agentic_rl.training.logprobs import _split_model
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
-# The lean forward's products run on small_gemm's kernel where it builds, else on oneDNN: test both.
-KERNELS = [pytest.param(False, id="onednn"), pytest.param(True, id="small_gemm", marks=pytest.mark.skipif(not small_gemm.available(), reason=f"small_gemm: {small_gemm.unavailable_reason()}"))]
+# The lean forward's products run on the native kernels where it builds, else on oneDNN: test both.
+KERNELS = [pytest.param(False, id="onednn"), pytest.param(True, id="native", marks=pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.unavailable_reason()}"))]
 
 
 def _run(backbone, forward, prompts: torch.Tensor, steps: int, ragged: bool = False) -> list[torch.Tensor]:

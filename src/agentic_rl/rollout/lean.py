@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from agentic_rl.models import small_gemm
+from agentic_rl.models import native as native_kernels
 from agentic_rl.models.kernels import OneDNNLinear, onednn_available, onednn_linear, onednn_linear_then, pack_weight
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
@@ -40,12 +40,15 @@ def _bias(*modules) -> torch.Tensor | None:
 
 
 class _OneDNNProjection:
-    """op(x W^T + b) on oneDNN's packed weights and post-ops: small_gemm.PackedLinear's contract."""
+    """op(norm(x) W^T + b) on oneDNN's packed weights and post-ops: native_kernels.PackedLinear's contract."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6) -> None:
         self.weight, self.bias = pack_weight(weight), bias
+        self.norm_weight, self.norm_eps = norm_weight, norm_eps
 
     def __call__(self, x: torch.Tensor, op: str = "none", other: torch.Tensor | None = None) -> torch.Tensor:
+        if self.norm_weight is not None:
+            x = F.rms_norm(x, (x.shape[-1],), self.norm_weight, self.norm_eps)
         if op == "none" or op == "swish":
             return onednn_linear(x, self.weight, self.bias, activation=op)
         return onednn_linear_then(x, self.weight, self.bias, op, other)
@@ -60,11 +63,15 @@ def _pair_rows(heads: int, head_dim: int) -> torch.Tensor:
     return (torch.arange(heads)[:, None] * head_dim + within).flatten()
 
 
+def _norm(norm) -> dict:
+    return {"norm_weight": norm.weight.detach(), "norm_eps": norm.variance_epsilon}
+
+
 class _Layer:
+    """One decoder layer's products; the q/k/v, gate and up products RMS-normalise their input."""
+
     def __init__(self, layer, heads: int, kv_heads: int, head_dim: int, projection) -> None:
         attention, mlp = layer.self_attn, layer.mlp
-        self.input_norm = layer.input_layernorm
-        self.post_norm = layer.post_attention_layernorm
         # Fused q/k/v rows, with two changes the attention cannot see: q and k rows in rotary
         # pair order, and the attention scaling folded into q (rotation is linear).
         projections = (attention.q_proj, attention.k_proj, attention.v_proj)
@@ -74,11 +81,12 @@ class _Layer:
         scale = torch.ones(weight.shape[0], dtype=weight.dtype)
         scale[: heads * head_dim] = attention.scaling
         self.qkv_bias = None if bias is None else bias[order] * scale
-        self.qkv = projection(weight[order] * scale[:, None], self.qkv_bias)
+        self.qkv = projection(weight[order] * scale[:, None], self.qkv_bias, **_norm(layer.input_layernorm))
         self.o = projection(attention.o_proj.weight, _bias(attention.o_proj))
         # Gate and up stay separate products: each then carries its post-op (SiLU; times the gate).
-        self.gate = projection(mlp.gate_proj.weight, _bias(mlp.gate_proj))
-        self.up = projection(mlp.up_proj.weight, _bias(mlp.up_proj))
+        post_norm = _norm(layer.post_attention_layernorm)
+        self.gate = projection(mlp.gate_proj.weight, _bias(mlp.gate_proj), **post_norm)
+        self.up = projection(mlp.up_proj.weight, _bias(mlp.up_proj), **post_norm)
         self.down = projection(mlp.down_proj.weight, _bias(mlp.down_proj))
 
 
@@ -96,10 +104,10 @@ class LeanDecoder:
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        # The products: small_gemm's kernel where it is available (faster on decode's few
+        # The products: the native kernels where it is available (faster on decode's few
         # rows, as fast at prefill sizes), else oneDNN's packed weights.
-        self.native = small_gemm.available() if native is None else native
-        projection = small_gemm.PackedLinear if self.native else _OneDNNProjection
+        self.native = native_kernels.available() if native is None else native
+        projection = native_kernels.PackedLinear if self.native else _OneDNNProjection
         self.layers = [_Layer(layer, self.heads, self.kv_heads, self.head_dim, projection) for layer in backbone.layers]
         # The head (a plain linear layer) joins the kernel; otherwise the caller runs the module.
         self.head = None
@@ -124,21 +132,26 @@ class LeanDecoder:
         rotation = torch.complex(cos[..., :half], sin[..., :half])[:, :, None]  # [B, q, 1, head_dim / 2]
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         groups = self.heads // self.kv_heads
-        # One new token per row: attention is two batched products per layer over [B * kv, groups, ...]
-        # blocks (query heads sharing a key/value head), the mask an additive bias built once per pass.
-        decode_bias = None
-        if q == 1:
+        # One new token per row: the native attention kernel, else two batched products per layer over
+        # [B * kv, groups, ...] blocks (query heads sharing a key/value head), the mask an additive bias.
+        decode_bias = lengths = None
+        if q == 1 and self.native and self.head_dim % 16 == 0:
+            # The session's mask is the causal prefix: row b sees its first position + 1 entries.
+            lengths = positions[:, 0] + 1
+        elif q == 1:
             decode_bias = torch.zeros((batch, self.kv_heads, groups, mask.shape[-1]), dtype=hidden.dtype, device=hidden.device)
             decode_bias.masked_fill_(~mask, float("-inf"))
             decode_bias = decode_bias.view(batch * self.kv_heads, groups, -1)
         for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(_rms_norm(hidden, layer.input_norm))
+            qkv = layer.qkv(hidden)
             # Queries and keys rotate in place, in one complex product (each pair is two adjacent rows).
             torch.view_as_complex(qkv[..., : q_width + kv_width].view(batch, q, self.heads + self.kv_heads, half, 2)).mul_(rotation)
             key = qkv[..., q_width : q_width + kv_width].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
             value = qkv[..., q_width + kv_width :].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
             keys, values = cache.update(key, value, index)
-            if decode_bias is not None:
+            if lengths is not None:
+                attended = native_kernels.decode_attention(qkv[:, 0, :q_width], keys, values, lengths).view(batch, q, q_width)
+            elif decode_bias is not None:
                 grouped = qkv[..., :q_width].reshape(batch * self.kv_heads, groups, self.head_dim)
                 scores = torch.baddbmm(decode_bias, grouped, keys.flatten(0, 1).transpose(1, 2))
                 attended = torch.bmm(torch.softmax(scores, dim=-1), values.flatten(0, 1)).view(batch, q, q_width)
@@ -147,8 +160,7 @@ class LeanDecoder:
                 attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=1.0, enable_gqa=groups > 1)
                 attended = attended.transpose(1, 2).reshape(batch, q, q_width)
             hidden = layer.o(attended, "add", hidden)
-            normed = _rms_norm(hidden, layer.post_norm)
-            hidden = layer.down(layer.up(normed, "mul", layer.gate(normed, "swish")), "add", hidden)
+            hidden = layer.down(layer.up(hidden, "mul", layer.gate(hidden, "swish")), "add", hidden)
         return _rms_norm(hidden, backbone.norm)
 
 
@@ -171,7 +183,7 @@ def _rotary_halves_repeat(backbone, dtype: torch.dtype) -> bool:
 def lean_decoder(backbone, lm_head=None, *, native: bool | None = None) -> LeanDecoder | None:
     """A LeanDecoder over ``backbone`` (and ``lm_head``, when the kernel covers it; weights
     packed now: build it only where they stay fixed), or None when the model or the
-    machine is not covered. ``native``: force small_gemm's kernel on or off (default: on
+    machine is not covered. ``native``: force the native kernels on or off (default: on
     where available)."""
     config = backbone.config
     parameter = next(backbone.parameters(), None)

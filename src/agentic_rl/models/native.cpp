@@ -1,16 +1,18 @@
-// Float32 y = x W^T + b for CPUs with AVX-512, tuned for the narrow products of decoding.
+// Float32 kernels for decoding on CPUs with AVX-512: the narrow products (y = x W^T + b,
+// optionally RMS-normalising x first) and single-token attention over a slot cache.
 //
 // A decode step multiplies a few rows (one per sequence) by every weight matrix, so it
 // is bound by streaming the weights from memory. oneDNN's kernels reach about 24 GB/s
 // of weights at 16 rows on the 2-core EPYC machines we develop on; this one reaches
 // about 29 GB/s there, and matches oneDNN's compute rate for prefill-sized row counts.
-// Built and loaded by models/small_gemm.py (see there for the calling contract).
+// Built and loaded by models/native.py (see there for the calling contract).
 //
 // Layout: W [N, K] is packed into column blocks of NW = 48 outputs, each block stored
 // k-major ([K][48], zero-padded past N), so a block is one sequential stream. x is copied
 // into panels of MR = 8 rows, k-major ([K][8]), so each k reads one cache line of x.
 // A tile of 8 rows x 48 columns keeps 24 accumulators in registers; every output is an
 // in-order sum over k (fused multiply-adds), starting from the bias.
+// With a norm weight, each row of x is RMS-normalised while it is copied into the panel.
 // Threads: the OpenMP runtime torch already loaded (same soname), so torch's thread
 // count applies and no second pool spins beside torch's.
 
@@ -102,11 +104,11 @@ thread_local int64_t panels_size = 0;
 
 extern "C" {
 
-int agentic_rl_small_gemm_abi() { return 1; }
-int agentic_rl_small_gemm_block() { return NW; }
+int agentic_rl_native_abi() { return 2; }
+int agentic_rl_native_block() { return NW; }
 
 // W [N, K] (row stride ldw) -> packed [ceil(N / NW)][K][NW], zero-padded.
-void agentic_rl_small_gemm_pack(const float* w, int64_t N, int64_t K, int64_t ldw, float* packed) {
+void agentic_rl_native_pack(const float* w, int64_t N, int64_t K, int64_t ldw, float* packed) {
   const int64_t blocks = (N + NW - 1) / NW;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < blocks; ++b) {
@@ -118,10 +120,11 @@ void agentic_rl_small_gemm_pack(const float* w, int64_t N, int64_t K, int64_t ld
   }
 }
 
-// y [M, N] = op(x [M, K] W^T + bias), x rows contiguous; other [M, N] for add/mul.
+// y [M, N] = op(norm(x) [M, K] W^T + bias), x rows contiguous; other [M, N] for add/mul.
+// norm: none when norm_weight is null, else x * rsqrt(mean(x^2) + eps) * norm_weight.
 // Returns 0, or -1 when the panel scratch cannot be allocated.
-int agentic_rl_small_gemm(const float* x, int64_t M, int64_t K, const float* packed, int64_t N, const float* bias,
-                          int op, const float* other, float* y) {
+int agentic_rl_native_gemm(const float* x, int64_t M, int64_t K, const float* packed, int64_t N, const float* bias,
+                           int op, const float* other, float* y, const float* norm_weight, float eps) {
   const int64_t groups = (M + MR - 1) / MR;
   const int64_t need = groups * K * MR;
   if (need > panels_size) {
@@ -141,7 +144,20 @@ int agentic_rl_small_gemm(const float* x, int64_t M, int64_t K, const float* pac
         const int64_t row = g * MR + r;
         if (row < M) {
           const float* src = x + row * K;
-          for (int64_t k = 0; k < K; ++k) panel[k * MR + r] = src[k];
+          if (norm_weight) {
+            __m512 squares = _mm512_setzero_ps();
+            int64_t k = 0;
+            for (; k + 16 <= K; k += 16) {
+              const __m512 v = _mm512_loadu_ps(src + k);
+              squares = _mm512_fmadd_ps(v, v, squares);
+            }
+            float sum = _mm512_reduce_add_ps(squares);
+            for (; k < K; ++k) sum += src[k] * src[k];
+            const float scale = 1.0f / sqrtf(sum / static_cast<float>(K) + eps);
+            for (k = 0; k < K; ++k) panel[k * MR + r] = (src[k] * scale) * norm_weight[k];
+          } else {
+            for (int64_t k = 0; k < K; ++k) panel[k * MR + r] = src[k];
+          }
         } else {
           for (int64_t k = 0; k < K; ++k) panel[k * MR + r] = 0.0f;
         }
@@ -158,6 +174,73 @@ int agentic_rl_small_gemm(const float* x, int64_t M, int64_t K, const float* pac
     }
   }
   return 0;
+}
+
+// Single-token attention for B rows over a slot cache, with grouped-query heads.
+// q [B, heads * D] (row stride q_stride; head kv * groups + g at column (kv * groups + g) * D,
+// already scaled); keys/values of row b, kv head h: rows of D floats at
+// keys + b * slot_stride + h * head_stride, the first lengths[b] of them valid.
+// out [B, heads * D] contiguous: softmax(q k^T) v per head. D a multiple of 16.
+// Returns 0; -1 when scratch cannot be allocated; -2 when a length is outside [1, capacity].
+int agentic_rl_native_decode_attention(const float* q, int64_t q_stride, const float* keys, const float* values,
+                                       int64_t slot_stride, int64_t head_stride, const int64_t* lengths, int64_t capacity,
+                                       int64_t B, int64_t kv_heads, int64_t groups, int64_t D, float* out) {
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    if (lengths[b] < 1 || lengths[b] > capacity) return -2;
+    longest = lengths[b] > longest ? lengths[b] : longest;
+  }
+  const int64_t width = (longest + 15) / 16 * 16;
+  int failed = 0;
+#pragma omp parallel reduction(| : failed)
+  {
+    float* scores = static_cast<float*>(aligned_alloc(64, groups * width * sizeof(float) + 64));
+    if (!scores) {
+      failed = 1;
+    } else {
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < B * kv_heads; ++item) {
+        const int64_t b = item / kv_heads, h = item % kv_heads, length = lengths[b];
+        const float* key_rows = keys + b * slot_stride + h * head_stride;
+        const float* value_rows = values + b * slot_stride + h * head_stride;
+        const float* queries = q + b * q_stride + h * groups * D;
+        float* attended = out + b * kv_heads * groups * D + h * groups * D;
+        for (int64_t g = 0; g < groups; ++g) {
+          const float* query = queries + g * D;
+          float* row = scores + g * width;
+          float top = -INFINITY;
+          for (int64_t l = 0; l < length; ++l) {
+            const float* key = key_rows + l * D;
+            __m512 dot = _mm512_setzero_ps();
+            for (int64_t d = 0; d < D; d += 16) dot = _mm512_fmadd_ps(_mm512_loadu_ps(query + d), _mm512_loadu_ps(key + d), dot);
+            row[l] = _mm512_reduce_add_ps(dot);
+            top = row[l] > top ? row[l] : top;
+          }
+          __m512 total = _mm512_setzero_ps();
+          for (int64_t l = 0; l < length; l += 16) {
+            const __mmask16 mask = columns_mask(static_cast<int>(length - l));
+            const __m512 p = _mm512_maskz_mov_ps(mask, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, row + l), _mm512_set1_ps(top))));
+            _mm512_mask_storeu_ps(row + l, mask, p);
+            total = _mm512_add_ps(total, p);
+          }
+          const float inverse = 1.0f / _mm512_reduce_add_ps(total);
+          // Up to 64 columns of the output per pass over the values, in independent accumulators.
+          for (int64_t d0 = 0; d0 < D; d0 += 64) {
+            const int vectors = static_cast<int>(D - d0 >= 64 ? 4 : (D - d0) / 16);
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int64_t l = 0; l < length; ++l) {
+              const __m512 p = _mm512_set1_ps(row[l]);
+              const float* value = value_rows + l * D + d0;
+              for (int v = 0; v < vectors; ++v) acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(value + 16 * v), acc[v]);
+            }
+            for (int v = 0; v < vectors; ++v) _mm512_storeu_ps(attended + g * D + d0 + 16 * v, _mm512_mul_ps(acc[v], _mm512_set1_ps(inverse)));
+          }
+        }
+      }
+      free(scores);
+    }
+  }
+  return failed ? -1 : 0;
 }
 
 }  // extern "C"

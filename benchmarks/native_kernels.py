@@ -1,7 +1,7 @@
-"""Decode-sized float32 products: small_gemm's kernel against oneDNN (packed weights) and
+"""Decode-sized float32 products: the native kernel (models/native.cpp) against oneDNN (packed weights) and
 torch's default ``F.linear``, over every projection of a model's layers plus its head.
 
-    python benchmarks/small_gemm.py [--rows 1 4 16 32 64 256] [--repeats 5] [--json out.json]
+    python benchmarks/native.py [--rows 1 4 16 32 64 256] [--repeats 5] [--json out.json]
 
 Shapes default to SmolLM2-135M's (30 layers: q/k/v fused 576->960, o 576->576, gate and
 up 576->1536, down 1536->576; head 576->49152), about 540 MB of float32 weights, more than
@@ -37,16 +37,16 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    from agentic_rl.models import small_gemm
+    from agentic_rl.models import native
     from agentic_rl.models.kernels import onednn_available, onednn_linear, pack_weight
 
-    if not small_gemm.available():
-        raise SystemExit(f"small_gemm is not available here: {small_gemm.unavailable_reason()}")
+    if not native.available():
+        raise SystemExit(f"the native kernels are not available here: {native.unavailable_reason()}")
     generator = torch.Generator().manual_seed(0)
     weights = [torch.randn(shape, generator=generator) * 0.02 for shape in shapes(args.layers, args.hidden, args.qkv, args.intermediate, args.vocab)]
     gigabytes = sum(w.numel() for w in weights) * 4 / 1e9
-    ours = [small_gemm.PackedLinear(w) for w in weights]
-    kernels = {"small_gemm": lambda x: [p(x[p.in_features]) for p in ours]}
+    ours = [native.PackedLinear(w) for w in weights]
+    kernels = {"native": lambda x: [p(x[p.in_features]) for p in ours]}
     if onednn_available():
         packed = [pack_weight(w) for w in weights]
         kernels["onednn"] = lambda x: [onednn_linear(x[w.shape[1]], p, None) for w, p in zip(weights, packed)]

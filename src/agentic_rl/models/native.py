@@ -1,9 +1,9 @@
-"""Narrow float32 products for decoding on CPUs with AVX-512 (small_gemm.cpp).
+"""Narrow float32 products for decoding on CPUs with AVX-512 (native.cpp).
 
 A decode step multiplies one row per sequence by every weight matrix: it streams the
 weights from memory and does little arithmetic on each. oneDNN's kernels reach about
-24 GB/s of weights at 16 rows on our 2-core EPYC machines; ``small_gemm.cpp`` reaches
-about 29 GB/s, and matches oneDNN at prefill sizes (``benchmarks/small_gemm.py``
+24 GB/s of weights at 16 rows on our 2-core EPYC machines; ``native.cpp`` reaches
+about 29 GB/s, and matches oneDNN at prefill sizes (``benchmarks/native.py``
 measures both). The lean rollout forward (rollout/lean.py) uses it when it is available
 and oneDNN otherwise.
 
@@ -12,8 +12,8 @@ for this machine's CPU and cached under ``<cache>/kernels`` (``AGENTIC_RL_CACHE`
 ``~/.cache/agentic-rl``); later processes load the cached library. It is available on
 Linux x86-64 with AVX-512F, a C++ compiler and torch's OpenMP runtime (which it shares, so
 ``torch.set_num_threads`` applies). :func:`unavailable_reason` says why not otherwise;
-``AGENTIC_RL_SMALL_GEMM=0`` turns it off. Results equal ``F.linear`` up to float32
-rounding: each output is an in-order sum over the inputs (tests/models/test_small_gemm.py).
+``AGENTIC_RL_NATIVE=0`` turns it off. Results equal ``F.linear`` up to float32
+rounding: each output is an in-order sum over the inputs (tests/models/test_native.py).
 """
 
 from __future__ import annotations
@@ -31,12 +31,13 @@ import threading
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("small_gemm.cpp")
+SOURCE = Path(__file__).with_name("native.cpp")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
-ABI = 1
+ABI = 2
 OPS = {"none": 0, "add": 1, "mul": 2, "swish": 3}
 """Epilogues applied to x W^T + b before the store: add / multiply by ``other``, or SiLU."""
 
@@ -71,7 +72,7 @@ def _build(compiler: str) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
     key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), _cpu_flags().encode()])).hexdigest()[:16]
     folder = cache_dir() / "kernels"
-    target = folder / f"small_gemm-{key}.so"
+    target = folder / f"native-{key}.so"
     if target.exists():
         return target
     folder.mkdir(parents=True, exist_ok=True)
@@ -113,26 +114,33 @@ def _load():
     library = ctypes.CDLL(str(_build(compiler)))
     if len(_openmp_runtimes()) > max(1, len(before)):
         raise RuntimeError("the compiled kernel loaded a second OpenMP runtime beside torch's")
-    if library.agentic_rl_small_gemm_abi() != ABI:
+    if library.agentic_rl_native_abi() != ABI:
         raise RuntimeError("cached kernel library has another ABI version")
-    gemm = library.agentic_rl_small_gemm
-    gemm.restype = ctypes.c_int
-    gemm.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
-    pack_fn = library.agentic_rl_small_gemm_pack
-    pack_fn.restype = None
-    pack_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-    return gemm, pack_fn, library.agentic_rl_small_gemm_block()
+    pointer, size, integer = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    functions = {
+        "gemm": (ctypes.c_int, [pointer, size, size, pointer, size, pointer, integer, pointer, pointer, pointer, ctypes.c_float]),
+        "pack": (None, [pointer, size, size, size, pointer]),
+        "decode_attention": (ctypes.c_int, [pointer, size, pointer, pointer, size, size, pointer, size, size, size, size, size, pointer]),
+    }
+    kernels = {}
+    for name, (restype, argtypes) in functions.items():
+        function = getattr(library, f"agentic_rl_native_{name}")
+        function.restype, function.argtypes = restype, argtypes
+        kernels[name] = function
+    kernels["block"] = library.agentic_rl_native_block()
+    return kernels
 
 
 def _library():
-    """(gemm, pack, block width) or None; loaded, and checked against F.linear, once."""
+    """The kernels by name (and "block", the packed column width) or None; loaded, and
+    checked against torch, once per process."""
     if "library" in _state:
         return _state["library"]
     with _lock:
         if "library" not in _state:
             library, reason = None, None
-            if os.environ.get("AGENTIC_RL_SMALL_GEMM", "1") == "0":
-                reason = "turned off by AGENTIC_RL_SMALL_GEMM=0"
+            if os.environ.get("AGENTIC_RL_NATIVE", "1") == "0":
+                reason = "turned off by AGENTIC_RL_NATIVE=0"
             else:
                 try:
                     library = _load()
@@ -142,7 +150,7 @@ def _library():
                     reason = str(error)
                 if reason:
                     library = None
-                    logger.info("small-row float32 kernel not used (decoding uses oneDNN): %s", reason)
+                    logger.info("native CPU kernels not used (decoding uses oneDNN): %s", reason)
             _state["library"], _state["reason"] = library, reason
     return _state["library"]
 
@@ -150,10 +158,22 @@ def _library():
 def _self_check() -> str | None:
     generator = torch.Generator().manual_seed(0)
     x, weight, bias = (torch.randn(shape, generator=generator) for shape in ((11, 70), (53, 70), (53,)))
-    got = PackedLinear(weight, bias)(x)
-    if not torch.allclose(got, torch.nn.functional.linear(x, weight, bias), rtol=1e-4, atol=1e-4):
-        return "the compiled kernel disagrees with torch on a self-check"
+    if not torch.allclose(PackedLinear(weight, bias)(x), F.linear(x, weight, bias), rtol=1e-4, atol=1e-4):
+        return "the compiled product kernel disagrees with torch on a self-check"
+    queries, keys, values = (torch.randn(shape, generator=generator) for shape in ((2, 4 * 16), (2, 2, 5, 16), (2, 2, 5, 16)))
+    lengths = torch.tensor([5, 3])
+    if not torch.allclose(decode_attention(queries, keys, values, lengths), _attention_reference(queries, keys, values, lengths), rtol=1e-4, atol=1e-5):
+        return "the compiled attention kernel disagrees with torch on a self-check"
     return None
+
+
+def _attention_reference(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """:func:`decode_attention` in torch (the definition the kernel is checked against)."""
+    batch, kv_heads, width, head_dim = keys.shape
+    query = queries.view(batch, kv_heads, -1, head_dim)
+    mask = torch.arange(width)[None, None, None, :] < lengths[:, None, None, None]
+    out = F.scaled_dot_product_attention(query, keys[:, :, :width], values[:, :, :width], attn_mask=mask, scale=1.0)
+    return out.reshape(batch, -1)
 
 
 def available() -> bool:
@@ -172,26 +192,28 @@ class PackedLinear:
     into the kernel's layout: valid while they do not change. No autograd (inference only).
 
     ``packed(x, op="none", other=None)``: ``x`` [..., in] -> [..., out]; ``op`` one of
-    :data:`OPS` ("add" and "mul" take ``other`` of the output's shape)."""
+    :data:`OPS` ("add" and "mul" take ``other`` of the output's shape). With ``norm_weight``
+    [in], x is first RMS-normalised, x * rsqrt(mean(x^2) + norm_eps) * norm_weight, as it is
+    read (the RMSNorm before a decoder's projections, without its own pass)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        gemm, pack_fn, block = _required()
-        if weight.dim() != 2 or weight.dtype != torch.float32 or weight.device.type != "cpu":
-            raise ValueError(f"PackedLinear: weight must be a 2-D float32 CPU tensor, got {tuple(weight.shape)} {weight.dtype} on {weight.device}")
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6) -> None:
+        kernels = _required()
+        if weight.dim() != 2 or weight.dtype != torch.float32 or weight.device.type != "cpu" or 0 in weight.shape:
+            raise ValueError(f"PackedLinear: weight must be a non-empty 2-D float32 CPU tensor, got {tuple(weight.shape)} {weight.dtype} on {weight.device}")
         weight = weight.detach()
         if weight.stride(1) != 1:
             weight = weight.contiguous()
         self.out_features, self.in_features = weight.shape
+        block = kernels["block"]
         self.data = torch.empty(-(-self.out_features // block), self.in_features, block)
-        pack_fn(weight.data_ptr(), self.out_features, self.in_features, weight.stride(0), self.data.data_ptr())
-        self.bias = None
-        if bias is not None:
-            if bias.shape != (self.out_features,) or bias.dtype != torch.float32 or bias.device.type != "cpu":
-                raise ValueError(f"PackedLinear: bias must be float32 on CPU of shape ({self.out_features},), got {tuple(bias.shape)} {bias.dtype}")
-            self.bias = bias.detach().contiguous().clone()
+        kernels["pack"](weight.data_ptr(), self.out_features, self.in_features, weight.stride(0), self.data.data_ptr())
+        self.bias = _vector(bias, self.out_features, "bias")
+        self.norm_weight = _vector(norm_weight, self.in_features, "norm_weight")
+        self.norm_eps = float(norm_eps)
         # Fixed arguments of every call (a decode step makes ~150 calls: keep them cheap).
-        self._gemm = gemm
-        self._pointers = (self.data.data_ptr(), self.out_features, None if self.bias is None else self.bias.data_ptr())
+        self._gemm = kernels["gemm"]
+        self._fixed = (self.data.data_ptr(), self.out_features, None if self.bias is None else self.bias.data_ptr())
+        self._norm = (None if self.norm_weight is None else self.norm_weight.data_ptr(), self.norm_eps)
 
     def __call__(self, x: torch.Tensor, op: str = "none", other: torch.Tensor | None = None) -> torch.Tensor:
         # The checks stay cheap (attributes, no device objects): this runs ~150 times a step.
@@ -208,10 +230,10 @@ class PackedLinear:
             if not other.is_contiguous():
                 other = other.contiguous()
             other_pointer = other.data_ptr()
-        rows = x.numel() // self.in_features if self.in_features else out.numel() // max(self.out_features, 1)
-        if rows and self.out_features:
-            weight, out_features, bias = self._pointers
-            if self._gemm(x.data_ptr(), rows, self.in_features, weight, out_features, bias, code, other_pointer, out.data_ptr()) != 0:
+        rows = x.numel() // self.in_features
+        if rows:
+            weight, out_features, bias = self._fixed
+            if self._gemm(x.data_ptr(), rows, self.in_features, weight, out_features, bias, code, other_pointer, out.data_ptr(), *self._norm) != 0:
                 raise MemoryError("PackedLinear: could not allocate the kernel's row panels")
         return out
 
@@ -221,8 +243,53 @@ class PackedLinear:
         return f"PackedLinear: x must be float32 on CPU with last dimension {self.in_features}, got {tuple(x.shape)} {x.dtype} on {x.device}"
 
 
+def _vector(value: torch.Tensor | None, size: int, name: str) -> torch.Tensor | None:
+    if value is None:
+        return None
+    if value.shape != (size,) or value.dtype != torch.float32 or value.device.type != "cpu":
+        raise ValueError(f"PackedLinear: {name} must be float32 on CPU of shape ({size},), got {tuple(value.shape)} {value.dtype}")
+    return value.detach().contiguous().clone()
+
+
+def decode_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Attention of one new token per row over cached keys and values (no autograd).
+
+    ``queries`` [B, heads * D] (rows may be strided, e.g. a slice of a fused q/k/v output;
+    any scaling already applied); ``keys``, ``values`` [B, kv_heads, width, D] views with the
+    same strides, rows of D contiguous floats (a slot cache's window); ``lengths`` [B]: row b
+    attends to its first lengths[b] positions (1 <= lengths[b] <= width). Query head
+    kv * groups + g reads kv head kv (grouped-query attention). Returns [B, heads * D]:
+    softmax(q k^T) v per head. D must be a multiple of 16."""
+    kernels = _required()
+    batch, kv_heads, width, head_dim = keys.shape
+    if lengths.dtype is not torch.int64 or not lengths.is_contiguous():
+        lengths = lengths.to(torch.int64).contiguous()
+    if (
+        queries.dtype is not torch.float32 or keys.dtype is not torch.float32 or values.dtype is not torch.float32
+        or not (queries.is_cpu and keys.is_cpu and values.is_cpu and lengths.is_cpu)
+        or head_dim % 16 or queries.dim() != 2 or queries.shape[0] != batch or queries.stride(1) != 1
+        or queries.shape[1] % (kv_heads * head_dim) or values.shape != keys.shape or values.stride() != keys.stride()
+        or keys.stride(3) != 1 or keys.stride(2) != head_dim or lengths.shape != (batch,)
+    ):
+        raise ValueError(
+            f"decode_attention: expected float32 CPU queries [B, heads * D] and keys/values [B, kv_heads, width, D] with equal strides, "
+            f"D a multiple of 16, lengths [B]; got queries {tuple(queries.shape)}, keys {tuple(keys.shape)} {tuple(keys.stride())}, "
+            f"values {tuple(values.shape)} {tuple(values.stride())}, lengths {tuple(lengths.shape)}"
+        )
+    out = torch.empty(batch, queries.shape[1])
+    status = batch and kernels["decode_attention"](
+        queries.data_ptr(), queries.stride(0), keys.data_ptr(), values.data_ptr(), keys.stride(0), keys.stride(1), lengths.data_ptr(), width,
+        batch, kv_heads, queries.shape[1] // (kv_heads * head_dim), head_dim, out.data_ptr(),
+    )
+    if status == -2:  # checked in the kernel: no extra pass over lengths per layer
+        raise ValueError(f"decode_attention: lengths must be in [1, {width}], got {lengths.tolist()}")
+    if status:
+        raise MemoryError("decode_attention: could not allocate the kernel's score rows")
+    return out
+
+
 def _required():
     library = _library()
     if library is None:
-        raise RuntimeError(f"the small-row kernel is not available: {_state.get('reason')}")
+        raise RuntimeError(f"the native kernels are not available: {_state.get('reason')}")
     return library
