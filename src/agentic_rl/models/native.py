@@ -1,19 +1,22 @@
-"""Narrow float32 products for decoding on CPUs with AVX-512 (native.cpp).
+"""Float32 kernels for decoding on CPUs with AVX-512 (native.cpp).
 
 A decode step multiplies one row per sequence by every weight matrix: it streams the
 weights from memory and does little arithmetic on each. oneDNN's kernels reach about
-24 GB/s of weights at 16 rows on our 2-core EPYC machines; ``native.cpp`` reaches
-about 29 GB/s, and matches oneDNN at prefill sizes (``benchmarks/native.py``
-measures both). The lean rollout forward (rollout/lean.py) uses it when it is available
-and oneDNN otherwise.
+24 GB/s of weights at 16 rows on our 2-core EPYC machines; :class:`PackedLinear` reaches
+about 27-29 GB/s, matches oneDNN at prefill sizes (``benchmarks/native_kernels.py``
+measures both), and can RMS-normalise its input rows as it reads them.
+:func:`decode_attention` attends one new token per row over a slot cache's keys and
+values in place (one call per layer instead of three batched products). The lean rollout
+forward (rollout/lean.py) uses both where they are available and oneDNN otherwise.
 
-The kernel is C++ built on first use with the system compiler (``$CXX``, else ``c++``)
-for this machine's CPU and cached under ``<cache>/kernels`` (``AGENTIC_RL_CACHE``, default
-``~/.cache/agentic-rl``); later processes load the cached library. It is available on
-Linux x86-64 with AVX-512F, a C++ compiler and torch's OpenMP runtime (which it shares, so
-``torch.set_num_threads`` applies). :func:`unavailable_reason` says why not otherwise;
-``AGENTIC_RL_NATIVE=0`` turns it off. Results equal ``F.linear`` up to float32
-rounding: each output is an in-order sum over the inputs (tests/models/test_native.py).
+The kernels are C++ built on first use with the system compiler (``$CXX``, else ``c++``)
+for this machine's CPU (about 3 s) and cached under ``<cache>/kernels``
+(``AGENTIC_RL_CACHE``, default ``~/.cache/agentic-rl``); later processes load the cached
+library. They are available on Linux x86-64 with AVX-512F, a C++ compiler and torch's
+OpenMP runtime (which they share, so ``torch.set_num_threads`` applies), after a
+self-check against torch. :func:`unavailable_reason` says why not otherwise;
+``AGENTIC_RL_NATIVE=0`` turns them off. Results equal torch's up to float32 rounding:
+each product output is an in-order sum over the inputs (tests/models/test_native.py).
 """
 
 from __future__ import annotations

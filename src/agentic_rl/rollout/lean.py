@@ -3,15 +3,18 @@
 A decode step of a small model is mostly fixed costs: transformers' modules issue
 about 50 tensor operations per layer, each a separate dispatch, and 7 matrix products
 that are too narrow to run near the matmul peak. During a rollout the weights cannot
-change, so this forward runs the projections on oneDNN weights packed once for the
-session, fuses the q/k/v projections into one wider product, folds the residual adds,
-SiLU and the gate-times-up product into the products' oneDNN post-ops, and computes
-RMSNorm, rotary embedding and attention with the fewest operations. The packed q/k rows
-are reordered so each rotary pair is adjacent (the rotation is then one in-place complex
-product; queries and keys share the order, so their dot products are unchanged: the
-session's cache holds keys in this order) and carry the attention scaling. Attention is
-grouped-query SDPA for prefill; for a single new token, two batched products over the
-slot cache views, which skip SDPA's per-call setup.
+change, so this forward packs them once for the session into the native kernels'
+layout (models/native.py: AVX-512, built on first use) or, where those are not
+available, oneDNN's. It fuses the q/k/v projections into one wider product, folds the
+RMSNorms before the products into them (native) and the residual adds, SiLU and the
+gate-times-up product into their epilogues, and computes rotary embedding and attention
+with the fewest operations. The packed q/k rows are reordered so each rotary pair is
+adjacent (the rotation is then one in-place complex product; queries and keys share the
+order, so their dot products are unchanged: the session's cache holds keys in this
+order) and carry the attention scaling. Attention is grouped-query SDPA for prefill; for
+a single new token, the native attention kernel over the slot cache in place (or two
+batched products over its views). With the native kernels the vocabulary head is packed
+too (:meth:`LeanDecoder.logits`).
 It reads the model's own modules (embedding, rotary tables, norms, head), so a
 supported model needs nothing converted.
 
