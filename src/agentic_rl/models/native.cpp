@@ -97,8 +97,13 @@ void tile(const float* __restrict panel, int64_t K, const float* __restrict bloc
 typedef void (*tile_fn)(const float*, int64_t, const float*, const float*, int, const float*, float*, int64_t, int);
 const tile_fn tiles[MR + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>, tile<7>, tile<8>};
 
-thread_local float* panels = nullptr;
-thread_local int64_t panels_size = 0;
+// Row panels of the calling thread, grown as needed and freed when the thread exits.
+struct Scratch {
+  float* data = nullptr;
+  int64_t size = 0;
+  ~Scratch() { free(data); }
+};
+thread_local Scratch panels;
 
 }  // namespace
 
@@ -127,13 +132,13 @@ int agentic_rl_native_gemm(const float* x, int64_t M, int64_t K, const float* pa
                            int op, const float* other, float* y, const float* norm_weight, float eps) {
   const int64_t groups = (M + MR - 1) / MR;
   const int64_t need = groups * K * MR;
-  if (need > panels_size) {
-    free(panels);
-    panels = static_cast<float*>(aligned_alloc(64, ((need * sizeof(float) + 63) / 64) * 64));
-    panels_size = panels ? need : 0;
-    if (!panels) return -1;
+  if (need > panels.size) {
+    free(panels.data);
+    panels.data = static_cast<float*>(aligned_alloc(64, ((need * sizeof(float) + 63) / 64) * 64));
+    panels.size = panels.data ? need : 0;
+    if (!panels.data) return -1;
   }
-  float* const scratch = panels;  // thread_local: read by the team through this copy
+  float* const scratch = panels.data;  // thread_local: read by the team through this copy
   const int64_t blocks = (N + NW - 1) / NW;
 #pragma omp parallel
   {
