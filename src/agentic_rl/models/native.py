@@ -175,17 +175,18 @@ def _attention_reference(queries: torch.Tensor, keys: torch.Tensor, values: torc
     batch, kv_heads, width, head_dim = keys.shape
     query = queries.view(batch, kv_heads, -1, head_dim)
     mask = torch.arange(width)[None, None, None, :] < lengths[:, None, None, None]
-    out = F.scaled_dot_product_attention(query, keys[:, :, :width], values[:, :, :width], attn_mask=mask, scale=1.0)
+    out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=1.0)
     return out.reshape(batch, -1)
 
 
 def available() -> bool:
-    """Whether :class:`PackedLinear` can run here (builds the kernel on first call)."""
+    """Whether :class:`PackedLinear` and :func:`decode_attention` can run here (builds the
+    kernels on the first call of a process)."""
     return _library() is not None
 
 
 def unavailable_reason() -> str | None:
-    """Why the kernel is not available, or None when it is."""
+    """Why the kernels are not available, or None when they are."""
     _library()
     return _state.get("reason")
 

@@ -43,15 +43,13 @@ def _bias(*modules) -> torch.Tensor | None:
 
 
 class _OneDNNProjection:
-    """op(norm(x) W^T + b) on oneDNN's packed weights and post-ops: native_kernels.PackedLinear's contract."""
+    """op(x W^T + b) on oneDNN's packed weights and post-ops: native_kernels.PackedLinear's
+    call contract (no folded norm: the forward normalises once for gate and up)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         self.weight, self.bias = pack_weight(weight), bias
-        self.norm_weight, self.norm_eps = norm_weight, norm_eps
 
     def __call__(self, x: torch.Tensor, op: str = "none", other: torch.Tensor | None = None) -> torch.Tensor:
-        if self.norm_weight is not None:
-            x = F.rms_norm(x, (x.shape[-1],), self.norm_weight, self.norm_eps)
         if op == "none" or op == "swish":
             return onednn_linear(x, self.weight, self.bias, activation=op)
         return onednn_linear_then(x, self.weight, self.bias, op, other)
@@ -66,15 +64,18 @@ def _pair_rows(heads: int, head_dim: int) -> torch.Tensor:
     return (torch.arange(heads)[:, None] * head_dim + within).flatten()
 
 
-def _norm(norm) -> dict:
-    return {"norm_weight": norm.weight.detach(), "norm_eps": norm.variance_epsilon}
-
-
 class _Layer:
-    """One decoder layer's products; the q/k/v, gate and up products RMS-normalise their input."""
+    """One decoder layer's products. With ``fold_norms`` the q/k/v, gate and up products
+    RMS-normalise their input themselves (native kernels); otherwise the forward runs the norms."""
 
-    def __init__(self, layer, heads: int, kv_heads: int, head_dim: int, projection) -> None:
+    def __init__(self, layer, heads: int, kv_heads: int, head_dim: int, projection, fold_norms: bool) -> None:
         attention, mlp = layer.self_attn, layer.mlp
+        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.fold_norms = fold_norms
+
+        def norm(module) -> dict:
+            return {"norm_weight": module.weight.detach(), "norm_eps": module.variance_epsilon} if fold_norms else {}
+
         # Fused q/k/v rows, with two changes the attention cannot see: q and k rows in rotary
         # pair order, and the attention scaling folded into q (rotation is linear).
         projections = (attention.q_proj, attention.k_proj, attention.v_proj)
@@ -84,10 +85,10 @@ class _Layer:
         scale = torch.ones(weight.shape[0], dtype=weight.dtype)
         scale[: heads * head_dim] = attention.scaling
         self.qkv_bias = None if bias is None else bias[order] * scale
-        self.qkv = projection(weight[order] * scale[:, None], self.qkv_bias, **_norm(layer.input_layernorm))
+        self.qkv = projection(weight[order] * scale[:, None], self.qkv_bias, **norm(self.input_norm))
         self.o = projection(attention.o_proj.weight, _bias(attention.o_proj))
         # Gate and up stay separate products: each then carries its post-op (SiLU; times the gate).
-        post_norm = _norm(layer.post_attention_layernorm)
+        post_norm = norm(self.post_norm)
         self.gate = projection(mlp.gate_proj.weight, _bias(mlp.gate_proj), **post_norm)
         self.up = projection(mlp.up_proj.weight, _bias(mlp.up_proj), **post_norm)
         self.down = projection(mlp.down_proj.weight, _bias(mlp.down_proj))
@@ -111,7 +112,7 @@ class LeanDecoder:
         # rows, as fast at prefill sizes), else oneDNN's packed weights.
         self.native = native_kernels.available() if native is None else native
         projection = native_kernels.PackedLinear if self.native else _OneDNNProjection
-        self.layers = [_Layer(layer, self.heads, self.kv_heads, self.head_dim, projection) for layer in backbone.layers]
+        self.layers = [_Layer(layer, self.heads, self.kv_heads, self.head_dim, projection, self.native) for layer in backbone.layers]
         # The head (a plain linear layer) joins the kernel; otherwise the caller runs the module.
         self.head = None
         if self.native and type(lm_head) in (OneDNNLinear, torch.nn.Linear):
@@ -146,7 +147,7 @@ class LeanDecoder:
             decode_bias.masked_fill_(~mask, float("-inf"))
             decode_bias = decode_bias.view(batch * self.kv_heads, groups, -1)
         for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(hidden)
+            qkv = layer.qkv(hidden if layer.fold_norms else _rms_norm(hidden, layer.input_norm))
             # Queries and keys rotate in place, in one complex product (each pair is two adjacent rows).
             torch.view_as_complex(qkv[..., : q_width + kv_width].view(batch, q, self.heads + self.kv_heads, half, 2)).mul_(rotation)
             key = qkv[..., q_width : q_width + kv_width].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -163,7 +164,8 @@ class LeanDecoder:
                 attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=1.0, enable_gqa=groups > 1)
                 attended = attended.transpose(1, 2).reshape(batch, q, q_width)
             hidden = layer.o(attended, "add", hidden)
-            hidden = layer.down(layer.up(hidden, "mul", layer.gate(hidden, "swish")), "add", hidden)
+            normed = hidden if layer.fold_norms else _rms_norm(hidden, layer.post_norm)
+            hidden = layer.down(layer.up(normed, "mul", layer.gate(normed, "swish")), "add", hidden)
         return _rms_norm(hidden, backbone.norm)
 
 
