@@ -48,7 +48,7 @@ def build_sft_checkpoint(args: argparse.Namespace, folder: Path) -> float:
     from agentic_rl.config import CollectConfig, SFTConfig, TrainConfig
     from agentic_rl.models import load
     from agentic_rl.recipes import load_recipe
-    from agentic_rl.rollout.backends.hf import HFBackend
+    from agentic_rl.engines.hf import HFBackend
     from agentic_rl.training.collect import collect_successful
     from agentic_rl.training.pipeline import save_final
     from agentic_rl.training.sft import train_sft
@@ -59,7 +59,7 @@ def build_sft_checkpoint(args: argparse.Namespace, folder: Path) -> float:
     model, tokenizer = load(args.model)
     model = model.float()
     collect = CollectConfig(**{**config.sft.collect.model_dump(), "num_tasks": args.sft_tasks})
-    result = collect_successful(HFBackend(model, tokenizer), config.env.name, config.env.options, collect, seed=args.seed, limits=config.rollout.limits(args.seed))
+    result = collect_successful(HFBackend(model, tokenizer), config.env.name, config.env.options, collect, seed=args.seed, rollout_config=config.rollout)
     if not result.examples:
         raise SystemExit(f"SFT: no successful trajectories out of {result.attempted}; use --no-sft or --sft-checkpoint")
     train_sft(model, tokenizer, result.examples, SFTConfig(**config.sft.train.model_dump()), parser=config.env.options.get("parser", "hermes"))

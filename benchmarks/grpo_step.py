@@ -44,7 +44,7 @@ class PromptEnv:
 def ours(model_name: str, steps: int, max_new_tokens: int) -> list[float]:
     from agentic_rl.config import TrainConfig
     from agentic_rl.models import load
-    from agentic_rl.rollout.backends.hf import HFBackend
+    from agentic_rl.engines.hf import HFBackend
     from agentic_rl.training.rl import RLTrainer
 
     model, tokenizer = load(model_name, device="cpu")

@@ -77,14 +77,14 @@ def _generate(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> No
 
 
 def ours(backend, prompts: list[list[int]], new_tokens: int) -> None:
-    from agentic_rl.rollout.backends.base import SamplingParams
+    from agentic_rl.engines.base import SamplingParams
 
     backend.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=new_tokens, seed=0), stop_token_ids=[])
 
 
 def episodes(backend, prompts: list[list[int]], turns: int, tokens_per_turn: int, observation: list[int], *, reuse: bool) -> None:
     """``turns`` turns of exactly ``tokens_per_turn`` sampled tokens per trajectory."""
-    from agentic_rl.rollout.backends.base import SamplingParams
+    from agentic_rl.engines.base import SamplingParams
 
     sampling = SamplingParams(temperature=1.0, max_new_tokens=tokens_per_turn, seed=0)
     if not reuse:
@@ -120,7 +120,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from agentic_rl.models import load
-    from agentic_rl.rollout.backends.hf import HFBackend
+    from agentic_rl.engines.hf import HFBackend
 
     model, tokenizer = load(args.model)  # oneDNN linear kernels where available ("auto")
     backend = HFBackend(model, tokenizer)

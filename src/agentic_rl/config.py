@@ -12,8 +12,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agentic_rl.rollout.engine import RolloutLimits
-
 
 class ConfigError(ValueError):
     """A user mistake in configuration: one clear line."""
@@ -69,10 +67,10 @@ class RolloutConfig(_Section):
     max_turns: int = Field(16, ge=1)
     """Engine-side cap on assistant turns (envs have their own max_turns too)."""
     timeout_s: float = Field(1800.0, gt=0)
-    """Wall-clock limit per trajectory."""
-
-    def limits(self, seed: int | None) -> RolloutLimits:
-        return RolloutLimits(seed=seed, **self.model_dump())
+    """Wall-clock limit per trajectory, from its reset (checked between turns and while its env
+    steps; in a batched engine it includes waiting for the batch: a backstop for hung episodes)."""
+    continuous_batching: bool = True
+    """With an engine that offers decode sessions (HF): each trajectory decodes on its own schedule and keeps its KV cache across turns; false: one batched generate per turn (the reference path, same tokens for the same seed)."""
 
 
 class EvalConfig(_Section):
@@ -195,11 +193,6 @@ class ARPOConfig(_Section):
     """Most branching rounds (branches of branches) before the budget is filled with global samples."""
     attribution: Literal["soft", "hard"] = "soft"
     """soft: the advantage as computed over all trajectories, branches included; hard: tokens of a shared prefix get the mean advantage of the trajectories sharing them."""
-
-    def params(self, seed: int | None):
-        from agentic_rl.rollout.arpo import BranchingParams
-
-        return BranchingParams(seed=seed, **self.model_dump(exclude={"attribution"}))
 
 
 class OptimConfig(_Section):

@@ -58,6 +58,8 @@ class Turn:
     """Process reward for this turn from the env's ``info["turn_reward"]`` (kept apart from
     ``reward``, whose sum is the outcome); read by turn-level credit assignment."""
     finish_reason: str = "stop"
+    weight_version: int = 0
+    """The engine's weight version that sampled this turn."""
 
 
 @dataclass
@@ -93,6 +95,11 @@ class Trajectory:
         return len(self.turns)
 
     @property
+    def weight_versions(self) -> list[int]:
+        """The engine weight versions that sampled this trajectory's turns (sorted, distinct)."""
+        return sorted({turn.weight_version for turn in self.turns})
+
+    @property
     def response_tokens(self) -> int:
         return int(sum(self.loss_mask))
 
@@ -124,6 +131,7 @@ class Trajectory:
                 for r in self.tool_results
             ],
             "wall_time_s": self.wall_time_s,
+            "weight_versions": self.weight_versions,
         }
 
 

@@ -8,7 +8,7 @@ import re
 from agentic_rl import envs
 from agentic_rl.data.filtering import difficulty_filter
 from agentic_rl.envs.arithmetic import ArithmeticTasks
-from agentic_rl.rollout.backends.scripted import ScriptedBackend
+from agentic_rl.engines.scripted import ScriptedBackend
 
 
 def test_band_keeps_partially_solved_tasks_and_reports_histogram(tokenizer) -> None:

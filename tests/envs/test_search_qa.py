@@ -14,8 +14,9 @@ from agentic_rl.envs.search_qa import oracle_reply
 from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.parsers import get_parser
 from agentic_rl.retrieval import Document, write_corpus
-from agentic_rl.rollout import RolloutLimits, rollout
-from agentic_rl.rollout.backends.scripted import ScriptedBackend
+from agentic_rl.config import RolloutConfig
+from agentic_rl.rollout import rollout
+from agentic_rl.engines.scripted import ScriptedBackend
 
 
 def run_episode(env, policy, index):
@@ -222,7 +223,7 @@ def _scripted_oracle(tokenizer, env):
 def test_engine_oracle_masks_information_and_reports_search_metrics(tokenizer):
     make_env = lambda: make("search-qa", split="test", num_tasks=6)  # noqa: E731
     backend = ScriptedBackend(tokenizer, _scripted_oracle(tokenizer, make_env()))
-    groups = rollout(backend, make_env, range(6), group_size=1, limits=RolloutLimits(max_total_tokens=4096))
+    groups = rollout(backend, make_env, range(6), group_size=1, config=RolloutConfig(max_total_tokens=4096))
     trajectories = [t for g in groups for t in g.trajectories]
     assert all(t.correct and t.termination_reason == "answered" for t in trajectories)
     for trajectory in trajectories:

@@ -1,7 +1,8 @@
 """The generic env metrics hook: envs' ``episode_metrics`` -> trajectory.info -> aggregate_metrics."""
 
 from agentic_rl.evaluation.metrics import aggregate_metrics, episode_metrics_means
-from agentic_rl.rollout.engine import _Active, _record_episode_metrics
+from agentic_rl.config import RolloutConfig
+from agentic_rl.rollout.episode import Episode
 from agentic_rl.types import Trajectory
 
 
@@ -19,13 +20,13 @@ class _Env:
         self.episode_metrics = fn
 
 
+def _finished(env) -> Trajectory:
+    episode = Episode(Trajectory("t", "g"), env, RolloutConfig(), renderer=None)
+    episode.finish("answered")
+    return episode.trajectory
+
+
 def test_engine_records_hook_and_survives_its_failure():
-    state = _Active(Trajectory("t", "g"), _Env(lambda trajectory: {"n": 3}), 0.0)
-    _record_episode_metrics(state)
-    assert state.trajectory.info["episode_metrics"] == {"n": 3.0}
-    state = _Active(Trajectory("t", "g"), _Env(lambda trajectory: 1 / 0), 0.0)
-    _record_episode_metrics(state)
-    assert "ZeroDivisionError" in state.trajectory.info["episode_metrics_error"]
-    state = _Active(Trajectory("t", "g"), None, 0.0)  # envs without the hook (or none at all)
-    _record_episode_metrics(state)
-    assert "episode_metrics" not in state.trajectory.info
+    assert _finished(_Env(lambda trajectory: {"n": 3})).info["episode_metrics"] == {"n": 3.0}
+    assert "ZeroDivisionError" in _finished(_Env(lambda trajectory: 1 / 0)).info["episode_metrics_error"]
+    assert "episode_metrics" not in _finished(None).info  # envs without the hook (or none at all)

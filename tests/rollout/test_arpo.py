@@ -10,9 +10,9 @@ import math
 import pytest
 
 from agentic_rl.envs import make
-from agentic_rl.rollout import RolloutLimits
-from agentic_rl.rollout.arpo import BranchingParams, arpo_rollout, branch_common_prefix, own_tool_calls
-from agentic_rl.rollout.backends.scripted import ScriptedBackend
+from agentic_rl.config import ARPOConfig
+from agentic_rl.rollout.arpo import arpo_rollout, branch_common_prefix, own_tool_calls
+from agentic_rl.engines.scripted import ScriptedBackend
 
 TOOL_RESPONSE = "<tool_response>\n"  # the system prompt mentions "<tool_response></tool_response>"
 
@@ -70,7 +70,7 @@ def run(tokenizer, *, budget, initial, tasks=(0,), backend=None, make_env=None, 
     backend = backend or EntropyScripted(tokenizer, two_turn_script(tokenizer))
     groups, stats = arpo_rollout(
         backend, make_env or (lambda: make("arithmetic")), list(tasks), budget=budget,
-        params=BranchingParams(initial_samples=initial, branches=2, seed=0, **{**ALWAYS, **params}), limits=RolloutLimits(seed=1),
+        params=ARPOConfig(initial_samples=initial, branches=2, **{**ALWAYS, **params}), seed=0,
     )
     return backend, groups, stats
 

@@ -8,8 +8,9 @@ import time
 import pytest
 
 from agentic_rl.envs import make
-from agentic_rl.rollout import RolloutLimits, rollout
-from agentic_rl.rollout.backends.scripted import ScriptedBackend
+from agentic_rl.config import RolloutConfig
+from agentic_rl.rollout import rollout
+from agentic_rl.engines.scripted import ScriptedBackend
 from agentic_rl.types import TERMINATION_REASONS
 
 IM_END = "<|im_end|>"
@@ -149,8 +150,8 @@ def test_turn_cut_mid_tool_call_gets_the_end_of_turn_in_the_observation(tokenize
     task = env.tasks[1]
     first = call(task.metadata["expression"])
     backend = ScriptedBackend(tokenizer, [first, f"<answer>{task.answer}</answer>"])
-    limits = RolloutLimits(max_new_tokens=len(encode(tokenizer, first)))  # room for the call, not its stop token
-    [group] = rollout(backend, arithmetic(), [1], limits=limits)
+    limits = RolloutConfig(max_new_tokens=len(encode(tokenizer, first)))  # room for the call, not its stop token
+    [group] = rollout(backend, arithmetic(), [1], config=limits)
     [trajectory] = group.trajectories
     assert_token_invariants(trajectory)
     assert trajectory.termination_reason == "answered" and trajectory.reward == 1.0
@@ -191,7 +192,7 @@ def test_max_turns_from_the_env(tokenizer) -> None:
 
 def test_max_turns_from_the_engine(tokenizer) -> None:
     backend = ScriptedBackend(tokenizer, [call("1 + 1")])
-    [group] = rollout(backend, arithmetic(max_turns=10), [0], limits=RolloutLimits(max_turns=3))
+    [group] = rollout(backend, arithmetic(max_turns=10), [0], config=RolloutConfig(max_turns=3))
     [trajectory] = group.trajectories
     assert trajectory.termination_reason == "max_turns" and trajectory.num_turns == 3
 
@@ -201,8 +202,8 @@ def test_max_tokens_when_the_observation_would_overflow(tokenizer) -> None:
     [group] = rollout(probe, arithmetic(), [0])
     prompt_length = group.trajectories[0].prompt_length
     reply_length = len(encode(tokenizer, call("1 + 1"))) + 1
-    limits = RolloutLimits(max_total_tokens=prompt_length + reply_length + 5)  # the tool observation does not fit
-    [group] = rollout(ScriptedBackend(tokenizer, [call("1 + 1")]), arithmetic(), [0], limits=limits)
+    limits = RolloutConfig(max_total_tokens=prompt_length + reply_length + 5)  # the tool observation does not fit
+    [group] = rollout(ScriptedBackend(tokenizer, [call("1 + 1")]), arithmetic(), [0], config=limits)
     [trajectory] = group.trajectories
     assert trajectory.termination_reason == "max_tokens"
     assert trajectory.num_turns == 1
@@ -213,9 +214,9 @@ def test_max_tokens_when_the_observation_would_overflow(tokenizer) -> None:
 def test_max_tokens_cuts_the_response_at_the_total_budget(tokenizer) -> None:
     probe = ScriptedBackend(tokenizer, ["<answer>1</answer>"])
     prompt_length = rollout(probe, arithmetic(), [0])[0].trajectories[0].prompt_length
-    limits = RolloutLimits(max_total_tokens=prompt_length + 6)
+    limits = RolloutConfig(max_total_tokens=prompt_length + 6)
     backend = ScriptedBackend(tokenizer, [call("123 + 456")])
-    [group] = rollout(backend, arithmetic(), [0], limits=limits)
+    [group] = rollout(backend, arithmetic(), [0], config=limits)
     [trajectory] = group.trajectories
     assert trajectory.termination_reason == "max_tokens"
     assert len(trajectory.token_ids) == limits.max_total_tokens
@@ -227,7 +228,7 @@ def test_max_tokens_cuts_the_response_at_the_total_budget(tokenizer) -> None:
 def test_max_tokens_when_a_turn_hits_max_new_tokens(tokenizer) -> None:
     reply = "Let me think about this very carefully before I answer. <answer>7</answer>"
     backend = ScriptedBackend(tokenizer, [reply])
-    [group] = rollout(backend, arithmetic(), [0], limits=RolloutLimits(max_new_tokens=5))
+    [group] = rollout(backend, arithmetic(), [0], config=RolloutConfig(max_new_tokens=5))
     [trajectory] = group.trajectories
     assert trajectory.termination_reason == "max_tokens"
     assert trajectory.num_turns == 1 and trajectory.turns[0].finish_reason == "length"
@@ -239,7 +240,7 @@ def test_max_tokens_when_a_turn_hits_max_new_tokens(tokenizer) -> None:
 
 def test_timeout_from_a_slow_backend(tokenizer) -> None:
     backend = ScriptedBackend(tokenizer, [call("1 + 1")], delay_s=0.2)
-    groups = rollout(backend, arithmetic(max_turns=10), [0, 1], limits=RolloutLimits(timeout_s=0.1))
+    groups = rollout(backend, arithmetic(max_turns=10), [0, 1], config=RolloutConfig(timeout_s=0.1))
     assert len(groups) == 2
     for group in groups:
         [trajectory] = group.trajectories
@@ -285,7 +286,7 @@ def say_index(prompt: list[int], call_index: int, tokenizer) -> str:
 def test_timeout_from_a_slow_env_step(tokenizer) -> None:
     backend = ScriptedBackend(tokenizer, ["3"])
     started = time.monotonic()
-    [group] = rollout(backend, lambda: TasksEnv(sleep_s=1.0), [3], limits=RolloutLimits(timeout_s=0.2))
+    [group] = rollout(backend, lambda: TasksEnv(sleep_s=1.0), [3], config=RolloutConfig(timeout_s=0.2))
     elapsed = time.monotonic() - started
     [trajectory] = group.trajectories
     assert trajectory.termination_reason == "timeout"
@@ -314,7 +315,7 @@ def test_env_crash_is_an_infra_error_and_isolated(tokenizer) -> None:
 def test_prompt_longer_than_the_token_budget_ends_before_sampling(tokenizer) -> None:
     backend = ScriptedBackend(tokenizer, lambda prompt, i: say_index(prompt, i, tokenizer))
     finished = []
-    groups = rollout(backend, lambda: TasksEnv(long_on=(1,)), [0, 1, 2], limits=RolloutLimits(max_total_tokens=100), on_finish=finished.append)
+    groups = rollout(backend, lambda: TasksEnv(long_on=(1,)), [0, 1, 2], config=RolloutConfig(max_total_tokens=100), on_finish=finished.append)
     short0, long1, short2 = (g.trajectories[0] for g in groups)
     assert long1.prompt_length > 100
     assert long1.termination_reason == "max_tokens" and long1.num_turns == 0 and long1.response_tokens == 0

@@ -9,11 +9,11 @@ import torch
 
 from agentic_rl.models import native
 from agentic_rl.models.kernels import onednn_available, packed_weights, set_linear_kernel
-from agentic_rl.rollout.backends.base import SamplingParams
-from agentic_rl.rollout.backends.hf import HFBackend
-from agentic_rl.rollout.kv_cache import SlotCache
+from agentic_rl.engines.base import SamplingParams
+from agentic_rl.engines.hf import HFBackend
+from agentic_rl.engines.kv_cache import SlotCache
 from agentic_rl.rollout.lean import lean_decoder
-from agentic_rl.rollout.sampling import inverse_cdf
+from agentic_rl.engines.sampling import inverse_cdf
 from agentic_rl.training.logprobs import _split_model
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
@@ -135,7 +135,7 @@ def test_rollouts_equal_with_and_without_the_lean_forward(tiny, monkeypatch) -> 
     prompts = [[1, 5, 9, 200, 17], [1, 5, 301, 44], [1, 5, 9, 200, 17]]
     sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
     fast = backend.generate(prompts, sampling, stop_token_ids=[])
-    monkeypatch.setattr("agentic_rl.rollout.decoder.lean_decoder", lambda backbone, lm_head: None)
+    monkeypatch.setattr("agentic_rl.engines.decode_session.lean_decoder", lambda backbone, lm_head: None)
     slow = backend.generate(prompts, sampling, stop_token_ids=[])
     assert [c.token_ids for c in fast] == [c.token_ids for c in slow]
     for a, b in zip(fast, slow):

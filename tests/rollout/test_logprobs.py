@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentic_rl.rollout import RolloutLimits, rollout
-from agentic_rl.rollout.backends.hf import HFBackend
+from agentic_rl.config import RolloutConfig
+from agentic_rl.rollout import rollout
+from agentic_rl.engines.hf import HFBackend
 
 OBSERVATION = {"role": "tool", "content": "<tool_response>\n42\n</tool_response>"}
 PROMPTS = ["Hi.", "Please add these numbers carefully and explain each step of the work: 12, 345, 6789, 1011 and 1213."]
@@ -50,8 +51,8 @@ def one_thread():
 
 def run(tiny, *, temperature: float, seed: int | None = 0, group_size: int = 4, max_new_tokens: int = 16):
     model, tokenizer = tiny
-    limits = RolloutLimits(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
-    groups = rollout(HFBackend(model, tokenizer), ObservationEnv, [0, 1], group_size=group_size, limits=limits)
+    limits = RolloutConfig(temperature=temperature, max_new_tokens=max_new_tokens)
+    groups = rollout(HFBackend(model, tokenizer), ObservationEnv, [0, 1], group_size=group_size, config=limits, seed=seed)
     return [t for g in groups for t in g.trajectories]
 
 
@@ -144,8 +145,8 @@ def test_real_model_sampler_logprobs_match_a_forward_pass() -> None:
         model, tokenizer = load("smollm2-135m", device="cpu")
     except ModelNotFoundError as error:
         pytest.skip(str(error))
-    limits = RolloutLimits(temperature=1.0, max_new_tokens=12, seed=0)
-    groups = rollout(HFBackend(model, tokenizer), lambda: ObservationEnv(turns=2), [0, 1], group_size=2, limits=limits)
+    limits = RolloutConfig(temperature=1.0, max_new_tokens=12)
+    groups = rollout(HFBackend(model, tokenizer), lambda: ObservationEnv(turns=2), [0, 1], group_size=2, config=limits, seed=0)
     trajectories = [t for g in groups for t in g.trajectories]
     assert len({t.prompt_length for t in trajectories}) == 2
     for trajectory in trajectories:

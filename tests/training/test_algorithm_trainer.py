@@ -10,7 +10,7 @@ import torch
 
 from agentic_rl import envs
 from agentic_rl.config import TrainConfig
-from agentic_rl.rollout.backends.hf import HFBackend
+from agentic_rl.engines.hf import HFBackend
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.batch import collate
 from agentic_rl.training.checkpoint import load_checkpoint, save_checkpoint
@@ -65,7 +65,7 @@ def _trainer(tiny, config: TrainConfig, env=TwoTurnEnv) -> RLTrainer:
 def _two_turn_groups(tiny, tasks=2, group_size=4):
     model, tokenizer = tiny
     config = _config()
-    return rollout(HFBackend(model, tokenizer), TwoTurnEnv, list(range(tasks)), group_size=group_size, limits=config.rollout.limits(seed=3))
+    return rollout(HFBackend(model, tokenizer), TwoTurnEnv, list(range(tasks)), group_size=group_size, config=config.rollout, seed=3)
 
 
 def test_shared_critic_values_from_the_policy_forward_equal_a_direct_computation(tiny) -> None:

@@ -15,8 +15,8 @@ from agentic_rl.config import DPOConfig
 from agentic_rl.data import read_jsonl, write_jsonl
 from agentic_rl.envs.arithmetic import DEFAULT_SYSTEM_PROMPT, ArithmeticTasks, demonstration
 from agentic_rl.parsers import HermesParser
-from agentic_rl.rollout.backends.hf import HFBackend
-from agentic_rl.rollout.engine import RolloutLimits
+from agentic_rl.engines.hf import HFBackend
+from agentic_rl.config import RolloutConfig
 from agentic_rl.training.dpo import collect_pairs, pairs_from_groups, pairs_from_rollout_records, reference_logprobs, tokenize_pairs, train_dpo, validate_pair
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
@@ -130,7 +130,7 @@ class ParityEnv:
 
 def test_collect_pairs_samples_groups_with_the_model(tiny, tokenizer) -> None:
     model = copy.deepcopy(tiny[0])
-    result = collect_pairs(HFBackend(model, tokenizer), ParityEnv, range(6), samples_per_task=4, parser=PARSER, limits=RolloutLimits(max_new_tokens=8, seed=0))
+    result = collect_pairs(HFBackend(model, tokenizer), ParityEnv, range(6), samples_per_task=4, parser=PARSER, rollout_config=RolloutConfig(max_new_tokens=8), seed=0)
     assert result.groups == 6 and len(result.pairs) + result.tied == 6 and result.pairs
     for pair in result.pairs:
         assert pair["metadata"]["chosen_reward"] == 1.0 and pair["metadata"]["rejected_reward"] == 0.0

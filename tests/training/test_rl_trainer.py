@@ -10,7 +10,7 @@ import torch
 from agentic_rl import envs
 from agentic_rl.algorithms import policy_loss
 from agentic_rl.config import TrainConfig
-from agentic_rl.rollout.backends.hf import HFBackend
+from agentic_rl.engines.hf import HFBackend
 from agentic_rl.training.batch import collate
 from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.rl import RLTrainer, score

@@ -12,7 +12,7 @@ from typing import Any
 from agentic_rl import envs
 from agentic_rl.config import ConfigError, EvalConfig, build
 from agentic_rl.evaluation.metrics import aggregate_metrics
-from agentic_rl.rollout.backends.factory import build_backend
+from agentic_rl.engines.factory import build_backend
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
@@ -69,7 +69,8 @@ class PreparedEval:
             self.make_env,
             range(config.num_tasks),
             group_size=config.samples_per_task,
-            limits=config.rollout.limits(config.seed),
+            config=config.rollout,
+            seed=config.seed,
             on_finish=on_trajectory,
         )
         metrics = aggregate_metrics([g.trajectories for g in groups], k=config.k)

@@ -1,6 +1,8 @@
-"""The multi-turn rollout engine and its backends."""
+"""The multi-turn rollout engine: ``Episode`` (one trajectory's state machine), its two
+schedulers, ``rollout`` / ``continue_rollouts``, and ARPO's branching rollout."""
 
 from agentic_rl.rollout.chat import ChatRenderer
-from agentic_rl.rollout.engine import RolloutLimits, rollout
+from agentic_rl.rollout.engine import continue_rollouts, rollout
+from agentic_rl.rollout.episode import Episode
 
-__all__ = ["ChatRenderer", "RolloutLimits", "rollout"]
+__all__ = ["ChatRenderer", "Episode", "continue_rollouts", "rollout"]

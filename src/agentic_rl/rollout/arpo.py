@@ -29,7 +29,6 @@ each), which hard advantage attribution and the metrics use.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,31 +36,13 @@ from dataclasses import dataclass
 import torch
 
 from agentic_rl.algorithms.arpo import branch_probability, common_prefix_lengths, normalized_entropy
+from agentic_rl.config import ARPOConfig, RolloutConfig
 from agentic_rl.envs.base import Env
-from agentic_rl.rollout.engine import RolloutLimits, continue_rollouts, rollout
+from agentic_rl.rollout.engine import continue_rollouts, rollout
+from agentic_rl.seeds import derive_seed
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 INFO_KEY = "arpo"
-
-
-@dataclass
-class BranchingParams:
-    """ARPO's rollout knobs (paper defaults); the budget M is passed separately."""
-
-    initial_samples: int = 8
-    """N: global samples per task before branching."""
-    entropy_tokens: int = 20
-    """k: leading tokens of a turn whose mean entropy is measured."""
-    base_probability: float = 0.5
-    """alpha: branch probability when the entropy did not change (the paper's threshold 0.5)."""
-    entropy_weight: float = 0.2
-    """beta: how much the normalized entropy increase adds to the branch probability."""
-    branches: int = 2
-    """Z: partial rollouts started at a branching point."""
-    max_rounds: int = 4
-    """Most branching rounds (branches of branches) before the budget is filled with global samples."""
-    seed: int | None = None
-    """Seed of the branching draws (and, offset per round, of the branches' sampling)."""
 
 
 @dataclass
@@ -100,23 +81,25 @@ def arpo_rollout(
     task_indices: Sequence[int],
     *,
     budget: int,
-    params: BranchingParams | None = None,
-    limits: RolloutLimits | None = None,
+    params: ARPOConfig | None = None,
+    config: RolloutConfig | None = None,
+    seed: int | None = None,
     on_finish: Callable[[Trajectory], None] | None = None,
 ) -> tuple[list[TrajectoryGroup], ARPOStats]:
     """One group of exactly ``budget`` trajectories per task (fewer only when an env's
-    reset failed), global samples first, then branches and fill-ins."""
-    params = params or BranchingParams()
-    if backend.kind != "tokens":
+    reset failed), global samples first, then branches and fill-ins. ``seed`` seeds the
+    branching draws and (per round) the sampling."""
+    params = params or ARPOConfig()
+    if backend.interface != "tokens":
         raise ValueError("ARPO needs a token backend (per-token entropies and token prefixes)")
     if not 1 <= params.initial_samples <= budget:
         raise ValueError(f"initial_samples must be between 1 and the budget ({budget}), got {params.initial_samples}")
-    limits = dataclasses.replace(limits or RolloutLimits(), return_entropy=True)
+    sample = dict(config=config, return_entropy=True, on_finish=on_finish)
     vocab_size = len(backend.tokenizer)
-    rng = random.Random(params.seed)
+    rng = random.Random(seed)
     stats = ARPOStats(tasks=len(task_indices), rounds=1)
 
-    groups = rollout(backend, make_env, task_indices, group_size=params.initial_samples, limits=limits, on_finish=on_finish)
+    groups = rollout(backend, make_env, task_indices, group_size=params.initial_samples, seed=seed, **sample)
     for group, index in zip(groups, task_indices):
         for number, trajectory in enumerate(group.trajectories):
             trajectory.info[INFO_KEY] = {"id": f"{group.group_id}/{number}", "task_index": index, "lineage": [], "branch_turn": None, "round": 0}
@@ -148,26 +131,25 @@ def arpo_rollout(
                     placed.append((position, start[0], turn_index + 1))
         if not starts:
             break
-        round_limits = limits if limits.seed is None else dataclasses.replace(limits, seed=limits.seed + 7919 * round_number)
-        continue_rollouts(backend, starts, limits=round_limits, on_finish=on_finish)
+        continue_rollouts(backend, starts, seed=None if seed is None else derive_seed(seed, "arpo-round", round_number), **sample)
         for position, trajectory, _ in placed:
             groups[position].trajectories.append(trajectory)
         stats.branches += len(placed)
         stats.rounds += 1
         frontier = placed
 
-    _fill(backend, make_env, groups, task_indices, budget, limits, on_finish, stats)
+    fill_seed = None if seed is None else derive_seed(seed, "arpo-fill")
+    _fill(backend, make_env, groups, task_indices, budget, stats, seed=fill_seed, **sample)
     stats.tool_calls = sum(own_tool_calls(t) for g in groups for t in g.trajectories)
     return groups, stats
 
 
-def _fill(backend, make_env, groups, task_indices, budget, limits, on_finish, stats: ARPOStats) -> None:
+def _fill(backend, make_env, groups, task_indices, budget, stats: ARPOStats, **sample) -> None:
     """Global samples for the budget branching left unspent, in one batched engine call."""
     wanted = [(position, index) for position, (group, index) in enumerate(zip(groups, task_indices)) for _ in range(budget - len(group.trajectories))]
     if not wanted:
         return
-    fill_limits = limits if limits.seed is None else dataclasses.replace(limits, seed=limits.seed + 104_729)
-    extra = rollout(backend, make_env, [index for _, index in wanted], group_size=1, limits=fill_limits, on_finish=on_finish)
+    extra = rollout(backend, make_env, [index for _, index in wanted], group_size=1, **sample)
     for (position, index), single in zip(wanted, extra):
         group = groups[position]
         for trajectory in single.trajectories:

@@ -100,7 +100,7 @@ def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
 
 class LeanDecoder:
     """``forward(input_ids, positions, mask, cache) -> last hidden states`` with the same
-    contract as the backbone call in rollout/decoder.py (SlotCache bound beforehand)."""
+    contract as the backbone call in engines/decode_session.py (SlotCache bound beforehand)."""
 
     def __init__(self, backbone, lm_head=None, *, native: bool | None = None) -> None:
         config = backbone.config

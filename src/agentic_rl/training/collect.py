@@ -7,15 +7,14 @@ on the plain prompt that RL and evaluation use.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agentic_rl import envs
-from agentic_rl.config import CollectConfig
+from agentic_rl.config import CollectConfig, RolloutConfig
 from agentic_rl.data.conversations import trajectory_to_example
-from agentic_rl.rollout.engine import RolloutLimits, rollout
+from agentic_rl.rollout.engine import rollout
 from agentic_rl.types import Trajectory
 
 
@@ -37,7 +36,7 @@ def collect_successful(
     config: CollectConfig,
     *,
     seed: int = 0,
-    limits: RolloutLimits | None = None,
+    rollout_config: RolloutConfig | None = None,
     on_trajectory: Callable[[Trajectory], None] | None = None,
 ) -> CollectResult:
     """Sample ``config.samples_per_task`` episodes on each of ``config.num_tasks`` training
@@ -53,9 +52,9 @@ def collect_successful(
     probe = envs.make(env_name, **options)
     num_demo_messages = sum(len(demo) for demo in getattr(probe, "demonstrations", []))
     parser = getattr(probe, "parser", None) or "hermes"
-    limits = dataclasses.replace(limits or RolloutLimits(), temperature=config.temperature, seed=seed)
+    sampling = (rollout_config or RolloutConfig()).model_copy(update={"temperature": config.temperature})
     tasks = range(config.task_offset, config.task_offset + config.num_tasks)
-    groups = rollout(backend, lambda: envs.make(env_name, **options), tasks, group_size=config.samples_per_task, limits=limits, on_finish=on_trajectory)
+    groups = rollout(backend, lambda: envs.make(env_name, **options), tasks, group_size=config.samples_per_task, config=sampling, seed=seed, on_finish=on_trajectory)
 
     result = CollectResult()
     for group in groups:

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 import torch
 
 from agentic_rl.algorithms.dpo import dpo_loss, sequence_logprobs
-from agentic_rl.config import DPOConfig
+from agentic_rl.config import DPOConfig, RolloutConfig
 from agentic_rl.data.conversations import render_example, trajectory_to_example, validate_example
 from agentic_rl.envs.base import Env
 from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.rollout.chat import ChatRenderer
-from agentic_rl.rollout.engine import RolloutLimits, rollout
+from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.batch import collate, length_buckets
 from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.optim import make_optimizer, make_scheduler
@@ -143,12 +143,13 @@ def collect_pairs(
     *,
     samples_per_task: int,
     parser: ToolCallParser | str,
-    limits: RolloutLimits | None = None,
+    rollout_config: RolloutConfig | None = None,
+    seed: int | None = None,
     on_finish: Callable[[Trajectory], None] | None = None,
 ) -> PairCollection:
     """Sample a group per task with the current policy and pair best against worst."""
     started = time.monotonic()
-    groups = rollout(backend, make_env, task_indices, group_size=samples_per_task, limits=limits, on_finish=on_finish)
+    groups = rollout(backend, make_env, task_indices, group_size=samples_per_task, config=rollout_config, seed=seed, on_finish=on_finish)
     pairs = pairs_from_groups(groups, parser)
     return PairCollection(pairs, len(groups), len(groups) - len(pairs), time.monotonic() - started)
 

@@ -6,7 +6,6 @@ baseline eval -> [collect + SFT -> eval] -> [difficulty filter] -> RL steps -> f
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -21,12 +20,13 @@ from safetensors.torch import save_file
 from agentic_rl.config import ConfigError, EnvConfig, EvalConfig, TrainConfig, build
 from agentic_rl.evaluation.harness import EvalResult, env_factory, prepare
 from agentic_rl.models import load
-from agentic_rl.rollout.backends.hf import HFBackend
+from agentic_rl.engines.factory import build_backend
 from agentic_rl.tracking.diagnostics import check_thresholds
 from agentic_rl.tracking.jsonl import JsonlWriter
 from agentic_rl.tracking.report import build_report
 from agentic_rl.tracking.sinks import MultiSink, make_sinks
 from agentic_rl.training.checkpoint import _trainable_state, complete_checkpoints, load_checkpoint, save_checkpoint
+from agentic_rl.seeds import derive_seed
 from agentic_rl.training.rl import NonFiniteError, RLTrainer
 
 
@@ -120,7 +120,7 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
     if next(model.parameters()).dtype != torch.float32 and next(model.parameters()).device.type == "cpu":
         model = model.float()
     model = _apply_lora(model, config)
-    backend = HFBackend(model, tokenizer, batch_size=config.backend.batch_size)
+    backend = build_backend(config.backend, config.model, loaded=(model, tokenizer))
     evals: dict[str, dict[str, float]] = {}
 
     def run_eval(label: str, filename: str) -> None:
@@ -243,7 +243,7 @@ def _sft_stage(config: TrainConfig, model, tokenizer, backend, run_dir: Path, ev
         events.on_stage(f"collecting cold-start data: {collect.num_tasks} tasks x {collect.samples_per_task} samples with {collect.few_shot} demonstrations")
         total = collect.num_tasks * collect.samples_per_task
         with (events.progress(total, "collect") if events.progress else _no_progress()) as on_finish:
-            result = collect_successful(backend, config.env.name, config.env.options, collect, seed=config.seed, limits=config.rollout.limits(config.seed), on_trajectory=on_finish)
+            result = collect_successful(backend, config.env.name, config.env.options, collect, seed=derive_seed(config.seed, "run"), rollout_config=config.rollout, on_trajectory=on_finish)
         examples = result.examples
         write_jsonl(run_dir / "sft_data.jsonl", examples)
         events.on_stage(f"kept {result.successful} successful of {result.attempted} ({result.tasks_with_success} tasks) -> {len(examples)} conversations")
@@ -252,6 +252,7 @@ def _sft_stage(config: TrainConfig, model, tokenizer, backend, run_dir: Path, ev
     parser = config.env.options.get("parser", "hermes")
     with JsonlWriter(run_dir / "sft_metrics.jsonl") as log:
         result = train_sft(model, tokenizer, examples, config.sft.train, parser=parser, on_step=log.write)
+    backend.sync_weights(model)
     events.on_stage(f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} ({result.wall_time_s:.0f} s)")
 
 
@@ -272,10 +273,10 @@ def _dpo_stage(config: TrainConfig, model, tokenizer, backend, train_env, run_di
     else:
         collect = stage.collect
         events.on_stage(f"collecting preference pairs: {collect.num_tasks} tasks x {collect.samples_per_task} samples (best vs worst)")
-        limits = dataclasses.replace(config.rollout.limits(config.seed + 11), temperature=collect.temperature)
+        sampling = config.rollout.model_copy(update={"temperature": collect.temperature})
         tasks = range(collect.task_offset, collect.task_offset + collect.num_tasks)
         with (events.progress(collect.num_tasks * collect.samples_per_task, "pairs") if events.progress else _no_progress()) as on_finish:
-            result = collect_pairs(backend, train_env, tasks, samples_per_task=collect.samples_per_task, parser=parser, limits=limits, on_finish=on_finish)
+            result = collect_pairs(backend, train_env, tasks, samples_per_task=collect.samples_per_task, parser=parser, rollout_config=sampling, seed=derive_seed(config.seed, "dpo-pairs"), on_finish=on_finish)
         pairs = result.pairs
         write_jsonl(run_dir / "dpo_pairs.jsonl", pairs)
         events.on_stage(f"{len(pairs)} pairs from {result.groups} groups ({result.tied} with equal rewards skipped)")
@@ -283,6 +284,7 @@ def _dpo_stage(config: TrainConfig, model, tokenizer, backend, train_env, run_di
         raise ConfigError("dpo: no preference pairs (every group had equal rewards); raise dpo.collect.num_tasks or samples_per_task")
     with JsonlWriter(run_dir / "dpo_metrics.jsonl") as log:
         result = train_dpo(model, tokenizer, pairs, stage.train, parser=parser, on_step=log.write)
+    backend.sync_weights(model)
     events.on_stage(f"DPO: {result.steps} steps on {result.pairs} pairs, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}, margin {result.margins[-1]:+.3f} ({result.wall_time_s:.0f} s)")
 
 
@@ -295,7 +297,7 @@ def _filter_stage(config: TrainConfig, backend, train_env, task_indices: list[in
         backend, train_env, candidates,
         samples_per_task=config.filter.samples_per_task,
         min_pass_rate=config.filter.min_pass_rate, max_pass_rate=config.filter.max_pass_rate,
-        limits=config.rollout.limits(config.seed + 7),
+        rollout_config=config.rollout, seed=derive_seed(config.seed, "filter"),
     )
     (run_dir / "filtered_tasks.json").write_text(json.dumps(result.to_dict(), indent=2))
     events.on_stage(f"kept {len(result.kept)} of {len(candidates)} tasks; pass-rate histogram {result.histogram}")

@@ -28,6 +28,7 @@ from agentic_rl.training.optim import make_optimizer, make_scheduler
 from agentic_rl.tracking.diagnostics import mean_first_tokens_after_tool_entropy, step_diagnostics
 from agentic_rl.training.sampler import TaskSampler
 from agentic_rl.training.value import Critic
+from agentic_rl.seeds import derive_seed
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 
@@ -120,20 +121,21 @@ def keep_groups(groups: list[TrajectoryGroup], config: TrainConfig) -> list[Traj
     return [g for i, g in enumerate(groups) if i in kept]
 
 
-def _sample_groups(trainer: RLTrainer, task_indices: list[int], limits) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """``group_size`` independent samples per task."""
-    return rollout(trainer.backend, trainer.make_env, task_indices, group_size=trainer.config.group_size, limits=limits), {}
+    config = trainer.config
+    return rollout(trainer.backend, trainer.make_env, task_indices, group_size=config.group_size, config=config.rollout, seed=seed), {}
 
 
-def _sample_arpo(trainer: RLTrainer, task_indices: list[int], limits) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+def _sample_arpo(trainer: RLTrainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """ARPO's entropy-based branching with a budget of ``group_size`` per task."""
     config = trainer.config
-    groups, stats = arpo_rollout(trainer.backend, trainer.make_env, task_indices, budget=config.group_size, params=config.arpo.params(seed=limits.seed), limits=limits)
+    groups, stats = arpo_rollout(trainer.backend, trainer.make_env, task_indices, budget=config.group_size, params=config.arpo, config=config.rollout, seed=seed)
     return groups, stats.metrics()
 
 
-SAMPLERS = {"group": _sample_groups, "arpo": _sample_arpo}
-"""How a step samples its groups, by ``algorithm.rollout``: ``fn(trainer, task_indices, limits) -> (groups, metrics)``."""
+ROLLOUT_MODES = {"group": _sample_groups, "arpo": _sample_arpo}
+"""How a step samples its groups, by ``algorithm.rollout``: ``fn(trainer, task_indices, seed) -> (groups, metrics)``."""
 
 
 class NonFiniteError(RuntimeError):
@@ -198,6 +200,7 @@ class RLTrainer:
         metrics["skipped_infra"] = float(failed_fraction > config.max_failed_fraction)
         if scored.trajectories and not metrics["skipped_infra"]:
             metrics.update(self.update(scored))
+            self.backend.sync_weights(self.model)  # the next rollouts sample from the new weights
         metrics.update(
             step=self.step_index,
             step_time_s=time.monotonic() - started,
@@ -224,8 +227,8 @@ class RLTrainer:
         while rounds < algorithm.max_generation_rounds and len(kept) < config.tasks_per_step:
             task_indices = self.sampler.next(config.tasks_per_step - len(kept))
             # Round 0 keeps the seed a run without resampling uses; later rounds get fresh ones.
-            limits = config.rollout.limits(seed=config.seed * 100_003 + self.step_index + rounds * 1_000_003)
-            groups, round_metrics = SAMPLERS[algorithm.rollout](self, task_indices, limits)
+            seed = derive_seed(config.seed, "rl-step", self.step_index, round=rounds)
+            groups, round_metrics = ROLLOUT_MODES[algorithm.rollout](self, task_indices, seed)
             for key, value in round_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + value
             sampled += groups

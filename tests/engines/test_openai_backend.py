@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentic_rl.rollout.backends.openai import BackendError, ChatCompletion, OpenAIChatBackend
+from agentic_rl.engines.openai import BackendError, ChatCompletion, OpenAIChatBackend
 
 
 class FakeServer(ThreadingHTTPServer):
@@ -244,4 +244,4 @@ def test_connection_refused_raises_backend_error() -> None:
 
 
 def test_kind_is_chat() -> None:
-    assert OpenAIChatBackend.kind == "chat"
+    assert OpenAIChatBackend.interface == "chat"

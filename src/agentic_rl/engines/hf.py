@@ -1,7 +1,7 @@
 """The in-process transformers backend. It shares the trainer's model object (no copy),
 so a training step's new weights are seen by the next ``generate`` automatically.
 
-Decoding runs in a ``DecodeSession`` (rollout/decoder.py): a preallocated slot KV cache,
+Decoding runs in a ``DecodeSession`` (engines/decode_session.py): a preallocated slot KV cache,
 sampling on the device, rows leaving the batch as they finish. ``generate`` is the plain
 Backend contract; ``session`` is the richer API the rollout engine uses for continuous
 batching and KV reuse across the turns of a trajectory.
@@ -13,17 +13,19 @@ from collections.abc import Sequence
 
 import torch
 
-from agentic_rl.rollout.backends.base import Completion, SamplingParams
-from agentic_rl.rollout.decoder import DecodeSession
-from agentic_rl.rollout.sampling import stream_seed
+from agentic_rl.engines.base import Completion, SamplingParams, SharedWeights
+from agentic_rl.engines.decode_session import DecodeSession
+from agentic_rl.seeds import stream_seed
 
 
-class HFBackend:
-    kind = "tokens"
+class HFBackend(SharedWeights):
+    """The in-process engine (Backend contract, ``interface == "tokens"``)."""
+
+    interface = "tokens"
 
     min_shared_prefix = 8
     """Shared prompt prefixes at least this long (e.g. a system prompt) are encoded once per
-    batch, where that spares enough work (rollout/decoder.py)."""
+    batch, where that spares enough work (engines/decode_session.py)."""
 
     def __init__(self, model, tokenizer, *, batch_size: int = 64) -> None:
         self.model = model
@@ -37,7 +39,7 @@ class HFBackend:
 
     def session(self, sampling: SamplingParams, *, stop_token_ids: Sequence[int]) -> DecodeSession:
         """A continuous-batching session holding at most ``batch_size`` sequences at once."""
-        return DecodeSession(self.model, sampling=sampling, stop_token_ids=stop_token_ids, max_slots=self.batch_size, pad_token_id=self.pad_token_id, min_shared_prefix=self.min_shared_prefix)
+        return DecodeSession(self.model, sampling=sampling, stop_token_ids=stop_token_ids, max_slots=self.batch_size, pad_token_id=self.pad_token_id, min_shared_prefix=self.min_shared_prefix, weight_version=self.weight_version)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, *, stop_token_ids: list[int], max_new_tokens: list[int] | None = None) -> list[Completion]:
         """One completion per prompt, in input order. Row i draws from stream

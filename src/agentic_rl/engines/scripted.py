@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agentic_rl.rollout.backends.base import Completion, SamplingParams
+from agentic_rl.engines.base import Completion, SamplingParams, SharedWeights
 
 Script = list[str] | Callable[[list[int], int], str]
 
 
-class ScriptedBackend:
+class ScriptedBackend(SharedWeights):
     """Replies come from a list (the n-th ``generate`` call gives every prompt reply n;
     the last reply repeats) or a function ``(prompt_token_ids, call_index) -> reply``. Replies are tokenized with the
     real tokenizer and end with a stop token, like a real model's turn; log-probs are 0.
@@ -17,7 +17,7 @@ class ScriptedBackend:
     ``delay_s`` sleeps per call (to test wall timeouts).
     """
 
-    kind = "tokens"
+    interface = "tokens"
 
     def __init__(self, tokenizer, script: Script, *, delay_s: float = 0.0) -> None:
         self.tokenizer = tokenizer
@@ -44,6 +44,6 @@ class ScriptedBackend:
             finish = "stop"
             if len(ids) > limit:
                 ids, finish = ids[:limit], "length"
-            completions.append(Completion(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=finish))
+            completions.append(Completion(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=finish, weight_version=self.weight_version))
         self.calls += 1
         return completions

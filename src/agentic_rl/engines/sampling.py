@@ -35,14 +35,6 @@ def counter_uniform(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tenso
     return _shift_right(bits, 11).double() * (1.0 / (1 << 53))
 
 
-def stream_seed(*parts: int) -> int:
-    """One int64 stream seed from integers (e.g. the rollout seed and a trajectory's index)."""
-    value = torch.tensor(0, dtype=torch.long)
-    for part in parts:
-        value = _splitmix64(value + int(part))
-    return int(value)
-
-
 def entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """[N] entropy (nats) of softmax(logits / T) for logits [N, V]; greedy decoding reports the T=1 entropy."""
     log_probs = torch.log_softmax(_tempered(logits, temperature if temperature > 0 else 1.0), -1)

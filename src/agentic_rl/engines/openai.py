@@ -55,7 +55,8 @@ class OpenAIChatBackend:
         retry_backoff_s: base delay before retry i is ``retry_backoff_s * 2**i``.
     """
 
-    kind = "chat"
+    interface = "chat"
+    weight_version = 0
 
     def __init__(
         self,
@@ -116,6 +117,10 @@ class OpenAIChatBackend:
         ]
         # map() yields in submission order, whatever order the requests finish in.
         return list(self._pool.map(self._complete, payloads))
+
+    def sync_weights(self, source=None) -> int:
+        """A remote endpoint serves weights this process cannot push: training needs a token engine."""
+        raise NotImplementedError(f"{self.url}: an OpenAI-compatible endpoint cannot take the trainer's weights; train with backend.kind 'hf'")
 
     def close(self) -> None:
         """Release the worker threads and HTTP connections."""

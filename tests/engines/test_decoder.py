@@ -8,10 +8,11 @@ import time
 import pytest
 import torch
 
-from agentic_rl.rollout import RolloutLimits, rollout
-from agentic_rl.rollout.backends.base import SamplingParams
-from agentic_rl.rollout.backends.hf import HFBackend
-from agentic_rl.rollout.sampling import counter_uniform, sample
+from agentic_rl.config import RolloutConfig
+from agentic_rl.rollout import rollout
+from agentic_rl.engines.base import SamplingParams
+from agentic_rl.engines.hf import HFBackend
+from agentic_rl.engines.sampling import counter_uniform, sample
 
 OBSERVATION = {"role": "tool", "content": "<tool_response>\n42\n</tool_response>"}
 PROMPTS = ["Hi.", "Please add these numbers carefully and explain each step of the work: 12, 345, 6789, 1011 and 1213.", "What is 2 + 2?"]
@@ -49,8 +50,8 @@ def one_thread():
 
 def run(tiny, *, continuous: bool, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, group_size: int = 3, max_new_tokens: int = 12, **env):
     model, tokenizer = tiny
-    limits = RolloutLimits(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, continuous_batching=continuous, return_entropy=True)
-    groups = rollout(HFBackend(model, tokenizer), lambda: TurnsEnv(**env), [0, 1, 2], group_size=group_size, limits=limits)
+    limits = RolloutConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, continuous_batching=continuous)
+    groups = rollout(HFBackend(model, tokenizer), lambda: TurnsEnv(**env), [0, 1, 2], group_size=group_size, config=limits, seed=seed, return_entropy=True)
     return [t for g in groups for t in g.trajectories]
 
 
@@ -82,8 +83,8 @@ def test_a_slow_tool_does_not_hold_the_others(tiny) -> None:
     model, tokenizer = tiny
     finished_at: dict[str, float] = {}
     started = time.monotonic()
-    limits = RolloutLimits(max_new_tokens=6, seed=0)
-    rollout(HFBackend(model, tokenizer), lambda: TurnsEnv(turns=3, slow_s=1.5), [0, 1, 2], limits=limits, on_finish=lambda t: finished_at.setdefault(t.task_id, time.monotonic() - started))
+    limits = RolloutConfig(max_new_tokens=6)
+    rollout(HFBackend(model, tokenizer), lambda: TurnsEnv(turns=3, slow_s=1.5), [0, 1, 2], config=limits, seed=0, on_finish=lambda t: finished_at.setdefault(t.task_id, time.monotonic() - started))
     # Tasks 1 and 2 ran all three turns while task 0 waited for its first tool call.
     assert finished_at["task-1"] < 1.5 and finished_at["task-2"] < 1.5
     assert finished_at["task-0"] >= 1.5
@@ -95,7 +96,7 @@ def test_kv_cache_is_reused_across_turns(tiny) -> None:
     fed: list[int] = []
     hook = model.get_input_embeddings().register_forward_hook(lambda module, args, out: fed.append(args[0].numel()))
     try:
-        [group] = rollout(HFBackend(model, tokenizer), lambda: TurnsEnv(turns=3), [1], limits=RolloutLimits(max_new_tokens=8, seed=3))
+        [group] = rollout(HFBackend(model, tokenizer), lambda: TurnsEnv(turns=3), [1], config=RolloutConfig(max_new_tokens=8), seed=3)
     finally:
         hook.remove()
     [trajectory] = group.trajectories

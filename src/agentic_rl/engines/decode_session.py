@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 import torch
 
 from agentic_rl.models.kernels import packed_weights
-from agentic_rl.rollout.backends.base import Completion, SamplingParams
-from agentic_rl.rollout.kv_cache import SlotCache
+from agentic_rl.engines.base import Completion, SamplingParams
+from agentic_rl.engines.kv_cache import SlotCache
 from agentic_rl.rollout.lean import lean_decoder
-from agentic_rl.rollout.sampling import entropy as sampling_entropy
-from agentic_rl.rollout.sampling import sample
+from agentic_rl.engines.sampling import entropy as sampling_entropy
+from agentic_rl.engines.sampling import sample
 
 
 SHARED_PREFIX_MIN_SAVED = 64
@@ -64,10 +64,11 @@ class DecodeSession:
     weights must not change until the block ends.
     """
 
-    def __init__(self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int, min_shared_prefix: int = 8) -> None:
+    def __init__(self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int, min_shared_prefix: int = 8, weight_version: int = 0) -> None:
         from agentic_rl.training.logprobs import _split_model
 
         self.model = model
+        self.weight_version = weight_version
         self.backbone, self.lm_head = _split_model(model)
         self.sampling = sampling
         self.max_slots = max_slots
@@ -260,7 +261,7 @@ class DecodeSession:
         tokens = self.out_tokens[sequence.handle, :n].tolist()
         stopped = bool(torch.isin(self.out_tokens[sequence.handle, n - 1], self.stops))
         entropies = self.out_entropy[sequence.handle, :n].tolist() if self.sampling.return_entropy else None
-        return Completion(token_ids=tokens, logprobs=self.out_logprobs[sequence.handle, :n].tolist(), finish_reason="stop" if stopped else "length", entropies=entropies)
+        return Completion(token_ids=tokens, logprobs=self.out_logprobs[sequence.handle, :n].tolist(), finish_reason="stop" if stopped else "length", entropies=entropies, weight_version=self.weight_version)
 
     def _start_waiting(self, finished: list) -> None:
         """Admit waiting sequences that have (or can get) a slot, encode their pending

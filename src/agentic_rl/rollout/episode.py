@@ -1,0 +1,184 @@
+"""``Episode``: one trajectory's state machine, the only code that changes episode state.
+
+An episode starts from an env reset (prompt tokens rendered once), takes sampled turns
+(tokens kept exactly as sampled, loss_mask 1) or chat replies, applies each env step's
+outcome (reward, observation tokens with loss_mask 0, termination), and finishes once with
+a termination reason. The schedulers (rollout/schedulers.py) only decide *when* each
+episode samples and steps; what a turn or a step does to the trajectory lives here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+
+from agentic_rl.config import RolloutConfig
+from agentic_rl.envs.base import Env
+from agentic_rl.rollout.chat import ChatRenderer
+from agentic_rl.types import Message, Trajectory, TrajectoryGroup, Turn
+
+OnFinish = Callable[[Trajectory], None]
+StepResult = Callable[[], tuple]
+"""Returns an env step's ``(observations, reward, terminated, truncated, info)`` or raises
+(``concurrent.futures.TimeoutError`` when the step outlived the episode's deadline)."""
+
+
+@dataclass
+class Episode:
+    """A trajectory in progress with its env, limits and finish callback."""
+
+    trajectory: Trajectory
+    env: Env | None
+    limits: RolloutConfig
+    renderer: ChatRenderer | None
+    """The chat renderer for token-level episodes; None for chat-level (remote) backends."""
+    on_finish: OnFinish | None = None
+    started: float = field(default_factory=time.monotonic)
+    seed: int = 0
+    """This episode's random stream (token draws depend on it and the position only)."""
+    stopped_last_turn: bool = True
+    hit_token_limit: bool = False
+    """The last sampled turn filled ``max_total_tokens``."""
+
+    @classmethod
+    def reset(cls, make_env: Callable[[], Env], task_index: int, group: TrajectoryGroup, *, limits: RolloutConfig, renderer: ChatRenderer | None, on_finish: OnFinish | None) -> Episode:
+        """A new episode of ``task_index`` in ``group`` (appended to it). A failing env build
+        or reset gives an episode already finished with an infrastructure error."""
+        started = time.monotonic()
+        try:
+            env = make_env()
+            messages, info = env.reset(options={"task_index": task_index})
+        except Exception as exc:  # a broken env must not take the other episodes down
+            trajectory = Trajectory(task_id=str(task_index), group_id=group.group_id, infra_error=f"reset failed: {type(exc).__name__}: {exc}")
+            group.trajectories.append(trajectory)
+            episode = cls(trajectory, None, limits, renderer, on_finish, started)
+            episode.finish("error")
+            return episode
+        group.task_id = str(info.get("task_id", task_index))
+        trajectory = Trajectory(task_id=group.task_id, group_id=group.group_id, messages=list(messages), info=dict(info))
+        if renderer:
+            trajectory.append(renderer.prompt_ids(messages), 0)
+            trajectory.prompt_length = len(trajectory.token_ids)
+        group.trajectories.append(trajectory)
+        episode = cls(trajectory, env, limits, renderer, on_finish, started)
+        if renderer and len(trajectory.token_ids) >= limits.max_total_tokens:
+            episode.finish("max_tokens")  # the prompt alone fills the budget: nothing to sample
+        return episode
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.trajectory.termination_reason)
+
+    @property
+    def deadline(self) -> float:
+        """Monotonic time by which the episode must end (its wall-clock timeout)."""
+        return self.started + self.limits.timeout_s
+
+    def budget(self) -> int:
+        """Most tokens the next turn may sample."""
+        return min(self.limits.max_new_tokens, self.limits.max_total_tokens - len(self.trajectory.token_ids))
+
+    def take_completion(self, completion) -> tuple[Turn, Message]:
+        """Append a sampled turn (token level); returns the turn and the assistant message
+        to hand to ``env.step``."""
+        trajectory = self.trajectory
+        start = len(trajectory.token_ids)
+        trajectory.append(completion.token_ids, 1, completion.logprobs)
+        if completion.entropies is not None:  # one list per turn: ARPO branches on them
+            trajectory.info.setdefault("turn_entropies", []).append(list(completion.entropies))
+        self.stopped_last_turn = completion.finish_reason == "stop"
+        self.hit_token_limit = len(trajectory.token_ids) >= self.limits.max_total_tokens
+        text = self.renderer.response_text(completion.token_ids)
+        turn = Turn(assistant_text=text, response_start=start, response_end=len(trajectory.token_ids), finish_reason=completion.finish_reason, weight_version=completion.weight_version)
+        return turn, self._say(text)
+
+    def take_reply(self, text: str, finish_reason: str, weight_version: int = 0) -> tuple[Turn, Message]:
+        """Append a chat-level reply (no token data); returns the turn and the assistant message."""
+        position = len(self.trajectory.token_ids)
+        turn = Turn(assistant_text=text, response_start=position, response_end=position, finish_reason=finish_reason, weight_version=weight_version)
+        return turn, self._say(text)
+
+    def _say(self, text: str) -> Message:
+        message = {"role": "assistant", "content": text}
+        self.trajectory.messages.append(message)
+        return message
+
+    def apply_step(self, turn: Turn, result: StepResult) -> bool:
+        """Apply one env step's outcome to the trajectory: finish the episode, or append the
+        observation. Returns whether the episode goes on."""
+        trajectory = self.trajectory
+        try:
+            observations, reward, terminated, truncated, info = result()
+        except FutureTimeout:
+            # The env (or a tool inside it) hung: infrastructure, not the policy's doing.
+            trajectory.turns.append(turn)
+            trajectory.infra_error = f"env step did not return within the {self.limits.timeout_s:g} s trajectory timeout"
+            self.finish("timeout")
+            return False
+        except Exception as exc:  # an env or tool crash is infrastructure, not the policy's doing
+            trajectory.turns.append(turn)
+            trajectory.infra_error = f"{type(exc).__name__}: {exc}"
+            self.finish("error")
+            return False
+        turn.tool_results = list(info.get("tool_results", []))
+        turn.reward = float(reward)
+        turn.turn_reward = float(info.get("turn_reward", 0.0))
+        trajectory.turns.append(turn)
+        trajectory.reward += float(reward)
+        if "answer" in info:
+            trajectory.answer = info["answer"]
+        trajectory.correct = bool(info.get("correct", trajectory.correct))
+        reason = self._termination(turn, terminated, truncated)
+        if reason is None and self.renderer:
+            obs_ids = self.renderer.observation_ids(observations, stopped=self.stopped_last_turn)
+            if len(trajectory.token_ids) + len(obs_ids) >= self.limits.max_total_tokens:
+                reason = "max_tokens"
+            else:
+                trajectory.append(obs_ids, 0)
+                turn.observation_end = len(trajectory.token_ids)
+        if reason is not None:
+            self.finish(reason)
+            return False
+        trajectory.messages.extend(observations)
+        return True
+
+    def _termination(self, turn: Turn, terminated: bool, truncated: bool) -> str | None:
+        if terminated:
+            return "max_tokens" if turn.finish_reason == "length" else "answered"
+        if truncated or len(self.trajectory.turns) >= self.limits.max_turns:
+            return "max_turns"
+        if self.hit_token_limit:
+            return "max_tokens"
+        if time.monotonic() >= self.deadline:
+            return "timeout"
+        return None
+
+    def finish(self, reason: str) -> None:
+        """End the episode: record why and how long, the env's episode metrics, release the
+        env, and report the trajectory."""
+        trajectory = self.trajectory
+        trajectory.termination_reason = reason
+        trajectory.wall_time_s = time.monotonic() - self.started
+        self._record_episode_metrics()
+        close = getattr(self.env, "close", None)
+        if callable(close):  # release per-trajectory resources (sandbox sessions)
+            try:
+                close()
+            except Exception as exc:
+                trajectory.info["close_error"] = f"{type(exc).__name__}: {exc}"
+        if self.on_finish:
+            self.on_finish(trajectory)
+
+    def _record_episode_metrics(self) -> None:
+        """Envs may expose ``episode_metrics(trajectory) -> dict[str, float]``; the numbers go to
+        ``trajectory.info["episode_metrics"]`` (``aggregate_metrics`` averages them by name)."""
+        hook = getattr(self.env, "episode_metrics", None)
+        if not callable(hook):
+            return
+        try:
+            metrics = hook(self.trajectory)
+            self.trajectory.info["episode_metrics"] = {str(key): float(value) for key, value in dict(metrics).items()}
+        except Exception as exc:  # a metrics bug must not fail the episode
+            self.trajectory.info["episode_metrics_error"] = f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,96 @@
+"""When each episode samples and steps: two schedulers over the same ``Episode`` API.
+
+- ``run_per_turn``: one batched ``generate`` (or ``chat``) call per turn over every
+  active episode, then their env steps concurrently. Works with any backend; the
+  reference path.
+- ``run_continuous``: a decode session (engines that offer ``session()``, e.g. the
+  in-process HF engine) in which each episode decodes on its own schedule: one waiting
+  for a tool does not hold the others, freed slots take new work, and each episode keeps
+  its KV cache across turns (only observation tokens are encoded again). For the same
+  seed it samples the same tokens as the per-turn path (counter-based sampling).
+
+``scheduler_for`` picks one once, from the engine's capabilities.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from agentic_rl.engines.base import SamplingParams
+from agentic_rl.rollout.episode import Episode
+from agentic_rl.seeds import derive_seed
+
+Scheduler = Callable[[list[Episode], object, SamplingParams, ThreadPoolExecutor], None]
+
+
+def scheduler_for(backend, *, continuous_batching: bool) -> Scheduler:
+    """The continuous scheduler for token engines with decode sessions (unless turned off),
+    else the per-turn one."""
+    if continuous_batching and backend.interface == "tokens" and callable(getattr(backend, "session", None)):
+        return run_continuous
+    return run_per_turn
+
+
+def run_per_turn(episodes: list[Episode], backend, sampling: SamplingParams, pool: ThreadPoolExecutor) -> None:
+    """Run ``episodes`` to the end, one batched generation call per turn."""
+    active = [e for e in episodes if not e.finished]
+    turn_index = 0
+    while active:
+        seed = None if sampling.seed is None else derive_seed(sampling.seed, "turn", turn_index)
+        if backend.interface == "tokens":
+            turn_sampling = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=sampling.max_new_tokens, seed=seed, return_entropy=sampling.return_entropy, row_seeds=[e.seed for e in active])
+            renderer = active[0].renderer
+            completions = backend.generate([e.trajectory.token_ids for e in active], turn_sampling, stop_token_ids=renderer.stop_token_ids, max_new_tokens=[e.budget() for e in active])
+            taken = [episode.take_completion(completion) for episode, completion in zip(active, completions)]
+        else:
+            replies = backend.chat([e.trajectory.messages for e in active], temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens, seed=seed)
+            taken = [episode.take_reply(reply.text, reply.finish_reason, backend.weight_version) for episode, reply in zip(active, replies)]
+        futures = [pool.submit(episode.env.step, message) for episode, (_, message) in zip(active, taken)]
+        still_active = []
+        for episode, (turn, _), future in zip(active, taken, futures):
+            remaining = episode.deadline - time.monotonic()
+            if episode.apply_step(turn, lambda future=future, remaining=remaining: future.result(timeout=max(remaining, 0.0))):
+                still_active.append(episode)
+        active = still_active
+        turn_index += 1
+
+
+def _raise_timeout():
+    raise FutureTimeout()
+
+
+def run_continuous(episodes: list[Episode], backend, sampling: SamplingParams, pool: ThreadPoolExecutor) -> None:
+    """Run ``episodes`` (token level) to the end in one continuous-batching decode session."""
+    active = {key: episode for key, episode in enumerate(episodes) if not episode.finished}
+    if not active:
+        return
+    renderer = next(iter(active.values())).renderer
+    with backend.session(sampling, stop_token_ids=renderer.stop_token_ids) as session:
+        for key, episode in active.items():
+            session.submit(key, episode.trajectory.token_ids, episode.budget(), episode.seed)
+        stepping: dict[Future, tuple[int, object]] = {}
+        while session.busy or stepping:
+            if session.busy:
+                for key, completion in session.step():
+                    turn, message = active[key].take_completion(completion)
+                    stepping[pool.submit(active[key].env.step, message)] = (key, turn)
+            if not stepping:
+                continue
+            deadline = min(active[key].deadline for key, _ in stepping.values())
+            # While others decode, only collect env steps that are done; otherwise sleep until
+            # one is, or until the earliest episode deadline.
+            done, _ = wait(list(stepping), timeout=0 if session.busy else max(deadline - time.monotonic(), 0.0), return_when=FIRST_COMPLETED)
+            now = time.monotonic()
+            for future in list(stepping):
+                key, turn = stepping[future]
+                episode = active[key]
+                if future not in done and now < episode.deadline:
+                    continue
+                del stepping[future]
+                if episode.apply_step(turn, future.result if future in done else _raise_timeout):
+                    session.extend(key, episode.trajectory.token_ids[turn.response_end :], episode.budget())
+                else:
+                    session.release(key)
