@@ -50,7 +50,7 @@ def build_sft_checkpoint(args: argparse.Namespace, folder: Path) -> float:
     from agentic_rl.recipes import load_recipe
     from agentic_rl.engines.hf import HFBackend
     from agentic_rl.training.collect import collect_successful
-    from agentic_rl.training.pipeline import save_final
+    from agentic_rl.training.checkpoint import save_final
     from agentic_rl.training.sft import train_sft
 
     started = time.monotonic()

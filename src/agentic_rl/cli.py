@@ -132,7 +132,7 @@ def _sft(args: argparse.Namespace) -> int:
     from agentic_rl.data import read_jsonl
     from agentic_rl.models import load
     from agentic_rl.tracking.display import console
-    from agentic_rl.training.pipeline import save_final
+    from agentic_rl.training.checkpoint import save_final
     from agentic_rl.training.sft import train_sft
 
     config = build(SFTConfig, apply_assignments({}, args.set or []))
@@ -155,7 +155,7 @@ def _dpo(args: argparse.Namespace) -> int:
     from agentic_rl.models import load
     from agentic_rl.tracking.display import console
     from agentic_rl.training.dpo import pairs_from_rollout_records, train_dpo, validate_pair
-    from agentic_rl.training.pipeline import save_final
+    from agentic_rl.training.checkpoint import save_final
 
     config = build(DPOConfig, apply_assignments({}, args.set or []))
     source = "--data" if args.data else "--rollouts"

@@ -145,9 +145,11 @@ def test_dapo_with_only_zero_variance_groups_uses_every_round_and_skips_the_upda
 def test_critic_checkpoint_round_trip(tiny, tmp_path) -> None:
     trainer = _trainer(tiny, _config(preset="ppo", critic="separate", critic_lr=1e-2))
     trainer.step()
-    save_checkpoint(tmp_path, 1, model=trainer.model, optimizer=trainer.optimizer, scheduler=trainer.scheduler, sampler_state={}, tracking={}, keep=1, critic=trainer.critic)
+    save_checkpoint(tmp_path, 1, model=trainer.model, trainer_state=trainer.state_dict(), info={}, keep=1, critic_module=trainer.critic.module)
     fresh = _trainer(tiny, _config(preset="ppo", critic="separate", critic_lr=1e-2))
-    load_checkpoint(tmp_path / "step-000001", model=fresh.model, optimizer=fresh.optimizer, scheduler=fresh.scheduler, critic=fresh.critic)
+    trainer_state, _ = load_checkpoint(tmp_path / "step-000001", model=fresh.model, critic_module=fresh.critic.module)
+    fresh.load_state_dict(trainer_state)
+    assert fresh.steps_done == 1
     for (name, a), b in zip(trainer.critic.module.state_dict().items(), fresh.critic.module.state_dict().values()):
         assert torch.equal(a, b), name
     assert trainer.critic.head.linear.weight.abs().sum() > 0

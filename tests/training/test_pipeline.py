@@ -98,3 +98,23 @@ def test_recipes_cli_lists_names(capsys) -> None:
     assert main(["recipes"]) == 0
     out = capsys.readouterr().err
     assert "default" in out and "smoke" in out
+
+
+def test_stages_are_recorded_and_a_resume_skips_the_finished_ones(tmp_path) -> None:
+    from agentic_rl.training.pipeline import RunEvents
+
+    data = tmp_path / "sft.jsonl"
+    write_jsonl(data, _sft_examples())
+    _, recipe = load_recipe("smoke")
+    recipe.update(sft={"enabled": True, "data": str(data), "train": {"epochs": 1, "batch_size": 2}}, output_dir=str(tmp_path / "run"), checkpoint_every=1, tracking={"report": False})
+    run = train(recipe, name="smoke").run_dir
+    assert json.loads((run / "stages.json").read_text())["completed"] == ["eval_before", "sft", "eval_after_sft", "rl", "eval_after", "final"]
+    checkpoint = json.loads((run / "checkpoints" / "step-000001" / "state.json").read_text())
+    assert checkpoint["stages"] == ["eval_before", "sft", "eval_after_sft"] and checkpoint["step"] == 1
+    before = json.loads((run / "eval_before.json").read_text())["metrics"]
+    messages: list[str] = []
+    result = train(resume=run, events=RunEvents(on_stage=messages.append))
+    assert not any(m.startswith(("evaluating (before)", "SFT", "evaluating (after_sft)")) for m in messages), messages
+    assert "resumed from step-000001 (step 1 of 2)" in messages and "evaluating (after)" in messages
+    assert result.evals["before"] == before and "after_sft" in result.evals
+    assert [line["step"] for line in result.steps] == [0, 1]

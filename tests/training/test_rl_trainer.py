@@ -149,11 +149,11 @@ def test_kl_reference_copy_and_multiple_updates(tiny) -> None:
 
 
 def test_lora_trains_adapters_only_and_uses_disabled_adapters_as_reference(tiny) -> None:
-    from agentic_rl.training.pipeline import _apply_lora
+    from agentic_rl.models.lora import apply_lora
 
     model, tokenizer = tiny
     config = _config(lora={"enabled": True, "r": 4, "alpha": 8}, algorithm={"preset": "grpo"})
-    peft_model = _apply_lora(copy.deepcopy(model), config)
+    peft_model = apply_lora(copy.deepcopy(model), config.lora)
     trainer = RLTrainer(config, peft_model, tokenizer, HFBackend(peft_model, tokenizer), ParityEnv, list(range(8)))
     assert trainer.reference == "adapters-disabled"
     frozen = {n: p.detach().clone() for n, p in peft_model.named_parameters() if not p.requires_grad}

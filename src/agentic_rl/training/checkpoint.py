@@ -1,4 +1,4 @@
-"""Atomic training checkpoints: weights, optimizer, scheduler, RNG states, sampler, step.
+"""Atomic training checkpoints: weights, the trainer's state (optimizer, scheduler, counters), RNG states.
 
 A checkpoint is written into a temporary folder, marked complete, then renamed into
 place, so a crash mid-write never leaves a folder that looks usable. Retention deletes
@@ -21,7 +21,8 @@ from safetensors.torch import load_file, save_file
 COMPLETE = "COMPLETE"
 
 
-def _trainable_state(model) -> dict[str, torch.Tensor]:
+def trainable_state(model) -> dict[str, torch.Tensor]:
+    """The weights worth saving, each stored once (safetensors refuses shared storage)."""
     # With LoRA only the adapters change; the frozen base is rebuilt from the model name.
     names = {name for name, p in model.named_parameters() if p.requires_grad}
     state = model.state_dict()
@@ -48,22 +49,23 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(root: Path, step: int, *, model, optimizer, scheduler, sampler_state: dict, tracking: dict, keep: int, critic=None) -> Path:
+def save_checkpoint(root: Path, step: int, *, model, trainer_state: dict[str, Any], info: dict[str, Any], keep: int, critic_module=None) -> Path:
     """Write ``root/step-<step>`` atomically and prune to the newest ``keep`` complete ones.
 
-    ``critic`` (a ``training.value.Critic``) adds critic.safetensors and its optimizer."""
+    ``model`` (and ``critic_module``) weights go to safetensors, ``trainer_state`` (the
+    trainer's ``state_dict()``: optimizer, scheduler, counters) and the RNG states to
+    trainer.pt, ``info`` (JSON: what the run directory needs back, e.g. log line counts and
+    finished stages) to state.json."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
     tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_file(_trainable_state(model), tmp / "model.safetensors")
-    trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()}
-    if critic is not None:
-        save_file(_trainable_state(critic.module), tmp / "critic.safetensors")
-        trainer_state["critic_optimizer"] = critic.optimizer.state_dict()
-    torch.save(trainer_state, tmp / "trainer.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step, "sampler": sampler_state, "tracking": tracking}, indent=2))
+    save_file(trainable_state(model), tmp / "model.safetensors")
+    if critic_module is not None:
+        save_file(trainable_state(critic_module), tmp / "critic.safetensors")
+    torch.save({**trainer_state, "rng": rng_state()}, tmp / "trainer.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, **info}, indent=2))
     (tmp / COMPLETE).write_text("ok\n")
     for handle in (tmp / "model.safetensors", tmp / "trainer.pt", tmp / "state.json"):
         with open(handle, "rb") as f:  # durable before the rename publishes it
@@ -93,20 +95,22 @@ def _load_weights(module, path: Path) -> None:
         raise ValueError(f"checkpoint {path} lacks trainable weights: {lost[:3]}")
 
 
-def load_checkpoint(folder: Path, *, model, optimizer, scheduler, critic=None) -> dict[str, Any]:
-    """Restore weights, optimizer, scheduler and RNG states (and the critic, when given);
-    return state.json's content."""
+def load_checkpoint(folder: Path, *, model, critic_module=None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Restore the weights (and the critic's, when given) and the RNG states; returns
+    ``(trainer_state, info)`` for the trainer's ``load_state_dict`` and the run directory."""
     _load_weights(model, folder / "model.safetensors")
-    state = torch.load(folder / "trainer.pt", weights_only=False)
-    if critic is not None:
+    if critic_module is not None:
         if not (folder / "critic.safetensors").is_file():
             raise ValueError(f"checkpoint {folder} has no critic (critic.safetensors) but the run's config uses one")
-        _load_weights(critic.module, folder / "critic.safetensors")
-        critic.optimizer.load_state_dict(state["critic_optimizer"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state["rng"])
-    return json.loads((folder / "state.json").read_text())
+        _load_weights(critic_module, folder / "critic.safetensors")
+    state = torch.load(folder / "trainer.pt", weights_only=False)
+    set_rng_state(state.pop("rng"))
+    info = json.loads((folder / "state.json").read_text())
+    # Checkpoints written before trainers had a state_dict kept the step and sampler in state.json.
+    state.setdefault("step", info["step"])
+    if "sampler" in info:
+        state.setdefault("sampler", info["sampler"])
+    return state, info
 
 
 def _tied_aliases(model) -> set[str]:
@@ -118,3 +122,11 @@ def _tied_aliases(model) -> set[str]:
             aliases.add(name)
         seen.add(value.data_ptr())
     return aliases
+
+
+def save_final(model, tokenizer, folder: Path) -> None:
+    """A plain Hugging Face folder that ``transformers`` loads (LoRA adapters merged)."""
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)

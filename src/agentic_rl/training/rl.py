@@ -179,6 +179,35 @@ class RLTrainer:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @property
+    def steps_done(self) -> int:
+        """RL steps done so far."""
+        return self.step_index
+
+    def state_dict(self) -> dict:
+        """Everything besides the weights that a resumed run needs to continue exactly."""
+        state = {
+            "step": self.step_index,
+            "sampler": self.sampler.state_dict(),
+            "response_length_history": list(self.response_length_history),
+            "nonfinite_in_a_row": self.nonfinite_in_a_row,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+        }
+        if self.critic is not None:
+            state["critic_optimizer"] = self.critic.optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step_index = int(state["step"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.response_length_history = list(state.get("response_length_history", []))
+        self.nonfinite_in_a_row = int(state.get("nonfinite_in_a_row", 0))
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.critic is not None:
+            self.critic.optimizer.load_state_dict(state["critic_optimizer"])
+
     def step(self) -> tuple[dict[str, float], list[TrajectoryGroup]]:
         config = self.config
         started = time.monotonic()

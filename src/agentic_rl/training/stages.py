@@ -1,0 +1,286 @@
+"""The stages of a training run, each a function of the shared ``RunState``.
+
+baseline eval -> [collect + SFT -> eval] -> [difficulty filter] -> [DPO] -> RL -> eval
+-> final model -> report. ``pipeline.train`` runs them in order over a ``RunDirectory``;
+a finished stage is recorded there, and a resumed run restores a recorded stage's
+outputs (``restore``) instead of running it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentic_rl.config import ConfigError, EnvConfig, EvalConfig, TrainConfig
+from agentic_rl.evaluation.harness import EvalResult, prepare
+from agentic_rl.seeds import derive_seed
+from agentic_rl.tracking.jsonl import JsonlWriter
+from agentic_rl.training.run_dir import RunDirectory
+
+
+@dataclass
+class RunEvents:
+    """Display hooks; the training code only calls them."""
+
+    on_config: Callable[[TrainConfig], None] = lambda config: None
+    on_stage: Callable[[str], None] = lambda message: None
+    on_step: Callable[[dict[str, float]], None] = lambda metrics: None
+    on_eval: Callable[[str, EvalResult], None] = lambda name, result: None
+    progress: Callable[[int, str], Any] | None = None
+    """``progress(total, description)`` -> a context manager yielding a per-trajectory callback."""
+
+    def progress_bar(self, total: int, description: str):
+        return self.progress(total, description) if self.progress else _NoProgress()
+
+
+class _NoProgress:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+@dataclass
+class RunState:
+    """What the stages share: the config, the run directory, the policy and its engine."""
+
+    config: TrainConfig
+    run: RunDirectory
+    events: RunEvents
+    model: Any
+    tokenizer: Any
+    backend: Any
+    train_env: Callable
+    task_indices: list[int]
+    evals: dict[str, dict[str, float]] = field(default_factory=dict)
+    steps: list[dict[str, float]] = field(default_factory=list)
+    checkpoint: Path | None = None
+    """The checkpoint a resumed run continues from."""
+    trainer: Any = None
+
+
+# --- evaluation ----------------------------------------------------------------------
+
+
+def eval_config(config: TrainConfig, output: Path) -> EvalConfig:
+    """The held-out evaluation a training run does: test split, ``eval`` section's options."""
+    options = {**config.env.options, **config.eval.env}
+    return EvalConfig(
+        model=config.model,
+        env=EnvConfig(name=config.env.name, **options),
+        backend=config.backend,
+        rollout=config.rollout.model_copy(update={"temperature": config.eval.temperature}),
+        num_tasks=config.eval.num_tasks,
+        k=config.eval.k,
+        split="test",
+        seed=derive_seed(config.seed, "run"),
+        output=str(output),
+    )
+
+
+def evaluation(label: str) -> tuple[Callable[[RunState], None], Callable[[RunState], None]]:
+    """(run, restore) of the held-out evaluation ``label`` (written to eval_<label>.json)."""
+    filename = f"eval_{label}.json"
+
+    def run(state: RunState) -> None:
+        state.events.on_stage(f"evaluating ({label})")
+        prepared = prepare(eval_config(state.config, state.run.file(filename)), backend=state.backend)
+        total = prepared.config.num_tasks * prepared.config.samples_per_task
+        with state.events.progress_bar(total, f"eval {label}") as on_finish:
+            result = prepared.run(on_finish)
+        state.evals[label] = result.metrics
+        state.events.on_eval(label, result)
+
+    def restore(state: RunState) -> None:
+        if state.run.file(filename).is_file():
+            state.evals[label] = state.run.read_json(filename)["metrics"]
+
+    return run, restore
+
+
+# --- SFT cold start, difficulty filter, DPO -------------------------------------------
+
+
+def run_sft(state: RunState) -> None:
+    from agentic_rl.data import read_jsonl, write_jsonl
+    from agentic_rl.training.collect import collect_successful
+    from agentic_rl.training.sft import train_sft
+
+    config, events = state.config, state.events
+    if config.sft.data:
+        examples = read_jsonl(config.sft.data)
+        events.on_stage(f"SFT data: {len(examples)} conversations from {config.sft.data}")
+    else:
+        collect = config.sft.collect
+        events.on_stage(f"collecting cold-start data: {collect.num_tasks} tasks x {collect.samples_per_task} samples with {collect.few_shot} demonstrations")
+        with events.progress_bar(collect.num_tasks * collect.samples_per_task, "collect") as on_finish:
+            result = collect_successful(state.backend, config.env.name, config.env.options, collect, seed=derive_seed(config.seed, "run"), rollout_config=config.rollout, on_trajectory=on_finish)
+        examples = result.examples
+        write_jsonl(state.run.file("sft_data.jsonl"), examples)
+        events.on_stage(f"kept {result.successful} successful of {result.attempted} ({result.tasks_with_success} tasks) -> {len(examples)} conversations")
+    if not examples:
+        raise ConfigError("sft: no successful trajectories to fine-tune on; raise sft.collect.num_tasks or few_shot")
+    parser = config.env.options.get("parser", "hermes")
+    with JsonlWriter(state.run.file("sft_metrics.jsonl")) as log:
+        result = train_sft(state.model, state.tokenizer, examples, config.sft.train, parser=parser, on_step=log.write)
+    state.backend.sync_weights(state.model)
+    events.on_stage(f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} ({result.wall_time_s:.0f} s)")
+
+
+def run_filter(state: RunState) -> None:
+    from agentic_rl.data.filtering import difficulty_filter
+
+    config = state.config
+    candidates = state.task_indices[: config.filter.num_tasks]
+    state.events.on_stage(f"difficulty filter: {len(candidates)} tasks x {config.filter.samples_per_task} samples")
+    result = difficulty_filter(
+        state.backend, state.train_env, candidates,
+        samples_per_task=config.filter.samples_per_task,
+        min_pass_rate=config.filter.min_pass_rate, max_pass_rate=config.filter.max_pass_rate,
+        rollout_config=config.rollout, seed=derive_seed(config.seed, "filter"),
+    )
+    state.run.write_json("filtered_tasks.json", result.to_dict())
+    state.events.on_stage(f"kept {len(result.kept)} of {len(candidates)} tasks; pass-rate histogram {result.histogram}")
+    if not result.kept:
+        raise ConfigError("filter: no task has a pass rate inside the band; widen filter.min_pass_rate / max_pass_rate")
+    state.task_indices = result.kept
+
+
+def restore_filter(state: RunState) -> None:
+    state.task_indices = state.run.read_json("filtered_tasks.json")["kept"]
+
+
+def run_dpo(state: RunState) -> None:
+    from agentic_rl.data import read_jsonl, write_jsonl
+    from agentic_rl.training.dpo import collect_pairs, train_dpo, validate_pair
+
+    config, events, stage = state.config, state.events, state.config.dpo
+    parser = getattr(state.train_env(), "parser", None) or "hermes"
+    if stage.data:
+        try:
+            pairs = read_jsonl(stage.data)
+            for index, pair in enumerate(pairs):
+                validate_pair(pair, index)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"dpo.data: {exc}") from None
+        events.on_stage(f"DPO data: {len(pairs)} preference pairs from {stage.data}")
+    else:
+        collect = stage.collect
+        events.on_stage(f"collecting preference pairs: {collect.num_tasks} tasks x {collect.samples_per_task} samples (best vs worst)")
+        sampling = config.rollout.model_copy(update={"temperature": collect.temperature})
+        tasks = range(collect.task_offset, collect.task_offset + collect.num_tasks)
+        with events.progress_bar(collect.num_tasks * collect.samples_per_task, "pairs") as on_finish:
+            result = collect_pairs(state.backend, state.train_env, tasks, samples_per_task=collect.samples_per_task, parser=parser, rollout_config=sampling, seed=derive_seed(config.seed, "dpo-pairs"), on_finish=on_finish)
+        pairs = result.pairs
+        write_jsonl(state.run.file("dpo_pairs.jsonl"), pairs)
+        events.on_stage(f"{len(pairs)} pairs from {result.groups} groups ({result.tied} with equal rewards skipped)")
+    if not pairs:
+        raise ConfigError("dpo: no preference pairs (every group had equal rewards); raise dpo.collect.num_tasks or samples_per_task")
+    with JsonlWriter(state.run.file("dpo_metrics.jsonl")) as log:
+        result = train_dpo(state.model, state.tokenizer, pairs, stage.train, parser=parser, on_step=log.write)
+    state.backend.sync_weights(state.model)
+    events.on_stage(f"DPO: {result.steps} steps on {result.pairs} pairs, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}, margin {result.margins[-1]:+.3f} ({result.wall_time_s:.0f} s)")
+
+
+# --- RL ------------------------------------------------------------------------------
+
+LOGS = ("metrics.jsonl", "rollouts.jsonl")
+
+
+class TrainingStopped(RuntimeError):
+    """The run stopped on purpose (e.g. diverged); a valid checkpoint was written."""
+
+
+def _checkpoint(state: RunState) -> None:
+    from agentic_rl.training.checkpoint import save_checkpoint
+
+    trainer = state.trainer
+    save_checkpoint(
+        state.run.checkpoints, trainer.steps_done, model=trainer.model, critic_module=trainer.critic.module if trainer.critic is not None else None,
+        trainer_state=trainer.state_dict(), keep=state.config.keep_checkpoints,
+        info={"tracking": {name: state.run.count_lines(name) for name in LOGS}, "stages": state.run.completed_stages()},
+    )
+
+
+def _resume_trainer(state: RunState) -> None:
+    """Load the checkpoint into the trainer and drop log lines written after it."""
+    from agentic_rl.training.checkpoint import load_checkpoint
+
+    trainer = state.trainer
+    trainer_state, info = load_checkpoint(state.checkpoint, model=trainer.model, critic_module=trainer.critic.module if trainer.critic is not None else None)
+    trainer.load_state_dict(trainer_state)
+    for name in LOGS:
+        state.run.truncate_lines(name, info["tracking"][name])
+    state.events.on_stage(f"resumed from {state.checkpoint.name} (step {trainer.steps_done} of {state.config.steps})")
+
+
+def run_rl(state: RunState) -> None:
+    from agentic_rl.training.rl import RLTrainer
+
+    config = state.config
+    state.trainer = RLTrainer(config, state.model, state.tokenizer, state.backend, state.train_env, state.task_indices)
+    if state.checkpoint is not None:
+        _resume_trainer(state)
+    elif config.checkpoint_every and (config.sft.enabled or config.filter.enabled or config.dpo.enabled):
+        _checkpoint(state)  # so a resume never repeats collection, SFT, filtering or DPO
+    state.steps = state.run.read_lines("metrics.jsonl")
+    if state.trainer.steps_done < config.steps:
+        state.events.on_stage(f"RL: {config.steps - state.trainer.steps_done} steps x {config.tasks_per_step} tasks x {config.group_size} samples ({config.algorithm.preset})")
+    _rl_loop(state)
+
+
+def _rl_loop(state: RunState) -> None:
+    from agentic_rl.tracking.diagnostics import check_thresholds
+    from agentic_rl.tracking.sinks import MultiSink, make_sinks
+    from agentic_rl.training.rl import NonFiniteError
+
+    config, trainer, events = state.config, state.trainer, state.events
+    sinks = MultiSink(make_sinks(state.run.path, ["jsonl", *config.tracking.sinks], start_step=trainer.steps_done if state.checkpoint is not None else None), on_error=events.on_stage)
+    with sinks, JsonlWriter(state.run.file("rollouts.jsonl")) as rollout_log:
+        while trainer.steps_done < config.steps:
+            try:
+                metrics, groups = trainer.step()
+            except NonFiniteError as error:
+                if config.checkpoint_every:
+                    _checkpoint(state)
+                raise TrainingStopped(f"training stopped at step {trainer.steps_done}: {error}; checkpoint kept in {state.run.checkpoints}") from None
+            step = int(metrics["step"])
+            sinks.log(metrics, step)
+            for trajectory in [t for g in groups for t in g.trajectories][: config.log_rollouts]:
+                rollout_log.write({"step": step, **trajectory.to_dict()})
+            state.steps.append(metrics)
+            events.on_step(metrics)
+            for warning in check_thresholds(metrics, config.tracking.thresholds or None):
+                events.on_stage(f"step {step + 1}: warning: {warning}")
+            if metrics.get("skipped_infra"):
+                events.on_stage(f"step {step + 1}: skipped the update, too many infrastructure failures ({int(metrics['infra_errors'])})")
+            if config.checkpoint_every and trainer.steps_done % config.checkpoint_every == 0 and trainer.steps_done < config.steps:
+                _checkpoint(state)
+
+
+# --- outputs -------------------------------------------------------------------------
+
+
+def run_final(state: RunState) -> None:
+    """final/ (a Hugging Face folder, plus the critic when there is one) and summary.json."""
+    from safetensors.torch import save_file
+
+    from agentic_rl.training.checkpoint import save_final, trainable_state
+
+    final = state.run.file("final")
+    save_final(state.model, state.tokenizer, final)
+    if state.trainer is not None and state.trainer.critic is not None:  # the value function, for continuing PPO or inspecting values
+        save_file(trainable_state(state.trainer.critic.module), final / "critic.safetensors")
+    state.run.write_json("summary.json", {"evals": state.evals, "steps": len(state.steps)})
+
+
+def run_report(state: RunState) -> None:
+    from agentic_rl.tracking.report import build_report
+
+    try:  # a report problem must never fail a finished training run
+        state.events.on_stage(f"report: {build_report(state.run.path)}")
+    except Exception as exc:
+        state.events.on_stage(f"report not written: {exc}")
