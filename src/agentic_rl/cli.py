@@ -108,7 +108,7 @@ def _recipes(args: argparse.Namespace) -> int:
 def _collect(args: argparse.Namespace) -> int:
     from agentic_rl.config import BackendConfig, CollectConfig, ConfigError, ModelConfig, apply_assignments, build
     from agentic_rl.data import write_jsonl
-    from agentic_rl.evaluation.harness import env_factory
+    from agentic_rl.envs import env_factory
     from agentic_rl.rollout.backends.factory import build_backend
     from agentic_rl.tracking.display import console, trajectory_progress
     from agentic_rl.training.collect import collect_successful

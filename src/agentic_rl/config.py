@@ -12,11 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agentic_rl.errors import ConfigError  # re-exported: the CLI and users catch agentic_rl.config.ConfigError
 from agentic_rl.rollout.engine import RolloutLimits
-
-
-class ConfigError(ValueError):
-    """A user mistake in configuration: one clear line."""
 
 
 class _Section(BaseModel):

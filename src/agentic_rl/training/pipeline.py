@@ -19,7 +19,8 @@ import yaml
 from safetensors.torch import save_file
 
 from agentic_rl.config import ConfigError, EnvConfig, EvalConfig, TrainConfig, build
-from agentic_rl.evaluation.harness import EvalResult, env_factory, prepare
+from agentic_rl.envs import env_factory
+from agentic_rl.evaluation.harness import EvalResult, prepare
 from agentic_rl.models import load
 from agentic_rl.rollout.backends.hf import HFBackend
 from agentic_rl.tracking.diagnostics import check_thresholds
