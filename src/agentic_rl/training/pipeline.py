@@ -288,7 +288,7 @@ def _dpo_stage(config: TrainConfig, model, tokenizer, backend, train_env, run_di
 
 
 def _filter_stage(config: TrainConfig, backend, train_env, task_indices: list[int], run_dir: Path, events: RunEvents) -> list[int]:
-    from agentic_rl.data.filtering import difficulty_filter
+    from agentic_rl.training.difficulty import difficulty_filter
 
     candidates = task_indices[: config.filter.num_tasks]
     events.on_stage(f"difficulty filter: {len(candidates)} tasks x {config.filter.samples_per_task} samples")
