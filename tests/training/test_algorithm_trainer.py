@@ -145,7 +145,7 @@ def test_dapo_with_only_zero_variance_groups_uses_every_round_and_skips_the_upda
 def test_critic_checkpoint_round_trip(tiny, tmp_path) -> None:
     trainer = _trainer(tiny, _config(preset="ppo", critic="separate", critic_lr=1e-2))
     trainer.step()
-    save_checkpoint(tmp_path, 1, model=trainer.model, optimizer=trainer.optimizer, scheduler=trainer.scheduler, sampler_state={}, tracking={}, keep=1, critic=trainer.critic)
+    save_checkpoint(tmp_path, 1, model=trainer.model, optimizer=trainer.optimizer, scheduler=trainer.scheduler, task_schedule_state={}, tracking={}, keep=1, critic=trainer.critic)
     fresh = _trainer(tiny, _config(preset="ppo", critic="separate", critic_lr=1e-2))
     load_checkpoint(tmp_path / "step-000001", model=fresh.model, optimizer=fresh.optimizer, scheduler=fresh.scheduler, critic=fresh.critic)
     for (name, a), b in zip(trainer.critic.module.state_dict().items(), fresh.critic.module.state_dict().values()):

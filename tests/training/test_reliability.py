@@ -120,7 +120,7 @@ def test_checkpoint_retention_keeps_newest_complete(tmp_path, tiny) -> None:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     root = tmp_path / "checkpoints"
     for step in (1, 2, 3):
-        checkpoint_module.save_checkpoint(root, step, model=model, optimizer=optimizer, scheduler=scheduler, sampler_state={"epoch": 0, "position": step}, tracking={}, keep=2)
+        checkpoint_module.save_checkpoint(root, step, model=model, optimizer=optimizer, scheduler=scheduler, task_schedule_state={"epoch": 0, "position": step}, tracking={}, keep=2)
     assert [p.name for p in complete_checkpoints(root)] == ["step-000002", "step-000003"]
     (root / "step-000004").mkdir()  # no completion marker: never chosen
     assert complete_checkpoints(root)[-1].name == "step-000003"

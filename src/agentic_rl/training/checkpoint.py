@@ -1,4 +1,4 @@
-"""Atomic training checkpoints: weights, optimizer, scheduler, RNG states, sampler, step.
+"""Atomic training checkpoints: weights, optimizer, scheduler, RNG states, task schedule, step.
 
 A checkpoint is written into a temporary folder, marked complete, then renamed into
 place, so a crash mid-write never leaves a folder that looks usable. Retention deletes
@@ -48,10 +48,12 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(root: Path, step: int, *, model, optimizer, scheduler, sampler_state: dict, tracking: dict, keep: int, critic=None) -> Path:
+def save_checkpoint(root: Path, step: int, *, model, optimizer, scheduler, task_schedule_state: dict, tracking: dict, keep: int, critic=None) -> Path:
     """Write ``root/step-<step>`` atomically and prune to the newest ``keep`` complete ones.
 
-    ``critic`` (a ``training.value.Critic``) adds critic.safetensors and its optimizer."""
+    ``critic`` (a ``training.value.Critic``) adds critic.safetensors and its optimizer.
+    state.json keeps the task schedule under its old key, ``"sampler"``, so checkpoints
+    written before the rename still resume."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
     tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
@@ -63,7 +65,7 @@ def save_checkpoint(root: Path, step: int, *, model, optimizer, scheduler, sampl
         save_file(_trainable_state(critic.module), tmp / "critic.safetensors")
         trainer_state["critic_optimizer"] = critic.optimizer.state_dict()
     torch.save(trainer_state, tmp / "trainer.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step, "sampler": sampler_state, "tracking": tracking}, indent=2))
+    (tmp / "state.json").write_text(json.dumps({"step": step, "sampler": task_schedule_state, "tracking": tracking}, indent=2))
     (tmp / COMPLETE).write_text("ok\n")
     for handle in (tmp / "model.safetensors", tmp / "trainer.pt", tmp / "state.json"):
         with open(handle, "rb") as f:  # durable before the rename publishes it

@@ -157,7 +157,7 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
     if checkpoint is not None:
         state = load_checkpoint(checkpoint, model=model, optimizer=trainer.optimizer, scheduler=trainer.scheduler, critic=trainer.critic)
         trainer.step_index = state["step"]
-        trainer.sampler.load_state_dict(state["sampler"])
+        trainer.task_schedule.load_state_dict(state["sampler"])
         for key, path in logs.items():  # drop lines logged after the checkpoint
             _truncate_lines(path, state["tracking"][key])
         events.on_stage(f"resumed from {checkpoint.name} (step {state['step']} of {config.steps})")
@@ -165,7 +165,7 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
     def checkpoint_now() -> None:
         save_checkpoint(
             run_dir / "checkpoints", trainer.step_index, model=model, optimizer=trainer.optimizer, scheduler=trainer.scheduler,
-            sampler_state=trainer.sampler.state_dict(), tracking={k: _count_lines(p) for k, p in logs.items()}, keep=config.keep_checkpoints,
+            task_schedule_state=trainer.task_schedule.state_dict(), tracking={k: _count_lines(p) for k, p in logs.items()}, keep=config.keep_checkpoints,
             critic=trainer.critic,
         )
 

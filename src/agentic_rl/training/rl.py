@@ -26,7 +26,7 @@ from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.speed import apply_speed_options
 from agentic_rl.training.optim import make_optimizer, make_scheduler
 from agentic_rl.tracking.diagnostics import mean_first_tokens_after_tool_entropy, step_diagnostics
-from agentic_rl.training.sampler import TaskSampler
+from agentic_rl.training.task_schedule import TaskSchedule
 from agentic_rl.training.value import Critic
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
@@ -141,7 +141,7 @@ class NonFiniteError(RuntimeError):
 
 
 class RLTrainer:
-    """Owns the policy, its optimizer and the task sampler; ``step()`` runs one RL step."""
+    """Owns the policy, its optimizer and the task schedule; ``step()`` runs one RL step."""
 
     def __init__(self, config: TrainConfig, model, tokenizer, backend, make_env: Callable[[], Env], task_indices: list[int]) -> None:
         self.config = config
@@ -149,7 +149,7 @@ class RLTrainer:
         self.tokenizer = tokenizer
         self.backend = backend
         self.make_env = make_env
-        self.sampler = TaskSampler(task_indices, seed=config.seed)
+        self.task_schedule = TaskSchedule(task_indices, seed=config.seed)
         apply_speed_options(model, gradient_checkpointing=config.gradient_checkpointing, compile=config.compile)
         self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         updates = config.steps * config.ppo_epochs * config.mini_batches
@@ -222,7 +222,7 @@ class RLTrainer:
         metrics: dict[str, float] = {}
         rounds = 0
         while rounds < algorithm.max_generation_rounds and len(kept) < config.tasks_per_step:
-            task_indices = self.sampler.next(config.tasks_per_step - len(kept))
+            task_indices = self.task_schedule.next(config.tasks_per_step - len(kept))
             # Round 0 keeps the seed a run without resampling uses; later rounds get fresh ones.
             limits = config.rollout.limits(seed=config.seed * 100_003 + self.step_index + rounds * 1_000_003)
             groups, round_metrics = SAMPLERS[algorithm.rollout](self, task_indices, limits)
