@@ -239,14 +239,14 @@ class RLTrainer:
     def _per_token_rows(self, trajectories: list[Trajectory], compute: Callable[[TokenBatch], torch.Tensor], extra: str | None = None) -> list[list[float]]:
         """``compute(batch) -> [b, T]`` over length-bucketed micro-batches, without gradients,
         as one row per trajectory aligned with its token_ids. ``extra`` names a per-token
-        trajectory field (e.g. "sampler_logprobs") put into ``batch.values``."""
+        trajectory field (e.g. "sampler_logprobs") put into ``batch.per_token``."""
         lengths = [len(t.token_ids) for t in trajectories]
         rows: dict[int, list[float]] = {}
         with torch.no_grad():
             for bucket in length_buckets(lengths, self.config.micro_batch_tokens, len(trajectories)):
                 members = [trajectories[i] for i in bucket]
                 values = {extra: [getattr(t, extra) for t in members]} if extra else None
-                batch = collate([t.token_ids for t in members], [t.loss_mask for t in members], pad_token_id=self.tokenizer.pad_token_id, values=values).to(self.device)
+                batch = collate([t.token_ids for t in members], [t.loss_mask for t in members], pad_token_id=self.tokenizer.pad_token_id, per_token=values).to(self.device)
                 out = compute(batch)
                 for row, i in enumerate(bucket):
                     rows[i] = out[row, : lengths[i]].tolist()
@@ -265,7 +265,7 @@ class RLTrainer:
 
         def compute(batch: TokenBatch) -> torch.Tensor:
             reference, _ = self._logprobs(batch, reference=True)
-            return kl_penalty(batch.values["sampler_logprobs"], reference, estimator) * batch.loss_mask
+            return kl_penalty(batch.per_token["sampler_logprobs"], reference, estimator) * batch.loss_mask
 
         return self._per_token_rows(trajectories, compute, extra="sampler_logprobs")
 
@@ -292,7 +292,7 @@ class RLTrainer:
             [t.token_ids for t in trajectories],
             [t.loss_mask for t in trajectories],
             pad_token_id=self.tokenizer.pad_token_id,
-            values={"advantages": advantages},
+            per_token={"advantages": advantages},
         )
 
     def _logprobs(self, batch: TokenBatch, *, with_entropy: bool = False, reference: bool = False):
@@ -341,20 +341,20 @@ class RLTrainer:
                     members = [mini[j] for j in bucket]
                     batch = self._batch([trajectories[i] for i in members], [scored.advantages[i] for i in members])
                     if not single_update:
-                        batch.values["old_logprobs"] = collate([trajectories[i].token_ids for i in members], [trajectories[i].loss_mask for i in members], pad_token_id=0, values={"v": [old_logprobs[i] for i in members]}).values["v"]
+                        batch.per_token["old_logprobs"] = collate([trajectories[i].token_ids for i in members], [trajectories[i].loss_mask for i in members], pad_token_id=0, per_token={"v": [old_logprobs[i] for i in members]}).per_token["v"]
                     if critic is not None:
                         critic_rows = {"returns": [scored.returns[i] for i in members], "old_values": [scored.old_values[i] for i in members]}
-                        batch.values.update(collate([trajectories[i].token_ids for i in members], [trajectories[i].loss_mask for i in members], pad_token_id=0, values=critic_rows).values)
+                        batch.per_token.update(collate([trajectories[i].token_ids for i in members], [trajectories[i].loss_mask for i in members], pad_token_id=0, per_token=critic_rows).per_token)
                     batch = batch.to(self.device)
                     shared_values = critic.values_from_policy_forward(batch.loss_mask) if critic is not None and critic.mode == "shared" else nullcontext({})
                     with shared_values as captured:
                         logprobs, entropy = self._logprobs(batch, with_entropy=True)
                     for row, i in enumerate(members):
                         entropy_rows.setdefault(i, entropy[row, : lengths[i]].tolist())
-                    old = logprobs.detach() if single_update else batch.values["old_logprobs"]
+                    old = logprobs.detach() if single_update else batch.per_token["old_logprobs"]
                     normalisers = dict(num_tokens=num_tokens, num_sequences=float(len(mini)), norm_length=float(config.rollout.max_total_tokens))
                     out = policy_loss(
-                        logprobs, old, batch.values["advantages"], batch.loss_mask,
+                        logprobs, old, batch.per_token["advantages"], batch.loss_mask,
                         clip_low=algorithm.clip_low, clip_high=algorithm.clip_high, clip_ratio_c=algorithm.clip_ratio_c,
                         aggregation=algorithm.aggregation, **normalisers,
                     )
@@ -369,7 +369,7 @@ class RLTrainer:
                     if critic is not None:
                         values = captured["values"] if critic.mode == "shared" else critic.values(batch.input_ids, batch.attention_mask, batch.loss_mask)
                         critic_loss, critic_metrics = value_loss(
-                            values, batch.values["old_values"], batch.values["returns"], batch.loss_mask,
+                            values, batch.per_token["old_values"], batch.per_token["returns"], batch.loss_mask,
                             clip_range=algorithm.value_clip or None, aggregation=algorithm.aggregation, **normalisers,
                         )
                         loss = loss + algorithm.value_loss_coef * critic_loss
