@@ -108,7 +108,7 @@ def _recipes(args: argparse.Namespace) -> int:
 def _collect(args: argparse.Namespace) -> int:
     from agentic_rl.config import BackendConfig, CollectConfig, ConfigError, ModelConfig, apply_assignments, build
     from agentic_rl.data import write_jsonl
-    from agentic_rl.evaluation.harness import env_factory
+    from agentic_rl.envs import env_factory
     from agentic_rl.engines.factory import build_backend
     from agentic_rl.tracking.display import console, trajectory_progress
     from agentic_rl.training.collect import collect_successful
@@ -232,13 +232,13 @@ def _retriever_serve(args: argparse.Namespace) -> int:
 
 def _data_gsm8k_to_sft(args: argparse.Namespace) -> int:
     from agentic_rl.config import ConfigError
-    from agentic_rl.data.gsm8k import convert_file
+    from agentic_rl.envs.math_python import gsm8k_to_sft
     from agentic_rl.tracking.display import console
 
     if not Path(args.input).is_file():
         raise ConfigError(f"input {args.input!r} does not exist (GSM8K JSONL with question and answer per line)")
     try:
-        stats = convert_file(args.input, args.out, tool=args.tool, parser=args.parser, keep_mismatches=args.keep_mismatches, limit=args.limit)
+        stats = gsm8k_to_sft(args.input, args.out, tool=args.tool, parser=args.parser, keep_mismatches=args.keep_mismatches, limit=args.limit)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     flagged = f"{stats.flagged} flagged ({stats.mismatched_calls} calls failed or differ from the annotation; {'kept' if args.keep_mismatches else 'left out'})"

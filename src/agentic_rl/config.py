@@ -12,10 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-
-class ConfigError(ValueError):
-    """A user mistake in configuration: one clear line."""
-
+from agentic_rl.errors import ConfigError  # re-exported: the CLI and users catch agentic_rl.config.ConfigError
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)

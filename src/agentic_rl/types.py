@@ -8,13 +8,12 @@ build and inspect them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 Message = dict[str, Any]
 """An OpenAI-format chat message: ``role``, ``content`` and optionally ``tool_calls``,
 ``tool_call_id``, ``name``."""
 
-TerminationReason = Literal["answered", "max_turns", "max_tokens", "timeout", "error"]
 TERMINATION_REASONS: tuple[str, ...] = ("answered", "max_turns", "max_tokens", "timeout", "error")
 
 

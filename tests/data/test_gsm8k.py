@@ -12,7 +12,8 @@ import torch
 from agentic_rl.cli import main
 from agentic_rl.data import read_jsonl, render_example
 from agentic_rl.data.conversations import text_messages
-from agentic_rl.data.gsm8k import Annotation, ConversionStats, convert_example, convert_file, convert_rows, parse_rationale, results_match
+from agentic_rl.data.gsm8k import Annotation, ConversionStats, convert_example, convert_rows, parse_rationale, results_match
+from agentic_rl.envs.math_python import gsm8k_to_sft
 from agentic_rl.tools import get_tool, tool
 from agentic_rl.tools.python_tool import make_python_tool
 
@@ -132,7 +133,7 @@ def test_converted_conversation_replays_token_exactly_in_the_env(tmp_path, token
     from agentic_rl.rollout.chat import ChatRenderer
 
     out = tmp_path / "sft.jsonl"
-    stats = convert_file(GSM8K, out, tool=tool, parser=parser, limit=2)
+    stats = gsm8k_to_sft(GSM8K, out, tool=tool, parser=parser, limit=2)
     assert (stats.rows, stats.written, stats.flagged) == (2, 2, 0)
     example = read_jsonl(out)[0]
     ids, mask = render_example(example["messages"], ChatRenderer(tokenizer), parser)
@@ -151,7 +152,7 @@ def test_sft_trains_on_converted_data(tmp_path, tiny):
     from agentic_rl.training.sft import train_sft
 
     out = tmp_path / "sft.jsonl"
-    convert_file(GSM8K, out, tool="calculator", limit=4)
+    gsm8k_to_sft(GSM8K, out, tool="calculator", limit=4)
     model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the tiny model gains nothing from threads on a shared CPU

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agentic_rl import envs
-from agentic_rl.envs.math_python import DEMO_PROBLEMS, math_equivalent
-from agentic_rl.rewards import extract_tag
+from agentic_rl.envs.math_python import DEMO_PROBLEMS
+from agentic_rl.rewards import extract_tag, math_equivalent
 
 GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 needs_gsm8k = pytest.mark.skipif(not GSM8K.exists(), reason=f"{GSM8K} not present")

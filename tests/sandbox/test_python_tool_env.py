@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentic_rl import envs, sandbox
-from agentic_rl.envs.math_python import gold_answer, math_equivalent
+from agentic_rl.rewards import gold_answer, math_equivalent
 from agentic_rl.tools.python_tool import make_python_tool, truncate_output
 from agentic_rl.types import ToolCall
 

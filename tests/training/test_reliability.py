@@ -120,13 +120,13 @@ def test_checkpoint_retention_keeps_newest_complete(tmp_path, tiny) -> None:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     root = tmp_path / "checkpoints"
     for step in (1, 2, 3):
-        trainer_state = {"step": step, "sampler": {"epoch": 0, "position": step}, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
+        trainer_state = {"step": step, "task_schedule": {"epoch": 0, "position": step}, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
         checkpoint_module.save_checkpoint(root, step, model=model, trainer_state=trainer_state, info={"tracking": {}}, keep=2)
     assert [p.name for p in complete_checkpoints(root)] == ["step-000002", "step-000003"]
     (root / "step-000004").mkdir()  # no completion marker: never chosen
     assert complete_checkpoints(root)[-1].name == "step-000003"
     state, info = checkpoint_module.load_checkpoint(root / "step-000003", model=model)
-    assert state["step"] == 3 and state["sampler"]["position"] == 3 and info["step"] == 3
+    assert state["step"] == 3 and state["task_schedule"]["position"] == 3 and info["step"] == 3
     optimizer.load_state_dict(state["optimizer"])
 
 

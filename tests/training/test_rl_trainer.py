@@ -98,9 +98,9 @@ def test_loss_ignores_logits_at_unmasked_positions(tiny) -> None:
     """Replacing the model's predictions at loss_mask=0 positions by garbage must not
     change the loss or its gradient: only sampled tokens are trained on."""
     model, tokenizer = tiny
-    batch = collate([[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16]], [[0, 0, 1, 1, 0, 1, 1], [0, 1, 1, 0, 1]], pad_token_id=tokenizer.pad_token_id, values={"a": [[0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0], [0.0, -1.0, -1.0, 0.0, -1.0]]})
+    batch = collate([[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16]], [[0, 0, 1, 1, 0, 1, 1], [0, 1, 1, 0, 1]], pad_token_id=tokenizer.pad_token_id, per_token={"a": [[0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0], [0.0, -1.0, -1.0, 0.0, -1.0]]})
     logprobs, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask)
-    ours = policy_loss(logprobs, logprobs.detach(), batch.values["a"], batch.loss_mask).loss
+    ours = policy_loss(logprobs, logprobs.detach(), batch.per_token["a"], batch.loss_mask).loss
 
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()
     garbage = torch.randn_like(logits) * 50
@@ -109,7 +109,7 @@ def test_loss_ignores_logits_at_unmasked_positions(tiny) -> None:
     logits = torch.where(predicts_unmasked[..., None], garbage, logits)
     full = torch.zeros_like(batch.loss_mask)
     full[:, 1:] = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1) * batch.loss_mask[:, 1:]
-    reference = policy_loss(full, full.detach(), batch.values["a"], batch.loss_mask).loss
+    reference = policy_loss(full, full.detach(), batch.per_token["a"], batch.loss_mask).loss
     assert torch.allclose(ours, reference, atol=1e-6)
     assert torch.allclose(logprobs, full, atol=1e-5)
 

@@ -1,14 +1,14 @@
-"""Model-aware data: keep the tasks the current model sometimes, but not always, solves."""
+"""Model-aware data: keep the tasks the current model sometimes, but not always, solves.
+
+Pure selection over pass rates; running the rollouts that measure them is the caller's
+job (``training.difficulty.difficulty_filter``).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-from agentic_rl.config import RolloutConfig
-from agentic_rl.envs.base import Env
-from agentic_rl.rollout.engine import rollout
 
 
 @dataclass
@@ -24,22 +24,11 @@ class FilterResult:
         return {"kept": self.kept, "pass_rates": {str(k): v for k, v in self.pass_rates.items()}, "histogram": self.histogram}
 
 
-def difficulty_filter(
-    backend,
-    make_env: Callable[[], Env],
-    task_indices: Sequence[int],
-    *,
-    samples_per_task: int,
-    min_pass_rate: float = 0.0,
-    max_pass_rate: float = 1.0,
-    rollout_config: RolloutConfig | None = None,
-    seed: int | None = None,
-) -> FilterResult:
-    """Roll out ``samples_per_task`` episodes per task and keep tasks with
-    ``min_pass_rate < pass rate < max_pass_rate`` (defaults drop never- and always-solved
-    tasks: their groups have zero reward variance and teach GRPO nothing)."""
-    groups = rollout(backend, make_env, list(task_indices), group_size=samples_per_task, config=rollout_config, seed=seed)
-    pass_rates = {index: sum(t.correct for t in g.trajectories) / len(g.trajectories) for index, g in zip(task_indices, groups)}
+def select_by_pass_rate(pass_rates: Mapping[int, float], *, min_pass_rate: float = 0.0, max_pass_rate: float = 1.0) -> FilterResult:
+    """Keep tasks with ``min_pass_rate < pass rate < max_pass_rate``, in ``pass_rates``'
+    order (defaults drop never- and always-solved tasks: their groups have zero reward
+    variance and teach GRPO nothing)."""
+    pass_rates = dict(pass_rates)
     kept = [index for index, rate in pass_rates.items() if min_pass_rate < rate < max_pass_rate]
     histogram = dict(sorted(Counter(f"{rate:.2f}" for rate in pass_rates.values()).items()))
     return FilterResult(kept, pass_rates, histogram)

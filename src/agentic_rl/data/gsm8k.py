@@ -6,7 +6,8 @@ that ends in a real tool call (``calculator`` with the expression, or ``python``
 ``print(expression)``), the tool's real output becomes the ``tool`` message, and the text
 after the last annotation ends in the env's answer format (``<answer>N</answer>``). The
 result is OpenAI messages with structured ``tool_calls``, the format ``collect`` writes
-and ``training.sft`` trains on.
+and ``training.sft`` trains on. (``envs.math_python.gsm8k_to_sft`` converts a whole file
+with the ``gsm8k`` env's own tool and system prompt: this module knows no envs.)
 
 Every expression is run through the real tool; where the tool's output does not equal
 the annotated result (beyond the annotation's own rounding) or the tool fails, the
@@ -21,14 +22,13 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
-from agentic_rl.rewards import normalize_number
+from agentic_rl.rewards import gold_answer, normalize_number
 from agentic_rl.tools import Tool
 from agentic_rl.types import Message, ToolCall
 
-__all__ = ["Annotation", "ConversionStats", "convert_example", "convert_file", "convert_rows", "parse_rationale", "results_match"]
+__all__ = ["Annotation", "ConversionStats", "convert_example", "convert_rows", "parse_rationale", "results_match"]
 
 ANNOTATION = re.compile(r"<<([^<>]*)>>")
 TOOLS = ("calculator", "python")
@@ -51,8 +51,6 @@ def parse_rationale(rationale: str) -> tuple[list[Annotation], str, str]:
     "24 b", "24")``: the text after an annotation (which restates the result) starts the
     next piece.
     """
-    from agentic_rl.envs.math_python import gold_answer
-
     body, marker, _ = rationale.rpartition("####")
     if not marker:
         raise ValueError("no '#### <answer>' line in the rationale")
@@ -125,7 +123,7 @@ def convert_example(question: str, rationale: str, tool: Tool, *, system_prompt:
 
 @dataclass
 class ConversionStats:
-    """What ``convert_file`` did."""
+    """What ``convert_rows`` did."""
 
     rows: int = 0
     written: int = 0
@@ -156,24 +154,3 @@ def convert_rows(rows: Iterable[dict], tool: Tool, *, system_prompt: str = "", k
             continue
         stats.written += 1
         yield example
-
-
-def convert_file(in_path: str | Path, out_path: str | Path, *, tool: str = "calculator", parser: str = "hermes", keep_mismatches: bool = False, limit: int | None = None) -> ConversionStats:
-    """Convert a GSM8K JSONL file into SFT conversations (JSONL) for the ``gsm8k`` env with
-    ``tools=[tool]`` and ``parser``: the system prompt is that env's, and the tool is that
-    env's own (same limits), so SFT sees exactly what evaluation shows."""
-    from agentic_rl.data.conversations import read_jsonl, write_jsonl
-    from agentic_rl.envs.math_python import make_gsm8k_env
-
-    if tool not in TOOLS:
-        raise ValueError(f"tool: expected one of {', '.join(TOOLS)}, got {tool!r}")
-    if parser == "retool" and tool != "python":
-        raise ValueError("parser: the retool format runs python code; use tool=python with it")
-    rows = read_jsonl(in_path)[: limit or None]
-    env = make_gsm8k_env(path=str(in_path), num_tasks=1, tools=[tool], parser=parser)
-    stats = ConversionStats()
-    try:
-        write_jsonl(out_path, convert_rows(rows, env.tools.get(tool), system_prompt=env.system_prompt, keep_mismatches=keep_mismatches, stats=stats))
-    finally:
-        env.close()
-    return stats

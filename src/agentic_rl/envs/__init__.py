@@ -2,7 +2,7 @@
 
 from agentic_rl.envs.arithmetic import ArithmeticTasks, make_arithmetic_env
 from agentic_rl.envs.base import Env, EnvCheckError, Task, check_env
-from agentic_rl.envs.registry import UnknownEnvError, accepts_option, make, register, registered
+from agentic_rl.envs.registry import UnknownEnvError, accepts_option, env_factory, make, register, registered
 from agentic_rl.envs.tool_env import INVALID_CALL, ToolEnv
 from agentic_rl.envs.math_python import make_gsm8k_env, make_math_python_env
 from agentic_rl.envs.search_qa import make_search_qa_env
@@ -30,6 +30,7 @@ __all__ = [
     "UnknownEnvError",
     "accepts_option",
     "check_env",
+    "env_factory",
     "make",
     "make_arithmetic_env",
     "register",

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from pathlib import Path
 
+from agentic_rl.data.conversations import read_jsonl, text_messages, write_jsonl
+from agentic_rl.data.gsm8k import ANNOTATION, TOOLS, ConversionStats, convert_example, convert_rows
 from agentic_rl.envs.base import Task
 from agentic_rl.envs.tool_env import ToolEnv
 from agentic_rl.parsers import get_parser
-from agentic_rl.rewards import numeric_match
+from agentic_rl.rewards import gold_answer, math_equivalent
 from agentic_rl.tools import ToolRegistry, get_tool
 from agentic_rl.tools.python_tool import make_python_tool
 from agentic_rl.types import Message
@@ -52,43 +55,11 @@ DEMO_PROBLEMS = (
 )
 
 
-def gold_answer(text: str) -> str:
-    """The final answer of a gold solution: the part after GSM8K's ``####`` if present."""
-    if "####" in text:
-        text = text.rsplit("####", 1)[1]
-    return text.strip().replace(",", "")
-
-
-def math_equivalent(prediction: str | None, gold: str) -> bool:
-    """True when ``prediction`` equals ``gold`` mathematically (math-verify; plain numbers
-    fall back to exact numeric comparison if math-verify is unavailable or fails)."""
-    if prediction is None or not prediction.strip():
-        return False
-    if numeric_match(prediction, gold):
-        return True
-    try:
-        import logging
-
-        from math_verify import parse, verify
-
-        logging.getLogger("math_verify").setLevel(logging.ERROR)
-
-        # Timeouts off: math-verify's timeouts use SIGALRM, which only works on the main
-        # thread, and env steps run on worker threads.
-        gold_parsed = parse(f"${gold}$", parsing_timeout=None)
-        predicted = parse(prediction if "$" in prediction or "\\" in prediction else f"${prediction}$", parsing_timeout=None)
-        return bool(gold_parsed and predicted and verify(gold_parsed, predicted, timeout_seconds=None))
-    except Exception:
-        return False
-
-
 def math_reward(answer: str | None, task: Task) -> float:
     return 1.0 if math_equivalent(answer, task.answer) else 0.0
 
 
 def load_math_tasks(path: str, *, question_field: str = "question", answer_field: str = "answer", name: str = "math", num_tasks: int | None = None) -> list[Task]:
-    from agentic_rl.data.conversations import read_jsonl
-
     rows = read_jsonl(path)
     tasks = []
     for index, row in enumerate(rows[: num_tasks or None]):
@@ -171,15 +142,12 @@ def _cached_tasks(path, question_field, answer_field, name, num_tasks):
 def _demonstrations(count: int, tool_name: str, parser: str, max_calls_per_turn: int, max_output_chars: int) -> tuple[tuple[Message, ...], ...]:
     """The first ``count`` demo problems as conversation turns, computed once per process
     (envs are built per trajectory; the python demos run in a real sandbox)."""
-    from agentic_rl.data.conversations import text_messages
-    from agentic_rl.data.gsm8k import ANNOTATION, convert_example
-
     if not count:
         return ()
     call_parser = get_parser(parser, max_calls_per_turn=max_calls_per_turn)
     if not tool_name:
         return tuple(
-            ({"role": "user", "content": row["question"]}, {"role": "assistant", "content": _answer_only(row["answer"], ANNOTATION)})
+            ({"role": "user", "content": row["question"]}, {"role": "assistant", "content": _answer_only(row["answer"])})
             for row in DEMO_PROBLEMS[:count]
         )
     tool = make_python_tool(timeout_s=10.0, max_output_chars=max_output_chars) if tool_name == "python" else get_tool(tool_name)
@@ -196,9 +164,9 @@ def _demonstrations(count: int, tool_name: str, parser: str, max_calls_per_turn:
             tool.close()
 
 
-def _answer_only(rationale: str, annotation) -> str:
+def _answer_only(rationale: str) -> str:
     body, _, answer = rationale.rpartition("####")
-    return f"{annotation.sub('', body).strip()}\n<answer>{gold_answer(answer)}</answer>"
+    return f"{ANNOTATION.sub('', body).strip()}\n<answer>{gold_answer(answer)}</answer>"
 
 
 def make_gsm8k_env(
@@ -222,3 +190,21 @@ def make_gsm8k_env(
         few_shot=few_shot, max_turns=max_turns, system_prompt=system_prompt, timeout_s=timeout_s, memory_mb=memory_mb,
         max_output_chars=max_output_chars, name="gsm8k",
     )
+
+
+def gsm8k_to_sft(in_path: str | Path, out_path: str | Path, *, tool: str = "calculator", parser: str = "hermes", keep_mismatches: bool = False, limit: int | None = None) -> ConversionStats:
+    """Convert a GSM8K JSONL file into SFT conversations (JSONL) for the ``gsm8k`` env with
+    ``tools=[tool]`` and ``parser``: the system prompt is that env's, and the tool is that
+    env's own (same limits), so SFT sees exactly what evaluation shows."""
+    if tool not in TOOLS:
+        raise ValueError(f"tool: expected one of {', '.join(TOOLS)}, got {tool!r}")
+    if parser == "retool" and tool != "python":
+        raise ValueError("parser: the retool format runs python code; use tool=python with it")
+    rows = read_jsonl(in_path)[: limit or None]
+    env = make_gsm8k_env(path=str(in_path), num_tasks=1, tools=[tool], parser=parser)
+    stats = ConversionStats()
+    try:
+        write_jsonl(out_path, convert_rows(rows, env.tools.get(tool), system_prompt=env.system_prompt, keep_mismatches=keep_mismatches, stats=stats))
+    finally:
+        env.close()
+    return stats

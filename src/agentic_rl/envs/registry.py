@@ -1,4 +1,5 @@
-"""``make(name, **kwargs)``: environments by name, so worker processes can rebuild them."""
+"""``make(name, **kwargs)``: environments by name, so worker processes can rebuild them;
+``env_factory``: a validated zero-argument builder for the stages that make many."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_rl.envs.base import Env
+from agentic_rl.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -58,3 +60,16 @@ def make(name: str, **kwargs: Any) -> Env:
         if unknown:
             raise TypeError(f"env {name!r} has no option {unknown[0]!r}; options: {', '.join(parameters)}")
     return factory(**kwargs)
+
+
+def env_factory(name: str, options: dict[str, Any], *, split: str | None = None) -> Callable[[], Env]:
+    """A zero-argument env builder, validated once up front so bad options fail (as a
+    ``ConfigError``) before any sampling. ``split`` is passed to envs that take one, unless
+    ``options`` already sets it."""
+    if split is not None and "split" not in options and name in _REGISTRY and accepts_option(name, "split"):
+        options = {**options, "split": split}
+    try:
+        make(name, **options)
+    except (UnknownEnvError, TypeError, ValueError) as exc:
+        raise ConfigError(f"env: {exc}") from None
+    return lambda: make(name, **options)

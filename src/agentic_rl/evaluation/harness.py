@@ -41,17 +41,6 @@ class EvalResult:
         return path
 
 
-def env_factory(name: str, options: dict[str, Any], *, split: str | None = None) -> Callable[[], envs.Env]:
-    """A zero-argument env builder, validated once up front so bad options fail before any sampling."""
-    if split is not None and "split" not in options and name in {e.name for e in envs.registered()} and envs.accepts_option(name, "split"):
-        options = {**options, "split": split}
-    try:
-        envs.make(name, **options)
-    except (envs.UnknownEnvError, TypeError, ValueError) as exc:
-        raise ConfigError(f"env: {exc}") from None
-    return lambda: envs.make(name, **options)
-
-
 @dataclass
 class PreparedEval:
     """A validated evaluation, ready to run: bad env options or model names fail here,
@@ -84,7 +73,7 @@ def prepare(config: EvalConfig | dict[str, Any] | None = None, *, loaded=None, b
     """Validate the config, build the env factory and the backend (loading the model)."""
     if not isinstance(config, EvalConfig):
         config = build(EvalConfig, config or {})
-    make_env = env_factory(config.env.name, config.env.options, split=config.split)
+    make_env = envs.env_factory(config.env.name, config.env.options, split=config.split)
     available = make_env().num_tasks
     if config.num_tasks > available:
         raise ConfigError(f"num_tasks: the env has {available} tasks in split {config.split!r}, asked for {config.num_tasks}")

@@ -7,8 +7,8 @@ the kernel allows (``isolation()`` says which are active). ``SandboxPool`` keeps
 fork-server workers; ``PythonSession`` keeps variables across calls.
 """
 
-from agentic_rl.sandbox.limits import STATUSES, ExecutionResult, Isolation, Limits, isolation
-from agentic_rl.sandbox.pool import SandboxError, SandboxPool, SandboxWorker, execute
+from agentic_rl.sandbox.limits import STATUSES, ExecutionResult, Isolation, Limits
+from agentic_rl.sandbox.pool import SandboxError, SandboxPool, SandboxWorker, execute, isolation
 from agentic_rl.sandbox.session import PythonSession
 
 __all__ = ["STATUSES", "ExecutionResult", "Isolation", "Limits", "PythonSession", "SandboxError", "SandboxPool", "SandboxWorker", "execute", "isolation"]

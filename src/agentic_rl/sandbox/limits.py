@@ -1,4 +1,4 @@
-"""Sandbox limits, results, and the runtime probe of which isolation features work here."""
+"""Sandbox limits, results, and the kernel probes (namespaces, cgroups) the workers build on."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class ExecutionResult:
     duration_s: float = 0.0
     truncated: bool = False
     isolation: str = ""
-    """The isolation level that was actually active for this run (see :func:`isolation`)."""
+    """The isolation level that was actually active for this run (see ``sandbox.isolation()``)."""
     infra_error: bool = False
     """True when the sandbox itself failed (not the code)."""
     restarted: bool = False
@@ -118,10 +118,3 @@ def cgroup_v1_available() -> dict[str, bool]:
         path = os.path.join(CGROUP_V1_ROOT, controller)
         found[controller] = os.path.isdir(path) and os.access(path, os.W_OK) and os.path.exists(os.path.join(path, "cgroup.procs"))
     return found
-
-
-def isolation() -> Isolation:
-    """Probe (once, by starting a real worker) which isolation features are active here."""
-    from agentic_rl.sandbox.pool import probe_isolation
-
-    return probe_isolation()

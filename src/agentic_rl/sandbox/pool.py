@@ -364,8 +364,9 @@ def execute(code: str, *, timeout_s: float = 10.0, memory_mb: int = 512, max_out
 
 
 @functools.lru_cache(maxsize=1)
-def probe_isolation() -> Isolation:
-    """Start one worker and report what isolation it actually achieved."""
+def isolation() -> Isolation:
+    """Which isolation features are active here: probed once, by starting a real worker
+    and reporting what it actually achieved."""
     try:
         worker = SandboxWorker()
     except (SandboxError, OSError) as error:

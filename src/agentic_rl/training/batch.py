@@ -10,21 +10,21 @@ import torch
 
 @dataclass
 class TokenBatch:
-    """``input_ids``/``attention_mask``/``loss_mask`` are [B, T]; ``values`` holds any
-    extra per-token float tensors ([B, T], e.g. sampler logprobs, advantages) aligned
-    with ``input_ids`` (position t describes token t)."""
+    """``input_ids``/``attention_mask``/``loss_mask`` are [B, T]; ``per_token`` holds any
+    extra per-token float tensors by name ([B, T], e.g. sampler logprobs, advantages)
+    aligned with ``input_ids`` (position t describes token t)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     loss_mask: torch.Tensor
-    values: dict[str, torch.Tensor]
+    per_token: dict[str, torch.Tensor]
 
     def to(self, device: torch.device) -> TokenBatch:
         return TokenBatch(
             self.input_ids.to(device),
             self.attention_mask.to(device),
             self.loss_mask.to(device),
-            {k: v.to(device) for k, v in self.values.items()},
+            {k: v.to(device) for k, v in self.per_token.items()},
         )
 
     @property
@@ -37,9 +37,10 @@ def collate(
     loss_masks: Sequence[Sequence[int]],
     *,
     pad_token_id: int,
-    values: dict[str, Sequence[Sequence[float]]] | None = None,
+    per_token: dict[str, Sequence[Sequence[float]]] | None = None,
 ) -> TokenBatch:
-    """Right-pad sequences to the longest one; padding gets attention 0 and loss 0."""
+    """Right-pad sequences to the longest one; padding gets attention 0 and loss 0.
+    ``per_token`` rows (one float per token) become ``TokenBatch.per_token`` tensors."""
     if len(token_ids) != len(loss_masks):
         raise ValueError("token_ids and loss_masks differ in length")
     width = max(len(ids) for ids in token_ids)
@@ -47,14 +48,14 @@ def collate(
     input_ids = torch.full((batch, width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((batch, width), dtype=torch.long)
     loss_mask = torch.zeros((batch, width), dtype=torch.float32)
-    extra = {name: torch.zeros((batch, width), dtype=torch.float32) for name in (values or {})}
+    extra = {name: torch.zeros((batch, width), dtype=torch.float32) for name in (per_token or {})}
     for row, (ids, mask) in enumerate(zip(token_ids, loss_masks)):
         if len(ids) != len(mask):
             raise ValueError(f"sequence {row}: {len(ids)} tokens but {len(mask)} mask values")
         input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         attention_mask[row, : len(ids)] = 1
         loss_mask[row, : len(ids)] = torch.tensor(mask, dtype=torch.float32)
-        for name, rows in (values or {}).items():
+        for name, rows in (per_token or {}).items():
             extra[name][row, : len(ids)] = torch.tensor(rows[row], dtype=torch.float32)
     return TokenBatch(input_ids, attention_mask, loss_mask, extra)
 

@@ -106,10 +106,11 @@ def load_checkpoint(folder: Path, *, model, critic_module=None) -> tuple[dict[st
     state = torch.load(folder / "trainer.pt", weights_only=False)
     set_rng_state(state.pop("rng"))
     info = json.loads((folder / "state.json").read_text())
-    # Checkpoints written before trainers had a state_dict kept the step and sampler in state.json.
+    # Checkpoints written before trainers had a state_dict kept the step and the task
+    # schedule (then called the sampler) in state.json.
     state.setdefault("step", info["step"])
     if "sampler" in info:
-        state.setdefault("sampler", info["sampler"])
+        state.setdefault("task_schedule", info["sampler"])
     return state, info
 
 

@@ -17,7 +17,7 @@ import torch
 
 from agentic_rl.config import ConfigError, TrainConfig, build
 from agentic_rl.engines.factory import build_backend
-from agentic_rl.evaluation.harness import env_factory
+from agentic_rl.envs import env_factory
 from agentic_rl.models import load
 from agentic_rl.models.lora import apply_lora
 from agentic_rl.training.checkpoint import complete_checkpoints

@@ -26,7 +26,7 @@ from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.speed import apply_speed_options
 from agentic_rl.training.optim import make_optimizer, make_scheduler
 from agentic_rl.tracking.diagnostics import mean_first_tokens_after_tool_entropy, step_diagnostics
-from agentic_rl.training.sampler import TaskSampler
+from agentic_rl.training.task_schedule import TaskSchedule
 from agentic_rl.training.value import Critic
 from agentic_rl.seeds import derive_seed
 from agentic_rl.types import Trajectory, TrajectoryGroup
@@ -143,7 +143,7 @@ class NonFiniteError(RuntimeError):
 
 
 class RLTrainer:
-    """Owns the policy, its optimizer and the task sampler; ``step()`` runs one RL step."""
+    """Owns the policy, its optimizer and the task schedule; ``step()`` runs one RL step."""
 
     def __init__(self, config: TrainConfig, model, tokenizer, backend, make_env: Callable[[], Env], task_indices: list[int]) -> None:
         self.config = config
@@ -151,7 +151,7 @@ class RLTrainer:
         self.tokenizer = tokenizer
         self.backend = backend
         self.make_env = make_env
-        self.sampler = TaskSampler(task_indices, seed=config.seed)
+        self.task_schedule = TaskSchedule(task_indices, seed=config.seed)
         apply_speed_options(model, gradient_checkpointing=config.gradient_checkpointing, compile=config.compile)
         self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         updates = config.steps * config.ppo_epochs * config.mini_batches
@@ -188,7 +188,7 @@ class RLTrainer:
         """Everything besides the weights that a resumed run needs to continue exactly."""
         state = {
             "step": self.step_index,
-            "sampler": self.sampler.state_dict(),
+            "task_schedule": self.task_schedule.state_dict(),
             "response_length_history": list(self.response_length_history),
             "nonfinite_in_a_row": self.nonfinite_in_a_row,
             "optimizer": self.optimizer.state_dict(),
@@ -200,7 +200,7 @@ class RLTrainer:
 
     def load_state_dict(self, state: dict) -> None:
         self.step_index = int(state["step"])
-        self.sampler.load_state_dict(state["sampler"])
+        self.task_schedule.load_state_dict(state["task_schedule"])
         self.response_length_history = list(state.get("response_length_history", []))
         self.nonfinite_in_a_row = int(state.get("nonfinite_in_a_row", 0))
         self.optimizer.load_state_dict(state["optimizer"])
@@ -254,7 +254,7 @@ class RLTrainer:
         metrics: dict[str, float] = {}
         rounds = 0
         while rounds < algorithm.max_generation_rounds and len(kept) < config.tasks_per_step:
-            task_indices = self.sampler.next(config.tasks_per_step - len(kept))
+            task_indices = self.task_schedule.next(config.tasks_per_step - len(kept))
             # Round 0 keeps the seed a run without resampling uses; later rounds get fresh ones.
             seed = derive_seed(config.seed, "rl-step", self.step_index, round=rounds)
             groups, round_metrics = ROLLOUT_MODES[algorithm.rollout](self, task_indices, seed)
@@ -263,7 +263,7 @@ class RLTrainer:
             sampled += groups
             kept += keep_groups(groups, config)
             rounds += 1
-        metrics = {key: value / rounds for key, value in metrics.items()}  # the sampler's metrics, averaged over rounds
+        metrics = {key: value / rounds for key, value in metrics.items()}  # the rollout mode's metrics, averaged over rounds
         if algorithm.group_filter != "none":
             metrics.update(generation_rounds=float(rounds), groups_sampled=float(len(sampled)), groups_kept=float(min(len(kept), config.tasks_per_step)))
         return sampled, kept[: config.tasks_per_step], metrics
@@ -271,14 +271,14 @@ class RLTrainer:
     def _per_token_rows(self, trajectories: list[Trajectory], compute: Callable[[TokenBatch], torch.Tensor], extra: str | None = None) -> list[list[float]]:
         """``compute(batch) -> [b, T]`` over length-bucketed micro-batches, without gradients,
         as one row per trajectory aligned with its token_ids. ``extra`` names a per-token
-        trajectory field (e.g. "sampler_logprobs") put into ``batch.values``."""
+        trajectory field (e.g. "sampler_logprobs") put into ``batch.per_token``."""
         lengths = [len(t.token_ids) for t in trajectories]
         rows: dict[int, list[float]] = {}
         with torch.no_grad():
             for bucket in length_buckets(lengths, self.config.micro_batch_tokens, len(trajectories)):
                 members = [trajectories[i] for i in bucket]
                 values = {extra: [getattr(t, extra) for t in members]} if extra else None
-                batch = collate([t.token_ids for t in members], [t.loss_mask for t in members], pad_token_id=self.tokenizer.pad_token_id, values=values).to(self.device)
+                batch = collate([t.token_ids for t in members], [t.loss_mask for t in members], pad_token_id=self.tokenizer.pad_token_id, per_token=values).to(self.device)
                 out = compute(batch)
                 for row, i in enumerate(bucket):
                     rows[i] = out[row, : lengths[i]].tolist()
@@ -297,7 +297,7 @@ class RLTrainer:
 
         def compute(batch: TokenBatch) -> torch.Tensor:
             reference, _ = self._logprobs(batch, reference=True)
-            return kl_penalty(batch.values["sampler_logprobs"], reference, estimator) * batch.loss_mask
+            return kl_penalty(batch.per_token["sampler_logprobs"], reference, estimator) * batch.loss_mask
 
         return self._per_token_rows(trajectories, compute, extra="sampler_logprobs")
 
@@ -324,7 +324,7 @@ class RLTrainer:
             [t.token_ids for t in trajectories],
             [t.loss_mask for t in trajectories],
             pad_token_id=self.tokenizer.pad_token_id,
-            values={"advantages": advantages},
+            per_token={"advantages": advantages},
         )
 
     def _logprobs(self, batch: TokenBatch, *, with_entropy: bool = False, reference: bool = False):
@@ -373,20 +373,20 @@ class RLTrainer:
                     members = [mini[j] for j in bucket]
                     batch = self._batch([trajectories[i] for i in members], [scored.advantages[i] for i in members])
                     if not single_update:
-                        batch.values["old_logprobs"] = collate([trajectories[i].token_ids for i in members], [trajectories[i].loss_mask for i in members], pad_token_id=0, values={"v": [old_logprobs[i] for i in members]}).values["v"]
+                        batch.per_token["old_logprobs"] = collate([trajectories[i].token_ids for i in members], [trajectories[i].loss_mask for i in members], pad_token_id=0, per_token={"v": [old_logprobs[i] for i in members]}).per_token["v"]
                     if critic is not None:
                         critic_rows = {"returns": [scored.returns[i] for i in members], "old_values": [scored.old_values[i] for i in members]}
-                        batch.values.update(collate([trajectories[i].token_ids for i in members], [trajectories[i].loss_mask for i in members], pad_token_id=0, values=critic_rows).values)
+                        batch.per_token.update(collate([trajectories[i].token_ids for i in members], [trajectories[i].loss_mask for i in members], pad_token_id=0, per_token=critic_rows).per_token)
                     batch = batch.to(self.device)
                     shared_values = critic.values_from_policy_forward(batch.loss_mask) if critic is not None and critic.mode == "shared" else nullcontext({})
                     with shared_values as captured:
                         logprobs, entropy = self._logprobs(batch, with_entropy=True)
                     for row, i in enumerate(members):
                         entropy_rows.setdefault(i, entropy[row, : lengths[i]].tolist())
-                    old = logprobs.detach() if single_update else batch.values["old_logprobs"]
+                    old = logprobs.detach() if single_update else batch.per_token["old_logprobs"]
                     normalisers = dict(num_tokens=num_tokens, num_sequences=float(len(mini)), norm_length=float(config.rollout.max_total_tokens))
                     out = policy_loss(
-                        logprobs, old, batch.values["advantages"], batch.loss_mask,
+                        logprobs, old, batch.per_token["advantages"], batch.loss_mask,
                         clip_low=algorithm.clip_low, clip_high=algorithm.clip_high, clip_ratio_c=algorithm.clip_ratio_c,
                         aggregation=algorithm.aggregation, **normalisers,
                     )
@@ -401,7 +401,7 @@ class RLTrainer:
                     if critic is not None:
                         values = captured["values"] if critic.mode == "shared" else critic.values(batch.input_ids, batch.attention_mask, batch.loss_mask)
                         critic_loss, critic_metrics = value_loss(
-                            values, batch.values["old_values"], batch.values["returns"], batch.loss_mask,
+                            values, batch.per_token["old_values"], batch.per_token["returns"], batch.loss_mask,
                             clip_range=algorithm.value_clip or None, aggregation=algorithm.aggregation, **normalisers,
                         )
                         loss = loss + algorithm.value_loss_coef * critic_loss

@@ -131,7 +131,7 @@ def run_sft(state: RunState) -> None:
 
 
 def run_filter(state: RunState) -> None:
-    from agentic_rl.data.filtering import difficulty_filter
+    from agentic_rl.training.difficulty import difficulty_filter
 
     config = state.config
     candidates = state.task_indices[: config.filter.num_tasks]

@@ -1,4 +1,7 @@
-"""Which training tasks each step uses: a seeded shuffle, reshuffled every pass."""
+"""Which training tasks each RL step uses: a seeded shuffle, reshuffled every pass.
+
+(Not to be confused with token sampling, ``rollout.sampling``.)
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,10 @@ import random
 from collections.abc import Sequence
 
 
-class TaskSampler:
+class TaskSchedule:
+    """Task indices in a seeded order, ``count`` at a time; ``state_dict`` / ``load_state_dict``
+    resume it mid-pass."""
+
     def __init__(self, task_indices: Sequence[int], seed: int = 0) -> None:
         if not task_indices:
             raise ValueError("no training tasks to sample from")
