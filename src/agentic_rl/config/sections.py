@@ -181,7 +181,7 @@ class _FineTuneSection(Section):
 
 
 class SFTConfig(_FineTuneSection):
-    """Supervised fine-tuning on conversations (the cold start): the shared fine-tuning knobs as they are."""
+    """Supervised fine-tuning on conversations (the cold start); the fine-tuning defaults are its own."""
 
 
 class _TaskSampling(Section):
