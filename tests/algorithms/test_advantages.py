@@ -71,7 +71,7 @@ def test_matches_loop_reference_on_random_groups(name, normalize):
     groups = [4, 4, 4, 1, 1, 9, 9, 9, 9, 9, 2, 0, 0, 0, 4]  # sizes 4, 2, 5, 1, 3, unordered
     rewards = torch.rand(len(groups), generator=gen).tolist()
     mask = (torch.rand(len(groups), 6, generator=gen) > 0.3).float()
-    adv = compute_advantages(name, _inputs(rewards, groups, mask=mask), normalize_by_std=normalize)
+    adv = compute_advantages(name, _inputs(rewards, groups, mask=mask), **ADVANTAGES.params_for(name, {"normalize_by_std": normalize}))
     expected = torch.tensor(_loop_reference(rewards, groups, name, normalize))
     assert adv.shape == (len(groups), 6)
     assert torch.allclose(adv, expected[:, None] * mask, atol=1e-5)
@@ -101,10 +101,20 @@ def test_group_stats_and_zero_std_fraction():
     assert zero_std_group_fraction(torch.tensor([1, 0]), torch.tensor([0, 0])) == 0.0
 
 
-def test_compute_advantages_filters_params_and_unknown_name():
+def test_compute_advantages_rejects_unknown_params_and_names():
     inputs = _inputs([1, 0], [0, 0])
-    # one flat config drives every estimator: rloo ignores GRPO's params
-    assert torch.allclose(compute_advantages("rloo", inputs, epsilon=1.0, normalize_by_std=False), rloo(inputs))
+    # a parameter the estimator does not take is an error, never silently dropped
+    with pytest.raises(TypeError, match=r"advantage estimator 'rloo' takes no parameter 'epsilon'; its parameters: none"):
+        compute_advantages("rloo", inputs, epsilon=1.0)
+    with pytest.raises(TypeError, match=r"'grpo' takes no parameter 'normalise_by_std'; its parameters: epsilon, normalize_by_std"):
+        compute_advantages("grpo", inputs, normalise_by_std=False)
+    # one flat set of knobs still drives every estimator, through params_for
+    knobs = {"epsilon": 1.0, "normalize_by_std": False, "gamma": 0.5}
+    assert ADVANTAGES.params_for("rloo", knobs) == {}
+    assert ADVANTAGES.params_for("grpo", knobs) == {"epsilon": 1.0, "normalize_by_std": False}
+    assert torch.allclose(compute_advantages("rloo", inputs, **ADVANTAGES.params_for("rloo", knobs)), rloo(inputs))
+    with pytest.raises(KeyError, match=r"unknown advantage estimator 'grpoo' \(did you mean 'grpo'\?\); known: .*rloo"):
+        compute_advantages("grpoo", inputs)
     with pytest.raises(KeyError, match="grpo"):
         compute_advantages("nope", inputs)
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from agentic_rl.algorithms import AGGREGATIONS, aggregate, masked_mean, policy_loss
+from agentic_rl.algorithms import AGGREGATIONS, POLICY_LOSSES, PolicyLossOutput, aggregate, compute_policy_loss, masked_mean, policy_loss, register_policy_loss
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
 MASK = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
@@ -134,3 +134,41 @@ def test_gradient_at_ratio_one_equals_policy_gradient(mode):
     assert torch.allclose(logprobs.grad, reference.grad, atol=1e-6)
     assert torch.all(logprobs.grad[mask == 0] == 0)
     assert logprobs.grad[mask == 1].abs().sum() > 0
+
+
+def test_policy_loss_registry_runs_the_registered_function() -> None:
+    gen = torch.Generator().manual_seed(5)
+    old = torch.randn(2, 4, generator=gen)
+    new, advantages = old + 0.3 * torch.randn(2, 4, generator=gen), torch.randn(2, 4, generator=gen)
+    params = dict(clip_low=0.2, clip_high=0.28, clip_ratio_c=3.0, aggregation="seq-mean-token-mean", num_tokens=6.0, num_sequences=2.0, norm_length=4.0)
+    assert POLICY_LOSSES["ppo-clip"] is policy_loss
+    via_registry = compute_policy_loss("ppo-clip", new, old, advantages, MASK, **params)
+    direct = policy_loss(new, old, advantages, MASK, **params)
+    assert torch.equal(via_registry.loss, direct.loss) and via_registry.metrics == direct.metrics
+    assert POLICY_LOSSES.params("ppo-clip") == ("clip_low", "clip_high", "clip_ratio_c", "aggregation", "num_tokens", "num_sequences", "norm_length")
+
+
+def test_policy_loss_registry_errors_are_one_line() -> None:
+    ones = torch.ones(1, 2)
+    with pytest.raises(KeyError, match=r"unknown policy loss 'ppo-clp' \(did you mean 'ppo-clip'\?\); known: .*ppo-clip"):
+        compute_policy_loss("ppo-clp", ones, ones, ones, ones)
+    with pytest.raises(TypeError, match=r"policy loss 'ppo-clip' takes no parameter 'clip_hi'; its parameters: clip_low, clip_high, clip_ratio_c, aggregation"):
+        compute_policy_loss("ppo-clip", ones, ones, ones, ones, clip_hi=0.3)
+    with pytest.raises(ValueError, match="already registered"):
+        register_policy_loss("ppo-clip")(policy_loss)
+
+
+def test_register_a_policy_loss() -> None:
+    name = "_test_vanilla_pg"
+    try:
+
+        @register_policy_loss(name)
+        def vanilla(logprobs, old_logprobs, advantages, mask, *, aggregation="token-mean", num_tokens=None, num_sequences=None, norm_length=None):
+            loss = aggregate(-advantages * logprobs, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+            return PolicyLossOutput(loss=loss)
+
+        logprobs = torch.full((2, 4), -1.0)
+        out = compute_policy_loss(name, logprobs, logprobs, torch.ones(2, 4), MASK)
+        assert out.loss.item() == pytest.approx(1.0)
+    finally:
+        POLICY_LOSSES.pop(name, None)

@@ -161,8 +161,14 @@ def test_drop_zero_variance_groups():
     rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 5.0])
     groups = torch.tensor([0, 0, 1, 1, 2, 2, 3])
     assert drop_zero_variance(rewards, groups).tolist() == [False, False, True, True, False, False, False]
-    assert filter_groups("zero-variance", rewards, groups, keep_fraction=0.5).tolist() == [False, False, True, True, False, False, False]
+    assert filter_groups("zero-variance", rewards, groups).tolist() == [False, False, True, True, False, False, False]
     assert filter_groups("none", rewards, groups).all()
+    with pytest.raises(TypeError, match=r"group filter 'zero-variance' takes no parameter 'keep_fraction'; its parameters: none"):
+        filter_groups("zero-variance", rewards, groups, keep_fraction=0.5)
+    with pytest.raises(TypeError, match=r"group filter 'top-std' takes no parameter 'keep_frac'; its parameters: keep_fraction"):
+        filter_groups("top-std", rewards, groups, keep_frac=0.5)
+    with pytest.raises(KeyError, match=r"unknown group filter 'top' \(did you mean 'top-std'\?\)"):
+        filter_groups("top", rewards, groups)
 
 
 def test_keep_top_std_groups_hand_and_loop():

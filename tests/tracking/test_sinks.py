@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from agentic_rl.config import sinks as config_sinks
 from agentic_rl.tracking import sinks as sinks_module
 from agentic_rl.tracking.sinks import JsonlSink, MetricSink, MultiSink, TensorBoardSink, make_sinks
 
@@ -62,7 +63,7 @@ def test_make_sinks_unknown_name_is_one_line_error(tmp_path) -> None:
 
 
 def test_make_sinks_missing_package_is_one_line_error(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(sinks_module, "_importable", lambda package: package != "wandb")
+    monkeypatch.setattr(config_sinks, "package_installed", lambda package: package != "wandb")
     with pytest.raises(ValueError, match=r"metric sink 'wandb' needs the wandb package.*pip install wandb"):
         make_sinks(tmp_path, ["wandb"])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -143,18 +144,20 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys) -> None:
 def test_nonfinite_losses_skip_updates_then_stop(tiny, monkeypatch) -> None:
     from test_rl_trainer import _config, _trainer
 
+    from agentic_rl.algorithms import POLICY_LOSSES
     from agentic_rl.training import rl
 
     trainer = _trainer(tiny, _config(max_nonfinite_steps=2))
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    original = rl.policy_loss
+    original = POLICY_LOSSES[trainer.config.algorithm.policy_loss]
 
+    @functools.wraps(original)  # the registry reads the wrapped loss's parameters
     def poisoned(*args, **kwargs):
         out = original(*args, **kwargs)
         out.loss = out.loss * float("nan")
         return out
 
-    monkeypatch.setattr(rl, "policy_loss", poisoned)
+    monkeypatch.setitem(POLICY_LOSSES, trainer.config.algorithm.policy_loss, poisoned)
     metrics, _ = trainer.step()
     assert metrics["skipped_nonfinite"] == 1.0
     assert all(torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())

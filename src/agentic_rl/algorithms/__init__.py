@@ -1,10 +1,12 @@
 """Pure tensor functions of the RL objective: advantages (outcome, token-level, turn-level),
 group filters, policy and value losses, aggregation, KL estimators, reward shaping, and
-named presets."""
+named presets. Advantages, group filters and policy losses are registries
+(:class:`Registry`): looked up by name, with strict keyword parameters."""
 
 from agentic_rl.algorithms.advantages import (
     ADVANTAGES,
     AdvantageInputs,
+    as_float,
     compute_advantages,
     group_normalized,
     group_stats,
@@ -15,12 +17,23 @@ from agentic_rl.algorithms.advantages import (
     zero_std_group_fraction,
 )
 from agentic_rl.algorithms.gae import gae, gae_advantage, masked_whiten
-from agentic_rl.algorithms.group_filters import GROUP_FILTERS, drop_zero_variance, filter_groups, keep_top_std
+from agentic_rl.algorithms.group_filters import GROUP_FILTERS, drop_zero_variance, filter_groups, keep_top_std, register_group_filter
 from agentic_rl.algorithms.kl import KL_ESTIMATORS, kl_penalty
-from agentic_rl.algorithms.losses import AGGREGATIONS, PolicyLossOutput, aggregate, masked_mean, policy_loss, value_loss
+from agentic_rl.algorithms.losses import (
+    AGGREGATIONS,
+    POLICY_LOSSES,
+    PolicyLossOutput,
+    aggregate,
+    compute_policy_loss,
+    masked_mean,
+    policy_loss,
+    register_policy_loss,
+    value_loss,
+)
 from agentic_rl.algorithms.reinforce import discounted_token_returns, reinforce_plus_plus, reinforce_plus_plus_baseline
 from agentic_rl.algorithms.turn_credit import discounted_turn_returns, gigpo, mt_grpo, step_rewards
 from agentic_rl.algorithms.presets import PRESET_DESCRIPTIONS, PRESETS
+from agentic_rl.algorithms.registry import Registry, unknown_name
 from agentic_rl.algorithms.shaping import overlong_penalty
 
 __all__ = [
@@ -28,12 +41,16 @@ __all__ = [
     "AGGREGATIONS",
     "GROUP_FILTERS",
     "KL_ESTIMATORS",
+    "POLICY_LOSSES",
     "PRESETS",
     "PRESET_DESCRIPTIONS",
     "AdvantageInputs",
     "PolicyLossOutput",
+    "Registry",
     "aggregate",
+    "as_float",
     "compute_advantages",
+    "compute_policy_loss",
     "discounted_token_returns",
     "discounted_turn_returns",
     "drop_zero_variance",
@@ -53,10 +70,13 @@ __all__ = [
     "overlong_penalty",
     "policy_loss",
     "register_advantage",
+    "register_group_filter",
+    "register_policy_loss",
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
     "rloo",
     "step_rewards",
+    "unknown_name",
     "value_loss",
     "zero_std_group_fraction",
 ]

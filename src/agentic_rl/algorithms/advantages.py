@@ -10,12 +10,13 @@ Shapes: ``B`` trajectories, ``T`` padded token positions.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch import Tensor
+
+from agentic_rl.algorithms.registry import Registry
 
 
 @dataclass
@@ -47,39 +48,27 @@ class AdvantageInputs:
 
 
 AdvantageFn = Callable[..., Tensor]
-ADVANTAGES: dict[str, AdvantageFn] = {}
+ADVANTAGES = Registry("advantage estimator", inputs=1)
+"""Name -> ``fn(inputs: AdvantageInputs, **params) -> Tensor[B, T]``."""
 
 
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
     """Decorator adding ``fn(inputs, **params) -> Tensor[B, T]`` to :data:`ADVANTAGES`."""
-
-    def decorator(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGES:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGES[name] = fn
-        return fn
-
-    return decorator
+    return ADVANTAGES.register(name)
 
 
 def compute_advantages(name: str, inputs: AdvantageInputs, **params) -> Tensor:
     """Run the estimator ``name`` -> Tensor[B, T].
 
-    Only the keyword parameters the estimator accepts are passed on (the rest are
-    dropped), so one flat config can drive every estimator.
+    A parameter the estimator does not take is a TypeError naming it (pass each estimator
+    only its own: ``ADVANTAGES.params_for(name, knobs)`` or ``AlgorithmConfig.advantage_params()``).
     """
-    if name not in ADVANTAGES:
-        raise KeyError(f"unknown advantage estimator {name!r}; known: {', '.join(sorted(ADVANTAGES))}")
-    fn = ADVANTAGES[name]
-    signature = inspect.signature(fn).parameters.values()
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature):
-        accepted = {p.name for p in signature if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)}
-        params = {key: value for key, value in params.items() if key in accepted}
-    return fn(inputs, **params)
+    return ADVANTAGES.call(name, inputs, **params)
 
 
-def _float(rewards: Tensor) -> Tensor:
-    return rewards if rewards.is_floating_point() else rewards.float()
+def as_float(values: Tensor) -> Tensor:
+    """``values`` as a floating-point tensor (unchanged when it already is one)."""
+    return values if values.is_floating_point() else values.float()
 
 
 def group_stats(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -88,7 +77,7 @@ def group_stats(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor, T
     ``std`` is the unbiased (n - 1) standard deviation, as ``torch.std``; it is 0 for a
     group of size 1 (where torch.std would give nan).
     """
-    rewards = _float(rewards)
+    rewards = as_float(rewards)
     _, inverse = torch.unique(group_index, return_inverse=True)
     num_groups = int(inverse.max()) + 1 if inverse.numel() else 0
     sizes = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device).index_add_(0, inverse, torch.ones_like(rewards))
@@ -104,7 +93,7 @@ def zero_std_group_fraction(rewards: Tensor, group_index: Tensor) -> float:
 
     A group of size 1 counts as all-equal.
     """
-    rewards = _float(rewards)
+    rewards = as_float(rewards)
     _, inverse = torch.unique(group_index, return_inverse=True)
     if inverse.numel() == 0:
         return 0.0
@@ -117,13 +106,13 @@ def zero_std_group_fraction(rewards: Tensor, group_index: Tensor) -> float:
 def outcome_token_rewards(inputs: AdvantageInputs) -> Tensor:
     """``inputs.token_rewards``, or the outcome reward on each row's last sampled token -> [B, T]."""
     if inputs.token_rewards is not None:
-        return _float(inputs.token_rewards)
+        return as_float(inputs.token_rewards)
     mask = inputs.response_mask.to(torch.bool)
     positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
     last = torch.where(mask, positions, torch.full_like(positions, -1)).amax(1)
-    out = torch.zeros(mask.shape, dtype=_float(inputs.rewards).dtype, device=mask.device)
+    out = torch.zeros(mask.shape, dtype=as_float(inputs.rewards).dtype, device=mask.device)
     rows = torch.nonzero(last >= 0).squeeze(1)
-    out[rows, last[rows]] = _float(inputs.rewards)[rows]
+    out[rows, last[rows]] = as_float(inputs.rewards)[rows]
     return out
 
 
@@ -147,7 +136,7 @@ def grpo(inputs: AdvantageInputs, *, epsilon: float = 1e-6, normalize_by_std: bo
 def group_normalized(values: Tensor, group_index: Tensor, *, epsilon: float = 1e-6, normalize_by_std: bool = True) -> Tensor:
     """(v - mean_g) / (std_g + epsilon) within the groups of ``group_index`` -> [N] (values
     and labels [N]); without std normalization v - mean_g; 0 for a group of size 1."""
-    values = _float(values)
+    values = as_float(values)
     mean, std, sizes = group_stats(values, group_index)
     advantage = values - mean
     if normalize_by_std:
@@ -161,7 +150,7 @@ def rloo(inputs: AdvantageInputs) -> Tensor:
 
     A_i = r_i - mean_{j != i in group} r_j; a group of size 1 gets advantage 0.
     """
-    rewards = _float(inputs.rewards)
+    rewards = as_float(inputs.rewards)
     mean, _, sizes = group_stats(rewards, inputs.group_index)
     others_mean = (mean * sizes - rewards) / (sizes - 1).clamp(min=1)
     advantage = torch.where(sizes > 1, rewards - others_mean, torch.zeros_like(rewards))

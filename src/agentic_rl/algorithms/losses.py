@@ -1,4 +1,9 @@
-"""Policy losses and the aggregation modes that turn per-token losses into one number.
+"""Policy losses (one registry) and the aggregation modes that turn per-token losses into
+one number.
+
+Every policy loss is ``fn(logprobs, old_logprobs, advantages, mask, *, aggregation,
+num_tokens, num_sequences, norm_length, **params) -> PolicyLossOutput`` and is looked up
+by name through :func:`compute_policy_loss`, so the trainer never branches on the loss.
 
 Shapes: ``B`` sequences, ``T`` padded token positions; ``mask`` is 1 where the policy
 sampled the token (the loss_mask).
@@ -6,10 +11,13 @@ sampled the token (the loss_mask).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+from agentic_rl.algorithms.registry import Registry
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
@@ -74,6 +82,25 @@ class PolicyLossOutput:
     """clip_frac_low, clip_frac_high, clip_frac_dual, ratio_mean, ratio_max, approx_kl (python floats)."""
 
 
+PolicyLossFn = Callable[..., PolicyLossOutput]
+POLICY_LOSSES = Registry("policy loss", inputs=4)
+"""Name -> ``fn(logprobs, old_logprobs, advantages, mask, **params) -> PolicyLossOutput`` (inputs [B, T])."""
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator adding a policy loss to :data:`POLICY_LOSSES`. It takes ``(logprobs,
+    old_logprobs, advantages, mask)`` [B, T] and the keywords ``aggregation``,
+    ``num_tokens``, ``num_sequences``, ``norm_length`` (passed on to :func:`aggregate`)
+    besides its own parameters, and returns a :class:`PolicyLossOutput`."""
+    return POLICY_LOSSES.register(name)
+
+
+def compute_policy_loss(name: str, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, **params) -> PolicyLossOutput:
+    """Run the policy loss ``name``; a parameter it does not take is a TypeError naming it."""
+    return POLICY_LOSSES.call(name, logprobs, old_logprobs, advantages, mask, **params)
+
+
+@register_policy_loss("ppo-clip")
 def policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,

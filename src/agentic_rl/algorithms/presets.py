@@ -1,4 +1,5 @@
-"""Named algorithm presets: each fills every field of ``AlgorithmConfig`` left unset."""
+"""Named algorithm presets: each fills every field of ``AlgorithmConfig`` left unset (so each
+names every one of them)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 _GRPO: dict[str, Any] = {
     "advantage": "grpo",
+    "policy_loss": "ppo-clip",
     "normalize_by_std": True,
     "clip_low": 0.2,
     "clip_high": 0.2,

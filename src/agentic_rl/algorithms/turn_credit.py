@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from agentic_rl.algorithms.advantages import AdvantageInputs, _float, group_normalized, register_advantage
+from agentic_rl.algorithms.advantages import AdvantageInputs, as_float, group_normalized, register_advantage
 
 
 def _require(inputs: AdvantageInputs, name: str, *fields: str) -> None:
@@ -27,16 +27,16 @@ def step_rewards(rewards: Tensor, turn_rewards: Tensor, turn_mask: Tensor) -> Te
     ``rewards`` [B] outcome; ``turn_rewards``, ``turn_mask`` [B, K]; 0 past the last turn."""
     mask = turn_mask.to(torch.bool)
     last = mask.sum(1) - 1
-    outcome = torch.zeros_like(_float(turn_rewards))
+    outcome = torch.zeros_like(as_float(turn_rewards))
     rows = torch.nonzero(last >= 0).squeeze(1)
-    outcome[rows, last[rows]] = _float(rewards)[rows]
-    return torch.where(mask, _float(turn_rewards) + outcome, torch.zeros_like(outcome))
+    outcome[rows, last[rows]] = as_float(rewards)[rows]
+    return torch.where(mask, as_float(turn_rewards) + outcome, torch.zeros_like(outcome))
 
 
 def discounted_turn_returns(step_reward: Tensor, turn_mask: Tensor, *, gamma: float = 1.0) -> Tensor:
     """R_k = sum_{j >= k} gamma^(j - k) r_j over the turns of each row -> [B, K] (0 past the last turn)."""
     mask = turn_mask.to(torch.bool)
-    rewards = torch.where(mask, _float(step_reward), torch.zeros_like(_float(step_reward)))
+    rewards = torch.where(mask, as_float(step_reward), torch.zeros_like(as_float(step_reward)))
     returns = torch.zeros_like(rewards)
     running = torch.zeros(rewards.shape[0], dtype=rewards.dtype, device=rewards.device)
     for k in range(rewards.shape[1] - 1, -1, -1):
@@ -67,7 +67,7 @@ def mt_grpo(inputs: AdvantageInputs, *, epsilon: float = 1e-6, normalize_by_std:
     boundary = torch.where(inputs.first_tool_turn >= 0, inputs.first_tool_turn, last)
     turns = torch.arange(mask.shape[1], device=mask.device)[None, :]
     before = mask & (turns <= boundary[:, None])
-    turn_level = torch.where(before, _float(inputs.turn_rewards), torch.zeros_like(_float(inputs.turn_rewards))).sum(1)
+    turn_level = torch.where(before, as_float(inputs.turn_rewards), torch.zeros_like(as_float(inputs.turn_rewards))).sum(1)
     outcome_advantage = group_normalized(inputs.rewards, inputs.group_index, epsilon=epsilon, normalize_by_std=normalize_by_std)
     turn_advantage = group_normalized(turn_level, inputs.group_index, epsilon=epsilon, normalize_by_std=normalize_by_std)
     per_turn = outcome_advantage[:, None] + turn_advantage[:, None] * before.to(outcome_advantage.dtype)

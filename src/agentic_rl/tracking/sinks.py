@@ -8,7 +8,6 @@ their package is importable.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
@@ -17,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from agentic_rl.config.sinks import SINK_PACKAGES, check_sink_names
 from agentic_rl.tracking.jsonl import JsonlWriter
 
 __all__ = [
@@ -189,42 +189,15 @@ class MultiSink:
         self.close()
 
 
-# name -> (package that must be importable, install hint, builder(run_dir, start_step))
-_BUILDERS: dict[str, tuple[str | None, str, Callable[[Path, int | None], MetricSink]]] = {
-    "jsonl": (None, "", lambda run_dir, start: JsonlSink(run_dir / "metrics.jsonl")),
-    "tensorboard": ("tensorboard", "pip install tensorboard", lambda run_dir, start: TensorBoardSink(run_dir / "tensorboard", purge_step=start)),
-    "wandb": ("wandb", "pip install wandb", lambda run_dir, start: WandbSink(run_dir)),
-    "mlflow": ("mlflow", "pip install mlflow", lambda run_dir, start: MlflowSink(run_dir)),
+# name -> builder(run_dir, start_step); the names and the packages they need are config's
+# (``config.sinks``), so a config is checked before a run starts.
+_BUILDERS: dict[str, Callable[[Path, int | None], MetricSink]] = {
+    "jsonl": lambda run_dir, start: JsonlSink(run_dir / "metrics.jsonl"),
+    "tensorboard": lambda run_dir, start: TensorBoardSink(run_dir / "tensorboard", purge_step=start),
+    "wandb": lambda run_dir, start: WandbSink(run_dir),
+    "mlflow": lambda run_dir, start: MlflowSink(run_dir),
 }
-SINK_NAMES: tuple[str, ...] = tuple(_BUILDERS)
-
-
-def _importable(package: str) -> bool:
-    try:
-        return importlib.util.find_spec(package) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def check_sink_names(names: Iterable[str]) -> list[str]:
-    """Normalised (lower-case, deduplicated) sink names; creates nothing, so a config
-    validator can call it before a run starts.
-
-    Raises:
-        ValueError: one line naming an unknown sink, or a requested sink whose package
-            is not installed (with the install command).
-    """
-    wanted: list[str] = []
-    for raw in names:
-        name = raw.strip().lower()
-        if name not in _BUILDERS:
-            raise ValueError(f"unknown metric sink {raw!r}; choose from {', '.join(SINK_NAMES)}")
-        package, hint, _ = _BUILDERS[name]
-        if package is not None and not _importable(package):
-            raise ValueError(f"metric sink {name!r} needs the {package} package, which is not installed ({hint})")
-        if name not in wanted:
-            wanted.append(name)
-    return wanted
+SINK_NAMES: tuple[str, ...] = tuple(SINK_PACKAGES)
 
 
 def make_sinks(run_dir: str | Path, names: Iterable[str], *, start_step: int | None = None) -> list[MetricSink]:
@@ -246,7 +219,7 @@ def make_sinks(run_dir: str | Path, names: Iterable[str], *, start_step: int | N
     sinks: list[MetricSink] = []
     try:
         for name in wanted:
-            sinks.append(_BUILDERS[name][2](run_dir, start_step))
+            sinks.append(_BUILDERS[name](run_dir, start_step))
     except BaseException:
         for sink in sinks:
             sink.close()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agentic_rl.algorithms import aggregate, compute_advantages, filter_groups, gae, kl_penalty, overlong_penalty, policy_loss, value_loss, zero_std_group_fraction
+from agentic_rl.algorithms import aggregate, compute_advantages, compute_policy_loss, filter_groups, gae, kl_penalty, overlong_penalty, value_loss, zero_std_group_fraction
 from agentic_rl.algorithms.arpo import hard_attribution
 from agentic_rl.config import TrainConfig
 from agentic_rl.envs.base import Env
@@ -90,11 +90,7 @@ def score(
         usable, rewards, group_index, tool_turn_reward=algorithm.tool_turn_reward,
         token_kl=token_kl if algorithm.kl_in_reward else None, kl_coef=algorithm.kl_coef, token_values=token_values,
     )
-    advantages = compute_advantages(
-        algorithm.advantage, inputs,
-        normalize_by_std=algorithm.normalize_by_std, gamma=algorithm.gamma, lam=algorithm.lam,
-        whiten=algorithm.whiten_advantages, step_advantage_weight=algorithm.step_advantage_weight,
-    )
+    advantages = compute_advantages(algorithm.advantage, inputs, **algorithm.advantage_params())
     if config.arpo.attribution == "hard" and (shared := branch_common_prefix(usable)) is not None:
         advantages = hard_attribution(advantages, shared)
     rows = [advantages[row, : len(t.token_ids)].tolist() for row, t in enumerate(usable)]
@@ -116,7 +112,7 @@ def keep_groups(groups: list[TrajectoryGroup], config: TrainConfig) -> list[Traj
     if not members:
         return []
     labels = torch.tensor([i for i, _ in members])
-    keep = filter_groups(algorithm.group_filter, torch.tensor([r for _, r in members], dtype=torch.float32), labels, keep_fraction=algorithm.keep_fraction)
+    keep = filter_groups(algorithm.group_filter, torch.tensor([r for _, r in members], dtype=torch.float32), labels, **algorithm.group_filter_params())
     kept = set(labels[keep].tolist())
     return [g for i, g in enumerate(groups) if i in kept]
 
@@ -385,11 +381,7 @@ class RLTrainer:
                         entropy_rows.setdefault(i, entropy[row, : lengths[i]].tolist())
                     old = logprobs.detach() if single_update else batch.per_token["old_logprobs"]
                     normalisers = dict(num_tokens=num_tokens, num_sequences=float(len(mini)), norm_length=float(config.rollout.max_total_tokens))
-                    out = policy_loss(
-                        logprobs, old, batch.per_token["advantages"], batch.loss_mask,
-                        clip_low=algorithm.clip_low, clip_high=algorithm.clip_high, clip_ratio_c=algorithm.clip_ratio_c,
-                        aggregation=algorithm.aggregation, **normalisers,
-                    )
+                    out = compute_policy_loss(algorithm.policy_loss, logprobs, old, batch.per_token["advantages"], batch.loss_mask, **algorithm.policy_loss_params(), **normalisers)
                     loss = out.loss
                     micro_tokens = float(batch.loss_mask.sum())
                     if self.reference is not None and not algorithm.kl_in_reward:

@@ -1,24 +1,32 @@
-"""Typed configuration with validation: one flat section per stage.
-
-Every field has a one-line docstring. Bad values fail with one line naming the key and
-what was expected (``ConfigError``), which the CLI prints without a traceback.
+"""The config sections of evaluation and training runs (the RL objective's section is in
+``config.algorithm``); ``TrainConfig`` and ``EvalConfig`` are the roots.
 """
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agentic_rl.errors import ConfigError  # re-exported: the CLI and users catch agentic_rl.config.ConfigError
+from agentic_rl.config.algorithm import AlgorithmConfig
+from agentic_rl.config.base import (
+    BatchSize,
+    Epochs,
+    LearningRate,
+    MaxGradNorm,
+    MaxLength,
+    MicroBatchTokens,
+    NumTasks,
+    SamplesPerTask,
+    Section,
+    TaskOffset,
+    Temperature,
+    WarmupSteps,
+)
+from agentic_rl.config.sinks import check_sink_names
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
-
-class ModelConfig(_Section):
+class ModelConfig(Section):
     name: str = "smollm2-135m"
     """Built-in model name (smollm2-135m, tiny-random), local Hugging Face folder, or hub id."""
     device: str = "auto"
@@ -39,7 +47,7 @@ class EnvConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
-class BackendConfig(_Section):
+class BackendConfig(Section):
     kind: Literal["hf", "openai"] = "hf"
     """hf: the model in this process; openai: any OpenAI-compatible chat endpoint."""
     batch_size: int = Field(64, ge=1)
@@ -52,7 +60,7 @@ class BackendConfig(_Section):
     """Parallel requests for kind=openai."""
 
 
-class RolloutConfig(_Section):
+class RolloutConfig(Section):
     temperature: float = Field(1.0, ge=0.0)
     """Sampling temperature (0 = greedy)."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -70,7 +78,7 @@ class RolloutConfig(_Section):
     """With an engine that offers decode sessions (HF): each trajectory decodes on its own schedule and keeps its KV cache across turns; false: one batched generate per turn (the reference path, same tokens for the same seed)."""
 
 
-class EvalConfig(_Section):
+class EvalConfig(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     """The policy to evaluate."""
     env: EnvConfig = Field(default_factory=EnvConfig)
@@ -79,7 +87,7 @@ class EvalConfig(_Section):
     """Where generation runs."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     """Sampling and episode limits."""
-    num_tasks: int = Field(32, ge=1)
+    num_tasks: NumTasks = 32
     """Held-out tasks to evaluate (the first N of the split)."""
     k: int = Field(4, ge=1)
     """The k of avg@k / pass@k / maj@k."""
@@ -103,76 +111,7 @@ class EvalConfig(_Section):
         return self.num_samples or self.k
 
 
-class AlgorithmConfig(_Section):
-    """The RL objective. ``preset`` fills every field you leave unset (see
-    ``agentic_rl.algorithms.PRESETS``); explicit fields win."""
-
-    preset: str = "grpo-tcr"
-    """A name in agentic_rl.algorithms.PRESETS: grpo, dr-grpo, grpo-t, grpo-scr, grpo-tcr (default: token-level loss, clip-higher, overlong shaping, no KL), ppo, reinforce++, rloo, dapo, mt-grpo, gigpo, starpo-s, ..."""
-    advantage: str | None = None
-    """Advantage estimator name in the registry (grpo, rloo, ...)."""
-    normalize_by_std: bool | None = None
-    """GRPO: divide by the group's reward std (False = Dr. GRPO)."""
-    clip_low: float | None = Field(None, ge=0.0, lt=1.0)
-    """Lower clip range: the ratio is clipped below at 1 - clip_low."""
-    clip_high: float | None = Field(None, ge=0.0)
-    """Upper clip range: the ratio is clipped above at 1 + clip_high (clip-higher: > clip_low)."""
-    clip_ratio_c: float | None = Field(None, gt=1.0)
-    """Dual-clip bound for negative advantages (None = off)."""
-    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] | None = None
-    """How per-token losses become one number."""
-    kl_coef: float | None = Field(None, ge=0.0)
-    """Weight of the KL-to-reference loss term (0 = no reference model)."""
-    kl_estimator: Literal["k1", "k2", "k3"] | None = None
-    """KL estimator."""
-    overlong_buffer: int | None = Field(None, ge=0)
-    """Soft overlong punishment: tokens before the length limit where the penalty ramps to -1 (0 = off)."""
-    rollout: Literal["group", "arpo"] = "group"
-    """How a task's trajectories are sampled: group (group_size independent samples) or arpo (entropy-based branching, see the arpo section; group_size is its budget M)."""
-    kl_in_reward: bool | None = None
-    """Subtract kl_coef * KL per sampled token from the token rewards (REINFORCE++, classic PPO) instead of a KL loss term."""
-    gamma: float | None = Field(None, ge=0.0, le=1.0)
-    """Discount over sampled tokens (GAE, REINFORCE++) or over turns (GiGPO step returns)."""
-    lam: float | None = Field(None, ge=0.0, le=1.0)
-    """GAE lambda (PPO)."""
-    whiten_advantages: bool | None = None
-    """PPO: whiten GAE advantages over the batch's sampled tokens."""
-    critic: Literal["none", "shared", "separate"] | None = None
-    """Learned value function: none, a value head on the policy backbone (shared), or a separate copy of the initial model with its own head."""
-    value_loss_coef: float | None = Field(None, ge=0.0)
-    """Weight of the value loss (with a shared critic it also shapes the backbone)."""
-    value_clip: float | None = Field(None, ge=0.0)
-    """Value clipping range around the values at sampling time (0 = plain squared error)."""
-    critic_lr: float | None = Field(None, gt=0.0)
-    """Learning rate of the critic (value head, and the separate backbone)."""
-    group_filter: Literal["none", "zero-variance", "top-std"] | None = None
-    """Which sampled groups enter the update: all, DAPO's non-zero reward variance, or StarPO-S's top keep_fraction by reward std."""
-    keep_fraction: float | None = Field(None, gt=0.0, le=1.0)
-    """top-std filter: fraction of groups kept."""
-    max_generation_rounds: int | None = Field(None, ge=1)
-    """Dynamic sampling: generation rounds per step while filtered groups fill fewer than tasks_per_step (1 = no resampling)."""
-    step_advantage_weight: float | None = Field(None, ge=0.0)
-    """GiGPO: weight of the step-level (anchor-state) advantage."""
-    tool_turn_reward: float | None = None
-    """Per-turn process reward for a turn whose tool calls all ran (added to the env's info["turn_reward"]; MT-GRPO's tool-execution reward)."""
-
-    @model_validator(mode="after")
-    def _fill_from_preset(self) -> AlgorithmConfig:
-        from agentic_rl.algorithms.presets import PRESETS
-
-        if self.preset not in PRESETS:
-            close = difflib.get_close_matches(self.preset, PRESETS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"unknown preset {self.preset!r}{hint}; presets: {', '.join(PRESETS)}")
-        for key, value in PRESETS[self.preset].items():
-            if getattr(self, key) is None:
-                object.__setattr__(self, key, value)
-        if self.advantage == "gae" and self.critic == "none":
-            raise ValueError("critic: the gae advantage needs a critic ('shared' or 'separate')")
-        return self
-
-
-class ARPOConfig(_Section):
+class ARPOConfig(Section):
     """ARPO's entropy-based adaptive rollout, used when ``algorithm.rollout`` is arpo (paper
     defaults; the budget M per task is ``group_size``)."""
 
@@ -192,20 +131,18 @@ class ARPOConfig(_Section):
     """soft: the advantage as computed over all trajectories, branches included; hard: tokens of a shared prefix get the mean advantage of the trajectories sharing them."""
 
 
-class OptimConfig(_Section):
-    lr: float = Field(1e-6, gt=0)
+class OptimConfig(Section):
+    lr: LearningRate = 1e-6
     """Peak learning rate (AdamW)."""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW weight decay."""
-    warmup_steps: int = Field(0, ge=0)
-    """Optimizer steps of linear warmup."""
+    warmup_steps: WarmupSteps = 0
     schedule: Literal["constant", "cosine"] = "constant"
     """Learning-rate schedule after warmup."""
-    max_grad_norm: float = Field(1.0, gt=0)
-    """Gradient clipping by global norm."""
+    max_grad_norm: MaxGradNorm = 1.0
 
 
-class LoraConfig(_Section):
+class LoraConfig(Section):
     enabled: bool = False
     """Train LoRA adapters (peft) instead of all weights; the reference policy is the base with adapters off."""
     r: int = Field(16, ge=1)
@@ -218,50 +155,60 @@ class LoraConfig(_Section):
     """Module names that get adapters."""
 
 
-class SFTConfig(_Section):
-    epochs: int = Field(2, ge=1)
+class _FineTuneSection(Section):
+    """What the offline fine-tuning stages share: AdamW with warmup and clipping over
+    shuffled batches, in length-bounded micro-batches. SFT's defaults; DPO sets its own."""
+
+    epochs: Epochs = 2
     """Passes over the data."""
-    lr: float = Field(1e-5, gt=0)
+    lr: LearningRate = 1e-5
     """Peak learning rate."""
-    batch_size: int = Field(16, ge=1)
+    batch_size: BatchSize = 16
     """Conversations per optimizer step."""
-    micro_batch_tokens: int = Field(4096, ge=64)
-    """Most padded tokens per forward/backward pass (gradient accumulation beyond)."""
-    max_length: int = Field(2048, ge=16)
+    micro_batch_tokens: MicroBatchTokens = 4096
+    max_length: MaxLength = 2048
     """Longer conversations are dropped (and counted)."""
-    warmup_steps: int = Field(2, ge=0)
-    """Optimizer steps of linear warmup."""
-    max_grad_norm: float = Field(1.0, gt=0)
-    """Gradient clipping by global norm."""
+    warmup_steps: WarmupSteps = 2
+    max_grad_norm: MaxGradNorm = 1.0
     seed: int = 0
     """Shuffling seed."""
 
 
-class CollectConfig(_Section):
+class SFTConfig(_FineTuneSection):
+    """Supervised fine-tuning on conversations (the cold start); the fine-tuning defaults are its own."""
+
+
+class _TaskSampling(Section):
+    """What the data-collection sections share: which training tasks are sampled, how
+    often and how hot. The cold-start collection's defaults; pair collection sets its own."""
+
+    num_tasks: NumTasks = 256
+    """Training tasks to attempt."""
+    samples_per_task: SamplesPerTask = 2
+    """Attempts per task."""
+    temperature: Temperature = 0.7
+    """Sampling temperature while collecting."""
+    task_offset: TaskOffset = 0
+    """First training task index used (keeps collection and RL tasks apart)."""
+
+
+class CollectConfig(_TaskSampling):
     """Cold-start data from the model's own successful rollouts (with demonstrations)."""
 
-    num_tasks: int = Field(256, ge=1)
-    """Training tasks to attempt."""
-    samples_per_task: int = Field(2, ge=1)
-    """Attempts per task."""
     few_shot: int = Field(4, ge=0)
     """Demonstrations shown while collecting (removed from the stored data)."""
     max_per_task: int = Field(1, ge=1)
     """Keep at most this many successful trajectories per task (diversity)."""
-    temperature: float = Field(0.7, ge=0)
-    """Sampling temperature while collecting."""
-    task_offset: int = Field(0, ge=0)
-    """First training task index used (keeps collection and RL tasks apart)."""
 
 
-class FilterConfig(_Section):
+class FilterConfig(Section):
     """Model-aware data: keep training tasks whose pass rate under the current model lies in a band."""
 
     enabled: bool = False
     """Run difficulty filtering before RL."""
-    num_tasks: int = Field(128, ge=1)
+    num_tasks: NumTasks = 128
     """Candidate training tasks to score."""
-    samples_per_task: int = Field(4, ge=1)
+    samples_per_task: SamplesPerTask = 4
     """Rollouts per task used to estimate its pass rate."""
     min_pass_rate: float = Field(0.0, ge=0.0, le=1.0)
     """Keep tasks whose pass rate is strictly above this (default 0: drop tasks never solved)."""
@@ -269,20 +216,20 @@ class FilterConfig(_Section):
     """Keep tasks whose pass rate is strictly below this (default 1: drop tasks always solved)."""
 
 
-class RunEvalConfig(_Section):
+class RunEvalConfig(Section):
     """The held-out evaluations a training run does (before, after SFT, after RL)."""
 
-    num_tasks: int = Field(100, ge=1)
+    num_tasks: NumTasks = 100
     """Held-out test tasks."""
     k: int = Field(1, ge=1)
     """Samples per task (avg@k / pass@k / maj@k)."""
-    temperature: float = Field(0.0, ge=0.0)
+    temperature: Temperature = 0.0
     """Sampling temperature (0 = greedy: a deterministic accuracy)."""
     env: dict[str, Any] = Field(default_factory=lambda: {"few_shot": 0})
     """Env options that differ at evaluation (default: zero-shot, no demonstrations)."""
 
 
-class SFTStageConfig(_Section):
+class SFTStageConfig(Section):
     enabled: bool = False
     """Run the SFT cold start (collect successful trajectories, then fine-tune) before RL."""
     data: str | None = None
@@ -293,31 +240,24 @@ class SFTStageConfig(_Section):
     """Fine-tuning settings."""
 
 
-class DPOConfig(_Section):
+class DPOConfig(_FineTuneSection):
     """Offline DPO on preference pairs (chosen / rejected conversations sharing a prompt)."""
 
-    epochs: int = Field(1, ge=1)
+    epochs: Epochs = 1
     """Passes over the pairs."""
-    lr: float = Field(1e-6, gt=0)
+    lr: LearningRate = 1e-6
     """Peak learning rate."""
-    batch_size: int = Field(8, ge=1)
+    batch_size: BatchSize = 8
     """Pairs per optimizer step."""
+    max_length: MaxLength = 2048
+    """Pairs with a longer side are dropped (and counted)."""
+    warmup_steps: WarmupSteps = 0
     beta: float = Field(0.1, gt=0)
     """Strength of the implicit KL to the reference policy (the initial policy)."""
     label_smoothing: float = Field(0.0, ge=0.0, lt=0.5)
     """Assumed probability that a preference label is flipped (conservative DPO; sigmoid loss only)."""
     loss_type: Literal["sigmoid", "ipo"] = "sigmoid"
     """sigmoid: DPO; ipo: IPO's squared loss on per-token mean log-ratios."""
-    micro_batch_tokens: int = Field(4096, ge=64)
-    """Most padded tokens per forward/backward pass (gradient accumulation beyond)."""
-    max_length: int = Field(2048, ge=16)
-    """Pairs with a longer side are dropped (and counted)."""
-    warmup_steps: int = Field(0, ge=0)
-    """Optimizer steps of linear warmup."""
-    max_grad_norm: float = Field(1.0, gt=0)
-    """Gradient clipping by global norm."""
-    seed: int = 0
-    """Shuffling seed."""
 
     @model_validator(mode="after")
     def _smoothing_is_for_sigmoid(self) -> DPOConfig:
@@ -326,20 +266,20 @@ class DPOConfig(_Section):
         return self
 
 
-class PairCollectConfig(_Section):
+class PairCollectConfig(_TaskSampling):
     """Preference pairs sampled with the current policy: per task, best against worst reward."""
 
-    num_tasks: int = Field(64, ge=1)
+    num_tasks: NumTasks = 64
     """Training tasks to sample a group on."""
-    samples_per_task: int = Field(4, ge=2)
+    samples_per_task: int = Field(4, ge=2)  # a pair needs two samples
     """Group size per task (more samples: more groups with a reward difference)."""
-    temperature: float = Field(1.0, ge=0)
+    temperature: Temperature = 1.0
     """Sampling temperature while collecting."""
-    task_offset: int = Field(0, ge=0)
+    task_offset: TaskOffset = 0
     """First training task index used."""
 
 
-class DPOStageConfig(_Section):
+class DPOStageConfig(Section):
     enabled: bool = False
     """Run offline DPO (after SFT and filtering, before RL)."""
     data: str | None = None
@@ -350,7 +290,7 @@ class DPOStageConfig(_Section):
     """DPO settings."""
 
 
-class TrackingConfig(_Section):
+class TrackingConfig(Section):
     sinks: list[str] = Field(default_factory=lambda: ["tensorboard"])
     """Metric sinks besides metrics.jsonl: tensorboard, wandb, mlflow (the last two when installed)."""
     thresholds: dict[str, Any] = Field(default_factory=dict)
@@ -358,15 +298,14 @@ class TrackingConfig(_Section):
     report: bool = True
     """Write report.html into the run directory at the end."""
 
-    @model_validator(mode="after")
-    def _known_sinks(self) -> TrackingConfig:
-        from agentic_rl.tracking.sinks import check_sink_names
+    @field_validator("sinks")
+    @classmethod
+    def _known_sinks(cls, sinks: list[str]) -> list[str]:
+        check_sink_names(sinks)
+        return sinks
 
-        check_sink_names(self.sinks)
-        return self
 
-
-class TrainConfig(_Section):
+class TrainConfig(Section):
     """One training run: evals, optional SFT cold start and filtering, then RL."""
 
     description: str = ""
@@ -407,13 +346,12 @@ class TrainConfig(_Section):
     """Passes over each step's batch."""
     mini_batches: int = Field(1, ge=1)
     """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
-    micro_batch_tokens: int = Field(8192, ge=64)
-    """Most padded tokens per forward/backward pass (gradient accumulation beyond)."""
+    micro_batch_tokens: MicroBatchTokens = 8192
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory for long episodes, ~1.3x compute."""
     compile: bool = False
     """torch.compile the decoder layers (pays off on GPUs; on CPU compilation outweighs the gain)."""
-    task_offset: int = Field(0, ge=0)
+    task_offset: TaskOffset = 0
     """First training task index used by RL (collection uses its own offset)."""
     log_rollouts: int = Field(4, ge=0)
     """Sampled rollouts written per step to rollouts.jsonl."""
@@ -441,62 +379,3 @@ class TrainConfig(_Section):
         if self.mini_batches > self.tasks_per_step * self.group_size:
             raise ValueError("mini_batches: more mini-batches than trajectories per step")
         return self
-
-
-def _format_validation_error(error: ValidationError) -> str:
-    first = error.errors()[0]
-    key = ".".join(str(part) for part in first["loc"]) or "config"
-    if first["type"] == "extra_forbidden":
-        parent, _, leaf = key.rpartition(".")
-        section = _section_for(error.title, parent)
-        known = list(section.model_fields) if section else []
-        close = difflib.get_close_matches(leaf, known, n=1)
-        hint = f"; did you mean {'.'.join(filter(None, [parent, close[0]]))!r}?" if close else (f"; known keys: {', '.join(known)}" if known else "")
-        return f"unknown config key {key!r}{hint}"
-    value = first.get("input")
-    shown = f" (got {value!r})" if not isinstance(value, dict) else ""
-    return f"{key}: {first['msg'][0].lower() + first['msg'][1:]}{shown}"
-
-
-def _section_for(title: str, dotted: str) -> type[BaseModel] | None:
-    models = {cls.__name__: cls for cls in (EvalConfig, TrainConfig)}
-    model: Any = models.get(title)
-    for part in filter(None, dotted.split(".")):
-        field = model.model_fields.get(part) if model else None
-        model = field.annotation if field else None
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-    return model
-
-
-def parse_assignment(assignment: str) -> tuple[list[str], Any]:
-    """``"rollout.temperature=0.7"`` -> (["rollout", "temperature"], 0.7); values are YAML scalars."""
-    key, sep, raw = assignment.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. rollout.temperature=0.7")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.strip().split("."), value
-
-
-def apply_assignments(data: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
-    for assignment in assignments:
-        path, value = parse_assignment(assignment)
-        node = data
-        for part in path[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {assignment!r}: {part!r} is not a section")
-            node = child
-        node[path[-1]] = value
-    return data
-
-
-def build(model_cls: type[BaseModel], data: dict[str, Any]):
-    """Validate ``data`` into ``model_cls``, turning pydantic errors into one ConfigError line."""
-    try:
-        return model_cls.model_validate(data)
-    except ValidationError as error:
-        raise ConfigError(_format_validation_error(error)) from None

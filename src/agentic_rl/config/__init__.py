@@ -1,0 +1,63 @@
+"""Typed configuration with validation: one flat section per stage.
+
+Every field has a one-line docstring. Bad values fail with one line naming the key and
+what was expected (``ConfigError``), which the CLI prints without a traceback.
+
+``base``: the error type, the section base, shared knob types, building from dicts and
+``--set``; ``algorithm``: the RL objective (presets, registry names); ``sinks``: metric
+sink names; ``sections``: every other section and the roots ``TrainConfig``, ``EvalConfig``.
+"""
+
+from agentic_rl.config.algorithm import AlgorithmConfig
+from agentic_rl.config.base import ConfigError, Section, apply_assignments, build, format_validation_error, parse_assignment
+from agentic_rl.config.sections import (
+    ARPOConfig,
+    BackendConfig,
+    CollectConfig,
+    DPOConfig,
+    DPOStageConfig,
+    EnvConfig,
+    EvalConfig,
+    FilterConfig,
+    LoraConfig,
+    ModelConfig,
+    OptimConfig,
+    PairCollectConfig,
+    RolloutConfig,
+    RunEvalConfig,
+    SFTConfig,
+    SFTStageConfig,
+    TrackingConfig,
+    TrainConfig,
+)
+from agentic_rl.config.sinks import SINK_PACKAGES, check_sink_names
+
+__all__ = [
+    "ARPOConfig",
+    "AlgorithmConfig",
+    "BackendConfig",
+    "CollectConfig",
+    "ConfigError",
+    "DPOConfig",
+    "DPOStageConfig",
+    "EnvConfig",
+    "EvalConfig",
+    "FilterConfig",
+    "LoraConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "PairCollectConfig",
+    "RolloutConfig",
+    "RunEvalConfig",
+    "SFTConfig",
+    "SFTStageConfig",
+    "SINK_PACKAGES",
+    "Section",
+    "TrackingConfig",
+    "TrainConfig",
+    "apply_assignments",
+    "build",
+    "check_sink_names",
+    "format_validation_error",
+    "parse_assignment",
+]
