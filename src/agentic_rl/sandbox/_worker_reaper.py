@@ -1,0 +1,129 @@
+"""Killing and reaping what a call left behind, from inside the sandbox worker.
+
+A helper script of ``_worker.py`` (stdlib only; imported by it from this directory, never
+through the ``agentic_rl`` package).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the call's process group and its leader (which may have left the group)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def reap() -> None:
+    """Collect every exited child without blocking."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _children() -> list[int]:
+    """Live children of the worker (the worker is single-threaded: one task)."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as handle:
+            return [int(pid) for pid in handle.read().split()]
+    except OSError:
+        return []
+
+
+def _others_alive() -> bool:
+    try:
+        return any(name.isdigit() and name != "1" for name in os.listdir("/proc"))
+    except OSError:
+        return False
+
+
+def _kill_pid_namespace() -> None:
+    # As init of its own PID namespace, kill(-1) reaches exactly the sandbox.
+    for _ in range(50):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            pass
+        reap()
+        if not _others_alive():
+            break
+        time.sleep(0.002)
+
+
+def _kill_children() -> None:
+    # The worker is a child subreaper: orphans of the call (setsid'd daemons) are
+    # re-parented to it, so killing its children until none is left reaches them
+    # even without a PID namespace or cgroups.
+    for _ in range(500):
+        reap()
+        children = _children()
+        if not children:
+            break
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.001)
+
+
+def _kill_cgroup(cgroups: dict) -> None:
+    """Kill every other member of the first of the pids / memory cgroups the worker has."""
+    for controller in ("pids", "memory"):
+        path = cgroups.get(controller)
+        if not path:
+            continue
+        me = os.getpid()
+        for _ in range(1000):
+            try:
+                with open(os.path.join(path, "cgroup.procs")) as handle:
+                    pids = [int(p) for p in handle.read().split() if int(p) != me]
+            except OSError:
+                break
+            if not pids:
+                break
+            for other in pids:
+                try:
+                    os.kill(other, signal.SIGKILL)
+                except OSError:
+                    pass
+            reap()
+            time.sleep(0.002)
+        break
+
+
+def kill_leftovers(pid_ns: bool, cgroups: dict) -> None:
+    """Kill everything the call left behind (daemons, setsid'd grandchildren)."""
+    if pid_ns:
+        _kill_pid_namespace()
+    else:
+        _kill_children()
+    _kill_cgroup(cgroups)
+    reap()
+
+
+def oom_seen(cgroups: dict) -> bool:
+    """Whether the memory cgroup has ever hit its limit (tells an OOM kill from another SIGKILL)."""
+    path = cgroups.get("memory")
+    if not path:
+        return False
+    try:
+        with open(os.path.join(path, "memory.failcnt")) as handle:
+            return int(handle.read().strip() or 0) > 0
+    except OSError:
+        return False

@@ -1,0 +1,261 @@
+"""The sandbox worker's fork server: one call's lifecycle from work dir to result.
+
+A helper script of ``_worker.py`` (stdlib only; imported by it from this directory, never
+through the ``agentic_rl`` package). Each ``run`` request forks a fresh child (``keep``
+requests reuse a persistent child: a stateful session), drains its output with a cap,
+enforces the wall timeout by killing the child's process group, and then kills every
+process the call left behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import shutil
+import signal
+import sys
+import time
+
+from _worker_child import prepare_child, serve_cells
+from _worker_isolation import become_subreaper, can_drop_capabilities, in_new_net_ns, join_cgroups, setup_mounts
+from _worker_reaper import kill_group, kill_leftovers, oom_seen
+
+READ_SIZE = 1 << 16
+
+
+def _close_all(fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _drain(chunks: dict, limit: int) -> None:
+    """Read what is already in the pipes (non-blocking), up to just past ``limit`` per pipe."""
+    for fd, buf in chunks.items():
+        while len(buf) <= limit:
+            try:
+                data = os.read(fd, READ_SIZE)
+            except (BlockingIOError, OSError):
+                break
+            if not data:
+                break
+            buf += data
+
+
+def _pump(child: dict, chunks: dict, deadline: float, limit: int) -> tuple[str | None, str | None, int | None]:
+    """Collect the child's output into ``chunks`` until its cell finishes, it exits, the
+    output exceeds ``limit`` or the deadline passes: (outcome, kill_reason, exit status).
+
+    ``outcome`` is the cell's own report ("ok" / "error" / "memory"), None when it sent none.
+    """
+    pid = child["pid"]
+    status_buf = b""
+    exit_status = None
+    open_fds = {child["out"], child["err"], child["status"]}
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return None, "timeout", exit_status
+        try:
+            ready, _, _ = select.select(list(open_fds), [], [], min(0.05, deadline - now) if exit_status is None else 0)
+        except InterruptedError:
+            continue
+        for fd in ready:
+            try:
+                data = os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                open_fds.discard(fd)
+                continue
+            if fd == child["status"]:
+                status_buf += data
+            else:
+                chunks[fd] += data
+        if len(chunks[child["out"]]) + len(chunks[child["err"]]) > limit:
+            return None, "output_limit", exit_status
+        if b"\n" in status_buf:
+            # Collect what is already in the pipes, then finish the cell.
+            _drain(chunks, limit)
+            return json.loads(status_buf.split(b"\n", 1)[0])["outcome"], None, exit_status
+        if exit_status is None:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                exit_status = status
+                continue  # one more non-blocking pass to drain the pipes
+        elif not ready:
+            return None, None, exit_status
+
+
+def _capped(stdout: bytes, stderr: bytes, limit: int) -> tuple[bytes, bytes, bool]:
+    """At most ``limit`` bytes in all, stdout first: (stdout, stderr, truncated)."""
+    truncated = len(stdout) + len(stderr) > limit
+    if truncated:
+        keep_out = min(len(stdout), limit)
+        stdout, stderr = stdout[:keep_out], stderr[: max(0, limit - keep_out)]
+    return stdout, stderr, truncated
+
+
+def _status(kill_reason: str | None, outcome: str | None, exit_status: int | None, oom) -> tuple[str, int | None]:
+    """The call's (status, exit_code); ``oom()`` tells a memory kill from another SIGKILL."""
+    if kill_reason:
+        return kill_reason, None
+    if outcome is not None:
+        return {"ok": "ok", "error": "error", "memory": "memory"}[outcome], 0 if outcome == "ok" else 1
+    if exit_status is None:
+        return "killed", None
+    exit_code = os.waitstatus_to_exitcode(exit_status)
+    if exit_code == 0:
+        return "ok", exit_code
+    if exit_code > 0:
+        return "error", exit_code
+    if -exit_code == signal.SIGXCPU:
+        return "timeout", exit_code
+    if -exit_code == signal.SIGKILL:
+        return ("memory" if oom() else "killed"), exit_code
+    return "error", exit_code
+
+
+class Worker:
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.pid_ns = os.getpid() == 1
+        self.base = config["base"]
+        self.cgroups = dict(config.get("cgroups") or {})
+        self.report: dict = {"pid_ns": self.pid_ns}
+        self.child: int | None = None  # a persistent (session) child
+        self.child_pipes: dict = {}
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        cfg = self.config
+        self.report["cgroups"] = join_cgroups(cfg.get("cgroups") or {})
+        self.report["net_ns"] = in_new_net_ns(cfg.get("parent_net_ns"))
+        self.report["mount_ns"] = False
+        if cfg.get("mount_setup"):
+            try:
+                self.report.update(setup_mounts(self.base, int(cfg.get("disk_mb", 64)), cfg.get("base_owner")))
+                self.report["mount_ns"] = True
+            except OSError as error:
+                self.report["mount_error"] = str(error)
+        if not self.pid_ns:
+            become_subreaper()
+        self.report["caps_dropped"] = False
+        self.report["caps_dropped"] = can_drop_capabilities()
+
+    # ------------------------------------------------------------------ child
+    def _child_main(self, request: dict, fds: tuple[int, int, int, int]) -> None:
+        """In the forked child: limits, privileges, then a loop running cells."""
+        prepare_child(request, fds, os.path.join(self.base, request["dir"]), self.config.get("nproc"), bool(self.report.get("caps_dropped")))
+        del request
+        self.config = None  # nothing of the worker's state for the user code
+        serve_cells()
+
+    def _spawn(self, request: dict) -> dict:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        st_r, st_w = os.pipe()
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self._child_main(request, (out_w, err_w, ctl_r, st_w))
+            except BaseException as error:
+                try:
+                    os.write(2, f"sandbox setup failed: {error}\n".encode())
+                except BaseException:
+                    pass
+            os._exit(70)
+        for fd in (out_w, err_w, ctl_r, st_w):
+            os.close(fd)
+        for fd in (out_r, err_r, st_r):
+            os.set_blocking(fd, False)
+        return {"pid": pid, "out": out_r, "err": err_r, "ctl": ctl_w, "status": st_r}
+
+    # ------------------------------------------------------------------ run
+    def _prepare_dir(self, request: dict) -> str:
+        """The call's private work dir (created here, inside the worker's mount namespace)
+        with the request's files in it."""
+        workdir = os.path.join(self.base, request["dir"])
+        if not os.path.isdir(workdir):
+            os.mkdir(workdir, 0o700)
+        for relative, encoded in (request.get("files") or {}).items():
+            target = os.path.normpath(os.path.join(workdir, relative))
+            if not target.startswith(workdir + os.sep):
+                raise ValueError(f"file path escapes the work dir: {relative!r}")
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as handle:
+                handle.write(base64.b64decode(encoded))
+        return workdir
+
+    def _child_for(self, request: dict) -> tuple[dict, bool]:
+        """The live session child for a ``keep`` request, else a fresh one: (child, restarted)."""
+        if request.get("keep") and self.child is not None:
+            return self.child_pipes, False
+        restarted = bool(request.get("keep") and request.get("had_session"))
+        return self._spawn(request), restarted
+
+    def _end_call(self, child: dict, chunks: dict, limit: int, exit_status: int | None, workdir: str, keep: bool) -> int | None:
+        """Kill and reap the call's child and everything it left behind; returns its exit status."""
+        pid = child["pid"]
+        if exit_status is None:
+            kill_group(pid)
+            try:
+                _, exit_status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                exit_status = None
+        _drain(chunks, limit)
+        _close_all((child["out"], child["err"], child["status"], child["ctl"]))
+        kill_leftovers(self.pid_ns, self.cgroups)
+        self.child, self.child_pipes = None, {}
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)  # after every process of the call is gone
+        return exit_status
+
+    def run(self, request: dict) -> dict:
+        start = time.monotonic()
+        workdir = self._prepare_dir(request)
+        child, restarted = self._child_for(request)
+        try:
+            os.write(child["ctl"], (json.dumps({"code": request["code"]}) + "\n").encode())
+        except OSError:
+            pass
+        limit = request["max_output_bytes"]
+        chunks = {child["out"]: bytearray(), child["err"]: bytearray()}
+        outcome, kill_reason, exit_status = _pump(child, chunks, start + request["timeout_s"], limit)
+        duration = time.monotonic() - start
+        if kill_reason is not None:
+            kill_group(child["pid"])
+        alive = outcome is not None and kill_reason is None and request.get("keep")
+        if alive:
+            self.child, self.child_pipes = child["pid"], child
+        else:
+            exit_status = self._end_call(child, chunks, limit, exit_status, workdir, bool(request.get("keep")))
+        stdout, stderr, truncated = _capped(bytes(chunks[child["out"]]), bytes(chunks[child["err"]]), limit)
+        status, exit_code = _status(kill_reason, outcome, exit_status, lambda: oom_seen(self.cgroups))
+        return {
+            "status": status,
+            "stdout": stdout.decode("utf-8", "replace"),
+            "stderr": stderr.decode("utf-8", "replace"),
+            "exit_code": exit_code,
+            "duration_s": duration,
+            "truncated": truncated,
+            "restarted": restarted,
+            "session_alive": bool(alive),
+        }
+
+    def stop_session(self) -> None:
+        if self.child is not None:
+            kill_group(self.child)
+            pipes = self.child_pipes
+            _close_all((pipes["out"], pipes["err"], pipes["status"], pipes["ctl"]))
+            self.child, self.child_pipes = None, {}
+            kill_leftovers(self.pid_ns, self.cgroups)
+        shutil.rmtree(os.path.join(self.base, "session"), ignore_errors=True)
