@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agentic_rl.models.kernels import packed_weights
+from agentic_rl.accel import lean_decoder, packed_weights
 from agentic_rl.rollout.backends.base import Completion, SamplingParams
 from agentic_rl.rollout.kv_cache import SlotCache
-from agentic_rl.rollout.lean import lean_decoder
 from agentic_rl.rollout.sampling import entropy as sampling_entropy
 from agentic_rl.rollout.sampling import sample
 
@@ -65,7 +64,7 @@ class DecodeSession:
     """
 
     def __init__(self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int, min_shared_prefix: int = 8) -> None:
-        from agentic_rl.training.logprobs import _split_model
+        from agentic_rl.models.anatomy import split_model as _split_model
 
         self.model = model
         self.backbone, self.lm_head = _split_model(model)
