@@ -30,7 +30,8 @@ def head_logprobs(lm_head, hidden: torch.Tensor, targets: torch.Tensor, *, tempe
     A linear head runs in vocabulary chunks and never holds the [N, vocab] logits (for a
     49k vocabulary they are the largest tensors of a step, and allocating them costs more
     than the matmul); the log-normaliser accumulates online over the chunks and the
-    backward recomputes each chunk's logits. Chunking the vocabulary (not the rows) reads
+    backward reuses each chunk's exponentiated logits (up to ``HEAD_SAVE_BYTES``) or
+    recomputes them. Chunking the vocabulary (not the rows) reads
     each weight row once per pass and writes each row of the weight gradient once. Other
     heads (e.g. peft wrappers) and heads with hooks (the shared critic captures the head's
     input) take the plain module call; both paths give the same values and gradients."""
