@@ -1,7 +1,7 @@
-"""Decode-sized float32 products: the native kernel (models/native.cpp) against oneDNN (packed weights) and
+"""Decode-sized float32 products: the native kernel (accel/native.cpp) against oneDNN (packed weights) and
 torch's default ``F.linear``, over every projection of a model's layers plus its head.
 
-    python benchmarks/native.py [--rows 1 4 16 32 64 256] [--repeats 5] [--json out.json]
+    python benchmarks/native_kernels.py [--rows 1 4 16 32 64 256] [--repeats 5] [--json out.json]
 
 Shapes default to SmolLM2-135M's (30 layers: q/k/v fused 576->960, o 576->576, gate and
 up 576->1536, down 1536->576; head 576->49152), about 540 MB of float32 weights, more than
@@ -37,8 +37,8 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    from agentic_rl.models import native
-    from agentic_rl.models.kernels import onednn_available, onednn_linear, pack_weight
+    from agentic_rl.accel import native
+    from agentic_rl.accel.onednn import onednn_available, onednn_linear, pack_weight
 
     if not native.available():
         raise SystemExit(f"the native kernels are not available here: {native.unavailable_reason()}")

@@ -54,7 +54,7 @@ def best_of(repeats: int, run) -> float:
 
 def hf_generate(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> None:
     """The reference: stock ``model.generate`` with PyTorch's own linear kernels."""
-    from agentic_rl.models.kernels import linear_kernel, set_linear_kernel
+    from agentic_rl.accel import linear_kernel, set_linear_kernel
 
     kernel = linear_kernel(model)
     set_linear_kernel(model, "torch")

@@ -32,7 +32,7 @@ def matmul_peak(repeats: int = 5, sizes: tuple[int, ...] = (1024, 1536, 2048)) -
     torch.mm (MKL/OpenBLAS) and, where present, oneDNN (which the training path uses on
     CPU). The machine's peak is the best of them: MKL takes a slow code path on some
     CPUs (e.g. AMD EPYC), so its figure alone would understate what the hardware does."""
-    from agentic_rl.models.kernels import linear, onednn_available
+    from agentic_rl.accel.onednn import linear, onednn_available
 
     kernels = {"torch.mm": lambda a, b: a @ b}
     if onednn_available():
@@ -74,7 +74,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from agentic_rl.models import load
-    from agentic_rl.models.kernels import linear_kernel
+    from agentic_rl.accel import linear_kernel
     from agentic_rl.training.logprobs import token_logprobs
     from agentic_rl.training.speed import apply_speed_options
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentic_rl.training import logprobs as logprobs_module
+from agentic_rl.models import anatomy
+from agentic_rl.models.anatomy import _shared_prefix_length
 from agentic_rl.training.batch import collate
-from agentic_rl.training.logprobs import _shared_prefix_length, token_logprobs
+from agentic_rl.training.logprobs import token_logprobs
 
 
 def _batch():
@@ -31,7 +32,7 @@ def test_shared_prefix_matches_full_forward(tiny, monkeypatch, with_grad) -> Non
     weights = torch.randn(batch.input_ids.shape, generator=torch.Generator().manual_seed(1))
     results = []
     for threshold in (32, 10**9):  # shared prefix on, then off
-        monkeypatch.setattr(logprobs_module, "MIN_SHARED_PREFIX", threshold)
+        monkeypatch.setattr(anatomy, "MIN_SHARED_PREFIX", threshold)
         model.zero_grad(set_to_none=True)
         values, entropy = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask, with_entropy=True)
         grads = []

@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agentic_rl.models.kernels import packed_weights
+from agentic_rl.accel import decoder_for, packed_weights
 from agentic_rl.engines.base import Completion, SamplingParams
 from agentic_rl.engines.kv_cache import SlotCache
-from agentic_rl.rollout.lean import lean_decoder
 from agentic_rl.engines.sampling import entropy as sampling_entropy
 from agentic_rl.engines.sampling import sample
 
@@ -59,17 +58,17 @@ class DecodeSession:
     (identical prompts, e.g. a GRPO group, are encoded once whole).
 
     Used as a context manager (``with backend.session(...) as session``), the model's
-    oneDNN linear weights stay packed for the session (models/kernels.py) and supported
-    Llama-family models run the lean forward (rollout/lean.py): faster decode steps; the
+    oneDNN linear weights stay packed for the session (accel/onednn.py) and supported
+    Llama-family models run the lean forward (accel/lean.py): faster decode steps; the
     weights must not change until the block ends.
     """
 
     def __init__(self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int, min_shared_prefix: int = 8, weight_version: int = 0) -> None:
-        from agentic_rl.training.logprobs import _split_model
+        from agentic_rl.models.anatomy import split_model
 
         self.model = model
         self.weight_version = weight_version
-        self.backbone, self.lm_head = _split_model(model)
+        self.backbone, self.lm_head = split_model(model)
         self.sampling = sampling
         self.max_slots = max_slots
         self.pad_token_id = pad_token_id
@@ -92,7 +91,7 @@ class DecodeSession:
     def __enter__(self) -> DecodeSession:
         self._scope = contextlib.ExitStack()
         self._scope.enter_context(packed_weights(self.model))
-        self._lean = lean_decoder(self.backbone, self.lm_head)
+        self._lean = decoder_for(self.model)
         return self
 
     def __exit__(self, *exc_info) -> None:

@@ -1,5 +1,8 @@
-"""Resolving model names, loading model + tokenizer, the embedded default and tiny test model."""
+"""Resolving model names, loading model + tokenizer, the embedded default and tiny test
+model, and a model's anatomy (backbone, head, hidden states: models.anatomy)."""
 
-from agentic_rl.models.loading import MODEL_NAMES, ModelNotFoundError, cache_dir, load, load_tokenizer, resolve_device
+from agentic_rl.models.anatomy import hidden_states, split_model
+from agentic_rl.models.cache import cache_dir
+from agentic_rl.models.loading import MODEL_NAMES, ModelNotFoundError, load, load_tokenizer, resolve_device
 
-__all__ = ["MODEL_NAMES", "ModelNotFoundError", "cache_dir", "load", "load_tokenizer", "resolve_device"]
+__all__ = ["MODEL_NAMES", "ModelNotFoundError", "cache_dir", "hidden_states", "load", "load_tokenizer", "resolve_device", "split_model"]

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
 from agentic_rl.models import embedded
-from agentic_rl.models.allocator import tune_malloc
-from agentic_rl.models.kernels import set_linear_kernel
+from agentic_rl.models.cache import cache_dir
 from agentic_rl.models.tiny import build_tiny_model
 
 MODEL_NAMES: dict[str, str] = {
@@ -20,11 +18,6 @@ MODEL_NAMES: dict[str, str] = {
 
 class ModelNotFoundError(ValueError):
     pass
-
-
-def cache_dir() -> Path:
-    """Where converted models live; ``AGENTIC_RL_CACHE`` moves it."""
-    return Path(os.environ.get("AGENTIC_RL_CACHE") or Path.home() / ".cache" / "agentic-rl")
 
 
 def resolve_device(device: str | None = "auto") -> torch.device:
@@ -72,12 +65,16 @@ def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dty
     ``name_or_path``: a built-in name (see ``MODEL_NAMES``), a local Hugging Face folder,
     or a hub id (only where a hub is reachable). The model is put in eval mode on
     ``device`` ("auto" picks a GPU when present) in float32 on CPU. ``linear_kernel``:
-    "auto" runs float32 CPU linear layers on oneDNN (models/kernels.py), "torch" keeps
+    "auto" runs float32 CPU linear layers on oneDNN (accel/onednn.py), "torch" keeps
     PyTorch's default, "onednn" insists. Loading also keeps freed host memory mapped for
-    reuse (models/allocator.py; ``AGENTIC_RL_MALLOC_TUNING=0`` turns that off).
+    reuse (accel/allocator.py; ``AGENTIC_RL_MALLOC_TUNING=0`` turns that off).
     """
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
+
+    # Imported here: accel imports models.anatomy, which runs this package (and this module)
+    # first, so a module-level import would meet a half-initialised accel.
+    from agentic_rl.accel import set_linear_kernel, tune_malloc
 
     hf_logging.disable_progress_bar()  # our own display owns the terminal
     tune_malloc()

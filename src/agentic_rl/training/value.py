@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from agentic_rl.training.logprobs import _hidden_states, _split_model
+from agentic_rl.models.anatomy import hidden_states, split_model
 from agentic_rl.training.optim import make_optimizer
 
 
@@ -82,9 +82,9 @@ class Critic:
         Runs the critic's backbone (the policy's, when shared); gradients flow when enabled.
         """
         model = self.module["model"] if self.mode == "separate" else self.policy
-        backbone, _ = _split_model(model)
+        backbone, _ = split_model(model)
         rows, cols = _targets(select)
-        hidden, offset = _hidden_states(backbone, input_ids, attention_mask, select.bool())
+        hidden, offset = hidden_states(backbone, input_ids, attention_mask, select.bool())
         return _scatter(self.head(hidden[rows, cols - 1 - offset]), rows, cols, input_ids.shape)
 
     @contextmanager
@@ -95,7 +95,7 @@ class Critic:
         exit. One backbone pass serves both the policy and the value loss."""
         if self.mode != "shared":
             raise RuntimeError("values_from_policy_forward needs a shared critic")
-        _, lm_head = _split_model(self.policy)
+        _, lm_head = split_model(self.policy)
         captured: list[torch.Tensor] = []
         handle = lm_head.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
         out: dict[str, torch.Tensor] = {}

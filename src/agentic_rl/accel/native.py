@@ -7,16 +7,20 @@ about 27-29 GB/s, matches oneDNN at prefill sizes (``benchmarks/native_kernels.p
 measures both), and can RMS-normalise its input rows as it reads them.
 :func:`decode_attention` attends one new token per row over a slot cache's keys and
 values in place (one call per layer instead of three batched products). The lean rollout
-forward (rollout/lean.py) uses both where they are available and oneDNN otherwise.
+forward (accel/lean.py) uses both where they are available and oneDNN otherwise.
 
 The kernels are C++ built on first use with the system compiler (``$CXX``, else ``c++``)
 for this machine's CPU (about 3 s) and cached under ``<cache>/kernels``
-(``AGENTIC_RL_CACHE``, default ``~/.cache/agentic-rl``); later processes load the cached
-library. They are available on Linux x86-64 with AVX-512F, a C++ compiler and torch's
-OpenMP runtime (which they share, so ``torch.set_num_threads`` applies), after a
-self-check against torch. :func:`unavailable_reason` says why not otherwise;
-``AGENTIC_RL_NATIVE=0`` turns them off. Results equal torch's up to float32 rounding:
-each product output is an in-order sum over the inputs (tests/models/test_native.py).
+(``AGENTIC_RL_CACHE``, default ``~/.cache/agentic-rl``), named by a hash of the source,
+the flags, the compiler's version and the CPU's flags (:func:`library_key`): later
+processes load the cached library, and a changed source or compiler builds a new one.
+They are available on Linux x86-64 with AVX-512F, a C++ compiler and torch's OpenMP
+runtime (which they share, so ``torch.set_num_threads`` applies), after a self-check
+against torch. :func:`unavailable_reason` says why not otherwise (logged once per
+process: a warning where this machine qualifies but the build failed, e.g. no compiler;
+the callers then use oneDNN or torch); ``AGENTIC_RL_NATIVE=0`` turns them off. Results
+equal torch's up to float32 rounding: each product output is an in-order sum over the
+inputs (tests/accel/test_native.py).
 """
 
 from __future__ import annotations
@@ -67,15 +71,20 @@ def _openmp_runtimes() -> set[str]:
     return {path for path in paths if any(name in os.path.basename(path) for name in ("libgomp", "libiomp", "libomp"))}
 
 
-def _build(compiler: str) -> Path:
-    """The compiled library for this source, compiler and CPU (built once, then cached)."""
-    from agentic_rl.models.loading import cache_dir
-
+def library_key(compiler: str) -> str:
+    """The cached library's name: a hash of everything the build depends on (the source,
+    the flags, the compiler's version and this CPU's flags)."""
     source = SOURCE.read_bytes()
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
-    key = hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), _cpu_flags().encode()])).hexdigest()[:16]
+    return hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), _cpu_flags().encode()])).hexdigest()[:16]
+
+
+def _build(compiler: str) -> Path:
+    """The compiled library for this source, compiler and CPU (built once, then cached)."""
+    from agentic_rl.models.cache import cache_dir
+
     folder = cache_dir() / "kernels"
-    target = folder / f"native-{key}.so"
+    target = folder / f"native-{library_key(compiler)}.so"
     if target.exists():
         return target
     folder.mkdir(parents=True, exist_ok=True)
@@ -95,7 +104,11 @@ def _build(compiler: str) -> Path:
 
 
 def _compiler() -> str | None:
-    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    """``$CXX`` when it names an executable, else ``c++`` or ``g++`` on the PATH; None when none is there."""
+    compiler = os.environ.get("CXX")
+    if compiler:
+        return compiler if shutil.which(compiler) else None
+    return shutil.which("c++") or shutil.which("g++")
 
 
 def _load_checks() -> None:
@@ -109,10 +122,10 @@ def _load_checks() -> None:
 
 
 def _load():
-    _load_checks()
     compiler = _compiler()
     if not compiler:
-        raise RuntimeError("no C++ compiler found (set CXX or install g++)")
+        named = f"CXX={os.environ['CXX']!r} is not an executable" if os.environ.get("CXX") else "no c++ or g++ on the PATH"
+        raise RuntimeError(f"no C++ compiler found ({named}; install g++ or set CXX)")
     before = _openmp_runtimes()
     library = ctypes.CDLL(str(_build(compiler)))
     if len(_openmp_runtimes()) > max(1, len(before)):
@@ -136,16 +149,21 @@ def _load():
 
 def _library():
     """The kernels by name (and "block", the packed column width) or None; loaded, and
-    checked against torch, once per process."""
+    checked against torch, once per process. Never raises: a machine without the kernels
+    (logged once) decodes on oneDNN."""
     if "library" in _state:
         return _state["library"]
     with _lock:
         if "library" not in _state:
-            library, reason = None, None
+            library, reason, level = None, None, logging.INFO  # not for this machine: no warning
             if os.environ.get("AGENTIC_RL_NATIVE", "1") == "0":
                 reason = "turned off by AGENTIC_RL_NATIVE=0"
             else:
                 try:
+                    _load_checks()
+                    # This machine qualifies: a failure from here on (no compiler, a failed
+                    # build or self-check) costs decode speed and is worth a warning.
+                    level = logging.WARNING
                     library = _load()
                     _state["library"] = library  # the self-check below runs the kernel
                     reason = _self_check()
@@ -153,7 +171,7 @@ def _library():
                     reason = str(error)
                 if reason:
                     library = None
-                    logger.info("native CPU kernels not used (decoding uses oneDNN): %s", reason)
+                    logger.log(level, "native CPU kernels not used (decoding uses oneDNN): %s", reason)
             _state["library"], _state["reason"] = library, reason
     return _state["library"]
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agentic_rl.models import native
+from agentic_rl.accel import native
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.unavailable_reason()}")
 
@@ -136,6 +136,32 @@ def test_the_build_is_cached_per_source(monkeypatch, tmp_path) -> None:
     stamp = first.stat().st_mtime_ns
     assert native._build(native._compiler()) == first and first.stat().st_mtime_ns == stamp  # not rebuilt
     assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.name]
+
+
+def test_library_key_follows_source_flags_compiler_and_cpu(monkeypatch, tmp_path) -> None:
+    """A cached library is reused only for the same source, flags, compiler version and CPU."""
+    compilers = []
+    for version in ("1.0", "2.0"):
+        script = tmp_path / f"cxx-{version}"
+        script.write_text(f"#!/bin/sh\necho 'fake c++ {version}'\n")
+        script.chmod(0o755)
+        compilers.append(str(script))
+    source = tmp_path / "kernel.cpp"
+    source.write_text("int f() { return 1; }\n")
+    monkeypatch.setattr(native, "SOURCE", source)
+    monkeypatch.setattr(native, "_cpu_flags", lambda: "flags : avx512f\n")
+    base = native.library_key(compilers[0])
+    assert len(base) == 16 and native.library_key(compilers[0]) == base  # stable
+    assert native.library_key(compilers[1]) != base  # another compiler version
+    with monkeypatch.context() as patch:
+        patch.setattr(native, "FLAGS", (*native.FLAGS, "-DEXTRA"))
+        assert native.library_key(compilers[0]) != base  # other flags
+    with monkeypatch.context() as patch:
+        patch.setattr(native, "_cpu_flags", lambda: "flags : avx512f avx512bw\n")
+        assert native.library_key(compilers[0]) != base  # another CPU
+    assert native.library_key(compilers[0]) == base
+    source.write_text("int f() { return 2; }\n")
+    assert native.library_key(compilers[0]) != base  # edited source
 
 
 @needs_kernel

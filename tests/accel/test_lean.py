@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import copy
+import logging
 
 import pytest
 import torch
 
-from agentic_rl.models import native
-from agentic_rl.models.kernels import onednn_available, packed_weights, set_linear_kernel
+from agentic_rl.accel import decoder_for, native
+from agentic_rl.accel.lean import lean_decoder
+from agentic_rl.accel.onednn import onednn_available, packed_weights, set_linear_kernel
+from agentic_rl.models.anatomy import split_model
 from agentic_rl.engines.base import SamplingParams
 from agentic_rl.engines.hf import HFBackend
 from agentic_rl.engines.kv_cache import SlotCache
-from agentic_rl.rollout.lean import lean_decoder
 from agentic_rl.engines.sampling import inverse_cdf
-from agentic_rl.training.logprobs import _split_model
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
 # The lean forward's products run on the native kernels where it builds, else on oneDNN: test both.
@@ -47,7 +48,7 @@ def _run(backbone, forward, prompts: torch.Tensor, steps: int, ragged: bool = Fa
 
 def _lean_and_reference(model, prompts: torch.Tensor, steps: int, ragged: bool, native: bool):
     """(lean decoder, its hidden states, transformers' hidden states) over the same passes."""
-    backbone, lm_head = _split_model(model)
+    backbone, lm_head = split_model(model)
 
     def reference(ids, positions, mask, cache):
         return backbone(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
@@ -70,7 +71,7 @@ def _lean_and_reference(model, prompts: torch.Tensor, steps: int, ragged: bool, 
 @pytest.mark.parametrize("ragged", [False, True])
 def test_lean_forward_matches_transformers(tiny, ragged, native) -> None:
     model, _ = tiny
-    backbone, _ = _split_model(model)
+    backbone, _ = split_model(model)
     prompts = torch.randint(3, 500, (3, 9), generator=torch.Generator().manual_seed(0))
     _, got, expected = _lean_and_reference(model, prompts, steps=4, ragged=ragged, native=native)
     assert [g.shape for g in got] == [e.shape for e in expected] == [(3, 9, backbone.config.hidden_size)] + [(3, 1, backbone.config.hidden_size)] * 4
@@ -102,20 +103,20 @@ def test_lean_forward_matches_transformers_with_projection_biases(native) -> Non
 @needs_onednn
 def test_lean_forward_only_where_covered(tiny) -> None:
     model, _ = tiny
-    backbone, _ = _split_model(model)
+    backbone, _ = split_model(model)
     assert lean_decoder(backbone) is not None
     plain = copy.deepcopy(model)
     set_linear_kernel(plain, "torch")  # the user kept torch's kernels: not overridden
-    assert lean_decoder(_split_model(plain)[0]) is None
+    assert lean_decoder(split_model(plain)[0]) is None
     other = copy.deepcopy(model)
     other.config.model_type = "gpt_neox"
-    assert lean_decoder(_split_model(other)[0]) is None
+    assert lean_decoder(split_model(other)[0]) is None
     wrapped = copy.deepcopy(model)
-    layer = _split_model(wrapped)[0].layers[0].self_attn
+    layer = split_model(wrapped)[0].layers[0].self_attn
     layer.q_proj = torch.nn.Sequential(layer.q_proj)  # e.g. an adapter around a projection
-    assert lean_decoder(_split_model(wrapped)[0]) is None
+    assert lean_decoder(split_model(wrapped)[0]) is None
     other_rope = copy.deepcopy(model)
-    backbone = _split_model(other_rope)[0]
+    backbone = split_model(other_rope)[0]
     rotary = backbone.rotary_emb
 
     class HalvesDiffer(torch.nn.Module):  # tables not of the rotate-half form cat(freqs, freqs)
@@ -129,13 +130,46 @@ def test_lean_forward_only_where_covered(tiny) -> None:
 
 
 @needs_onednn
+def test_missing_compiler_falls_back_to_onednn_with_one_warning(tiny, monkeypatch, tmp_path, caplog) -> None:
+    """No compiler (``CXX`` names no executable, nothing cached): one logged warning, no
+    error, and the lean forward runs on oneDNN with transformers' results."""
+    model, _ = tiny
+    backbone, _ = split_model(model)
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.delenv("AGENTIC_RL_NATIVE", raising=False)
+    monkeypatch.setenv("AGENTIC_RL_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(native, "_load_checks", lambda: None)  # reach the compiler on any CPU
+    prompts = torch.randint(3, 500, (2, 7), generator=torch.Generator().manual_seed(2))
+
+    def reference(ids, positions, mask, cache):
+        return backbone(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
+
+    with caplog.at_level(logging.INFO, logger=native.__name__), torch.no_grad(), packed_weights(model):
+        lean = decoder_for(model)
+        assert lean is not None and lean.native is False and lean.logits(torch.zeros(1, 1)) is None
+        got = _run(backbone, lean.forward, prompts, steps=3, ragged=True)
+        expected = _run(backbone, reference, prompts, steps=3, ragged=True)
+        assert not native.available() and decoder_for(model).native is False  # asked again: no second build or log
+    records = [r for r in caplog.records if r.name == native.__name__]
+    assert len(records) == 1 and records[0].levelno == logging.WARNING
+    assert "no C++ compiler found (CXX=" in records[0].getMessage() and "decoding uses oneDNN" in records[0].getMessage()
+    assert native.unavailable_reason().startswith("no C++ compiler found (CXX=")
+    assert not (tmp_path / "kernels").exists()  # nothing built or cached
+    with pytest.raises(RuntimeError, match="not available: no C\\+\\+ compiler"):
+        native.PackedLinear(torch.randn(2, 2))
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
+@needs_onednn
 def test_rollouts_equal_with_and_without_the_lean_forward(tiny, monkeypatch) -> None:
     model, tokenizer = tiny
     backend = HFBackend(model, tokenizer)
     prompts = [[1, 5, 9, 200, 17], [1, 5, 301, 44], [1, 5, 9, 200, 17]]
     sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
     fast = backend.generate(prompts, sampling, stop_token_ids=[])
-    monkeypatch.setattr("agentic_rl.engines.decode_session.lean_decoder", lambda backbone, lm_head: None)
+    monkeypatch.setattr("agentic_rl.engines.decode_session.decoder_for", lambda model: None)
     slow = backend.generate(prompts, sampling, stop_token_ids=[])
     assert [c.token_ids for c in fast] == [c.token_ids for c in slow]
     for a, b in zip(fast, slow):

@@ -6,8 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agentic_rl.models import load
-from agentic_rl.models.kernels import (
+from agentic_rl.accel.onednn import (
     OneDNNLinear,
     linear,
     linear_kernel,
@@ -18,6 +17,7 @@ from agentic_rl.models.kernels import (
     packed_weights,
     set_linear_kernel,
 )
+from agentic_rl.models import load
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
 

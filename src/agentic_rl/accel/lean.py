@@ -4,7 +4,7 @@ A decode step of a small model is mostly fixed costs: transformers' modules issu
 about 50 tensor operations per layer, each a separate dispatch, and 7 matrix products
 that are too narrow to run near the matmul peak. During a rollout the weights cannot
 change, so this forward packs them once for the session into the native kernels'
-layout (models/native.py: AVX-512, built on first use) or, where those are not
+layout (accel/native.py: AVX-512, built on first use) or, where those are not
 available, oneDNN's. It fuses the q/k/v projections into one wider product, folds the
 RMSNorms before the products into them (native) and the residual adds, SiLU and the
 gate-times-up product into their epilogues, and computes rotary embedding and attention
@@ -19,10 +19,11 @@ It reads the model's own modules (embedding, rotary tables, norms, head), so a
 supported model needs nothing converted.
 
 Supported: ``model_type`` llama, qwen2 and mistral without a sliding window, SiLU MLPs,
-float32 on CPU, projections on the oneDNN kernel (models/kernels.py; a model kept on
-torch's kernels, or with adapters wrapping its projections, is not touched). :func:`lean_decoder` returns None for anything else and
-the caller keeps the transformers forward. Numerics match that forward to float32
-rounding (tests/rollout/test_lean.py).
+float32 on CPU, projections on the oneDNN kernel (accel/onednn.py; a model kept on
+torch's kernels, or with adapters wrapping its projections, is not touched).
+:func:`decoder_for` (and :func:`lean_decoder`) return None for anything else and the
+caller keeps the transformers forward. Numerics match that forward to float32 rounding
+(tests/accel/test_lean.py).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from agentic_rl.models import native as native_kernels
-from agentic_rl.models.kernels import OneDNNLinear, onednn_available, onednn_linear, onednn_linear_then, pack_weight
+from agentic_rl.accel import native as native_kernels
+from agentic_rl.accel.onednn import OneDNNLinear, onednn_available, onednn_linear, onednn_linear_then, pack_weight
+from agentic_rl.models.anatomy import split_model
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 
@@ -100,7 +102,8 @@ def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
 
 class LeanDecoder:
     """``forward(input_ids, positions, mask, cache) -> last hidden states`` with the same
-    contract as the backbone call in engines/decode_session.py (SlotCache bound beforehand)."""
+    contract as the transformers backbone call of a decode session (its SlotCache bound
+    beforehand)."""
 
     def __init__(self, backbone, lm_head=None, *, native: bool | None = None) -> None:
         config = backbone.config
@@ -204,3 +207,10 @@ def lean_decoder(backbone, lm_head=None, *, native: bool | None = None) -> LeanD
     ):
         return None
     return LeanDecoder(backbone, lm_head, native=native)
+
+
+def decoder_for(model, *, native: bool | None = None) -> LeanDecoder | None:
+    """The lean forward of a causal LM ``model`` (backbone and head, also through a peft
+    wrapper), or None where it is not covered: :func:`lean_decoder` of its parts."""
+    backbone, lm_head = split_model(model)
+    return lean_decoder(backbone, lm_head, native=native)

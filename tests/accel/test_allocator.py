@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from agentic_rl.models import allocator
+from agentic_rl.accel import allocator
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentic_rl.models.kernels import set_linear_kernel
-from agentic_rl.training import logprobs as logprobs_module
-from agentic_rl.training.logprobs import head_logprobs
+from agentic_rl.accel import head as head_module
+from agentic_rl.accel import head_logprobs
+from agentic_rl.accel.onednn import set_linear_kernel
 
 
 def _reference(head, hidden, targets, temperature):
@@ -24,10 +24,10 @@ def test_chunked_head_matches_log_softmax(monkeypatch, kernel, bias, temperature
     # Blocks of 32 rows (75 rows: three, the last partial), each over vocabulary chunks of
     # 16 entries (64 entries: four), so the online normaliser and the gradient accumulation
     # across row blocks are both exercised.
-    monkeypatch.setattr(logprobs_module, "HEAD_ROW_BLOCK", 32)
-    monkeypatch.setattr(logprobs_module, "HEAD_CHUNK_ELEMENTS", 16 * 32)
+    monkeypatch.setattr(head_module, "HEAD_ROW_BLOCK", 32)
+    monkeypatch.setattr(head_module, "HEAD_CHUNK_ELEMENTS", 16 * 32)
     # The backward either recomputes each chunk's logits or reuses the forward's.
-    monkeypatch.setattr(logprobs_module, "HEAD_SAVE_BYTES", 1 << 40 if keep else 0)
+    monkeypatch.setattr(head_module, "HEAD_SAVE_BYTES", 1 << 40 if keep else 0)
     torch.manual_seed(0)
     head = torch.nn.Linear(16, 64, bias=bias)
     set_linear_kernel(head, kernel)
@@ -72,7 +72,7 @@ def test_hooked_head_takes_the_module_call():
 
 
 def test_kept_chunks_survive_a_retained_graph(monkeypatch):
-    monkeypatch.setattr(logprobs_module, "HEAD_CHUNK_ELEMENTS", 16 * 8)
+    monkeypatch.setattr(head_module, "HEAD_CHUNK_ELEMENTS", 16 * 8)
     torch.manual_seed(1)
     head = torch.nn.Linear(8, 48, bias=False)
     hidden = torch.randn(10, 8, requires_grad=True)

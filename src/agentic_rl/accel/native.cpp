@@ -5,7 +5,7 @@
 // is bound by streaming the weights from memory. oneDNN's kernels reach about 24 GB/s
 // of weights at 16 rows on the 2-core EPYC machines we develop on; this one reaches
 // about 29 GB/s there, and matches oneDNN's compute rate for prefill-sized row counts.
-// Built and loaded by models/native.py (see there for the calling contract).
+// Built and loaded by accel/native.py (see there for the calling contract).
 //
 // Layout: W [N, K] is packed into column blocks of NW = 48 outputs, each block stored
 // k-major ([K][48], zero-padded past N), so a block is one sequential stream. x is copied
