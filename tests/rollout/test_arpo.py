@@ -248,7 +248,7 @@ def test_trainer_with_forced_branches_and_hard_attribution(tiny, tokenizer) -> N
         assert metrics["arpo/branches_per_task"] == 2 and [len(g.trajectories) for g in groups] == [4, 4]
         assert metrics["reward_std"] > 0
     assert any(not torch.equal(p, before[name]) for name, p in model.named_parameters())
-    scored = score(groups, config)
+    scored = score(groups, config.algorithm, max_total_tokens=config.rollout.max_total_tokens, attribution=config.arpo.attribution)
     for group in groups:
         rows = [scored.trajectories.index(t) for t in group.trajectories]
         shared = branch_common_prefix(group.trajectories)

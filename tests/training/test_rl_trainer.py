@@ -119,7 +119,8 @@ def test_infra_errors_leave_the_batch() -> None:
 
     good = [Trajectory(task_id="t", group_id="g", token_ids=[1, 2, 3], loss_mask=[0, 1, 1], sampler_logprobs=[0, 0, 0], reward=r) for r in (1.0, 0.0)]
     broken = Trajectory(task_id="t", group_id="g", token_ids=[1, 2], loss_mask=[0, 1], sampler_logprobs=[0, 0], infra_error="boom")
-    scored = score([TrajectoryGroup("t", "g", [*good, broken])], _config())
+    config = _config()
+    scored = score([TrajectoryGroup("t", "g", [*good, broken])], config.algorithm, max_total_tokens=config.rollout.max_total_tokens)
     assert scored.excluded == 1
     assert len(scored.trajectories) == 2
     assert scored.advantages[0][0] == 0.0 and scored.advantages[0][1] > 0 > scored.advantages[1][1]
@@ -131,21 +132,21 @@ def test_overlong_shaping_lowers_rewards_near_the_limit() -> None:
     config = _config(algorithm={"preset": "grpo-tcr", "overlong_buffer": 10}, rollout={"max_total_tokens": 30})
     short = Trajectory(task_id="t", group_id="g", prompt_length=5, token_ids=[1] * 10, loss_mask=[0] * 5 + [1] * 5, reward=1.0)
     long = Trajectory(task_id="t", group_id="g", prompt_length=5, token_ids=[1] * 25, loss_mask=[0] * 5 + [1] * 20, reward=1.0)
-    scored = score([TrajectoryGroup("t", "g", [short, long])], config)
+    scored = score([TrajectoryGroup("t", "g", [short, long])], config.algorithm, max_total_tokens=config.rollout.max_total_tokens)
     # room 25, buffer 10: 5 tokens -> 0; 20 tokens -> (15 - 20) / 10 = -0.5
     assert scored.rewards.tolist() == pytest.approx([1.0, 0.5])
 
 
 def test_kl_reference_copy_and_multiple_updates(tiny) -> None:
     trainer = _trainer(tiny, _config(algorithm={"preset": "grpo"}, ppo_epochs=2, mini_batches=2))
-    assert trainer.reference is not None and trainer.reference is not trainer.model
-    reference = {n: p.detach().clone() for n, p in trainer.reference.named_parameters()}
+    assert trainer.reference is not None and not trainer.reference.adapters_disabled and trainer.reference.model is not trainer.model
+    reference = {n: p.detach().clone() for n, p in trainer.reference.model.named_parameters()}
     first, _ = trainer.step()
     second, _ = trainer.step()
     # Later mini-batches run after earlier updates: the policy has left the reference.
     assert first["kl"] > 0 and second["kl"] > 0
     assert second["ratio_mean"] != 1.0
-    assert all(torch.equal(p, reference[n]) for n, p in trainer.reference.named_parameters())
+    assert all(torch.equal(p, reference[n]) for n, p in trainer.reference.model.named_parameters())
 
 
 def test_lora_trains_adapters_only_and_uses_disabled_adapters_as_reference(tiny) -> None:
@@ -155,7 +156,7 @@ def test_lora_trains_adapters_only_and_uses_disabled_adapters_as_reference(tiny)
     config = _config(lora={"enabled": True, "r": 4, "alpha": 8}, algorithm={"preset": "grpo"})
     peft_model = apply_lora(copy.deepcopy(model), config.lora)
     trainer = RLTrainer(config, peft_model, tokenizer, HFBackend(peft_model, tokenizer), ParityEnv, list(range(8)))
-    assert trainer.reference == "adapters-disabled"
+    assert trainer.reference.adapters_disabled and trainer.reference.model is peft_model  # the base with adapters off, no copy
     frozen = {n: p.detach().clone() for n, p in peft_model.named_parameters() if not p.requires_grad}
     adapters = {n: p.detach().clone() for n, p in peft_model.named_parameters() if p.requires_grad}
     assert adapters and all("lora_" in n for n in adapters)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -33,7 +33,7 @@ from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.batch import collate, length_buckets
 from agentic_rl.training.logprobs import token_logprobs
-from agentic_rl.training.optim import make_optimizer, make_scheduler
+from agentic_rl.training.optim import NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 Sequences = tuple[list[int], list[int]]  # (token ids, loss mask)
@@ -52,6 +52,8 @@ class DPOResult:
     accuracies: list[float] = field(default_factory=list)
     """Fraction of each step's pairs whose chosen response has the larger implicit reward."""
     wall_time_s: float = 0.0
+    skipped_nonfinite: int = 0
+    """Steps dropped for a non-finite loss or gradient norm (no weight changed)."""
 
 
 # --- pairs ------------------------------------------------------------------------
@@ -212,8 +214,11 @@ def train_dpo(
     *,
     parser: ToolCallParser | str = "hermes",
     on_step: Callable[[dict], None] | None = None,
+    max_nonfinite_steps: int = 3,
 ) -> DPOResult:
-    """Train ``model`` in place on preference ``pairs``, on its own device."""
+    """Train ``model`` in place on preference ``pairs``, on its own device. A step with a
+    non-finite loss or gradient norm is skipped; ``max_nonfinite_steps`` in a row raise
+    :class:`~agentic_rl.training.optim.NonFiniteError`."""
     started = time.monotonic()
     sequences, dropped = tokenize_pairs(pairs, tokenizer, parser, config.max_length)
     if not sequences:
@@ -224,9 +229,23 @@ def train_dpo(
     steps_per_epoch = math.ceil(len(sequences) / config.batch_size)
     optimizer = make_optimizer(model.parameters(), lr=config.lr)
     scheduler = make_scheduler(optimizer, warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch)
-    params = [p for group in optimizer.param_groups for p in group["params"]]
+    step = [Optimized([p for group in optimizer.param_groups for p in group["params"]], optimizer, scheduler)]
+    guard = NonFiniteGuard(max_nonfinite_steps, hint="lower the DPO lr or check the pairs")
     rng = random.Random(config.seed)
     result = DPOResult(steps=0, pairs=len(sequences), dropped_too_long=dropped)
+
+    def micro_losses(batch: list[int], margins: list[float]) -> Iterator[torch.Tensor]:
+        """Each micro-batch's loss; its pairs' implicit-reward margins go into ``margins``."""
+        for members in _micro_batches(sequences, batch, config.micro_batch_tokens):
+            chosen, rejected = _pair_logprobs(model, sequences, members, pad_id, device, average=config.loss_type == "ipo")
+            out = dpo_loss(
+                chosen, rejected, reference[members, 0], reference[members, 1],
+                beta=config.beta, label_smoothing=config.label_smoothing, loss_type=config.loss_type,
+            )
+            margins.extend(out.margins.tolist())
+            # Weighting each micro-batch mean by its share of the batch makes accumulation exact.
+            yield out.loss * (len(members) / len(batch))
+
     model.train()
     try:
         for epoch in range(config.epochs):
@@ -234,32 +253,19 @@ def train_dpo(
             rng.shuffle(order)
             for start in range(0, len(order), config.batch_size):
                 batch = order[start : start + config.batch_size]
-                loss_sum, margins, correct = 0.0, [], 0
-                for members in _micro_batches(sequences, batch, config.micro_batch_tokens):
-                    chosen, rejected = _pair_logprobs(model, sequences, members, pad_id, device, average=config.loss_type == "ipo")
-                    out = dpo_loss(
-                        chosen, rejected, reference[members, 0], reference[members, 1],
-                        beta=config.beta, label_smoothing=config.label_smoothing, loss_type=config.loss_type,
-                    )
-                    # Weighting each micro-batch mean by its share of the batch makes accumulation exact.
-                    loss = out.loss * (len(members) / len(batch))
-                    loss.backward()
-                    loss_sum += loss.item()
-                    margins.extend(out.margins.tolist())
-                    correct += int((out.margins > 0).sum())
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                lr = scheduler.get_last_lr()[0]
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+                margins: list[float] = []
+                outcome = accumulate_and_step(micro_losses(batch, margins), step, max_grad_norm=config.max_grad_norm, guard=guard)
+                if outcome.skipped:
+                    result.skipped_nonfinite += 1
+                    continue
                 result.steps += 1
-                result.losses.append(loss_sum)
+                result.losses.append(outcome.loss)
                 result.margins.append(sum(margins) / len(margins))
-                result.accuracies.append(correct / len(batch))
+                result.accuracies.append(sum(margin > 0 for margin in margins) / len(batch))
                 if on_step:
                     on_step({
-                        "step": result.steps, "epoch": epoch, "loss": loss_sum, "margin": result.margins[-1],
-                        "accuracy": result.accuracies[-1], "lr": lr, "grad_norm": float(grad_norm), "pairs": len(batch),
+                        "step": result.steps, "epoch": epoch, "loss": outcome.loss, "margin": result.margins[-1],
+                        "accuracy": result.accuracies[-1], "lr": outcome.lr, "grad_norm": outcome.grad_norm, "pairs": len(batch),
                     })
     finally:
         model.eval()

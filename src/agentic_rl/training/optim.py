@@ -1,8 +1,11 @@
-"""AdamW with linear warmup and a constant or cosine schedule."""
+"""AdamW with linear warmup and a constant or cosine schedule, and the one optimizer step
+(gradient accumulation, clipping, non-finite guard) that SFT, DPO and RL share."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -31,3 +34,81 @@ def make_scheduler(optimizer, *, warmup_steps: int, total_steps: int, schedule: 
         return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class NonFiniteError(RuntimeError):
+    """Too many non-finite losses or gradient norms in a row: the run cannot go on."""
+
+
+class NonFiniteGuard:
+    """Counts optimizer steps skipped in a row for a non-finite loss or gradient norm and
+    raises :class:`NonFiniteError` at ``limit``; ``hint`` ends the error's message."""
+
+    def __init__(self, limit: int, hint: str) -> None:
+        self.limit = limit
+        self.hint = hint
+        self.in_a_row = 0
+
+    def skip(self, grad_norm: float) -> None:
+        self.in_a_row += 1
+        if self.in_a_row >= self.limit:
+            raise NonFiniteError(f"{self.in_a_row} non-finite losses or gradient norms in a row (last grad norm {grad_norm}); {self.hint}")
+
+
+@dataclass
+class Optimized:
+    """Parameters stepped by one optimizer (and its lr schedule, if any), clipped by their
+    global gradient norm as one group."""
+
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+
+
+@dataclass
+class StepOutcome:
+    loss: float
+    """Sum of the micro-batch losses (the mini-batch loss)."""
+    grad_norm: float
+    """The first group's norm before clipping; NaN when another group's norm is not finite."""
+    norms: list[float]
+    """Every group's norm before clipping, in order."""
+    lr: float
+    """The first group's learning rate for this step (before its scheduler advances)."""
+    skipped: bool
+    """Non-finite loss or norm: the gradients were dropped and no weight changed."""
+
+
+def accumulate_and_step(micro_losses: Iterable[torch.Tensor], groups: Sequence[Optimized], *, max_grad_norm: float, guard: NonFiniteGuard) -> StepOutcome:
+    """One optimizer step over gradients accumulated from ``micro_losses``.
+
+    Each micro-batch loss must already be normalised by the whole mini-batch (global token
+    or sequence counts), so the losses add up exactly to the mini-batch loss and their
+    gradients to its gradient. Each group is clipped to ``max_grad_norm`` on its own; the
+    first group is the policy (its norm and lr are reported). A NaN/inf loss or norm never
+    reaches the weights: the gradients are dropped and ``guard`` counts the skip (and
+    raises after too many in a row); a finite step resets it.
+    """
+    for group in groups:
+        group.optimizer.zero_grad(set_to_none=True)
+    loss_sum = 0.0
+    for loss in micro_losses:
+        loss.backward()
+        loss_sum += float(loss.detach())
+    norms = [float(torch.nn.utils.clip_grad_norm_(group.params, max_grad_norm)) for group in groups]
+    grad_norm = norms[0] if all(math.isfinite(norm) for norm in norms[1:]) else float("nan")
+    lr = groups[0].scheduler.get_last_lr()[0] if groups[0].scheduler is not None else groups[0].optimizer.param_groups[0]["lr"]
+    skipped = not (math.isfinite(grad_norm) and math.isfinite(loss_sum))
+    if skipped:
+        for group in groups:
+            group.optimizer.zero_grad(set_to_none=True)
+        guard.skip(grad_norm)
+    else:
+        guard.in_a_row = 0
+        for group in groups:
+            group.optimizer.step()
+            if group.scheduler is not None:
+                group.scheduler.step()
+        for group in groups:
+            group.optimizer.zero_grad(set_to_none=True)  # frees the gradients' memory until the next step
+    return StepOutcome(loss_sum, grad_norm, norms, lr, skipped)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -20,7 +20,7 @@ from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.training.batch import collate, length_buckets
 from agentic_rl.training.logprobs import token_logprobs
-from agentic_rl.training.optim import make_optimizer, make_scheduler
+from agentic_rl.training.optim import NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler
 
 
 @dataclass
@@ -34,6 +34,8 @@ class SFTResult:
     tokens: int = 0
     """Assistant (loss) tokens trained on, summed over all steps."""
     wall_time_s: float = 0.0
+    skipped_nonfinite: int = 0
+    """Steps dropped for a non-finite loss or gradient norm (no weight changed)."""
 
 
 def tokenize_examples(examples: list[dict], tokenizer, parser: ToolCallParser | str, max_length: int) -> tuple[list[tuple[list[int], list[int]]], int]:
@@ -59,8 +61,11 @@ def train_sft(
     *,
     parser: ToolCallParser | str = "hermes",
     on_step: Callable[[dict], None] | None = None,
+    max_nonfinite_steps: int = 3,
 ) -> SFTResult:
-    """Train ``model`` in place on ``examples`` (``{"messages": [...]}``), on its own device."""
+    """Train ``model`` in place on ``examples`` (``{"messages": [...]}``), on its own device.
+    A step with a non-finite loss or gradient norm is skipped; ``max_nonfinite_steps`` in
+    a row raise :class:`~agentic_rl.training.optim.NonFiniteError`."""
     started = time.monotonic()
     sequences, dropped = tokenize_examples(examples, tokenizer, parser, config.max_length)
     if not sequences:
@@ -70,9 +75,18 @@ def train_sft(
     steps_per_epoch = math.ceil(len(sequences) / config.batch_size)
     optimizer = make_optimizer(model.parameters(), lr=config.lr)
     scheduler = make_scheduler(optimizer, warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch)
-    params = [p for group in optimizer.param_groups for p in group["params"]]
+    step = [Optimized([p for group in optimizer.param_groups for p in group["params"]], optimizer, scheduler)]
+    guard = NonFiniteGuard(max_nonfinite_steps, hint="lower sft.lr or check the data")
     rng = random.Random(config.seed)
     result = SFTResult(steps=0, examples=len(sequences), dropped_too_long=dropped)
+
+    def micro_losses(batch: list[tuple[list[int], list[int]]], batch_tokens: int) -> Iterator[torch.Tensor]:
+        for bucket in length_buckets([len(ids) for ids, _ in batch], config.micro_batch_tokens, max_sequences=config.batch_size):
+            micro = collate([batch[i][0] for i in bucket], [batch[i][1] for i in bucket], pad_token_id=pad_id).to(device)
+            logprobs, _ = token_logprobs(model, micro.input_ids, micro.attention_mask, select=micro.loss_mask)
+            # Dividing by the whole batch's token count makes accumulation exact.
+            yield -(logprobs * micro.loss_mask).sum() / batch_tokens
+
     model.train()
     try:
         for epoch in range(config.epochs):
@@ -84,24 +98,15 @@ def train_sft(
                 batch_tokens = sum(sum(mask[1:]) for _, mask in batch)
                 if batch_tokens == 0:
                     continue
-                loss_sum = 0.0
-                for bucket in length_buckets([len(ids) for ids, _ in batch], config.micro_batch_tokens, max_sequences=config.batch_size):
-                    micro = collate([batch[i][0] for i in bucket], [batch[i][1] for i in bucket], pad_token_id=pad_id).to(device)
-                    logprobs, _ = token_logprobs(model, micro.input_ids, micro.attention_mask, select=micro.loss_mask)
-                    # Dividing by the whole batch's token count makes accumulation exact.
-                    loss = -(logprobs * micro.loss_mask).sum() / batch_tokens
-                    loss.backward()
-                    loss_sum += loss.item()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                lr = scheduler.get_last_lr()[0]
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+                outcome = accumulate_and_step(micro_losses(batch, batch_tokens), step, max_grad_norm=config.max_grad_norm, guard=guard)
+                if outcome.skipped:
+                    result.skipped_nonfinite += 1
+                    continue
                 result.steps += 1
-                result.losses.append(loss_sum)
+                result.losses.append(outcome.loss)
                 result.tokens += batch_tokens
                 if on_step:
-                    on_step({"step": result.steps, "epoch": epoch, "loss": loss_sum, "lr": lr, "grad_norm": float(grad_norm), "tokens": batch_tokens})
+                    on_step({"step": result.steps, "epoch": epoch, "loss": outcome.loss, "lr": outcome.lr, "grad_norm": outcome.grad_norm, "tokens": batch_tokens})
     finally:
         model.eval()
     result.wall_time_s = time.monotonic() - started

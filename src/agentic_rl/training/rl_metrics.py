@@ -1,0 +1,87 @@
+"""The metrics an RL step logs: what its rollouts scored, and what its update did."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from agentic_rl.algorithms import zero_std_group_fraction
+from agentic_rl.evaluation.metrics import aggregate_metrics
+from agentic_rl.tracking.diagnostics import mean_first_tokens_after_tool_entropy
+from agentic_rl.training.optim import StepOutcome
+from agentic_rl.training.scoring import usable_trajectories
+from agentic_rl.types import Trajectory, TrajectoryGroup
+
+
+def rollout_metrics(groups: list[TrajectoryGroup], rewards: torch.Tensor, *, excluded: int) -> dict[str, float]:
+    """Rewards, accuracy and episode shape of every sampled group (filtered ones too).
+    ``rewards`` [N]: the shaped rewards of ``usable_trajectories(groups)``; ``excluded``:
+    trajectories kept out of the update for infrastructure errors."""
+    summary = aggregate_metrics([g.trajectories for g in groups], k=1)
+    usable = usable_trajectories(groups)
+    group_of = {g.group_id: i for i, g in enumerate(groups)}
+    return {
+        "reward_mean": float(rewards.mean()) if len(rewards) else 0.0,
+        "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+        "accuracy": summary["avg@1"],
+        "response_length": summary["mean_response_tokens"],
+        "mean_turns": summary["mean_turns"],
+        "tool_calls_per_episode": summary["tool_calls_per_episode"],
+        "tool_success_rate": summary["tool_success_rate"],
+        "malformed_call_rate": summary["malformed_call_rate"],
+        "frac_zero_std_groups": zero_std_group_fraction(rewards, torch.tensor([group_of[t.group_id] for t in usable])) if usable else 0.0,
+        "infra_errors": float(excluded),
+    }
+
+
+class UpdateTally:
+    """Sums over an update's micro-batches and optimizer steps, turned into its metrics
+    by :meth:`metrics`: per-token means (weighted by loss tokens), the mean loss of the
+    steps taken, mean gradient norms, and the steps skipped as non-finite."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {"loss": 0.0}
+        self.weight = 0.0  # loss tokens seen, over all micro-batches
+        self.entropy_rows: dict[int, list[float]] = {}  # per trajectory, from its first forward
+        self.grad_norms: list[float] = []
+        self.critic_norms: list[float] = []
+        self.skipped = 0
+
+    def add_micro_batch(self, sums: dict[str, float], loss_tokens: float, members: list[int], entropy: torch.Tensor, lengths: list[int]) -> None:
+        """``sums``: the micro-batch's contributions to the totals; ``entropy`` [b, T] for
+        the trajectories ``members`` (their token counts ``lengths``)."""
+        for row, (i, length) in enumerate(zip(members, lengths)):
+            self.entropy_rows.setdefault(i, entropy[row, :length].tolist())
+        for key, value in sums.items():
+            self.totals[key] = self.totals.get(key, 0.0) + value
+        self.weight += loss_tokens
+
+    def add_step(self, outcome: StepOutcome) -> None:
+        """One optimizer step; a second norm is the critic's."""
+        if len(outcome.norms) > 1:
+            self.critic_norms.append(outcome.norms[1])
+        self.grad_norms.append(outcome.grad_norm)
+        if outcome.skipped:
+            self.skipped += 1
+        else:
+            self.totals["loss"] += outcome.loss
+
+    def metrics(self, *, updates: int, critic: bool, lr: float, trajectories: list[Trajectory]) -> dict[str, float]:
+        """``updates``: optimizer steps attempted; ``lr``: the learning rate after them;
+        ``trajectories``: the scored batch (for the entropy after tool results)."""
+        metrics = {key: value / max(self.weight, 1.0) for key, value in self.totals.items() if key not in ("loss", "value_loss")}
+        metrics["loss"] = self.totals["loss"] / max(updates - self.skipped, 1)
+        if critic:
+            metrics["value_loss"] = self.totals.get("value_loss", 0.0) / max(updates, 1)
+            metrics["critic_grad_norm"] = sum(self.critic_norms) / len(self.critic_norms) if self.critic_norms else float("nan")
+        finite = [g for g in self.grad_norms if math.isfinite(g)]
+        metrics["grad_norm"] = sum(finite) / len(finite) if finite else float("nan")
+        metrics["skipped_nonfinite"] = float(self.skipped)
+        metrics["lr"] = lr
+        metrics.setdefault("kl", 0.0)
+        order = sorted(self.entropy_rows)
+        after_tool = mean_first_tokens_after_tool_entropy([self.entropy_rows[i] for i in order], [trajectories[i] for i in order], m=8)
+        if after_tool is not None:
+            metrics["entropy_after_tool"] = after_tool
+        return metrics

@@ -1,0 +1,106 @@
+"""Scoring a step's groups: outcome rewards plus shaping, advantages per token, and the
+group filter that decides which groups enter the update. Pure functions of the
+trajectories and the ``algorithm`` section (plus the few scalars named in each)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from agentic_rl.algorithms import compute_advantages, filter_groups, gae, overlong_penalty, zero_std_group_fraction
+from agentic_rl.algorithms.arpo import hard_attribution
+from agentic_rl.config import AlgorithmConfig
+from agentic_rl.rollout.arpo import branch_common_prefix
+from agentic_rl.training.credit import build_advantage_inputs
+from agentic_rl.types import Trajectory, TrajectoryGroup
+
+
+@dataclass
+class ScoredBatch:
+    """The trajectories that enter the loss, with one reward and one advantage row each."""
+
+    trajectories: list[Trajectory]
+    rewards: torch.Tensor  # [N] outcome reward + shaping
+    advantages: list[list[float]] = field(default_factory=list)  # per token, aligned with token_ids
+    excluded: int = 0  # infrastructure failures kept out of the loss
+    frac_zero_std_groups: float = 0.0
+    returns: list[list[float]] | None = None  # critic targets per token (with a critic)
+    old_values: list[list[float]] | None = None  # critic values at sampling time (with a critic)
+
+
+def usable_trajectories(groups: list[TrajectoryGroup]) -> list[Trajectory]:
+    """Trajectories whose env and tools did not crash (``infra_error`` ones leave the batch:
+    the policy did not cause them, so they must not be scored)."""
+    return [t for g in groups for t in g.trajectories if t.infra_error is None]
+
+
+def shaped_rewards(trajectories: list[Trajectory], algorithm: AlgorithmConfig, *, max_total_tokens: int) -> torch.Tensor:
+    """Outcome rewards [N] plus DAPO's soft overlong punishment when configured
+    (``max_total_tokens``: the rollout's token limit)."""
+    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
+    if algorithm.overlong_buffer and trajectories:
+        # Length after the prompt against the room the token limit leaves: penalises
+        # episodes that run into truncation (DAPO's soft overlong punishment).
+        lengths = torch.tensor([len(t.token_ids) - t.prompt_length for t in trajectories])
+        room = max_total_tokens - min(t.prompt_length for t in trajectories)
+        rewards = rewards + overlong_penalty(lengths, room, min(algorithm.overlong_buffer, room))
+    return rewards
+
+
+def score(
+    groups: list[TrajectoryGroup],
+    algorithm: AlgorithmConfig,
+    *,
+    max_total_tokens: int,
+    attribution: str = "soft",
+    rewards: torch.Tensor | None = None,
+    token_values: list[list[float]] | None = None,
+    token_kl: list[list[float]] | None = None,
+) -> ScoredBatch:
+    """Rewards (with soft overlong punishment) and advantages for the usable trajectories.
+
+    ``max_total_tokens`` is the rollout's token limit (overlong shaping); ``attribution``
+    is ARPO's ("hard": one advantage over a shared branch prefix). ``rewards`` are the
+    shaped rewards of :func:`usable_trajectories` when the caller has them already.
+    ``token_values`` (critic values) and ``token_kl`` (per-token KL to the reference, put
+    into the reward when ``algorithm.kl_in_reward``) are rows aligned with
+    :func:`usable_trajectories`. With values, the critic's targets (GAE returns) and the
+    old values come back too.
+    """
+    usable = usable_trajectories(groups)
+    excluded = sum(len(g.trajectories) for g in groups) - len(usable)
+    if not usable:
+        return ScoredBatch([], torch.zeros(0), excluded=excluded)
+    if rewards is None:
+        rewards = shaped_rewards(usable, algorithm, max_total_tokens=max_total_tokens)
+    group_of = {g.group_id: i for i, g in enumerate(groups)}
+    group_index = torch.tensor([group_of[t.group_id] for t in usable])
+    inputs = build_advantage_inputs(
+        usable, rewards, group_index, tool_turn_reward=algorithm.tool_turn_reward,
+        token_kl=token_kl if algorithm.kl_in_reward else None, kl_coef=algorithm.kl_coef, token_values=token_values,
+    )
+    advantages = compute_advantages(algorithm.advantage, inputs, **algorithm.advantage_params())
+    if attribution == "hard" and (shared := branch_common_prefix(usable)) is not None:
+        advantages = hard_attribution(advantages, shared)
+    rows = [advantages[row, : len(t.token_ids)].tolist() for row, t in enumerate(usable)]
+    scored = ScoredBatch(usable, rewards, rows, excluded, zero_std_group_fraction(rewards, group_index))
+    if inputs.values is not None:
+        _, returns = gae(inputs.token_rewards, inputs.values, inputs.response_mask, gamma=algorithm.gamma, lam=algorithm.lam)
+        scored.returns = [returns[row, : len(t.token_ids)].tolist() for row, t in enumerate(usable)]
+        scored.old_values = [list(values) for values in token_values]
+    return scored
+
+
+def keep_groups(groups: list[TrajectoryGroup], algorithm: AlgorithmConfig) -> list[TrajectoryGroup]:
+    """The groups ``algorithm.group_filter`` lets into the update, judged on the outcome
+    rewards of their usable trajectories (as DAPO filters on accuracy, before shaping)."""
+    if algorithm.group_filter == "none":
+        return groups
+    members = [(i, t.reward) for i, g in enumerate(groups) for t in g.trajectories if t.infra_error is None]
+    if not members:
+        return []
+    labels = torch.tensor([i for i, _ in members])
+    keep = filter_groups(algorithm.group_filter, torch.tensor([r for _, r in members], dtype=torch.float32), labels, **algorithm.group_filter_params())
+    kept = set(labels[keep].tolist())
+    return [g for i, g in enumerate(groups) if i in kept]
