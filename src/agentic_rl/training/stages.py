@@ -235,7 +235,7 @@ def run_rl(state: RunState) -> None:
 def _rl_loop(state: RunState) -> None:
     from agentic_rl.tracking.diagnostics import check_thresholds
     from agentic_rl.tracking.sinks import MultiSink, make_sinks
-    from agentic_rl.training.rl import NonFiniteError
+    from agentic_rl.training.optim import NonFiniteError
 
     config, trainer, events = state.config, state.trainer, state.events
     sinks = MultiSink(make_sinks(state.run.path, ["jsonl", *config.tracking.sinks], start_step=trainer.steps_done if state.checkpoint is not None else None), on_error=events.on_stage)
