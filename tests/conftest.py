@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from agentic_rl.models import load
 
@@ -16,3 +17,14 @@ def tiny():
 @pytest.fixture(scope="session")
 def tokenizer(tiny):
     return tiny[1]
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a test module: the tiny model's matmuls gain nothing from
+    threads, and on a busy 2-core machine each OpenMP barrier can cost a scheduler tick
+    (~10-20x slower). Modules opt in with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

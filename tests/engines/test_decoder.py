@@ -40,12 +40,7 @@ class TurnsEnv:
         return [dict(OBSERVATION)], 0.0, False, False, {}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run(tiny, *, continuous: bool, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, group_size: int = 3, max_new_tokens: int = 12, **env):

@@ -39,14 +39,7 @@ class ObservationEnv:
         return [dict(OBSERVATION)], 0.0, False, False, {}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tiny model's matmuls gain nothing from threads, and on a busy 2-core machine
-    each OpenMP barrier can cost a scheduler tick: one thread is ~20x faster here."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run(tiny, *, temperature: float, seed: int | None = 0, group_size: int = 4, max_new_tokens: int = 16):

@@ -23,12 +23,7 @@ from agentic_rl.types import Trajectory, TrajectoryGroup
 PARSER = HermesParser()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def solved(task, answer: str | None = None) -> list[dict]:

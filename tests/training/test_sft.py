@@ -28,14 +28,7 @@ def arithmetic_examples(n: int) -> list[dict]:
     return examples
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # The tiny model's ops are too small to gain from threads; on a busy CPU, thread
-    # contention made these tests ~10x slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
