@@ -16,6 +16,7 @@ from agentic_rl.algorithms.advantages import (
     rloo,
     zero_std_group_fraction,
 )
+from agentic_rl.algorithms.correction import ROLLOUT_CORRECTIONS, CorrectionOutput, mismatch_metrics, resolve_rollout_correction, rollout_correction
 from agentic_rl.algorithms.gae import gae, gae_advantage, masked_whiten
 from agentic_rl.algorithms.group_filters import GROUP_FILTERS, drop_zero_variance, filter_groups, keep_top_std, register_group_filter
 from agentic_rl.algorithms.kl import KL_ESTIMATORS, kl_penalty
@@ -44,6 +45,8 @@ __all__ = [
     "POLICY_LOSSES",
     "PRESETS",
     "PRESET_DESCRIPTIONS",
+    "ROLLOUT_CORRECTIONS",
+    "CorrectionOutput",
     "AdvantageInputs",
     "PolicyLossOutput",
     "Registry",
@@ -65,6 +68,7 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "masked_whiten",
+    "mismatch_metrics",
     "mt_grpo",
     "outcome_token_rewards",
     "overlong_penalty",
@@ -74,7 +78,9 @@ __all__ = [
     "register_policy_loss",
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
+    "resolve_rollout_correction",
     "rloo",
+    "rollout_correction",
     "step_rewards",
     "unknown_name",
     "value_loss",

@@ -71,6 +71,14 @@ class AlgorithmConfig(Section):
     """GiGPO: weight of the step-level (anchor-state) advantage."""
     tool_turn_reward: float
     """Per-turn process reward for a turn whose tool calls all ran (added to the env's info["turn_reward"]; MT-GRPO's tool-execution reward)."""
+    rollout_correction: Literal["auto", "none", "tis", "mis", "seq-tis", "seq-mis"] = "auto"
+    """Importance weights between the trainer's pre-update log-probs and the sampler's (agentic_rl.algorithms.correction): tis = min(ratio, correction_cap) per token, mis = drop tokens whose ratio leaves [correction_low, correction_high], seq-* = the same on the sequence's geometric-mean ratio; auto = tis when the sampler's precision or weights differ from the trainer's (bf16-mixed, a separate engine), else none."""
+    correction_cap: float = Field(2.0, ge=1.0)
+    """tis / seq-tis: the truncation bound C of the importance weight."""
+    correction_low: float = Field(0.5, ge=0.0, le=1.0)
+    """mis / seq-mis: weights below this drop the token (sequence)."""
+    correction_high: float = Field(2.0, ge=1.0)
+    """mis / seq-mis: weights above this drop the token (sequence)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -105,7 +113,7 @@ class AlgorithmConfig(Section):
     def knobs(self) -> dict[str, Any]:
         """Every numeric and boolean knob under the parameter names of the registered
         functions (``whiten_advantages`` -> ``whiten``); the functions' names are left out."""
-        knobs = self.model_dump(exclude={"preset", "advantage", "policy_loss", "group_filter", "rollout", "critic"})
+        knobs = self.model_dump(exclude={"preset", "advantage", "policy_loss", "group_filter", "rollout", "critic", "rollout_correction"})
         knobs["whiten"] = knobs.pop("whiten_advantages")
         return knobs
 

@@ -97,6 +97,8 @@ class EvalConfig(Section):
     """Task split, passed to envs that have splits."""
     seed: int = 0
     """Sampling seed: the same seed gives the same samples."""
+    precision: Literal["auto", "fp32", "bf16-mixed"] = "auto"
+    """Weights the hf engine samples with: bf16-mixed = bf16 weights; auto = bf16 on GPUs, and on CPUs where bf16 matmuls measure faster (see agentic_rl.models.precision)."""
     output: str | None = None
     """Write the JSON result here."""
 
@@ -347,6 +349,8 @@ class TrainConfig(Section):
     mini_batches: int = Field(1, ge=1)
     """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
     micro_batch_tokens: MicroBatchTokens = 8192
+    precision: Literal["auto", "fp32", "bf16-mixed"] = "auto"
+    """fp32, or bf16-mixed (float32 master weights and optimizer state, bf16 forward/backward, float32 log-probs and losses, bf16 rollout weights); auto = bf16-mixed on GPUs and on CPUs where bf16 matmuls measure faster, else fp32."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory for long episodes, ~1.3x compute."""
     compile: bool = False
