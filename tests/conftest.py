@@ -8,6 +8,18 @@ import torch
 from agentic_rl.models import load
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cpu_without_fast_bf16():
+    """``precision: auto`` resolves to fp32 in every test, whatever this CPU's bf16 speed
+    (it varies between machines): tests that want bf16-mixed ask for it."""
+    from agentic_rl.models import precision
+
+    measured = precision.cpu_bf16_speedup
+    precision.cpu_bf16_speedup = lambda: 1.0
+    yield
+    precision.cpu_bf16_speedup = measured
+
+
 @pytest.fixture(scope="session")
 def tiny():
     """``(model, tokenizer)`` of the tiny random Llama (real tokenizer, chat template)."""

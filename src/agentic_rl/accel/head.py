@@ -34,10 +34,16 @@ def head_logprobs(lm_head, hidden: torch.Tensor, targets: torch.Tensor, *, tempe
     recomputes them. Chunking the vocabulary (not the rows) reads
     each weight row once per pass and writes each row of the weight gradient once. Other
     heads (e.g. peft wrappers) and heads with hooks (the shared critic captures the head's
-    input) take the plain module call; both paths give the same values and gradients."""
+    input) take the plain module call; both paths give the same values and gradients.
+
+    The products run in the autocast dtype when autocast is on (bf16-mixed), else in the
+    weight's dtype; each logit chunk is upcast to float32 before the log-softmax, so the
+    log-probs, entropies and the gradient's softmax are float32 whatever the weights."""
     hooked = bool(lm_head._forward_pre_hooks or lm_head._forward_hooks)
     if type(lm_head) in (torch.nn.Linear, OneDNNLinear) and not hooked:
-        return _ChunkedHead.apply(hidden, lm_head.weight, lm_head.bias, targets, float(temperature), type(lm_head) is OneDNNLinear, with_entropy)
+        device = hidden.device.type
+        compute_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else lm_head.weight.dtype
+        return _ChunkedHead.apply(hidden, lm_head.weight, lm_head.bias, targets, float(temperature), type(lm_head) is OneDNNLinear, with_entropy, compute_dtype)
     logits = lm_head(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
@@ -54,8 +60,9 @@ def _vocab_chunks(rows: int, vocab: int) -> list[tuple[int, int]]:
 
 def _chunk_logits(hidden, weight, bias, start: int, end: int, temperature: float, onednn: bool) -> torch.Tensor:
     """Logits of vocabulary entries start:end, transposed ([end - start, rows]), float32:
-    one contiguous slice of the weight is the product's left operand."""
-    logits = linear(weight[start:end], hidden, onednn=onednn).float()
+    one contiguous slice of the weight is the product's left operand. ``hidden`` is in
+    the compute dtype; the weight slice is cast to it."""
+    logits = linear(weight[start:end].to(hidden.dtype), hidden, onednn=onednn).float()
     if bias is not None:
         logits += bias[start:end, None].float()
     if temperature != 1.0:
@@ -72,8 +79,10 @@ class _ChunkedHead(torch.autograd.Function):
     """Chunked ``log_softmax(h W^T + b)[target]``: d logp / d logits = onehot(target) - p."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature, onednn, with_entropy):
+    def forward(ctx, hidden, weight, bias, targets, temperature, onednn, with_entropy, compute_dtype):
         rows = hidden.shape[0]
+        ctx.input_dtype = hidden.dtype
+        hidden = hidden.to(compute_dtype)
         picked = torch.empty(rows, dtype=torch.float32, device=hidden.device)
         normaliser = torch.empty_like(picked)
         entropy = torch.empty_like(picked) if with_entropy else None
@@ -111,7 +120,7 @@ class _ChunkedHead(torch.autograd.Function):
                 # H = lse - sum_v p_v z_v
                 entropy[r0:r1] = lse - weighted / s
         ctx.save_for_backward(hidden, weight, bias, targets, normaliser)
-        ctx.temperature, ctx.onednn, ctx.kept = temperature, onednn, kept
+        ctx.temperature, ctx.onednn, ctx.kept, ctx.compute_dtype = temperature, onednn, kept, compute_dtype
         if entropy is not None:
             ctx.mark_non_differentiable(entropy)
         return picked, entropy
@@ -121,7 +130,7 @@ class _ChunkedHead(torch.autograd.Function):
     def backward(ctx, grad_picked, _grad_entropy):
         hidden, weight, bias, targets, normaliser = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
-        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        grad_hidden = torch.empty_like(hidden, dtype=ctx.input_dtype) if need_hidden else None
         rows = hidden.shape[0]
         # Each row block's pass writes (first block) or adds to every row of the weight's gradient.
         grad_weight = (torch.empty_like(weight) if rows else torch.zeros_like(weight)) if need_weight else None
@@ -147,10 +156,11 @@ class _ChunkedHead(torch.autograd.Function):
                 grad_logits.scatter_add_(0, local[None], torch.where(inside, grad, 0.0)[None])
                 if ctx.temperature != 1.0:
                     grad_logits.div_(ctx.temperature)
-                grad_logits = grad_logits.to(weight.dtype)
+                grad_logits = grad_logits.to(ctx.compute_dtype)
                 if need_hidden:
-                    # [H, rows] += W_chunk^T grad_logits: the chunk's slice is the small operand to transpose.
-                    part = linear(weight[start:end].t(), grad_logits.t(), onednn=ctx.onednn)
+                    # [H, rows] += W_chunk^T grad_logits: the chunk's slice is the small operand to
+                    # transpose. Summed over chunks in float32 (a bf16 running sum would round).
+                    part = linear(weight[start:end].to(ctx.compute_dtype).t(), grad_logits.t(), onednn=ctx.onednn).float()
                     grad_block_t = part if grad_block_t is None else grad_block_t.add_(part)
                 if need_weight:
                     part = linear(grad_logits, block.t(), onednn=ctx.onednn)
@@ -162,4 +172,4 @@ class _ChunkedHead(torch.autograd.Function):
                     grad_bias[start:end] += grad_logits.sum(1)
             if need_hidden:
                 grad_hidden[r0:r1] = grad_block_t.t()
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None

@@ -11,7 +11,7 @@ a linear layer, so the choice decides both rollout and training speed.
 checkpoints and peft wrappers are unaffected). Its forward and backward are oneDNN
 inner products (results equal ``F.linear`` up to float32 rounding, about 1e-6 relative);
 anything it does not cover (other devices or dtypes, torch.compile tracing, empty
-inputs) goes through ``F.linear`` unchanged.
+inputs, autocast) goes through ``F.linear`` unchanged.
 
 Decoding reads every weight once per generated token, and oneDNN is faster still with
 weights pre-packed into its blocked layout; :func:`packed_weights` packs them for the
@@ -86,7 +86,7 @@ class _OneDNNLinearFunction(torch.autograd.Function):
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, onednn: bool = True) -> torch.Tensor:
     """``F.linear`` without autograd tracking, on oneDNN when ``onednn`` and the inputs
     allow it (float32 CPU tensors; transposed views are read in place)."""
-    if onednn and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.numel() and onednn_available() and not torch.compiler.is_compiling():
+    if onednn and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.numel() and onednn_available() and not torch.compiler.is_compiling() and not torch.is_autocast_enabled("cpu"):
         return onednn_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
@@ -105,6 +105,7 @@ class OneDNNLinear(torch.nn.Linear):
         return (
             x.device.type == "cpu" and weight.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
             and x.numel() > 0 and x.dim() >= 2 and not torch.compiler.is_compiling()
+            and not torch.is_autocast_enabled("cpu")  # bf16-mixed: F.linear takes autocast's bf16 product
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

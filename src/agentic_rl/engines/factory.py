@@ -5,14 +5,22 @@ from __future__ import annotations
 from agentic_rl.config import BackendConfig, ConfigError, ModelConfig
 
 
-def build_backend(backend: BackendConfig, model: ModelConfig, *, loaded=None):
+def build_backend(backend: BackendConfig, model: ModelConfig, *, loaded=None, precision: str = "fp32"):
     """The backend a config names. ``loaded``: an already loaded ``(model, tokenizer)``
-    to share (the trainer passes its own model so rollouts see the newest weights)."""
+    to share (the trainer passes its own model so rollouts see the newest weights).
+    ``precision`` (resolved: fp32 or bf16-mixed): with bf16-mixed the hf engine samples
+    from bf16 weights (a copy of ``loaded``'s, refreshed by ``sync_weights``)."""
     if backend.kind == "hf":
-        from agentic_rl.models import load
-        from agentic_rl.engines.hf import HFBackend
+        import torch
 
-        policy, tokenizer = loaded or load(model.name, device=model.device, linear_kernel=model.linear_kernel)
+        from agentic_rl.engines.hf import HFBackend
+        from agentic_rl.models import load
+
+        weights_dtype = torch.bfloat16 if precision == "bf16-mixed" else None
+        if loaded is not None:
+            return HFBackend(*loaded, batch_size=backend.batch_size, weights_dtype=weights_dtype)
+        # Nothing to train: load the sampling weights in their dtype, no float32 master.
+        policy, tokenizer = load(model.name, device=model.device, linear_kernel=model.linear_kernel, dtype=weights_dtype)
         return HFBackend(policy, tokenizer, batch_size=backend.batch_size)
     if not backend.base_url:
         raise ConfigError("backend.base_url: required when backend.kind is 'openai' (e.g. http://127.0.0.1:8000/v1)")

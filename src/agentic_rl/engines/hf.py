@@ -9,7 +9,9 @@ batching and KV reuse across the turns of a trajectory.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -18,8 +20,22 @@ from agentic_rl.engines.decode_session import DecodeSession
 from agentic_rl.seeds import stream_seed
 
 
+def inference_copy(model, dtype: torch.dtype):
+    """A frozen copy of ``model`` with its floating-point parameters in ``dtype``, built
+    without a second copy at the original precision (each parameter is converted as it
+    is copied). Buffers keep their dtype (rotary tables stay float32); tied weights stay tied."""
+    memo: dict[int, Any] = {id(p): torch.nn.Parameter(p.detach().to(dtype, copy=True), requires_grad=False) for p in model.parameters() if p.is_floating_point()}
+    duplicate = copy.deepcopy(model, memo)
+    return duplicate.eval()
+
+
 class HFBackend(SharedWeights):
-    """The in-process engine (Backend contract, ``interface == "tokens"``)."""
+    """The in-process engine (Backend contract, ``interface == "tokens"``).
+
+    ``weights_dtype``: sample from a copy of the trainer's weights in this dtype (e.g.
+    bf16 rollouts of a float32 master); ``sync_weights`` refreshes it in place after each
+    optimizer step. By default (None, or the model's own dtype) the engine reads the
+    trainer's model itself."""
 
     interface = "tokens"
 
@@ -27,11 +43,33 @@ class HFBackend(SharedWeights):
     """Shared prompt prefixes at least this long (e.g. a system prompt) are encoded once per
     batch, where that spares enough work (engines/decode_session.py)."""
 
-    def __init__(self, model, tokenizer, *, batch_size: int = 64) -> None:
-        self.model = model
+    def __init__(self, model, tokenizer, *, batch_size: int = 64, weights_dtype: torch.dtype | None = None) -> None:
+        self.trainer_model = model
+        own_dtype = next(model.parameters()).dtype
+        self.model = model if weights_dtype in (None, own_dtype) else inference_copy(model, weights_dtype)
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    @property
+    def separate_weights(self) -> bool:
+        """Whether the engine samples from its own copy of the weights (whose numbers differ
+        from the trainer's: rollout correction applies)."""
+        return self.model is not self.trainer_model
+
+    @property
+    def weights_dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def sync_weights(self, source: Any = None) -> int:
+        """Copy the trainer's weights (``source``, default the model given at construction)
+        into the engine's copy, in place (no new allocation); count the update."""
+        if self.separate_weights:
+            source = source if source is not None else self.trainer_model
+            with torch.no_grad():
+                for target, value in zip(self.model.parameters(), source.parameters(), strict=True):
+                    target.copy_(value)
+        return super().sync_weights(source)
 
     @property
     def device(self) -> torch.device:

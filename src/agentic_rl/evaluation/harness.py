@@ -13,6 +13,8 @@ from agentic_rl import envs
 from agentic_rl.config import ConfigError, EvalConfig, build
 from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.engines.factory import build_backend
+from agentic_rl.models.loading import resolve_device
+from agentic_rl.models.precision import resolve_precision
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
@@ -77,7 +79,20 @@ def prepare(config: EvalConfig | dict[str, Any] | None = None, *, loaded=None, b
     available = make_env().num_tasks
     if config.num_tasks > available:
         raise ConfigError(f"num_tasks: the env has {available} tasks in split {config.split!r}, asked for {config.num_tasks}")
-    return PreparedEval(config, make_env, backend or build_backend(config.backend, config.model, loaded=loaded))
+    if backend is None:
+        backend = build_backend(config.backend, config.model, loaded=loaded, precision=_sampling_precision(config, loaded))
+    return PreparedEval(config, make_env, backend)
+
+
+def _sampling_precision(config: EvalConfig, loaded) -> str:
+    """The resolved precision the hf engine samples in (its weights' dtype)."""
+    if config.backend.kind != "hf":
+        return "fp32"
+    device = next(loaded[0].parameters()).device if loaded is not None else resolve_device(config.model.device)
+    try:
+        return resolve_precision(config.precision, device).precision
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def evaluate(

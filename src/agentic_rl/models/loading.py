@@ -26,13 +26,6 @@ def resolve_device(device: str | None = "auto") -> torch.device:
     return torch.device(device)
 
 
-def _default_dtype(device: torch.device) -> torch.dtype:
-    # CPUs of this class have no fast bf16 matmul; GPUs do.
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.bfloat16
-    return torch.float32
-
-
 def _local_or_hub(name_or_path: str) -> str:
     if Path(name_or_path).expanduser().is_dir():
         return str(Path(name_or_path).expanduser())
@@ -64,7 +57,9 @@ def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dty
 
     ``name_or_path``: a built-in name (see ``MODEL_NAMES``), a local Hugging Face folder,
     or a hub id (only where a hub is reachable). The model is put in eval mode on
-    ``device`` ("auto" picks a GPU when present) in float32 on CPU. ``linear_kernel``:
+    ``device`` ("auto" picks a GPU when present) in ``dtype``, float32 by default on every
+    device: trained weights must be float32 masters (a bf16 weight cannot take an update
+    below 2^-8 of its size; bf16 compute is models/precision.py's job). ``linear_kernel``:
     "auto" runs float32 CPU linear layers on oneDNN (accel/onednn.py), "torch" keeps
     PyTorch's default, "onednn" insists. Loading also keeps freed host memory mapped for
     reuse (accel/allocator.py; ``AGENTIC_RL_MALLOC_TUNING=0`` turns that off).
@@ -79,7 +74,7 @@ def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dty
     hf_logging.disable_progress_bar()  # our own display owns the terminal
     tune_malloc()
     target = resolve_device(device)
-    dtype = dtype or _default_dtype(target)
+    dtype = dtype or torch.float32
     try:
         tokenizer = load_tokenizer(name_or_path)
         if name_or_path == "tiny-random":

@@ -11,6 +11,7 @@ import torch
 
 from agentic_rl.accel import head_logprobs
 from agentic_rl.models.anatomy import hidden_states, split_model
+from agentic_rl.models.precision import compute_autocast
 
 __all__ = ["head_logprobs", "token_logprobs"]
 
@@ -29,15 +30,17 @@ def token_logprobs(
     Shapes: ``input_ids``, ``attention_mask``, ``select``: [B, T]. Returns ``logprobs``
     [B, T] (zero where not selected) and, if asked, the entropy of the predictive
     distribution at those positions [B, T]. Position 0 is never selected (it has no
-    context). ``temperature`` divides the logits, as the sampler did.
+    context). ``temperature`` divides the logits, as the sampler did. The forward runs in
+    the model's compute precision (models/precision.py); the log-probs are float32.
     """
     backbone, lm_head = split_model(model)
     # Token t is predicted from the hidden state at t - 1.
     target = select.bool().clone()
     target[:, 0] = False
     rows, cols = target.nonzero(as_tuple=True)
-    hidden, offset = hidden_states(backbone, input_ids, attention_mask, target)
-    picked, values = head_logprobs(lm_head, hidden[rows, cols - 1 - offset], input_ids[rows, cols], temperature=temperature, with_entropy=with_entropy)
+    with compute_autocast(model):
+        hidden, offset = hidden_states(backbone, input_ids, attention_mask, target)
+        picked, values = head_logprobs(lm_head, hidden[rows, cols - 1 - offset], input_ids[rows, cols], temperature=temperature, with_entropy=with_entropy)
     out = torch.zeros(input_ids.shape, dtype=picked.dtype, device=picked.device)
     out = out.index_put((rows, cols), picked)
     entropy = None

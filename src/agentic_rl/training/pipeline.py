@@ -20,6 +20,7 @@ from agentic_rl.engines.factory import build_backend
 from agentic_rl.envs import env_factory
 from agentic_rl.models import load
 from agentic_rl.models.lora import apply_lora
+from agentic_rl.models.precision import resolve_precision, set_compute_precision
 from agentic_rl.training.checkpoint import complete_checkpoints
 from agentic_rl.training.run_dir import RunDirectory
 from agentic_rl.training.stages import RunEvents, RunState, TrainingStopped, evaluation, restore_filter, run_dpo, run_filter, run_final, run_report, run_rl, run_sft
@@ -102,13 +103,20 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
     env_factory(config.env.name, {**config.env.options, **config.eval.env}, split="test")
     events.on_stage(f"loading {config.model.name}")
     model, tokenizer = loaded or load(config.model.name, device=config.model.device, linear_kernel=config.model.linear_kernel)
-    if next(model.parameters()).dtype != torch.float32 and next(model.parameters()).device.type == "cpu":
-        model = model.float()
+    if next(model.parameters()).dtype != torch.float32:
+        model = model.float()  # float32 master weights always; bf16 is a compute choice (precision)
+    try:
+        precision = resolve_precision(config.precision, next(model.parameters()).device)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    set_compute_precision(model, precision.precision)
+    run.write_json("precision.json", {"setting": config.precision, "precision": precision.precision, "reason": precision.reason})
+    events.on_stage(f"precision: {precision.precision} ({precision.reason})")
     model = apply_lora(model, config.lora)
     task_indices = list(range(config.task_offset, train_env().num_tasks))
     if not task_indices:
         raise ConfigError(f"task_offset: {config.task_offset} leaves no training tasks")
-    state = RunState(config, run, events, model, tokenizer, build_backend(config.backend, config.model, loaded=(model, tokenizer)), train_env, task_indices, checkpoint=checkpoint)
+    state = RunState(config, run, events, model, tokenizer, build_backend(config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision), train_env, task_indices, checkpoint=checkpoint)
     for stage in STAGES:
         if not stage.enabled(config):
             continue

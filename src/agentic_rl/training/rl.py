@@ -11,9 +11,10 @@ from contextlib import nullcontext
 
 import torch
 
-from agentic_rl.algorithms import aggregate, compute_policy_loss, kl_penalty, value_loss
+from agentic_rl.algorithms import aggregate, compute_policy_loss, kl_penalty, resolve_rollout_correction, rollout_correction, value_loss
 from agentic_rl.config import TrainConfig
 from agentic_rl.envs.base import Env
+from agentic_rl.models.precision import compute_precision
 from agentic_rl.rollout.arpo import arpo_rollout
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.seeds import derive_seed
@@ -67,6 +68,10 @@ class RLTrainer:
         """The initial policy for the KL term (None without one)."""
         algorithm = config.algorithm
         self.critic = Critic(model, algorithm.critic, lr=algorithm.critic_lr) if algorithm.critic != "none" else None
+        self.rollout_correction = resolve_rollout_correction(
+            algorithm.rollout_correction, precision=compute_precision(model), separate_sampler=bool(getattr(backend, "separate_weights", False))
+        )
+        """The importance correction between sampler and trainer log-probs in use (none, tis, mis, seq-tis, seq-mis)."""
         self.step_index = 0
         self.nonfinite = NonFiniteGuard(config.max_nonfinite_steps, hint="lower optim.lr or check the rewards")
         self.response_length_history: list[float] = []
@@ -245,7 +250,7 @@ class RLTrainer:
     def _collate(self, scored: ScoredBatch, members: list[int], old_logprobs: list[list[float]] | None) -> TokenBatch:
         """One micro-batch of ``scored``'s trajectories ``members`` with every per-token row
         the loss reads: advantages, and the pre-update log-probs and critic targets when used."""
-        rows = {"advantages": scored.advantages}
+        rows = {"advantages": scored.advantages, "sampler_logprobs": [t.sampler_logprobs for t in scored.trajectories]}
         if old_logprobs is not None:
             rows["old_logprobs"] = old_logprobs
         if self.critic is not None:
@@ -270,20 +275,29 @@ class RLTrainer:
         for bucket in length_buckets(lengths, self.config.micro_batch_tokens, len(mini)):
             members = [mini[j] for j in bucket]
             batch = self._collate(scored, members, old_logprobs).to(self.device)
-            loss, entropy, sums = self._micro_batch_loss(batch, normalisers)
-            tally.add_micro_batch(sums, float(batch.loss_mask.sum()), members, entropy, [lengths[j] for j in bucket])
+            loss, entropy, sums, maxima = self._micro_batch_loss(batch, normalisers)
+            tally.add_micro_batch(sums, float(batch.loss_mask.sum()), members, entropy, [lengths[j] for j in bucket], maxima)
             yield loss
 
-    def _micro_batch_loss(self, batch: TokenBatch, normalisers: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    def _micro_batch_loss(self, batch: TokenBatch, normalisers: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], dict[str, float]]:
         """Policy loss + the KL-to-reference term (when KL is a loss) + the value loss (with a
         critic) on one micro-batch -> (loss, entropy [b, T], the sums it adds to the
-        update's metrics: token-weighted, divided by the update's loss tokens at the end)."""
+        update's metrics: token-weighted, divided by the update's loss tokens at the end,
+        the values whose maximum over the update is a metric)."""
         algorithm, critic = self.config.algorithm, self.critic
         shared_critic = critic is not None and critic.mode == "shared"
         with critic.values_from_policy_forward(batch.loss_mask) if shared_critic else nullcontext({}) as captured:
             logprobs, entropy = self._logprobs(batch, with_entropy=True)
         old = batch.per_token["old_logprobs"] if "old_logprobs" in batch.per_token else logprobs.detach()
-        out = compute_policy_loss(algorithm.policy_loss, logprobs, old, batch.per_token["advantages"], batch.loss_mask, **algorithm.policy_loss_params(), **normalisers)
+        # The sampler drew the tokens; the loss's ratio is against the trainer's pre-update
+        # policy: its importance weight scales each token's loss (through the advantage,
+        # which every registered loss is linear in for a non-negative weight).
+        correction = rollout_correction(
+            old, batch.per_token["sampler_logprobs"], batch.loss_mask, mode=self.rollout_correction,
+            cap=algorithm.correction_cap, low=algorithm.correction_low, high=algorithm.correction_high,
+        )
+        advantages = batch.per_token["advantages"] * correction.weights
+        out = compute_policy_loss(algorithm.policy_loss, logprobs, old, advantages, batch.loss_mask, **algorithm.policy_loss_params(), **normalisers)
         loss, loss_tokens, sums = out.loss, float(batch.loss_mask.sum()), {}
         if self.reference is not None and not algorithm.kl_in_reward:
             kl = kl_penalty(logprobs, self.reference.logprobs(batch, self._temperature), algorithm.kl_estimator)
@@ -300,4 +314,6 @@ class RLTrainer:
             sums.update({key: value * loss_tokens for key, value in critic_metrics.items()})
         sums["entropy"] = float((entropy * batch.loss_mask).sum())
         sums.update({key: out.metrics[key] * loss_tokens for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "approx_kl")})
-        return loss, entropy, sums
+        maxima = {"rollout_logprob_diff_max": correction.metrics.pop("rollout_logprob_diff_max")}
+        sums.update({key: value * loss_tokens for key, value in correction.metrics.items()})
+        return loss, entropy, sums, maxima

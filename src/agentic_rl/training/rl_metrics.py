@@ -42,15 +42,19 @@ class UpdateTally:
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = {"loss": 0.0}
+        self.maxima: dict[str, float] = {}  # reported as the largest value seen, not a mean
         self.weight = 0.0  # loss tokens seen, over all micro-batches
         self.entropy_rows: dict[int, list[float]] = {}  # per trajectory, from its first forward
         self.grad_norms: list[float] = []
         self.critic_norms: list[float] = []
         self.skipped = 0
 
-    def add_micro_batch(self, sums: dict[str, float], loss_tokens: float, members: list[int], entropy: torch.Tensor, lengths: list[int]) -> None:
+    def add_micro_batch(self, sums: dict[str, float], loss_tokens: float, members: list[int], entropy: torch.Tensor, lengths: list[int], maxima: dict[str, float] | None = None) -> None:
         """``sums``: the micro-batch's contributions to the totals; ``entropy`` [b, T] for
-        the trajectories ``members`` (their token counts ``lengths``)."""
+        the trajectories ``members`` (their token counts ``lengths``); ``maxima``: values
+        whose update-wide maximum is the metric."""
+        for key, value in (maxima or {}).items():
+            self.maxima[key] = max(self.maxima.get(key, value), value)
         for row, (i, length) in enumerate(zip(members, lengths)):
             self.entropy_rows.setdefault(i, entropy[row, :length].tolist())
         for key, value in sums.items():
@@ -72,6 +76,7 @@ class UpdateTally:
         ``trajectories``: the scored batch (for the entropy after tool results)."""
         metrics = {key: value / max(self.weight, 1.0) for key, value in self.totals.items() if key not in ("loss", "value_loss")}
         metrics["loss"] = self.totals["loss"] / max(updates - self.skipped, 1)
+        metrics.update(self.maxima)
         if critic:
             metrics["value_loss"] = self.totals.get("value_loss", 0.0) / max(updates, 1)
             metrics["critic_grad_norm"] = sum(self.critic_norms) / len(self.critic_norms) if self.critic_norms else float("nan")

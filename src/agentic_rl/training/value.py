@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from agentic_rl.models.anatomy import hidden_states, split_model
+from agentic_rl.models.precision import compute_autocast
 from agentic_rl.training.optim import make_optimizer
 
 
@@ -84,7 +85,9 @@ class Critic:
         model = self.module["model"] if self.mode == "separate" else self.policy
         backbone, _ = split_model(model)
         rows, cols = _targets(select)
-        hidden, offset = hidden_states(backbone, input_ids, attention_mask, select.bool())
+        with compute_autocast(model):
+            hidden, offset = hidden_states(backbone, input_ids, attention_mask, select.bool())
+        # The head reads float32 hidden states (ValueHead upcasts): values stay float32.
         return _scatter(self.head(hidden[rows, cols - 1 - offset]), rows, cols, input_ids.shape)
 
     @contextmanager
