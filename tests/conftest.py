@@ -11,12 +11,13 @@ from agentic_rl.models import load
 @pytest.fixture(scope="session", autouse=True)
 def cpu_without_fast_bf16():
     """``precision: auto`` resolves to fp32 in every test, whatever this CPU's bf16 speed
-    (it varies between machines): tests that want bf16-mixed ask for it."""
+    (it varies between machines): tests that want bf16-mixed ask for it. Yields the real
+    measuring function, for the tests of the measurement itself."""
     from agentic_rl.models import precision
 
     measured = precision.cpu_bf16_speedup
     precision.cpu_bf16_speedup = lambda: 1.0
-    yield
+    yield measured
     precision.cpu_bf16_speedup = measured
 
 

@@ -63,6 +63,7 @@ def _header(data: RunData, title: str) -> list[str]:
         ("algorithm", (config.get("algorithm") or {}).get("preset") if isinstance(config.get("algorithm"), dict) else None),
         ("RL steps logged", len(data.steps) if data.steps else None),
         ("group size", config.get("group_size")),
+        ("precision", f"{data.precision['precision']} ({data.precision.get('reason', '')})" if data.precision.get("precision") else None),
     ):
         if value is not None:
             facts.append(f"{html.escape(label)}: <b>{html.escape(str(value))}</b>")

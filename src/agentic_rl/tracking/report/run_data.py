@@ -26,6 +26,8 @@ class RunData:
     evals: dict[str, dict[str, Any]] = field(default_factory=dict)
     """stage label -> the eval JSON (``metrics``, ``config``, ``trajectories``)."""
     rollouts: list[dict[str, Any]] = field(default_factory=list)
+    precision: dict[str, Any] = field(default_factory=dict)
+    """precision.json: the setting, the precision it resolved to and why."""
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -81,4 +83,5 @@ def load_run(run_dir: str | Path) -> RunData:
         if loaded is not None and isinstance(loaded.get("metrics"), dict):
             data.evals[label] = loaded
     data.rollouts = _read_jsonl(run_dir / "rollouts.jsonl")
+    data.precision = _read_json(run_dir / "precision.json") or {}
     return data
