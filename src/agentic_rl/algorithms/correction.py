@@ -77,8 +77,12 @@ def rollout_correction(
     if cap < 1.0 or not 0.0 <= low <= 1.0 <= high:
         raise ValueError(f"rollout_correction: need cap >= 1 and low <= 1 <= high, got cap={cap}, low={low}, high={high}")
     with torch.no_grad():
+        bool_mask = mask.to(torch.bool)
         mask = mask.to(old_logprobs.dtype)
-        log_ratio = ((old_logprobs - sampler_logprobs) * mask).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        # torch.where, not a product with the mask: padding may hold -inf or nan log-probs
+        # (inf * 0 = nan would leak into the weights and the sequence means).
+        log_ratio = torch.where(bool_mask, old_logprobs - sampler_logprobs, torch.zeros_like(old_logprobs))
+        log_ratio = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
         if mode.startswith("seq-"):
             # Geometric mean of the token ratios: exp of the mean log-ratio over the sequence's tokens.
             per_sequence = log_ratio.sum(-1) / mask.sum(-1).clamp(min=1.0)
@@ -96,7 +100,6 @@ def rollout_correction(
             dropped = (ratio < low) | (ratio > high)
             weights = (~dropped).to(ratio.dtype)
         weights = weights * mask
-        bool_mask = mask.to(torch.bool)
         tokens = bool_mask.sum().clamp(min=1)
         metrics = mismatch_metrics(old_logprobs, sampler_logprobs, mask)
         metrics.update(
