@@ -150,3 +150,81 @@ def test_bf16_engine_samples_log_probs_close_to_the_trainer(tiny) -> None:
             trainer, _ = token_logprobs(master, ids, torch.ones_like(ids), select)
         difference = (trainer[0, len(prompt) :] - torch.tensor(completion.logprobs)).abs()
         assert 0 < float(difference.max()) < 5 * BF16_LOGPROB_TOLERANCE  # bf16 weights and bf16 activations
+
+
+class ParityEnv:
+    """One turn; reward 1 for a reply of even length: random text gets both outcomes."""
+
+    num_tasks = 8
+
+    def reset(self, *, seed=None, options=None):
+        index = (options or {}).get("task_index", 0)
+        return [{"role": "user", "content": f"Task {index}: say something."}], {"task_id": f"parity-{index}"}
+
+    def step(self, message):
+        reward = float(len(message["content"]) % 2 == 0)
+        return [], reward, True, False, {"answer": message["content"], "correct": reward > 0, "tool_results": []}
+
+
+def _rl_trainer(tiny, precision: str, **algorithm):
+    from agentic_rl.config import TrainConfig
+    from agentic_rl.training.rl import RLTrainer
+
+    model, tokenizer = tiny
+    master = copy.deepcopy(model)
+    set_compute_precision(master, precision)
+    config = TrainConfig.model_validate({
+        "model": {"name": "tiny-random", "device": "cpu"}, "precision": precision,
+        "rollout": {"max_new_tokens": 12, "max_total_tokens": 512}, "steps": 2, "tasks_per_step": 2, "group_size": 4,
+        "optim": {"lr": 1e-3}, "algorithm": algorithm,
+    })
+    backend = HFBackend(master, tokenizer, weights_dtype=torch.bfloat16 if precision == "bf16-mixed" else None)
+    return RLTrainer(config, master, tokenizer, backend, ParityEnv, list(range(ParityEnv.num_tasks)))
+
+
+def test_fp32_trainer_sharing_the_engine_needs_no_correction(tiny) -> None:
+    trainer = _rl_trainer(tiny, "fp32")
+    assert trainer.rollout_correction == "none"
+    metrics, _ = trainer.step()
+    # The engine samples from the trainer's own float32 weights: only kernel rounding differs.
+    assert metrics["rollout_logprob_diff_max"] < 1e-3
+    assert metrics["rollout_is_weight_mean"] == 1.0 and metrics["rollout_is_truncated_frac"] == 0.0
+
+
+def test_bf16_mixed_trainer_corrects_for_the_bf16_sampler(tiny) -> None:
+    trainer = _rl_trainer(tiny, "bf16-mixed")
+    assert trainer.rollout_correction == "tis"
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics, _ = trainer.step()
+    assert 0 < metrics["rollout_logprob_diff_mean"] < 5 * BF16_LOGPROB_TOLERANCE
+    assert metrics["rollout_logprob_diff_max"] >= metrics["rollout_logprob_diff_mean"]
+    assert metrics["rollout_kl_k3"] >= 0
+    assert 0.9 < metrics["rollout_is_weight_mean"] <= 2.0
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    # The bf16 engine copy follows the master after the update.
+    for ours, theirs in zip(trainer.backend.model.parameters(), trainer.model.parameters()):
+        assert torch.equal(ours, theirs.detach().to(torch.bfloat16))
+    assert trainer.backend.weight_version == 1
+
+
+def test_masked_correction_is_selectable(tiny) -> None:
+    trainer = _rl_trainer(tiny, "bf16-mixed", rollout_correction="mis", correction_low=0.999, correction_high=1.001)
+    assert trainer.rollout_correction == "mis"
+    metrics, _ = trainer.step()
+    # bf16 rounding moves some ratios (measured: up to 0.2%) out of a +-0.1% band: those tokens leave the loss.
+    assert 0 < metrics["rollout_is_masked_frac"] < 1
+    assert metrics["rollout_is_weight_mean"] == pytest.approx(1 - metrics["rollout_is_masked_frac"])
+
+
+def test_sft_under_bf16_mixed_trains_the_float32_masters(tiny) -> None:
+    from agentic_rl.config import SFTConfig
+    from agentic_rl.training.sft import train_sft
+
+    model, tokenizer = tiny
+    master = copy.deepcopy(model)
+    set_compute_precision(master, "bf16-mixed")
+    examples = [{"messages": [{"role": "user", "content": f"What is {i} + {i}?"}, {"role": "assistant", "content": f"<answer>{2 * i}</answer>"}]} for i in range(8)]
+    result = train_sft(master, tokenizer, examples, SFTConfig(epochs=3, lr=3e-3, batch_size=8, warmup_steps=0))
+    assert all(p.dtype == torch.float32 for p in master.parameters())
+    assert result.losses[-1] < result.losses[0]
