@@ -127,6 +127,20 @@ def _collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _set_precision(model, setting: str) -> None:
+    """Resolve ``--precision`` for the loaded model's device and set its compute precision."""
+    from agentic_rl.config import ConfigError
+    from agentic_rl.models.precision import resolve_precision, set_compute_precision
+    from agentic_rl.tracking.display import console
+
+    try:
+        resolved = resolve_precision(setting, next(model.parameters()).device)
+    except ValueError as exc:
+        raise ConfigError(f"--{exc}") from None
+    set_compute_precision(model, resolved.precision)
+    console.print(f"precision: {resolved.precision} ({resolved.reason})")
+
+
 def _sft(args: argparse.Namespace) -> int:
     from agentic_rl.config import SFTConfig, apply_assignments, build
     from agentic_rl.data import read_jsonl
@@ -143,6 +157,7 @@ def _sft(args: argparse.Namespace) -> int:
 
         raise ConfigError(f"--data: {exc}") from None
     model, tokenizer = load(args.model)
+    _set_precision(model, args.precision)
     result = train_sft(model, tokenizer, examples, config, parser=args.parser, on_step=lambda m: console.print(f"step {m['step']}  loss {m['loss']:.4f}  lr {m['lr']:.2e}"))
     save_final(model, tokenizer, Path(args.output_dir))
     console.print(f"SFT: {result.examples} conversations, {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; saved to {args.output_dir}")
@@ -171,6 +186,7 @@ def _dpo(args: argparse.Namespace) -> int:
     if not pairs:
         raise ConfigError(f"{source}: no preference pairs (a rollout group needs two different rewards)")
     model, tokenizer = load(args.model)
+    _set_precision(model, args.precision)
     result = train_dpo(model, tokenizer, pairs, config, parser=args.parser, on_step=lambda m: console.print(f"step {m['step']}  loss {m['loss']:.4f}  margin {m['margin']:+.4f}  acc {m['accuracy']:.2f}  lr {m['lr']:.2e}"))
     save_final(model, tokenizer, Path(args.output_dir))
     console.print(f"DPO: {result.pairs} pairs, {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; saved to {args.output_dir}")
@@ -295,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("--output-dir", required=True, help="where to save the fine-tuned Hugging Face model")
     sft.add_argument("--parser", default="hermes", help="tool-call format used to render tool calls (default hermes)")
     sft.add_argument("--set", action="append", metavar="KEY=VALUE", help="SFT options, e.g. epochs=3 or lr=2e-5")
+    sft.add_argument("--precision", choices=["auto", "fp32", "bf16-mixed"], default="auto", help="fp32, or bf16-mixed (float32 master weights, bf16 compute); auto picks by device (default)")
     sft.set_defaults(run=_sft)
 
     dpo = commands.add_parser("dpo", help="offline DPO on preference pairs of conversations (JSONL), or pairs built from a run's rollouts.jsonl")
@@ -305,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     dpo.add_argument("--output-dir", required=True, help="where to save the trained Hugging Face model")
     dpo.add_argument("--parser", default="hermes", help="tool-call format used to render tool calls (default hermes)")
     dpo.add_argument("--set", action="append", metavar="KEY=VALUE", help="DPO options, e.g. beta=0.1, lr=1e-6 or loss_type=ipo")
+    dpo.add_argument("--precision", choices=["auto", "fp32", "bf16-mixed"], default="auto", help="fp32, or bf16-mixed (float32 master weights, bf16 compute); auto picks by device (default)")
     dpo.set_defaults(run=_dpo)
 
     report = commands.add_parser("report", help="write a self-contained report.html (plots, eval table, rollouts) for a run directory")
