@@ -94,6 +94,7 @@ class RLTrainer:
             "nonfinite_in_a_row": self.nonfinite.in_a_row,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "weight_version": self.backend.weight_version,
         }
         if self.critic is not None:
             state["critic_optimizer"] = self.critic.optimizer.state_dict()
@@ -106,6 +107,8 @@ class RLTrainer:
         self.nonfinite.in_a_row = int(state.get("nonfinite_in_a_row", 0))
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if "weight_version" in state:  # trajectories keep the version numbering of an uninterrupted run
+            self.backend.weight_version = int(state["weight_version"])
         if self.critic is not None:
             self.critic.optimizer.load_state_dict(state["critic_optimizer"])
 

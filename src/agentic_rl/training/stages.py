@@ -211,7 +211,8 @@ def _resume_trainer(state: RunState) -> None:
 
     trainer = state.trainer
     trainer_state, info = load_checkpoint(state.checkpoint, model=trainer.model, critic_module=trainer.critic.module if trainer.critic is not None else None)
-    trainer.load_state_dict(trainer_state)
+    trainer.backend.sync_weights(trainer.model)  # an engine with its own copy (bf16) must see the loaded weights
+    trainer.load_state_dict(trainer_state)  # after the sync: restores the engine's weight version too
     for name in LOGS:
         state.run.truncate_lines(name, info["tracking"][name])
     state.events.on_stage(f"resumed from {state.checkpoint.name} (step {trainer.steps_done} of {state.config.steps})")
