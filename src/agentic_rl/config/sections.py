@@ -365,6 +365,8 @@ class TrainConfig(Section):
     """Save a resumable checkpoint every N RL steps (and after SFT/filtering); 0 = never."""
     keep_checkpoints: int = Field(2, ge=1)
     """Newest complete checkpoints kept (older ones are deleted only after a new one is complete)."""
+    final_dtype: Literal["original", "fp32", "bf16"] = "original"
+    """The dtype of the weights in final/: original = the dtype the model was published in (bf16 for SmolLM2-135M-Instruct), fp32 on request."""
     max_failed_fraction: float = Field(0.5, ge=0.0, le=1.0)
     """Skip a step's update when more than this fraction of its trajectories hit infrastructure errors."""
     max_nonfinite_steps: int = Field(3, ge=1)

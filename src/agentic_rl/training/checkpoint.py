@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from agentic_rl.models import source_dtype
+
 COMPLETE = "COMPLETE"
 
 logger = logging.getLogger(__name__)
@@ -176,9 +178,54 @@ def _tied_aliases(model) -> set[str]:
     return aliases
 
 
-def save_final(model, tokenizer, folder: Path) -> None:
-    """A plain Hugging Face folder that ``transformers`` loads (LoRA adapters merged)."""
+FINAL_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def final_dtype(setting: str, model_name: str) -> torch.dtype:
+    """The dtype of final/'s weights for ``final_dtype`` ``setting``: fp32, bf16, or
+    original (the dtype ``model_name`` was published in)."""
+    if setting == "original":
+        return source_dtype(model_name)
+    if setting not in FINAL_DTYPES:
+        raise ValueError(f"final_dtype: expected original, fp32 or bf16, got {setting!r}")
+    return FINAL_DTYPES[setting]
+
+
+def save_final(model, tokenizer, folder: Path, *, dtype: torch.dtype | None = None) -> None:
+    """A plain Hugging Face folder that ``transformers`` loads (LoRA adapters merged), its
+    weights in ``dtype`` (None: as they are in memory). ``model`` keeps its own dtype: the
+    run may go on using it."""
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
-    model.save_pretrained(folder)
+    model.save_pretrained(folder, state_dict=_state_in(model, dtype) if dtype is not None else None)
+    if dtype is not None:
+        _set_config_dtype(folder / "config.json", dtype)
     tokenizer.save_pretrained(folder)
+
+
+def _state_in(model, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """``model``'s state dict with floating tensors in ``dtype``: one converted copy per
+    shared storage (tied embeddings stay tied, so the writer still stores them once), none
+    where the dtype already matches; integer buffers as they are."""
+    converted: dict[tuple, torch.Tensor] = {}
+    out = {}
+    for key, value in model.state_dict().items():
+        if not value.is_floating_point():
+            out[key] = value
+            continue
+        identity = (value.data_ptr(), value.shape, value.stride())
+        if identity not in converted:
+            converted[identity] = value.to(dtype)
+        out[key] = converted[identity]
+    return out
+
+
+def _set_config_dtype(path: Path, dtype: torch.dtype) -> None:
+    """Record ``dtype`` in a saved config.json: ``save_pretrained`` writes the in-memory
+    parameters' dtype, not that of the state dict it was handed."""
+    config = json.loads(path.read_text())
+    name = str(dtype).removeprefix("torch.")
+    config["dtype"] = name
+    if "torch_dtype" in config:  # older transformers read this key
+        config["torch_dtype"] = name
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
