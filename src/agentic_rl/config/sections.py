@@ -351,6 +351,8 @@ class TrainConfig(Section):
     micro_batch_tokens: MicroBatchTokens = 8192
     precision: Literal["auto", "fp32", "bf16-mixed"] = "auto"
     """fp32, or bf16-mixed (float32 master weights and optimizer state, bf16 forward/backward, float32 log-probs and losses, bf16 rollout weights); auto = bf16-mixed on GPUs and on CPUs where bf16 matmuls measure faster, else fp32."""
+    kl_reference: Literal["auto", "fp32", "bf16", "cpu"] = "auto"
+    """The KL reference copy of the initial policy: fp32 = float32 on the policy's device, bf16 = bf16 there (half the memory; float32 log-probs), cpu = float32 on the CPU (for tight GPU memory); auto = bf16 when precision is bf16-mixed, else fp32. With LoRA the reference is the policy with adapters disabled (no copy)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory for long episodes, ~1.3x compute."""
     compile: bool = False
@@ -363,6 +365,8 @@ class TrainConfig(Section):
     """Save a resumable checkpoint every N RL steps (and after SFT/filtering); 0 = never."""
     keep_checkpoints: int = Field(2, ge=1)
     """Newest complete checkpoints kept (older ones are deleted only after a new one is complete)."""
+    final_dtype: Literal["original", "fp32", "bf16"] = "original"
+    """The dtype of the weights in final/: original = the dtype the model was published in (bf16 for SmolLM2-135M-Instruct), fp32 on request."""
     max_failed_fraction: float = Field(0.5, ge=0.0, le=1.0)
     """Skip a step's update when more than this fraction of its trajectories hit infrastructure errors."""
     max_nonfinite_steps: int = Field(3, ge=1)

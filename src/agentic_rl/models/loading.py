@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -92,3 +93,23 @@ def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dty
     model = model.to(target).eval()
     set_linear_kernel(model, linear_kernel)
     return model, tokenizer
+
+
+SOURCE_DTYPES: dict[str, torch.dtype] = {"smollm2-135m": torch.bfloat16, "tiny-random": torch.float32}
+"""The dtype each built-in model was published in. SmolLM2-135M-Instruct is a bf16 model;
+our cached conversion is float32 only because it is de-quantized from the GGUF."""
+
+
+def source_dtype(name_or_path: str) -> torch.dtype:
+    """The dtype ``name_or_path``'s weights were published in: a built-in model's, or the
+    ``dtype`` (newer transformers) or ``torch_dtype`` entry of a local folder's config.json;
+    float32 when missing or unreadable (and for hub ids: nothing is fetched to find out)."""
+    if name_or_path in SOURCE_DTYPES:
+        return SOURCE_DTYPES[name_or_path]
+    try:
+        config = json.loads((Path(name_or_path).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return torch.float32
+    name = (config.get("dtype") or config.get("torch_dtype")) if isinstance(config, dict) else None
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32

@@ -12,33 +12,73 @@ from torch import nn
 from agentic_rl.training.batch import TokenBatch
 from agentic_rl.training.logprobs import token_logprobs
 
+PLACEMENTS = ("fp32", "bf16", "cpu")
+"""Where and in which dtype the reference copy lives: an exact copy on the policy's device
+(float32, as the master weights are), a bf16 copy there (half the memory), or an exact
+copy on the CPU (no accelerator memory; each reference forward moves its batch there)."""
+
+
+def resolve_kl_reference(setting: str, precision: str) -> str:
+    """The placement (fp32, bf16, cpu) that ``kl_reference`` ``setting`` means for a run in
+    ``precision`` (fp32 or bf16-mixed): auto = bf16 for bf16-mixed runs, whose forwards
+    already round to bf16, else fp32."""
+    if setting == "auto":
+        return "bf16" if precision == "bf16-mixed" else "fp32"
+    if setting not in PLACEMENTS:
+        raise ValueError(f"kl_reference: expected auto or one of {', '.join(PLACEMENTS)}, got {setting!r}")
+    return setting
+
+
+def frozen_copy(model: nn.Module, placement: str) -> nn.Module:
+    """A gradient-free copy of ``model`` in eval mode placed as ``placement`` says.
+
+    Each parameter is copied straight into its target dtype and device (the deepcopy memo
+    hands the copy those tensors), so no second float32 copy exists on the way to a bf16
+    or a CPU one; parameters shared within ``model`` (tied embeddings) stay shared in the
+    copy. Buffers are copied as they are: rotary frequency tables must stay float32."""
+    dtype = torch.bfloat16 if placement == "bf16" else None
+    device = torch.device("cpu") if placement == "cpu" else None
+    memo = {}
+    for parameter in model.parameters():
+        target = dtype if dtype is not None and parameter.is_floating_point() else parameter.dtype
+        memo[id(parameter)] = nn.Parameter(parameter.detach().to(device=device, dtype=target, copy=True), requires_grad=False)
+    frozen = copy.deepcopy(model, memo)
+    if device is not None:
+        frozen.to(device)  # the buffers; the parameters are there already
+    return frozen.eval()
+
 
 @dataclass(frozen=True, eq=False)
 class ReferencePolicy:
-    """Log-probs under the initial weights. ``model`` is a frozen deep copy of the initial
-    policy, or (``adapters_disabled``) the LoRA policy itself run with its adapters
-    switched off: the base weights never train and the adapters start at zero, so the
-    base is the initial policy without a second copy in memory."""
+    """Log-probs under the initial weights. ``model`` is a frozen copy of the initial
+    policy (placed by ``PLACEMENTS``), or (``adapters_disabled``) the LoRA policy itself
+    run with its adapters switched off: the base weights never train and the adapters
+    start at zero, so the base is the initial policy without a second copy in memory."""
 
     model: nn.Module
     adapters_disabled: bool = False
 
     @classmethod
-    def build(cls, model: nn.Module, *, lora_enabled: bool, kl_needed: bool) -> ReferencePolicy | None:
+    def build(cls, model: nn.Module, *, lora_enabled: bool, kl_needed: bool, placement: str = "fp32") -> ReferencePolicy | None:
         """None when no KL term needs one; call it before the first update (the copy is
-        taken of ``model`` as it is now)."""
+        taken of ``model`` as it is now). ``placement``: fp32, bf16 or cpu (see
+        :func:`resolve_kl_reference`); with LoRA there is no copy to place."""
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement: expected one of {', '.join(PLACEMENTS)}, got {placement!r}")
         if not kl_needed:
             return None
         if lora_enabled:
             return cls(model, adapters_disabled=True)
-        frozen = copy.deepcopy(model).eval()
-        for parameter in frozen.parameters():
-            parameter.requires_grad_(False)
-        return cls(frozen)
+        return cls(frozen_copy(model, placement))
 
     def logprobs(self, batch: TokenBatch, temperature: float) -> torch.Tensor:
-        """Log-probs [B, T] of ``batch``'s tokens at its loss positions (0 elsewhere), without gradients."""
+        """Log-probs [B, T] of ``batch``'s tokens at its loss positions (0 elsewhere), without
+        gradients, float32 (the vocabulary head upcasts a bf16 copy's logits) on ``batch``'s device."""
         adapters_off = self.model.disable_adapter() if self.adapters_disabled else nullcontext()
+        # A CPU copy of a GPU policy: the batch goes to the copy and its log-probs come back.
+        device = next(self.model.parameters()).device
         with torch.no_grad(), adapters_off:
-            logprobs, _ = token_logprobs(self.model, batch.input_ids, batch.attention_mask, batch.loss_mask, temperature=temperature)
-        return logprobs
+            logprobs, _ = token_logprobs(
+                self.model, batch.input_ids.to(device), batch.attention_mask.to(device), batch.loss_mask.to(device), temperature=temperature
+            )
+        return logprobs.to(batch.input_ids.device)

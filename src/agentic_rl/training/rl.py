@@ -22,7 +22,7 @@ from agentic_rl.tracking.diagnostics import step_diagnostics
 from agentic_rl.training.batch import TokenBatch, collate, length_buckets
 from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler
-from agentic_rl.training.reference import ReferencePolicy
+from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
 from agentic_rl.training.rl_metrics import UpdateTally, rollout_metrics
 from agentic_rl.training.scoring import ScoredBatch, keep_groups, score, shaped_rewards, usable_trajectories
 from agentic_rl.training.speed import apply_speed_options
@@ -64,7 +64,10 @@ class RLTrainer:
         self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         updates = config.steps * config.ppo_epochs * config.mini_batches
         self.scheduler = make_scheduler(self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule)
-        self.reference = ReferencePolicy.build(model, lora_enabled=config.lora.enabled, kl_needed=bool(config.algorithm.kl_coef))
+        self.reference = ReferencePolicy.build(
+            model, lora_enabled=config.lora.enabled, kl_needed=bool(config.algorithm.kl_coef),
+            placement=resolve_kl_reference(config.kl_reference, compute_precision(model)),
+        )
         """The initial policy for the KL term (None without one)."""
         algorithm = config.algorithm
         self.critic = Critic(model, algorithm.critic, lr=algorithm.critic_lr) if algorithm.critic != "none" else None

@@ -269,10 +269,10 @@ def run_final(state: RunState) -> None:
     """final/ (a Hugging Face folder, plus the critic when there is one) and summary.json."""
     from safetensors.torch import save_file
 
-    from agentic_rl.training.checkpoint import save_final, trainable_state
+    from agentic_rl.training.checkpoint import final_dtype, save_final, trainable_state
 
     final = state.run.file("final")
-    save_final(state.model, state.tokenizer, final)
+    save_final(state.model, state.tokenizer, final, dtype=final_dtype(state.config.final_dtype, state.config.model.name))
     if state.trainer is not None and state.trainer.critic is not None:  # the value function, for continuing PPO or inspecting values
         save_file(trainable_state(state.trainer.critic.module), final / "critic.safetensors")
     state.run.write_json("summary.json", {"evals": state.evals, "steps": len(state.steps)})
