@@ -50,6 +50,29 @@ def run(tiny, *, continuous: bool, temperature: float = 1.0, top_p: float = 1.0,
     return [t for g in groups for t in g.trajectories]
 
 
+def _agreeing(fast: list, reference: list) -> tuple[list, list]:
+    """The trajectory pairs to compare exactly. The native kernels sum in a fixed order
+    whatever the batch, so there every pair agrees. oneDNN's products (used where the
+    native kernels are not available) round differently for different batch shapes, moving
+    probabilities by ~1e-7, which flips a draw whose uniform lies that close to a CDF
+    boundary: ~0.5% of draws from the tiny model's near-uniform distribution. There, one
+    pair may diverge, provided it agrees token for token (log-probs to 1e-5) before the
+    flip; it is left out of the exact comparison."""
+    from agentic_rl.accel import native
+
+    if native.available():
+        return fast, reference
+    diverged = [i for i, (a, b) in enumerate(zip(fast, reference)) if a.token_ids != b.token_ids]
+    assert len(diverged) <= 1, f"trajectories {diverged} diverge"
+    for i in diverged:
+        a, b = fast[i], reference[i]
+        first = next(p for p, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y)
+        assert a.token_ids[:first] == b.token_ids[:first] and first > a.prompt_length
+        assert torch.allclose(torch.tensor(a.sampler_logprobs[:first]), torch.tensor(b.sampler_logprobs[:first]), atol=1e-5)
+    keep = [i for i in range(len(fast)) if i not in diverged]
+    return [fast[i] for i in keep], [reference[i] for i in keep]
+
+
 # Not with top_p < 1 here: the tiny random model is near-uniform, so which of thousands of
 # almost equally likely tokens fall inside the nucleus flips with 1e-7 differences between
 # batch shapes (top-p itself is tested on sample() below).
@@ -58,6 +81,7 @@ def test_continuous_batching_gives_the_per_turn_tokens(tiny, temperature: float,
     fast = run(tiny, continuous=True, temperature=temperature, top_p=top_p)
     reference = run(tiny, continuous=False, temperature=temperature, top_p=top_p)
     assert len(fast) == len(reference) == 9
+    fast, reference = _agreeing(fast, reference)
     for a, b in zip(fast, reference):
         assert a.token_ids == b.token_ids
         assert a.loss_mask == b.loss_mask
