@@ -9,7 +9,6 @@ batching and KV reuse across the turns of a trajectory.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,16 +16,8 @@ import torch
 
 from agentic_rl.engines.base import Completion, SamplingParams, SharedWeights
 from agentic_rl.engines.decode_session import DecodeSession
+from agentic_rl.models.copies import frozen_copy
 from agentic_rl.seeds import stream_seed
-
-
-def inference_copy(model, dtype: torch.dtype):
-    """A frozen copy of ``model`` with its floating-point parameters in ``dtype``, built
-    without a second copy at the original precision (each parameter is converted as it
-    is copied). Buffers keep their dtype (rotary tables stay float32); tied weights stay tied."""
-    memo: dict[int, Any] = {id(p): torch.nn.Parameter(p.detach().to(dtype, copy=True), requires_grad=False) for p in model.parameters() if p.is_floating_point()}
-    duplicate = copy.deepcopy(model, memo)
-    return duplicate.eval()
 
 
 class HFBackend(SharedWeights):
@@ -46,7 +37,7 @@ class HFBackend(SharedWeights):
     def __init__(self, model, tokenizer, *, batch_size: int = 64, weights_dtype: torch.dtype | None = None) -> None:
         self.trainer_model = model
         own_dtype = next(model.parameters()).dtype
-        self.model = model if weights_dtype in (None, own_dtype) else inference_copy(model, weights_dtype)
+        self.model = model if weights_dtype in (None, own_dtype) else frozen_copy(model, dtype=weights_dtype)
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

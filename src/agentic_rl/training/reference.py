@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from agentic_rl.models.copies import frozen_copy
 from agentic_rl.training.batch import TokenBatch
 from agentic_rl.training.logprobs import token_logprobs
 
@@ -27,25 +27,6 @@ def resolve_kl_reference(setting: str, precision: str) -> str:
     if setting not in PLACEMENTS:
         raise ValueError(f"kl_reference: expected auto or one of {', '.join(PLACEMENTS)}, got {setting!r}")
     return setting
-
-
-def frozen_copy(model: nn.Module, placement: str) -> nn.Module:
-    """A gradient-free copy of ``model`` in eval mode placed as ``placement`` says.
-
-    Each parameter is copied straight into its target dtype and device (the deepcopy memo
-    hands the copy those tensors), so no second float32 copy exists on the way to a bf16
-    or a CPU one; parameters shared within ``model`` (tied embeddings) stay shared in the
-    copy. Buffers are copied as they are: rotary frequency tables must stay float32."""
-    dtype = torch.bfloat16 if placement == "bf16" else None
-    device = torch.device("cpu") if placement == "cpu" else None
-    memo = {}
-    for parameter in model.parameters():
-        target = dtype if dtype is not None and parameter.is_floating_point() else parameter.dtype
-        memo[id(parameter)] = nn.Parameter(parameter.detach().to(device=device, dtype=target, copy=True), requires_grad=False)
-    frozen = copy.deepcopy(model, memo)
-    if device is not None:
-        frozen.to(device)  # the buffers; the parameters are there already
-    return frozen.eval()
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,7 +50,7 @@ class ReferencePolicy:
             return None
         if lora_enabled:
             return cls(model, adapters_disabled=True)
-        return cls(frozen_copy(model, placement))
+        return cls(frozen_copy(model, dtype=torch.bfloat16 if placement == "bf16" else None, device="cpu" if placement == "cpu" else None))
 
     def logprobs(self, batch: TokenBatch, temperature: float) -> torch.Tensor:
         """Log-probs [B, T] of ``batch``'s tokens at its loss positions (0 elsewhere), without
