@@ -29,6 +29,7 @@ from agentic_rl.config.sections import (
     SFTStageConfig,
     TrackingConfig,
     TrainConfig,
+    TrainerConfig,
 )
 from agentic_rl.config.sinks import SINK_PACKAGES, check_sink_names
 
@@ -55,6 +56,7 @@ __all__ = [
     "Section",
     "TrackingConfig",
     "TrainConfig",
+    "TrainerConfig",
     "apply_assignments",
     "build",
     "check_sink_names",

@@ -307,6 +307,17 @@ class TrackingConfig(Section):
         return sinks
 
 
+class TrainerConfig(Section):
+    """How the trainer spreads over processes (``agentic-rl train --nproc N`` starts them under torchrun)."""
+
+    strategy: Literal["auto", "single", "ddp", "fsdp2"] = "auto"
+    """single: one process; ddp: a full replica per rank, gradients all-reduced; fsdp2: parameters, gradients and optimizer state sharded per decoder layer (torch fully_shard); auto = single for one process, ddp for several."""
+    cpu_offload: bool = False
+    """fsdp2: keep the sharded parameters and optimizer state in CPU memory (GPU runs short of memory)."""
+    timeout_s: float = Field(600.0, gt=0)
+    """Collectives wait at most this long: a rank that died or hangs ends the others with an error instead of a hang."""
+
+
 class TrainConfig(Section):
     """One training run: evals, optional SFT cold start and filtering, then RL."""
 
@@ -328,6 +339,8 @@ class TrainConfig(Section):
     """Optimizer for RL."""
     lora: LoraConfig = Field(default_factory=LoraConfig)
     """LoRA adapters instead of full fine-tuning."""
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    """Trainer strategy over processes (single, DDP, FSDP2)."""
     sft: SFTStageConfig = Field(default_factory=SFTStageConfig)
     """SFT cold start."""
     filter: FilterConfig = Field(default_factory=FilterConfig)
@@ -386,4 +399,12 @@ class TrainConfig(Section):
             raise ValueError(f"arpo.initial_samples: must be at most group_size (the budget M = {self.group_size}), got {self.arpo.initial_samples}")
         if self.mini_batches > self.tasks_per_step * self.group_size:
             raise ValueError("mini_batches: more mini-batches than trajectories per step")
+        if self.trainer.strategy == "fsdp2":
+            for field, value, why in (
+                ("checkpoint_every", self.checkpoint_every, "sharded checkpoints are not implemented yet; set checkpoint_every: 0"),
+                ("lora.enabled", self.lora.enabled, "LoRA under fsdp2 is not implemented yet; use ddp"),
+                ("algorithm.critic", self.algorithm.critic != "none", "a critic under fsdp2 is not implemented yet"),
+            ):
+                if value:
+                    raise ValueError(f"{field}: trainer.strategy fsdp2: {why}")
         return self

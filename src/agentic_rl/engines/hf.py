@@ -9,7 +9,7 @@ batching and KV reuse across the turns of a trajectory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -24,9 +24,10 @@ class HFBackend(SharedWeights):
     """The in-process engine (Backend contract, ``interface == "tokens"``).
 
     ``weights_dtype``: sample from a copy of the trainer's weights in this dtype (e.g.
-    bf16 rollouts of a float32 master); ``sync_weights`` refreshes it in place after each
-    optimizer step. By default (None, or the model's own dtype) the engine reads the
-    trainer's model itself."""
+    bf16 rollouts of a float32 master); ``own_copy``: a copy even in the same dtype (a
+    sharded trainer's parameters cannot decode). ``sync_weights`` refreshes the copy in
+    place after each optimizer step. By default (None, or the model's own dtype) the
+    engine reads the trainer's model itself."""
 
     interface = "tokens"
 
@@ -34,10 +35,11 @@ class HFBackend(SharedWeights):
     """Shared prompt prefixes at least this long (e.g. a system prompt) are encoded once per
     batch, where that spares enough work (engines/decode_session.py)."""
 
-    def __init__(self, model, tokenizer, *, batch_size: int = 64, weights_dtype: torch.dtype | None = None) -> None:
+    def __init__(self, model, tokenizer, *, batch_size: int = 64, weights_dtype: torch.dtype | None = None, own_copy: bool = False) -> None:
         self.trainer_model = model
         own_dtype = next(model.parameters()).dtype
-        self.model = model if weights_dtype in (None, own_dtype) else frozen_copy(model, dtype=weights_dtype)
+        separate = own_copy or weights_dtype not in (None, own_dtype)
+        self.model = frozen_copy(model, dtype=weights_dtype) if separate else model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -53,13 +55,18 @@ class HFBackend(SharedWeights):
         return next(self.model.parameters()).dtype
 
     def sync_weights(self, source: Any = None) -> int:
-        """Copy the trainer's weights (``source``, default the model given at construction)
-        into the engine's copy, in place (no new allocation); count the update."""
+        """Copy the trainer's weights (``source``: a model, or full tensors by parameter name
+        as a sharded trainer gathers them; default the model given at construction) into
+        the engine's copy, in place (no new allocation); count the update."""
         if self.separate_weights:
             source = source if source is not None else self.trainer_model
             with torch.no_grad():
-                for target, value in zip(self.model.parameters(), source.parameters(), strict=True):
-                    target.copy_(value)
+                if isinstance(source, Mapping):
+                    for name, target in self.model.named_parameters():
+                        target.copy_(source[name])
+                else:
+                    for target, value in zip(self.model.parameters(), source.parameters(), strict=True):
+                        target.copy_(value)
         return super().sync_weights(source)
 
     @property

@@ -36,6 +36,7 @@ def rollout(
     seed: int | None = None,
     return_entropy: bool = False,
     on_finish: OnFinish | None = None,
+    task_positions: Sequence[int] | None = None,
 ) -> list[TrajectoryGroup]:
     """Run ``group_size`` episodes for each task index and return one group per task.
 
@@ -45,6 +46,9 @@ def rollout(
     ``config``: sampling and episode limits; ``seed``: the same seed gives the same samples
     (None: fresh randomness); ``return_entropy``: keep each turn's per-token sampling
     entropies in ``trajectory.info["turn_entropies"]`` (token engines; ARPO branches on them).
+    ``task_positions``: each task's position in a larger batch that other processes share
+    (data-parallel ranks): episode j of the task at position p draws from stream
+    ``p * group_size + j``, so a rank samples what one process sampling the whole batch would.
     """
     config = config or RolloutConfig()
     renderer = ChatRenderer(backend.tokenizer) if backend.interface == "tokens" else None
@@ -55,7 +59,8 @@ def rollout(
         for _ in range(group_size):
             episodes.append(Episode.reset(make_env, index, group, limits=config, renderer=renderer, on_finish=on_finish))
         groups.append(group)
-    run_episodes(episodes, backend, config, seed=seed, return_entropy=return_entropy)
+    ordinals = None if task_positions is None else [p * group_size + j for p in task_positions for j in range(group_size)]
+    run_episodes(episodes, backend, config, seed=seed, return_entropy=return_entropy, ordinals=ordinals)
     return groups
 
 
@@ -79,10 +84,14 @@ def continue_rollouts(
     run_episodes(episodes, backend, config, seed=seed, return_entropy=return_entropy)
 
 
-def run_episodes(episodes: list[Episode], backend, config: RolloutConfig, *, seed: int | None, return_entropy: bool) -> None:
-    """Give each unfinished episode its own random stream and run them all to the end."""
+def run_episodes(episodes: list[Episode], backend, config: RolloutConfig, *, seed: int | None, return_entropy: bool, ordinals: Sequence[int] | None = None) -> None:
+    """Give each unfinished episode its own random stream (the ``ordinals``-th, one per
+    episode, when given; else numbered in order) and run them all to the end."""
     base_seed = seed if seed is not None else random.getrandbits(62)
-    for ordinal, episode in enumerate(e for e in episodes if not e.finished):
+    if ordinals is not None:
+        for ordinal, episode in zip(ordinals, episodes, strict=True):
+            episode.seed = stream_seed(base_seed, ordinal)
+    for ordinal, episode in enumerate(e for e in episodes if not e.finished and ordinals is None):
         episode.seed = stream_seed(base_seed, ordinal)
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens, seed=seed, return_entropy=return_entropy)
     scheduler = scheduler_for(backend, continuous_batching=config.continuous_batching)

@@ -13,7 +13,7 @@ from agentic_rl.accel import head_logprobs
 from agentic_rl.models.anatomy import hidden_states, split_model
 from agentic_rl.models.precision import compute_autocast
 
-__all__ = ["head_logprobs", "token_logprobs"]
+__all__ = ["PolicyLogprobs", "head_logprobs", "token_logprobs"]
 
 
 def token_logprobs(
@@ -47,3 +47,16 @@ def token_logprobs(
     if with_entropy:
         entropy = torch.zeros(input_ids.shape, dtype=values.dtype, device=values.device).index_put((rows, cols), values.detach())
     return out, entropy
+
+
+class PolicyLogprobs(torch.nn.Module):
+    """``token_logprobs`` of ``model`` as a module forward: the root a trainer strategy wraps
+    (DDP, FSDP2), so the wrappers' hooks see the whole trainable computation (embedding,
+    decoder layers, the vocabulary head) in one call."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, select: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
+        return token_logprobs(self.model, input_ids, attention_mask, select, temperature=temperature, with_entropy=with_entropy)

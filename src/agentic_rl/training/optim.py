@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -79,7 +79,22 @@ class StepOutcome:
     """Non-finite loss or norm: the gradients were dropped and no weight changed."""
 
 
-def accumulate_and_step(micro_losses: Iterable[torch.Tensor], groups: Sequence[Optimized], *, max_grad_norm: float, guard: NonFiniteGuard) -> StepOutcome:
+def _total_norm(params: list[torch.nn.Parameter], max_grad_norm: float) -> float:
+    """Clip ``params``' gradients to ``max_grad_norm`` together; their norm before clipping
+    (sharded gradients: torch computes the global norm; it comes back as a DTensor)."""
+    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+
+def accumulate_and_step(
+    micro_losses: Iterable[torch.Tensor],
+    groups: Sequence[Optimized],
+    *,
+    max_grad_norm: float,
+    guard: NonFiniteGuard,
+    grad_scale: float = 1.0,
+    reduce: Callable[[list[float]], list[float]] | None = None,
+) -> StepOutcome:
     """One optimizer step over gradients accumulated from ``micro_losses``.
 
     Each micro-batch loss must already be normalised by the whole mini-batch (global token
@@ -88,14 +103,21 @@ def accumulate_and_step(micro_losses: Iterable[torch.Tensor], groups: Sequence[O
     first group is the policy (its norm and lr are reported). A NaN/inf loss or norm never
     reaches the weights: the gradients are dropped and ``guard`` counts the skip (and
     raises after too many in a row); a finite step resets it.
+
+    Data-parallel ranks: ``grad_scale`` multiplies each loss before its backward (the world
+    size, so the strategy's gradient average is the sum of the ranks' losses) and
+    ``reduce`` sums the loss over ranks, so every rank reports the mini-batch loss and takes
+    the same skip decision.
     """
     for group in groups:
         group.optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
     for loss in micro_losses:
-        loss.backward()
+        (loss * grad_scale if grad_scale != 1.0 else loss).backward()
         loss_sum += float(loss.detach())
-    norms = [float(torch.nn.utils.clip_grad_norm_(group.params, max_grad_norm)) for group in groups]
+    if reduce is not None:
+        loss_sum = reduce([loss_sum])[0]
+    norms = [_total_norm(group.params, max_grad_norm) for group in groups]
     grad_norm = norms[0] if all(math.isfinite(norm) for norm in norms[1:]) else float("nan")
     lr = groups[0].scheduler.get_last_lr()[0] if groups[0].scheduler is not None else groups[0].optimizer.param_groups[0]["lr"]
     skipped = not (math.isfinite(grad_norm) and math.isfinite(loss_sum))

@@ -13,14 +13,16 @@ import torch
 
 from agentic_rl.algorithms import aggregate, compute_policy_loss, kl_penalty, resolve_rollout_correction, rollout_correction, value_loss
 from agentic_rl.config import TrainConfig
+from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.envs.base import Env
+from agentic_rl.models.anatomy import split_model
 from agentic_rl.models.precision import compute_precision
 from agentic_rl.rollout.arpo import arpo_rollout
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.diagnostics import step_diagnostics
 from agentic_rl.training.batch import TokenBatch, collate, length_buckets
-from agentic_rl.training.logprobs import token_logprobs
+from agentic_rl.training.logprobs import PolicyLogprobs
 from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler
 from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
 from agentic_rl.training.rl_metrics import UpdateTally, rollout_metrics
@@ -34,9 +36,29 @@ __all__ = ["ROLLOUT_MODES", "NonFiniteError", "RLTrainer", "ScoredBatch", "keep_
 
 
 def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-    """``group_size`` independent samples per task."""
-    config = trainer.config
-    return rollout(trainer.backend, trainer.make_env, task_indices, group_size=config.group_size, config=config.rollout, seed=seed), {}
+    """``group_size`` independent samples per task. With several ranks each rolls out every
+    world-size-th task (whole groups: the group advantage needs them together), as one
+    process would sample it, and every rank receives all groups in task order."""
+    config, dist = trainer.config, trainer.dist
+    if not dist.distributed:
+        return rollout(trainer.backend, trainer.make_env, task_indices, group_size=config.group_size, config=config.rollout, seed=seed), {}
+    mine = list(range(dist.rank, len(task_indices), dist.world_size))
+    groups = rollout(trainer.backend, trainer.make_env, [task_indices[i] for i in mine], group_size=config.group_size, config=config.rollout, seed=seed, task_positions=mine)
+    ordered: list[TrajectoryGroup | None] = [None] * len(task_indices)
+    for positions, rank_groups in dist.all_gather_objects((mine, groups)):
+        for position, group in zip(positions, rank_groups):
+            ordered[position] = group
+    return ordered, {}  # type: ignore[return-value]
+
+
+def _check_data_parallel(config: TrainConfig, dist: DistContext) -> None:
+    """What does not run on several ranks yet: one line naming the setting."""
+    if not dist.distributed:
+        return
+    if config.algorithm.rollout == "arpo":
+        raise ValueError("algorithm.rollout: arpo branching runs in one process only for now (drop --nproc or use rollout: group)")
+    if config.algorithm.critic != "none":
+        raise ValueError("algorithm.critic: a learned critic runs in one process only for now (drop --nproc or use a critic-free preset)")
 
 
 def _sample_arpo(trainer: RLTrainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
@@ -53,24 +75,34 @@ ROLLOUT_MODES = {"group": _sample_groups, "arpo": _sample_arpo}
 class RLTrainer:
     """Owns the policy, its optimizer and the task schedule; ``step()`` runs one RL step."""
 
-    def __init__(self, config: TrainConfig, model, tokenizer, backend, make_env: Callable[[], Env], task_indices: list[int]) -> None:
+    def __init__(self, config: TrainConfig, model, tokenizer, backend, make_env: Callable[[], Env], task_indices: list[int], *, dist: DistContext | None = None) -> None:
         self.config = config
         self.model = model
         self.tokenizer = tokenizer
         self.backend = backend
         self.make_env = make_env
+        self.dist = dist or DistContext()
+        """The ranks this trainer spans (one process by default)."""
         self.task_schedule = TaskSchedule(task_indices, seed=config.seed)
+        algorithm = config.algorithm
+        _check_data_parallel(config, self.dist)
         apply_speed_options(model, gradient_checkpointing=config.gradient_checkpointing, compile=config.compile)
-        self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
-        updates = config.steps * config.ppo_epochs * config.mini_batches
-        self.scheduler = make_scheduler(self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule)
+        # The reference and a separate critic copy the unsharded model, before the strategy wraps it.
         self.reference = ReferencePolicy.build(
-            model, lora_enabled=config.lora.enabled, kl_needed=bool(config.algorithm.kl_coef),
+            model, lora_enabled=config.lora.enabled, kl_needed=bool(algorithm.kl_coef),
             placement=resolve_kl_reference(config.kl_reference, compute_precision(model)),
         )
         """The initial policy for the KL term (None without one)."""
-        algorithm = config.algorithm
         self.critic = Critic(model, algorithm.critic, lr=algorithm.critic_lr) if algorithm.critic != "none" else None
+        strategy = config.trainer.strategy if config.trainer.strategy != "auto" else ("ddp" if self.dist.distributed else "single")
+        self.strategy = make_strategy(strategy, self.dist, precision=compute_precision(model), cpu_offload=config.trainer.cpu_offload)
+        if self.strategy.name == "fsdp2" and not getattr(backend, "separate_weights", False):
+            raise ValueError("trainer.strategy fsdp2: the engine must hold its own copy of the weights (sharded parameters cannot decode)")
+        self.policy = self.strategy.wrap(PolicyLogprobs(model), layers=list(split_model(model)[0].layers))
+        """The trainable forward (log-probs of a batch) as the strategy runs it."""
+        self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
+        updates = config.steps * config.ppo_epochs * config.mini_batches
+        self.scheduler = make_scheduler(self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule)
         self.rollout_correction = resolve_rollout_correction(
             algorithm.rollout_correction, precision=compute_precision(model), separate_sampler=bool(getattr(backend, "separate_weights", False))
         )
@@ -142,7 +174,7 @@ class RLTrainer:
         metrics["skipped_infra"] = float(failed_fraction > config.max_failed_fraction)
         if scored.trajectories and not metrics["skipped_infra"]:
             metrics.update(self.update(scored))
-            self.backend.sync_weights(self.model)  # the next rollouts sample from the new weights
+            self.backend.sync_weights(self.strategy.full_weights(self.model))  # the next rollouts sample from the new weights
         metrics.update(
             step=self.step_index,
             step_time_s=time.monotonic() - started,
@@ -181,14 +213,22 @@ class RLTrainer:
             metrics.update(generation_rounds=float(rounds), groups_sampled=float(len(sampled)), groups_kept=float(min(len(kept), config.tasks_per_step)))
         return sampled, kept[: config.tasks_per_step], metrics
 
-    def _per_token_rows(self, trajectories: list[Trajectory], compute: Callable[[TokenBatch], torch.Tensor], extra: str | None = None) -> list[list[float]]:
+    def _per_token_rows(self, trajectories: list[Trajectory], compute: Callable[[TokenBatch], torch.Tensor], extra: str | None = None, *, lockstep: bool = False) -> list[list[float]]:
         """``compute(batch) -> [b, T]`` over length-bucketed micro-batches, without gradients,
         as one row per trajectory aligned with its token_ids. ``extra`` names a per-token
-        trajectory field (e.g. "sampler_logprobs") put into ``batch.per_token``."""
+        trajectory field (e.g. "sampler_logprobs") put into ``batch.per_token``.
+        ``lockstep``: ``compute`` runs the strategy's wrapped policy, whose forwards are
+        collective: every rank runs as many micro-batches (padding ones are discarded)."""
         lengths = [len(t.token_ids) for t in trajectories]
+        buckets: list[list[int] | None] = list(length_buckets(lengths, self.config.micro_batch_tokens, len(trajectories)))
+        if lockstep:
+            buckets += [None] * self._padding(len(buckets))
         rows: dict[int, list[float]] = {}
         with torch.no_grad():
-            for bucket in length_buckets(lengths, self.config.micro_batch_tokens, len(trajectories)):
+            for bucket in buckets:
+                if bucket is None:
+                    compute(self._padding_batch())
+                    continue
                 members = [trajectories[i] for i in bucket]
                 values = {extra: [getattr(t, extra) for t in members]} if extra else None
                 batch = collate([t.token_ids for t in members], [t.loss_mask for t in members], pad_token_id=self.tokenizer.pad_token_id, per_token=values).to(self.device)
@@ -196,6 +236,18 @@ class RLTrainer:
                 for row, i in enumerate(bucket):
                     rows[i] = out[row, : lengths[i]].tolist()
         return [rows[i] for i in range(len(trajectories))]
+
+    def _padding(self, count: int) -> int:
+        """How many padding micro-batches this rank adds so every rank runs as many as the busiest."""
+        if not self.dist.distributed:
+            return 0
+        return int(self.dist.all_reduce([float(count)], op="max")[0]) - count
+
+    def _padding_batch(self, rows: tuple[str, ...] = ()) -> TokenBatch:
+        """A two-token micro-batch with one loss position: it runs the forward (and the
+        backward, scaled by zero) that the collectives of the other ranks wait for."""
+        pad = self.tokenizer.pad_token_id
+        return collate([[pad, pad]], [[0, 1]], pad_token_id=pad, per_token={name: [[0.0, 0.0]] for name in rows}).to(self.device)
 
     def _token_values(self, trajectories: list[Trajectory]) -> list[list[float]]:
         """Critic values V(s_t) at sampled tokens before the update (GAE's values and the
@@ -222,7 +274,7 @@ class RLTrainer:
 
     def _logprobs(self, batch: TokenBatch, *, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The policy's log-probs [b, T] (and entropies) of ``batch``'s loss tokens."""
-        return token_logprobs(self.model, batch.input_ids, batch.attention_mask, batch.loss_mask, temperature=self._temperature, with_entropy=with_entropy)
+        return self.policy(batch.input_ids, batch.attention_mask, batch.loss_mask, temperature=self._temperature, with_entropy=with_entropy)
 
     def _train_mode(self, mode: bool) -> None:
         self.model.train(mode)
@@ -232,9 +284,12 @@ class RLTrainer:
     def update(self, scored: ScoredBatch) -> dict[str, float]:
         """PPO epochs over mini-batches, each one optimizer step over length-bucketed
         micro-batches whose losses add up exactly to the mini-batch loss (global normalisers)."""
-        config = self.config
+        config, dist = self.config, self.dist
         order = torch.randperm(len(scored.trajectories), generator=torch.Generator().manual_seed(config.seed + self.step_index)).tolist()
         minis = [order[i :: config.mini_batches] for i in range(config.mini_batches)]
+        # Each rank trains on every world-size-th trajectory of each mini-batch; the
+        # normalisers stay the whole mini-batch's, so the ranks' losses add up to its loss.
+        shares = [mini[dist.rank :: dist.world_size] for mini in minis]
         updates = config.ppo_epochs * config.mini_batches
         groups = [Optimized([p for p in self.model.parameters() if p.requires_grad], self.optimizer, self.scheduler)]
         if self.critic is not None:
@@ -244,14 +299,25 @@ class RLTrainer:
         try:
             # The policy changes between updates, so the ratio needs the pre-update
             # log-probs; with one update they equal the current ones (ratio exactly 1).
-            old_logprobs = self._per_token_rows(scored.trajectories, lambda batch: self._logprobs(batch)[0]) if updates > 1 else None
+            old_logprobs = self._old_logprobs(scored, sorted({i for share in shares for i in share})) if updates > 1 else None
             for _ in range(config.ppo_epochs):
-                for mini in minis:
-                    micro_losses = self._micro_losses(scored, mini, old_logprobs, tally)
-                    tally.add_step(accumulate_and_step(micro_losses, groups, max_grad_norm=config.optim.max_grad_norm, guard=self.nonfinite))
+                for mini, share in zip(minis, shares):
+                    micro_losses = self._micro_losses(scored, mini, share, old_logprobs, tally)
+                    tally.add_step(accumulate_and_step(
+                        micro_losses, groups, max_grad_norm=config.optim.max_grad_norm, guard=self.nonfinite, grad_scale=self.strategy.grad_scale, reduce=dist.all_reduce,
+                    ))
         finally:
             self._train_mode(False)
+        tally.merge_ranks(dist)
         return tally.metrics(updates=updates, critic=self.critic is not None, lr=self.scheduler.get_last_lr()[0], trajectories=scored.trajectories)
+
+    def _old_logprobs(self, scored: ScoredBatch, members: list[int]) -> list[list[float] | None]:
+        """The pre-update log-probs of the trajectories ``members`` (this rank's), by index."""
+        rows = self._per_token_rows([scored.trajectories[i] for i in members], lambda batch: self._logprobs(batch)[0], lockstep=True)
+        out: list[list[float] | None] = [None] * len(scored.trajectories)
+        for i, row in zip(members, rows):
+            out[i] = row
+        return out
 
     def _collate(self, scored: ScoredBatch, members: list[int], old_logprobs: list[list[float]] | None) -> TokenBatch:
         """One micro-batch of ``scored``'s trajectories ``members`` with every per-token row
@@ -267,23 +333,34 @@ class RLTrainer:
             per_token={name: [values[i] for i in members] for name, values in rows.items()},
         )
 
-    def _micro_losses(self, scored: ScoredBatch, mini: list[int], old_logprobs: list[list[float]] | None, tally: UpdateTally) -> Iterator[torch.Tensor]:
-        """The loss of each length-bucketed micro-batch of the mini-batch ``mini``,
-        normalised by the whole mini-batch so that they add up to its loss; each
-        micro-batch's metrics go into ``tally``."""
+    def _micro_losses(self, scored: ScoredBatch, mini: list[int], share: list[int], old_logprobs: list[list[float]] | None, tally: UpdateTally) -> Iterator[torch.Tensor]:
+        """The loss of each length-bucketed micro-batch of ``share`` (this rank's part of the
+        mini-batch ``mini``; all of it in one process), normalised by the whole mini-batch
+        so that the losses of every rank add up to its loss; each micro-batch's metrics go
+        into ``tally``. Every rank yields as many losses (padding ones are zero), and all
+        but the last only accumulate gradients: the strategy syncs once per step."""
         trajectories = scored.trajectories
-        lengths = [len(trajectories[i].token_ids) for i in mini]
+        lengths = [len(trajectories[i].token_ids) for i in share]
         normalisers = {
             "num_tokens": float(sum(sum(trajectories[i].loss_mask) for i in mini)),
             "num_sequences": float(len(mini)),
             "norm_length": float(self.config.rollout.max_total_tokens),
         }
-        for bucket in length_buckets(lengths, self.config.micro_batch_tokens, len(mini)):
-            members = [mini[j] for j in bucket]
-            batch = self._collate(scored, members, old_logprobs).to(self.device)
-            loss, entropy, sums, maxima = self._micro_batch_loss(batch, normalisers)
-            tally.add_micro_batch(sums, float(batch.loss_mask.sum()), members, entropy, [lengths[j] for j in bucket], maxima)
-            yield loss
+        buckets: list[list[int] | None] = list(length_buckets(lengths, self.config.micro_batch_tokens, len(share))) if share else []
+        buckets += [None] * self._padding(len(buckets))
+        for index, bucket in enumerate(buckets):
+            last = index == len(buckets) - 1
+            with nullcontext() if last else self.strategy.accumulating(self.policy):
+                if bucket is None:
+                    rows = ("advantages", "sampler_logprobs", *(("old_logprobs",) if old_logprobs is not None else ()))
+                    loss, *_ = self._micro_batch_loss(self._padding_batch(rows), normalisers)
+                    yield loss * 0.0
+                    continue
+                members = [share[j] for j in bucket]
+                batch = self._collate(scored, members, old_logprobs).to(self.device)
+                loss, entropy, sums, maxima = self._micro_batch_loss(batch, normalisers)
+                tally.add_micro_batch(sums, float(batch.loss_mask.sum()), members, entropy, [lengths[j] for j in bucket], maxima)
+                yield loss
 
     def _micro_batch_loss(self, batch: TokenBatch, normalisers: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], dict[str, float]]:
         """Policy loss + the KL-to-reference term (when KL is a loss) + the value loss (with a

@@ -61,6 +61,23 @@ class UpdateTally:
             self.totals[key] = self.totals.get(key, 0.0) + value
         self.weight += loss_tokens
 
+    def merge_ranks(self, dist) -> None:
+        """Combine every data-parallel rank's sums (each saw its own micro-batches) so each
+        rank reports the metrics of the whole update; one process: nothing to do."""
+        if not dist.distributed:
+            return
+        parts = dist.all_gather_objects((self.totals, self.weight, self.maxima, self.entropy_rows))
+        loss = self.totals["loss"]  # already the sum over ranks (accumulate_and_step reduced it)
+        self.totals, self.weight, self.maxima, self.entropy_rows = {}, 0.0, {}, {}
+        for totals, weight, maxima, rows in parts:
+            for key, value in totals.items():
+                self.totals[key] = self.totals.get(key, 0.0) + value
+            self.weight += weight
+            for key, value in maxima.items():
+                self.maxima[key] = max(self.maxima.get(key, value), value)
+            self.entropy_rows.update(rows)
+        self.totals["loss"] = loss
+
     def add_step(self, outcome: StepOutcome) -> None:
         """One optimizer step; a second norm is the critic's."""
         if len(outcome.norms) > 1:

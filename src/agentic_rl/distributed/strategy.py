@@ -1,0 +1,128 @@
+"""Trainer strategies: how the policy's trainable forward is spread over the ranks.
+
+- ``single``: one process; the module as it is.
+- ``ddp``: torch's DistributedDataParallel: a full replica per rank, gradients all-reduced.
+- ``fsdp2``: torch's ``fully_shard`` per decoder layer and on the root: parameters,
+  gradients and optimizer state sharded over the ranks (float32 masters; with
+  bf16-mixed, FSDP's mixed-precision policy gathers bf16 parameters and reduces float32
+  gradients), optional CPU offload.
+
+A strategy wraps a *root* module whose forward is the whole trainable computation (the
+trainer's log-prob pass), so the wrappers' hooks see every forward. Gradients are averaged
+over ranks by both wrappers; the trainer scales each rank's loss by the world size so the
+average equals the sum of the ranks' losses (the global batch's loss, whose normalisers are
+global counts). Every rank must run the same number of forwards and backwards per
+optimizer step (the collectives live in them): the trainer pads its micro-batch plans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from agentic_rl.distributed.context import DistContext
+
+STRATEGIES = ("single", "ddp", "fsdp2")
+
+
+class Strategy:
+    """``single``: nothing to wrap, nothing to gather."""
+
+    name = "single"
+
+    def __init__(self, dist: DistContext) -> None:
+        self.dist = dist
+
+    def wrap(self, root: nn.Module, layers: list[nn.Module]) -> nn.Module:
+        """The module the trainer calls for its trainable forwards (``layers``: the decoder
+        layers, FSDP's sharding units). Build the optimizer after this (FSDP replaces the
+        parameters)."""
+        return root
+
+    @contextlib.contextmanager
+    def accumulating(self, module: nn.Module) -> Iterator[None]:
+        """Within the block, backward passes only accumulate gradients locally (all but the
+        last micro-batch of an optimizer step)."""
+        yield
+
+    def full_weights(self, model: nn.Module) -> nn.Module | dict[str, torch.Tensor]:
+        """What an engine with its own copy of the weights syncs from: the model itself, or
+        (sharded strategies) its full parameters gathered on every rank, by name."""
+        return model
+
+    @property
+    def grad_scale(self) -> float:
+        """The factor on each rank's loss that makes the wrapper's gradient average the sum."""
+        return float(self.dist.world_size)
+
+
+class DDPStrategy(Strategy):
+    name = "ddp"
+
+    def wrap(self, root: nn.Module, layers: list[nn.Module]) -> nn.Module:
+        from torch.nn.parallel import DistributedDataParallel
+
+        device = next(root.parameters()).device
+        # No buffer broadcast: rotary tables are constant, and a broadcast in every forward
+        # would make gradient-free forwards (old log-probs) collective too.
+        return DistributedDataParallel(root, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False)
+
+    @contextlib.contextmanager
+    def accumulating(self, module: nn.Module) -> Iterator[None]:
+        with module.no_sync():
+            yield
+
+
+class FSDP2Strategy(Strategy):
+    name = "fsdp2"
+
+    def __init__(self, dist: DistContext, *, precision: str = "fp32", cpu_offload: bool = False) -> None:
+        super().__init__(dist)
+        self.precision = precision
+        self.cpu_offload = cpu_offload
+
+    def wrap(self, root: nn.Module, layers: list[nn.Module]) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+        device = next(root.parameters()).device
+        # The mesh is explicit: with a gloo group fully_shard has been seen moving CPU models to CUDA.
+        mesh = init_device_mesh(device.type, (self.dist.world_size,))
+        options = {
+            "mesh": mesh,
+            "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if self.precision == "bf16-mixed" else MixedPrecisionPolicy(),
+            "offload_policy": CPUOffloadPolicy() if self.cpu_offload else OffloadPolicy(),
+        }
+        for layer in layers:
+            fully_shard(layer, **options)
+        return fully_shard(root, **options)
+
+    @contextlib.contextmanager
+    def accumulating(self, module: nn.Module) -> Iterator[None]:
+        module.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            module.set_requires_gradient_sync(True)
+
+    def full_weights(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        from torch.distributed.tensor import DTensor
+
+        # A collective per parameter, in the same order on every rank.
+        return {name: p.full_tensor() if isinstance(p, DTensor) else p for name, p in model.named_parameters()}
+
+
+def make_strategy(name: str, dist: DistContext, *, precision: str = "fp32", cpu_offload: bool = False) -> Strategy:
+    """The strategy ``name`` (single, ddp, fsdp2) over ``dist``'s ranks."""
+    if name not in STRATEGIES:
+        raise ValueError(f"trainer.strategy: expected one of {', '.join(STRATEGIES)}, got {name!r}")
+    if name == "single":
+        if dist.distributed:
+            raise ValueError(f"trainer.strategy: 'single' runs one process, but {dist.world_size} ranks were started; use ddp or fsdp2")
+        return Strategy(dist)
+    if name == "ddp":
+        return DDPStrategy(dist)
+    return FSDP2Strategy(dist, precision=precision, cpu_offload=cpu_offload)

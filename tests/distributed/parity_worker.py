@@ -1,0 +1,54 @@
+"""One RL update on a fixed global batch, run by ``tests/distributed/test_parity.py``: in one
+process (strategy single) or on every rank of a torchrun group (ddp / fsdp2). Writes the
+loss and the updated weights (rank 0) to OUT.pt.
+
+    python parity_worker.py STRATEGY OUT.pt        (under torchrun for ddp / fsdp2)
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from agentic_rl import envs
+from agentic_rl.config import TrainConfig
+from agentic_rl.distributed import init_distributed, shutdown
+from agentic_rl.engines.hf import HFBackend
+from agentic_rl.models import load
+from agentic_rl.rollout import rollout
+from agentic_rl.training.rl import RLTrainer, score
+
+
+def main(strategy: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist = init_distributed(timeout_s=120)
+    config = TrainConfig.model_validate({
+        "model": {"name": "tiny-random", "device": "cpu"}, "precision": "fp32", "trainer": {"strategy": strategy},
+        "rollout": {"max_new_tokens": 10, "max_total_tokens": 512, "temperature": 1.0}, "steps": 1, "tasks_per_step": 3, "group_size": 3,
+        "ppo_epochs": 2, "mini_batches": 2, "micro_batch_tokens": 64, "optim": {"lr": 1e-3}, "checkpoint_every": 0,
+        "algorithm": {"preset": "grpo-tcr", "kl_coef": 0.01},
+    })
+    model, tokenizer = load("tiny-random", device="cpu")
+    make_env = lambda: envs.make("arithmetic", max_turns=1)  # noqa: E731
+    # The same global batch on every rank and in the single process: sampled before any wrapping.
+    sampler = HFBackend(model, tokenizer)
+    groups = rollout(sampler, make_env, [0, 1, 2], group_size=3, config=config.rollout, seed=7)
+    for group in groups:  # rewards with variance, so every group has advantages
+        for j, trajectory in enumerate(group.trajectories):
+            trajectory.reward = float(j)
+    backend = HFBackend(model, tokenizer, own_copy=strategy == "fsdp2")
+    trainer = RLTrainer(config, model, tokenizer, backend, make_env, [0, 1, 2], dist=dist)
+    scored = score(groups, config.algorithm, max_total_tokens=config.rollout.max_total_tokens)
+    metrics = trainer.update(scored)
+    weights = trainer.strategy.full_weights(model)
+    weights = {name: value.detach().clone() for name, value in (weights.items() if isinstance(weights, dict) else model.named_parameters())}
+    trainer.backend.sync_weights(trainer.strategy.full_weights(model))
+    engine = {name: value.detach().clone() for name, value in backend.model.named_parameters()}
+    if dist.is_main:
+        torch.save({"metrics": metrics, "weights": weights, "engine": engine, "world_size": dist.world_size}, out)
+    shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
