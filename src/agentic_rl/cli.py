@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -55,6 +56,14 @@ def _train(args: argparse.Namespace) -> int:
     from agentic_rl.tracking.display import console, print_eval, print_step, trajectory_progress
     from agentic_rl.training.pipeline import RunEvents, train
 
+    if args.nproc < 1 or args.max_restarts < 0:
+        raise ConfigError("--nproc: expected at least 1 process (and --max-restarts at least 0)")
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        _check_launch(args)  # one clear line here, not a failure inside every process
+        return _launch(args)
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    if restarted and args.output_dir and not args.resume:  # torch elastic restarted the processes: continue the run
+        args.resume, args.set, args.output_dir, args.recipe = args.output_dir, None, None, "default"
     if args.resume:
         if args.set or args.output_dir or args.recipe != "default":
             raise ConfigError("--resume continues a run with its own config.yaml; drop the recipe, --set and --output-dir")
@@ -81,6 +90,8 @@ def _train(args: argparse.Namespace) -> int:
         progress=trajectory_progress,
     )
     result = train(config, name=name, events=events, resume=args.resume)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0  # rank 0 reports the run
     k = next(int(key.split("@")[1]) for key in result.evals["after"] if key.startswith("avg@"))
     summary = Table(title="held-out accuracy", header_style="bold")
     for column in ("stage", f"avg@{k}", "tool_success_rate", "tool_calls_per_episode"):
@@ -90,6 +101,50 @@ def _train(args: argparse.Namespace) -> int:
     console.print(summary)
     console.print(f"run directory: {result.run_dir}  (final model: {result.run_dir / 'final'})")
     return 0
+
+
+def _check_launch(args: argparse.Namespace) -> None:
+    from agentic_rl.config import ConfigError, TrainConfig, apply_assignments, build
+    from agentic_rl.recipes import load_recipe
+    from agentic_rl.training.rl import check_data_parallel
+    from agentic_rl.training.run_dir import RunDirectory
+
+    if args.resume:
+        config = build(TrainConfig, RunDirectory.existing(args.resume)[2])
+    else:
+        config = build(TrainConfig, apply_assignments(load_recipe(args.recipe)[1], args.set or []))
+    if config.trainer.strategy == "single":
+        raise ConfigError(f"trainer.strategy: 'single' runs one process; with --nproc {args.nproc} use ddp or fsdp2 (or auto)")
+    try:
+        check_data_parallel(config, args.nproc)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _launch(args: argparse.Namespace) -> int:
+    """Run this same command on ``--nproc`` processes under torchrun (torch.distributed.run):
+    standalone rendezvous on this machine; for several machines start ``torchrun -m
+    agentic_rl train ...`` on each yourself."""
+    import subprocess
+    import time
+
+    rest, skip = [], False
+    for item in args.argv:
+        if skip:
+            skip = False
+        elif item in ("--nproc", "--max-restarts"):
+            skip = True
+        elif not item.startswith(("--nproc=", "--max-restarts=")):
+            rest.append(item)
+    if args.max_restarts and not args.output_dir and not args.resume:
+        # Restarted processes must find the run they continue: give it a fixed directory.
+        recipe = Path(args.recipe).stem if args.recipe.endswith((".yaml", ".yml")) else args.recipe
+        rest += ["--output-dir", str(Path("runs") / f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}")]
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}", f"--max-restarts={args.max_restarts}",
+        "-m", "agentic_rl", *rest,
+    ]
+    return subprocess.run(command).returncode
 
 
 def _recipes(args: argparse.Namespace) -> int:
@@ -289,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any config key, e.g. steps=20 or optim.lr=1e-6")
     training.add_argument("--output-dir", help="run directory (default runs/<recipe>-<time>)")
     training.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest complete checkpoint")
+    training.add_argument("--nproc", type=int, default=1, metavar="N", help="train on N processes on this machine (torchrun; one GPU each where there are GPUs); see trainer.strategy")
+    training.add_argument("--max-restarts", type=int, default=0, metavar="K", help="with --nproc: restart all processes up to K times after a failure, resuming from the newest checkpoint")
     training.set_defaults(run=_train)
 
     recipes = commands.add_parser("recipes", help="list built-in recipes")
@@ -365,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentic_rl.training.pipeline import TrainingStopped
 
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.run(args)
     except (ConfigError, ModelNotFoundError) as exc:

@@ -34,6 +34,14 @@ def _shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return length if length >= MIN_SHARED_PREFIX else 0
 
 
+def _sharded(backbone) -> bool:
+    """Whether FSDP2 shards the backbone's layers."""
+    from torch.distributed.fsdp import FSDPModule
+
+    layers = getattr(backbone, "layers", None)
+    return bool(layers) and isinstance(layers[0], FSDPModule)
+
+
 def hidden_states(backbone, input_ids: torch.Tensor, attention_mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Last hidden states and the column they start at: ``input_ids``, ``attention_mask``,
     ``target`` (the positions whose tokens a loss reads) [B, T] -> ([B, T - prefix, H], prefix).
@@ -46,7 +54,9 @@ def hidden_states(backbone, input_ids: torch.Tensor, attention_mask: torch.Tenso
     # Under activation checkpointing transformers drops the KV cache inside each layer, so
     # the prefix would silently vanish from the suffix's context: run the full pass then.
     checkpointing = getattr(backbone, "gradient_checkpointing", False) and backbone.training
-    prefix = 0 if checkpointing else _shared_prefix_length(input_ids, attention_mask, target)
+    # FSDP2 frees a layer's gathered weights after its backward: a second forward of the
+    # same layers in one pass (the prefix, then the rest) would find them gone.
+    prefix = 0 if checkpointing or _sharded(backbone) else _shared_prefix_length(input_ids, attention_mask, target)
     if not prefix:
         return backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, 0
     from transformers import DynamicCache

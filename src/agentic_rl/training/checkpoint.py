@@ -191,25 +191,29 @@ def final_dtype(setting: str, model_name: str) -> torch.dtype:
     return FINAL_DTYPES[setting]
 
 
-def save_final(model, tokenizer, folder: Path, *, dtype: torch.dtype | None = None) -> None:
+def save_final(model, tokenizer, folder: Path, *, dtype: torch.dtype | None = None, state_dict: dict[str, torch.Tensor] | None = None) -> None:
     """A plain Hugging Face folder that ``transformers`` loads (LoRA adapters merged), its
     weights in ``dtype`` (None: as they are in memory). ``model`` keeps its own dtype: the
-    run may go on using it."""
+    run may go on using it. ``state_dict``: the weights to write instead of ``model``'s own
+    (a sharded model's, gathered by the trainer strategy)."""
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
-    model.save_pretrained(folder, state_dict=_state_in(model, dtype) if dtype is not None else None)
+    state = state_dict if state_dict is not None else None
+    if dtype is not None:
+        state = _state_in(state if state is not None else model.state_dict(), dtype)
+    model.save_pretrained(folder, state_dict=state)
     if dtype is not None:
         _set_config_dtype(folder / "config.json", dtype)
     tokenizer.save_pretrained(folder)
 
 
-def _state_in(model, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """``model``'s state dict with floating tensors in ``dtype``: one converted copy per
-    shared storage (tied embeddings stay tied, so the writer still stores them once), none
-    where the dtype already matches; integer buffers as they are."""
+def _state_in(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """``state`` with floating tensors in ``dtype``: one converted copy per shared storage
+    (tied embeddings stay tied, so the writer still stores them once), none where the dtype
+    already matches; integer buffers as they are."""
     converted: dict[tuple, torch.Tensor] = {}
     out = {}
-    for key, value in model.state_dict().items():
+    for key, value in state.items():
         if not value.is_floating_point():
             out[key] = value
             continue

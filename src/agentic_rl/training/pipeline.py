@@ -18,7 +18,8 @@ import torch
 from agentic_rl.config import ConfigError, TrainConfig, build
 from agentic_rl.engines.factory import build_backend
 from agentic_rl.envs import env_factory
-from agentic_rl.models import load
+from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distributed, shutdown
+from agentic_rl.models import load, resolve_device
 from agentic_rl.models.lora import apply_lora
 from agentic_rl.models.precision import resolve_precision, set_compute_precision
 from agentic_rl.training.checkpoint import complete_checkpoints
@@ -70,12 +71,15 @@ class TrainResult:
     steps: list[dict[str, float]]
 
 
-def _open_run(config, name: str, resume) -> tuple[TrainConfig, str, RunDirectory, Path | None, list[str]]:
-    """(config, recipe name, run directory, checkpoint to resume from, stages it covers)."""
+def _open_run(config, name: str, resume, dist: DistContext) -> tuple[TrainConfig, str, RunDirectory, Path | None, list[str]]:
+    """(config, recipe name, run directory, checkpoint to resume from, stages it covers).
+    Rank 0 owns the run directory; other ranks write what they must into a scratch one."""
     if resume is None:
         if not isinstance(config, TrainConfig):
             config = build(TrainConfig, config or {})
-        return config, name, RunDirectory.create(config.output_dir, name=name, config=config.model_dump()), None, []
+        run = RunDirectory.create(config.output_dir, name=name, config=config.model_dump()) if dist.is_main else RunDirectory.scratch(dist.rank)
+        dist.broadcast_object(str(run.path))  # the other ranks wait here until the directory exists
+        return config, name, run, None, []
     if config is not None:
         raise ConfigError("resume: the run's own config.yaml is used; do not pass a config (or --set) too")
     run, name, saved = RunDirectory.existing(resume)
@@ -84,17 +88,44 @@ def _open_run(config, name: str, resume) -> tuple[TrainConfig, str, RunDirectory
     if not checkpoints:
         raise ConfigError(f"--resume: no complete checkpoint in {run.checkpoints}; the run cannot be resumed")
     info = RunDirectory(checkpoints[-1]).read_json("state.json")
+    if not dist.is_main:
+        run = RunDirectory.scratch(dist.rank)
     # Checkpoints written before stages were recorded came only from the RL stage: every stage before it had finished.
     return config, name, run, checkpoints[-1], info.get("stages", list(_BEFORE_RL))
+
+
+def _timeout(config, resume) -> float:
+    """The collective timeout of the run about to start (its config may be unbuilt yet)."""
+    try:
+        if resume is not None:
+            return build(TrainConfig, RunDirectory.existing(resume)[2]).trainer.timeout_s
+        return (config if isinstance(config, TrainConfig) else build(TrainConfig, config or {})).trainer.timeout_s
+    except ConfigError:
+        return DEFAULT_TIMEOUT_S  # _open_run reports the problem
 
 
 def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "custom", events: RunEvents | None = None, loaded=None, resume: str | Path | None = None) -> TrainResult:
     """Run a training job; mirrors ``agentic-rl train``. Returns the run directory and the
     headline numbers. ``loaded``: an already loaded ``(model, tokenizer)`` to train.
     ``resume``: a run directory to continue from its newest complete checkpoint (its own
-    config.yaml is used; ``config`` must then be None)."""
+    config.yaml is used; ``config`` must then be None). Under torchrun every rank calls
+    this; rank 0 writes the run directory and shows ``events``."""
+    dist = init_distributed(_timeout(config, resume))
+    try:
+        return _train(config, name, events if dist.is_main else RunEvents(), loaded, resume, dist)
+    finally:
+        if dist.distributed:
+            shutdown()
+
+
+def _train(config, name: str, events: RunEvents | None, loaded, resume, dist: DistContext) -> TrainResult:
     events = events or RunEvents()
-    config, name, run, checkpoint, finished = _open_run(config, name, resume)
+    config, name, run, checkpoint, finished = _open_run(config, name, resume, dist)
+    if not dist.is_main:
+        import atexit
+        import shutil
+
+        atexit.register(shutil.rmtree, run.path, True)
     torch.manual_seed(config.seed)
     events.on_config(config)
 
@@ -102,7 +133,7 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
     # Validate the eval env before spending minutes on anything.
     env_factory(config.env.name, {**config.env.options, **config.eval.env}, split="test")
     events.on_stage(f"loading {config.model.name}")
-    model, tokenizer = loaded or load(config.model.name, device=config.model.device, linear_kernel=config.model.linear_kernel)
+    model, tokenizer = loaded or load(config.model.name, device=str(dist.device(resolve_device(config.model.device))), linear_kernel=config.model.linear_kernel)
     if next(model.parameters()).dtype != torch.float32:
         model = model.float()  # float32 master weights always; bf16 is a compute choice (precision)
     try:
@@ -116,7 +147,10 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
     task_indices = list(range(config.task_offset, train_env().num_tasks))
     if not task_indices:
         raise ConfigError(f"task_offset: {config.task_offset} leaves no training tasks")
-    state = RunState(config, run, events, model, tokenizer, build_backend(config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision), train_env, task_indices, checkpoint=checkpoint)
+    # A sharded trainer's parameters cannot decode: its engine holds a full copy.
+    own_copy = config.trainer.strategy == "fsdp2"
+    backend = build_backend(config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision, own_copy=own_copy)
+    state = RunState(config, run, events, model, tokenizer, backend, train_env, task_indices, checkpoint=checkpoint, dist=dist)
     for stage in STAGES:
         if not stage.enabled(config):
             continue

@@ -32,7 +32,7 @@ from agentic_rl.training.task_schedule import TaskSchedule
 from agentic_rl.training.value import Critic
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
-__all__ = ["ROLLOUT_MODES", "NonFiniteError", "RLTrainer", "ScoredBatch", "keep_groups", "score", "shaped_rewards", "usable_trajectories"]
+__all__ = ["ROLLOUT_MODES", "check_data_parallel", "NonFiniteError", "RLTrainer", "ScoredBatch", "keep_groups", "score", "shaped_rewards", "usable_trajectories"]
 
 
 def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
@@ -51,9 +51,9 @@ def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tu
     return ordered, {}  # type: ignore[return-value]
 
 
-def _check_data_parallel(config: TrainConfig, dist: DistContext) -> None:
-    """What does not run on several ranks yet: one line naming the setting."""
-    if not dist.distributed:
+def check_data_parallel(config: TrainConfig, world_size: int) -> None:
+    """What does not run on several ranks yet: a ValueError, one line naming the setting."""
+    if world_size <= 1:
         return
     if config.algorithm.rollout == "arpo":
         raise ValueError("algorithm.rollout: arpo branching runs in one process only for now (drop --nproc or use rollout: group)")
@@ -85,7 +85,7 @@ class RLTrainer:
         """The ranks this trainer spans (one process by default)."""
         self.task_schedule = TaskSchedule(task_indices, seed=config.seed)
         algorithm = config.algorithm
-        _check_data_parallel(config, self.dist)
+        check_data_parallel(config, self.dist.world_size)
         apply_speed_options(model, gradient_checkpointing=config.gradient_checkpointing, compile=config.compile)
         # The reference and a separate critic copy the unsharded model, before the strategy wraps it.
         self.reference = ReferencePolicy.build(

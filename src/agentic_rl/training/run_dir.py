@@ -36,6 +36,14 @@ class RunDirectory:
         return run
 
     @classmethod
+    def scratch(cls, rank: int) -> RunDirectory:
+        """A private, temporary run directory for a data-parallel rank other than 0: what
+        it writes (its copies of evaluations, logs) is never read."""
+        import tempfile
+
+        return cls(tempfile.mkdtemp(prefix=f"agentic-rl-rank{rank}-"))
+
+    @classmethod
     def existing(cls, path: str | Path) -> tuple[RunDirectory, str, dict[str, Any]]:
         """An existing run to resume: (directory, recipe name, its config as saved)."""
         run = cls(path)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.config import ConfigError, EnvConfig, EvalConfig, TrainConfig
+from agentic_rl.distributed import DistContext
 from agentic_rl.evaluation.harness import EvalResult, prepare
 from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.jsonl import JsonlWriter
@@ -60,6 +61,8 @@ class RunState:
     checkpoint: Path | None = None
     """The checkpoint a resumed run continues from."""
     trainer: Any = None
+    dist: DistContext = field(default_factory=DistContext)
+    """The data-parallel ranks (rank 0 writes checkpoints, the final model and the report)."""
 
 
 # --- evaluation ----------------------------------------------------------------------
@@ -198,6 +201,8 @@ def _checkpoint(state: RunState) -> None:
     from agentic_rl.training.checkpoint import save_checkpoint
 
     trainer = state.trainer
+    if not state.dist.is_main:  # every rank holds the same trainer state (DDP); rank 0 writes it
+        return
     save_checkpoint(
         state.run.checkpoints, trainer.steps_done, model=trainer.model, critic_module=trainer.critic.module if trainer.critic is not None else None,
         trainer_state=trainer.state_dict(), keep=state.config.keep_checkpoints,
@@ -222,7 +227,10 @@ def run_rl(state: RunState) -> None:
     from agentic_rl.training.rl import RLTrainer
 
     config = state.config
-    state.trainer = RLTrainer(config, state.model, state.tokenizer, state.backend, state.train_env, state.task_indices)
+    try:
+        state.trainer = RLTrainer(config, state.model, state.tokenizer, state.backend, state.train_env, state.task_indices, dist=state.dist)
+    except ValueError as exc:  # a setting the trainer cannot run with (e.g. on several ranks)
+        raise ConfigError(str(exc)) from None
     if state.checkpoint is not None:
         _resume_trainer(state)
     elif config.checkpoint_every and (config.sft.enabled or config.filter.enabled or config.dpo.enabled):
@@ -239,7 +247,8 @@ def _rl_loop(state: RunState) -> None:
     from agentic_rl.training.optim import NonFiniteError
 
     config, trainer, events = state.config, state.trainer, state.events
-    sinks = MultiSink(make_sinks(state.run.path, ["jsonl", *config.tracking.sinks], start_step=trainer.steps_done if state.checkpoint is not None else None), on_error=events.on_stage)
+    names = ["jsonl", *config.tracking.sinks] if state.dist.is_main else []  # one metrics log, one TensorBoard, one W&B run
+    sinks = MultiSink(make_sinks(state.run.path, names, start_step=trainer.steps_done if state.checkpoint is not None else None), on_error=events.on_stage)
     with sinks, JsonlWriter(state.run.file("rollouts.jsonl")) as rollout_log:
         while trainer.steps_done < config.steps:
             try:
@@ -272,7 +281,11 @@ def run_final(state: RunState) -> None:
     from agentic_rl.training.checkpoint import final_dtype, save_final, trainable_state
 
     final = state.run.file("final")
-    save_final(state.model, state.tokenizer, final, dtype=final_dtype(state.config.final_dtype, state.config.model.name))
+    # A sharded trainer's weights are gathered on every rank (a collective); rank 0 saves them.
+    weights = state.trainer.strategy.full_weights(state.model) if state.trainer is not None else state.model
+    if not state.dist.is_main:
+        return
+    save_final(state.model, state.tokenizer, final, state_dict=weights if isinstance(weights, dict) else None, dtype=final_dtype(state.config.final_dtype, state.config.model.name))
     if state.trainer is not None and state.trainer.critic is not None:  # the value function, for continuing PPO or inspecting values
         save_file(trainable_state(state.trainer.critic.module), final / "critic.safetensors")
     state.run.write_json("summary.json", {"evals": state.evals, "steps": len(state.steps)})
@@ -281,6 +294,8 @@ def run_final(state: RunState) -> None:
 def run_report(state: RunState) -> None:
     from agentic_rl.tracking.report import build_report
 
+    if not state.dist.is_main:
+        return
     try:  # a report problem must never fail a finished training run
         state.events.on_stage(f"report: {build_report(state.run.path)}")
     except Exception as exc:
