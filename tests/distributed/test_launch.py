@@ -1,0 +1,114 @@
+"""``agentic-rl train --nproc 2`` end to end on the tiny model (torchrun, gloo on CPU): the
+run directory of two ranks looks like one process's and holds the same numbers; a rank
+killed mid-run ends the run instead of hanging it, and the run resumes from its
+checkpoint on 2 ranks or on 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from agentic_rl.training.checkpoint import COMPLETE
+
+TIMING = ("_time_s", "tokens_per_s")
+
+
+def _cli(*args: str, wait: bool = True, timeout: float = 300):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "agentic_rl", "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if not wait:
+        return process
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-4000:]
+    return output
+
+
+def _layout(run: Path) -> list[str]:
+    return sorted("EVENTS" if "tfevents" in p.name else str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if not k.endswith(TIMING)} for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("one") / "run"
+    _cli("smoke", "--set", "checkpoint_every=0", "--output-dir", str(run))
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_two_ranks_write_the_run_of_one_process(strategy: str, one_process: Path, tmp_path) -> None:
+    run = tmp_path / "run"
+    output = _cli("smoke", "--nproc", "2", "--set", f"trainer.strategy={strategy}", "--set", "checkpoint_every=0", "--output-dir", str(run))
+    assert _layout(run) == _layout(one_process)
+    assert output.count("held-out accuracy") == 1  # one display: rank 0's
+    ours, theirs = _metrics(run), _metrics(one_process)
+    assert [m["step"] for m in ours] == [0, 1]
+    for a, b in zip(ours, theirs):
+        # Each rank samples exactly what one process samples for its tasks: the same episodes.
+        for key in ("reward_mean", "accuracy", "response_length", "tool_calls_per_episode", "frac_zero_std_groups"):
+            assert a[key] == b[key], key
+        assert a["entropy"] == pytest.approx(b["entropy"], abs=1e-4)
+    straight, ranks = load_file(one_process / "final" / "model.safetensors"), load_file(run / "final" / "model.safetensors")
+    for name, value in straight.items():
+        torch.testing.assert_close(ranks[name], value, rtol=0, atol=1e-5)
+    assert json.loads((run / "precision.json").read_text())["precision"] == "fp32"
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("agentic-rl-rank1-*"))  # the scratch directory is gone
+
+
+def _rank_process(run: Path, rank: int) -> int | None:
+    """The pid of the worker of ``rank`` training into ``run`` (read from /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(run).encode() in command and f"RANK={rank}".encode() in environ and b"TORCHELASTIC_RUN_ID" in b"\0".join(environ):
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(tmp_path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    args = ("--set", "steps=4", "--set", "checkpoint_every=1", "--set", "optim.lr=1e-3", "--set", "trainer.timeout_s=60")
+    launcher = _cli("smoke", "--nproc", "2", *args, "--output-dir", str(run), wait=False)
+    deadline = time.monotonic() + 240
+    while not (run / "checkpoints" / "step-000002" / COMPLETE).is_file():
+        assert launcher.poll() is None and time.monotonic() < deadline, launcher.stdout.read()[-3000:]
+        time.sleep(0.05)
+    pid = _rank_process(run, 1)
+    assert pid is not None
+    killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    output, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode != 0
+    assert time.monotonic() - killed < 60  # torch elastic stops the other rank: no hang until the collective timeout
+    assert not (run / "final").exists()
+
+    single = tmp_path / "single"
+    shutil.copytree(run, single)
+    _cli("--resume", str(run), "--nproc", "2")
+    _cli("--resume", str(single))
+    for folder in (run, single):
+        assert [m["step"] for m in _metrics(folder)] == [0, 1, 2, 3]
+    two, one = load_file(run / "final" / "model.safetensors"), load_file(single / "final" / "model.safetensors")
+    for name, value in one.items():
+        torch.testing.assert_close(two[name], value, rtol=0, atol=1e-4)
