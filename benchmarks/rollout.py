@@ -1,13 +1,24 @@
-"""Rollout throughput: the HF backend's decode loop against ``model.generate``, and a
-4-turn episode against a 1-turn one with the same number of sampled tokens.
+"""Rollout throughput: the HF backend's decode loop (float32 weights, and a bf16 copy of
+them) against ``model.generate``, and a 4-turn episode against a 1-turn one with the
+same number of sampled tokens.
 
     python benchmarks/rollout.py [--model smollm2-135m] [--batch-sizes 1 8 16 32]
-                                 [--new-tokens 64] [--repeats 3] [--json out.json]
+                                 [--new-tokens 64] [--repeats 3] [--precision fp32 bf16-mixed]
+                                 [--json out.json]
 
 Throughput: B distinct chat prompts, exactly ``--new-tokens`` sampled tokens per row (no
 stop tokens), temperature 1, prefill included; tokens/s = B x new tokens / seconds (best
-of ``--repeats``, the two sides alternating so that the machine's drift hits both).
-Episodes: 16 trajectories of four turns of n sampled tokens with a
+of ``--repeats``, every side running once per round, so that the machine's drift hits
+all of them). Sides: ``model.generate`` on the float32 model (the reference, PyTorch's
+own linear kernels) and our engine in each ``--precision`` (default both): ``fp32``
+samples from the float32 model itself (``HFBackend(model, tokenizer)``), ``bf16-mixed``
+from a bf16 copy of its weights (``HFBackend(model, tokenizer,
+weights_dtype=torch.bfloat16)``, what a bf16-mixed run samples with). Whether bf16 pays
+depends on the CPU (about twice the float32 matmul rate with avx512_bf16 / AMX, several
+times slower where torch emulates it, e.g. AVX2-only AMD Zen 3): the run prints this
+machine's bf16/fp32 matmul speed ratio (``models.precision.bf16_matmul_speedup``) first.
+
+Episodes (on the fp32 engine): 16 trajectories of four turns of n sampled tokens with a
 20-token observation appended (KV reuse: only the observation is encoded) after each of
 the first three, against one turn with the same token count: the episode's length
 (4n + 60 sampled tokens), and also the same sampled tokens (4n; the 4-turn episode then
@@ -106,6 +117,9 @@ def episodes(backend, prompts: list[list[int]], turns: int, tokens_per_turn: int
                     session.release(key)
 
 
+PRECISIONS = ("fp32", "bf16-mixed")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -113,32 +127,51 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--episode-tokens", type=int, default=128, help="sampled tokens per episode (split over 4 turns)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS), help="our engine's weights: fp32 (the model itself), bf16-mixed (a bf16 copy); default both")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    precisions = list(dict.fromkeys(args.precision))
 
     from agentic_rl.models import load
+    from agentic_rl.models.precision import bf16_matmul_speedup
     from agentic_rl.engines.hf import HFBackend
 
-    model, tokenizer = load(args.model)  # oneDNN linear kernels where available ("auto")
-    backend = HFBackend(model, tokenizer)
-    results: dict = {"model": args.model, "threads": torch.get_num_threads(), "new_tokens": args.new_tokens, "throughput": [], "episodes": {}}
-    ours(backend, prompts_for(tokenizer, 2), 4)  # warm-up
+    speedup = bf16_matmul_speedup()
+    kind = "native bf16 (avx512_bf16 / AMX class)" if speedup >= 1.0 else "bf16 emulated: slower than float32 on this CPU"
+    print(f"bf16/fp32 matmul speed on this machine: {speedup:.2f}x ({kind}; models.precision.bf16_matmul_speedup, {torch.get_num_threads()} threads)\n", flush=True)
+    model, tokenizer = load(args.model)  # float32, oneDNN linear kernels where available ("auto")
+    backends = {
+        "fp32": HFBackend(model, tokenizer),
+        "bf16-mixed": HFBackend(model, tokenizer, weights_dtype=torch.bfloat16) if "bf16-mixed" in precisions else None,
+    }
+    results: dict = {"model": args.model, "threads": torch.get_num_threads(), "new_tokens": args.new_tokens, "bf16_matmul_speedup": speedup, "precisions": precisions, "throughput": [], "episodes": {}}
+    for precision in precisions:  # warm-up
+        ours(backends[precision], prompts_for(tokenizer, 2), 4)
     hf_generate(model, tokenizer, prompts_for(tokenizer, 2), 4)
-    print(f"{'batch':>5} {'model.generate tok/s':>21} {'agentic-rl tok/s':>17} {'speed-up':>9}")
+    columns = {"fp32": "ours fp32", "bf16-mixed": "ours bf16"}
+    header = f"{'batch':>5} {'model.generate':>15}" + "".join(f" {columns[p] + ' tok/s':>16} {'vs generate':>11}" for p in precisions)
+    print(header + (f" {'bf16/fp32':>9}" if len(precisions) == 2 else ""))
     for batch in args.batch_sizes:
         prompts = prompts_for(tokenizer, batch)
         tokens = batch * args.new_tokens
-        best = best_interleaved(args.repeats, {
-            "reference": lambda: hf_generate(model, tokenizer, prompts, args.new_tokens),
-            "fast": lambda: ours(backend, prompts, args.new_tokens),
-        })
-        reference, fast = tokens / best["reference"], tokens / best["fast"]
-        results["throughput"].append({"batch": batch, "hf_generate_tokens_per_s": reference, "agentic_rl_tokens_per_s": fast, "speedup": fast / reference})
-        print(f"{batch:>5} {reference:>21.1f} {fast:>17.1f} {fast / reference:>8.2f}x", flush=True)
+        runs = {"reference": lambda: hf_generate(model, tokenizer, prompts, args.new_tokens)}
+        for precision in precisions:
+            runs[precision] = lambda backend=backends[precision]: ours(backend, prompts, args.new_tokens)
+        best = best_interleaved(args.repeats, runs)
+        reference = tokens / best["reference"]
+        fast = {p: tokens / best[p] for p in precisions}
+        row = {"batch": batch, "hf_generate_tokens_per_s": reference, "agentic_rl_tokens_per_s": fast, "speedup_vs_generate": {p: fast[p] / reference for p in precisions}}
+        line = f"{batch:>5} {reference:>15.1f}" + "".join(f" {fast[p]:>16.1f} {fast[p] / reference:>10.2f}x" for p in precisions)
+        if len(precisions) == 2:
+            row["bf16_over_fp32"] = fast["bf16-mixed"] / fast["fp32"]
+            line += f" {row['bf16_over_fp32']:>8.2f}x"
+        results["throughput"].append(row)
+        print(line, flush=True)
 
+    backend = backends["fp32"]  # episodes: the fp32 engine
     prompts = prompts_for(tokenizer, 16)
     observation = tokenizer("<|im_end|>\n<|im_start|>tool\n<tool_response>\n4242\n</tool_response><|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"][:20]
     per_turn = args.episode_tokens // 4
@@ -156,7 +189,7 @@ def main() -> None:
         "trajectories": 16, "sampled_tokens": 4 * per_turn, "episode_tokens_after_prompt": length, **best, "four_turns_no_kv_reuse_s": four_no_reuse,
         "ratio_same_length": four / same_length, "ratio_same_sampled": four / same_sampled,
     }
-    print(f"\n16 episodes, 4 turns x {per_turn} sampled tokens + 3 x {len(observation)}-token observations: {four:.2f} s")
+    print(f"\n16 episodes on the fp32 engine, 4 turns x {per_turn} sampled tokens + 3 x {len(observation)}-token observations: {four:.2f} s")
     print(f"  1 turn of the same length ({length} tokens):       {same_length:.2f} s -> 4 turns cost {four / same_length:.2f}x")
     print(f"  1 turn of the same sampled tokens ({4 * per_turn}): {same_sampled:.2f} s -> 4 turns cost {four / same_sampled:.2f}x")
     print(f"  4 turns without KV reuse: {four_no_reuse:.2f} s ({four_no_reuse / same_length:.2f}x the 1-turn episode of the same length)")
