@@ -66,9 +66,9 @@ class DDPStrategy(Strategy):
         from torch.nn.parallel import DistributedDataParallel
 
         device = next(root.parameters()).device
-        # No buffer broadcast: rotary tables are constant, and a broadcast in every forward
-        # would make gradient-free forwards (old log-probs) collective too.
-        return DistributedDataParallel(root, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False)
+        # No buffer sync in the forward: rotary tables are constant, and a broadcast in every
+        # forward would make gradient-free forwards (old log-probs) collective too.
+        return DistributedDataParallel(root, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False)
 
     @contextlib.contextmanager
     def accumulating(self, module: nn.Module) -> Iterator[None]:
