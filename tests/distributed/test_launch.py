@@ -112,3 +112,24 @@ def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(tmp_path)
     two, one = load_file(run / "final" / "model.safetensors"), load_file(single / "final" / "model.safetensors")
     for name, value in one.items():
         torch.testing.assert_close(two[name], value, rtol=0, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_max_restarts_continues_the_run_after_a_rank_dies(tmp_path) -> None:
+    """--max-restarts 1: torch elastic restarts both ranks after one is killed, and the
+    restarted processes resume the run from its newest checkpoint instead of starting over."""
+    run = tmp_path / "run"
+    args = ("--set", "steps=4", "--set", "checkpoint_every=1", "--set", "optim.lr=1e-3", "--set", "trainer.timeout_s=60")
+    launcher = _cli("smoke", "--nproc", "2", "--max-restarts", "1", *args, "--output-dir", str(run), wait=False)
+    deadline = time.monotonic() + 240
+    while not (run / "checkpoints" / "step-000002" / COMPLETE).is_file():
+        assert launcher.poll() is None and time.monotonic() < deadline, launcher.stdout.read()[-3000:]
+        time.sleep(0.05)
+    pid = _rank_process(run, 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    output, _ = launcher.communicate(timeout=300)
+    assert launcher.returncode == 0, output[-4000:]
+    assert "resumed from step-00000" in output
+    assert [m["step"] for m in _metrics(run)] == [0, 1, 2, 3]
+    assert (run / "final" / "model.safetensors").is_file()
