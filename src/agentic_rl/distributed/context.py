@@ -84,8 +84,22 @@ def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S) -> DistContext:
         use_cuda = torch.cuda.is_available()
         if use_cuda:
             torch.cuda.set_device(local_rank)
-        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=datetime.timedelta(seconds=timeout_s))
+        timeout = datetime.timedelta(seconds=timeout_s)
+        rank = int(os.environ["RANK"])
+        dist.init_process_group("nccl" if use_cuda else "gloo", store=_attempt_store(rank, world_size, timeout), rank=rank, world_size=world_size, timeout=timeout)
     return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank)
+
+
+def _attempt_store(rank: int, world_size: int, timeout: datetime.timedelta) -> dist.Store:
+    """The rendezvous store, its keys prefixed by torch elastic's restart count: after a
+    restart (``--max-restarts``) the ranks would otherwise read each other's addresses of
+    the previous attempt from torchrun's store and fail to connect (measured: about one
+    restart in two with gloo)."""
+    agent_hosts_it = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=rank == 0 and not agent_hosts_it, timeout=timeout, wait_for_workers=False,
+    )
+    return dist.PrefixStore(f"agentic-rl/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def shutdown() -> None:
