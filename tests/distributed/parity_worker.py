@@ -2,7 +2,7 @@
 process (strategy single) or on every rank of a torchrun group (ddp / fsdp2). Writes the
 loss and the updated weights (rank 0) to OUT.pt.
 
-    python parity_worker.py STRATEGY OUT.pt        (under torchrun for ddp / fsdp2)
+    python parity_worker.py STRATEGY OUT.pt [lora]     (under torchrun for ddp / fsdp2)
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from agentic_rl.rollout import rollout
 from agentic_rl.training.rl import RLTrainer, score
 
 
-def main(strategy: str, out: str) -> None:
+def main(strategy: str, out: str, lora: bool = False) -> None:
     torch.set_num_threads(1)
     dist = init_distributed(timeout_s=120)
     config = TrainConfig.model_validate({
         "model": {"name": "tiny-random", "device": "cpu"}, "precision": "fp32", "trainer": {"strategy": strategy},
         "rollout": {"max_new_tokens": 10, "max_total_tokens": 512, "temperature": 1.0}, "steps": 1, "tasks_per_step": 3, "group_size": 3,
         "ppo_epochs": 2, "mini_batches": 2, "micro_batch_tokens": 64, "optim": {"lr": 1e-3}, "checkpoint_every": 0,
-        "algorithm": {"preset": "grpo-tcr", "kl_coef": 0.01},
+        "algorithm": {"preset": "grpo-tcr", "kl_coef": 0.01}, "lora": {"enabled": lora, "r": 4},
     })
     model, tokenizer = load("tiny-random", device="cpu")
     make_env = lambda: envs.make("arithmetic", max_turns=1)  # noqa: E731
@@ -37,6 +37,11 @@ def main(strategy: str, out: str) -> None:
     for group in groups:  # rewards with variance, so every group has advantages
         for j, trajectory in enumerate(group.trajectories):
             trajectory.reward = float(j)
+    if lora:
+        from agentic_rl.models.lora import apply_lora
+
+        torch.manual_seed(0)  # the adapters' initialisation, the same in every process
+        model = apply_lora(model, config.lora)
     backend = HFBackend(model, tokenizer, own_copy=strategy == "fsdp2")
     trainer = RLTrainer(config, model, tokenizer, backend, make_env, [0, 1, 2], dist=dist)
     scored = score(groups, config.algorithm, max_total_tokens=config.rollout.max_total_tokens)
@@ -51,4 +56,4 @@ def main(strategy: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], lora=sys.argv[3:] == ["lora"])

@@ -25,12 +25,12 @@ near zero can move by a visible fraction of lr: measured 1.5e-7 (DDP) and 8.4e-6
 whose reduce-scatter sums in yet another order), bounded here by 5% of lr."""
 
 
-def _run(strategy: str, out: Path, ranks: int) -> dict:
+def _run(strategy: str, out: Path, ranks: int, *extra: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if ranks == 1:
-        command = [sys.executable, str(WORKER), strategy, str(out)]
+        command = [sys.executable, str(WORKER), strategy, str(out), *extra]
     else:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", str(WORKER), strategy, str(out)]
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", str(WORKER), strategy, str(out), *extra]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return torch.load(out)
@@ -60,3 +60,17 @@ def test_two_ranks_update_like_one_process(strategy: str, single: dict, tmp_path
     # ... and the engine samples from exactly the trained weights (fsdp2: its gathered copy; ddp: the shared model).
     for name, value in ranks["weights"].items():
         assert torch.equal(ranks["engine"][name], value), name
+
+
+@pytest.mark.slow
+def test_lora_under_ddp_updates_like_one_process(tmp_path) -> None:
+    """LoRA adapters (the only trainable weights) under DDP; the KL reference is the base
+    with adapters off on every rank."""
+    single = _run("single", tmp_path / "single.pt", 1, "lora")
+    ranks = _run("ddp", tmp_path / "ddp.pt", 2, "lora")
+    assert ranks["metrics"]["loss"] == pytest.approx(single["metrics"]["loss"], rel=1e-5, abs=1e-7)
+    assert ranks["metrics"]["kl"] == pytest.approx(single["metrics"]["kl"], rel=1e-4, abs=1e-7)
+    adapters = [name for name in single["weights"] if "lora_" in name]
+    assert adapters
+    for name, value in single["weights"].items():
+        torch.testing.assert_close(ranks["weights"][name], value, rtol=0, atol=WEIGHT_TOLERANCE)
