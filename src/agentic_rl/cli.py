@@ -104,47 +104,26 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _check_launch(args: argparse.Namespace) -> None:
-    from agentic_rl.config import ConfigError, TrainConfig, apply_assignments, build
+    from agentic_rl.config import ConfigError, TrainConfig, apply_assignments, build, check_world_size
     from agentic_rl.recipes import load_recipe
-    from agentic_rl.training.rl import check_data_parallel
     from agentic_rl.training.run_dir import RunDirectory
 
-    if args.resume:
-        config = build(TrainConfig, RunDirectory.existing(args.resume)[2])
-    else:
-        config = build(TrainConfig, apply_assignments(load_recipe(args.recipe)[1], args.set or []))
-    if config.trainer.strategy == "single":
-        raise ConfigError(f"trainer.strategy: 'single' runs one process; with --nproc {args.nproc} use ddp or fsdp2 (or auto)")
+    data = RunDirectory.existing(args.resume)[2] if args.resume else apply_assignments(load_recipe(args.recipe)[1], args.set or [])
     try:
-        check_data_parallel(config, args.nproc)
+        check_world_size(build(TrainConfig, data), args.nproc)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
 
 def _launch(args: argparse.Namespace) -> int:
-    """Run this same command on ``--nproc`` processes under torchrun (torch.distributed.run):
-    standalone rendezvous on this machine; for several machines start ``torchrun -m
-    agentic_rl train ...`` on each yourself."""
+    """Run this same command on ``--nproc`` processes under torchrun (standalone rendezvous
+    on this machine; for several machines start ``torchrun -m agentic_rl train ...`` on each)."""
     import subprocess
-    import time
 
-    rest, skip = [], False
-    for item in args.argv:
-        if skip:
-            skip = False
-        elif item in ("--nproc", "--max-restarts"):
-            skip = True
-        elif not item.startswith(("--nproc=", "--max-restarts=")):
-            rest.append(item)
-    if args.max_restarts and not args.output_dir and not args.resume:
-        # Restarted processes must find the run they continue: give it a fixed directory.
-        recipe = Path(args.recipe).stem if args.recipe.endswith((".yaml", ".yml")) else args.recipe
-        rest += ["--output-dir", str(Path("runs") / f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}")]
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}", f"--max-restarts={args.max_restarts}",
-        "-m", "agentic_rl", *rest,
-    ]
-    return subprocess.run(command).returncode
+    from agentic_rl.distributed.launch import torchrun_command
+
+    fixed = bool(args.max_restarts) and not args.output_dir and not args.resume
+    return subprocess.run(torchrun_command(args.argv, nproc=args.nproc, max_restarts=args.max_restarts, recipe=args.recipe, fixed_output_dir=fixed)).returncode
 
 
 def _recipes(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ sink names; ``sections``: every other section and the roots ``TrainConfig``, ``E
 
 from agentic_rl.config.algorithm import AlgorithmConfig
 from agentic_rl.config.base import ConfigError, Section, apply_assignments, build, format_validation_error, parse_assignment
+from agentic_rl.config.trainer import TrainerConfig, check_world_size
 from agentic_rl.config.sections import (
     ARPOConfig,
     BackendConfig,
@@ -29,7 +30,6 @@ from agentic_rl.config.sections import (
     SFTStageConfig,
     TrackingConfig,
     TrainConfig,
-    TrainerConfig,
 )
 from agentic_rl.config.sinks import SINK_PACKAGES, check_sink_names
 
@@ -57,6 +57,7 @@ __all__ = [
     "TrackingConfig",
     "TrainConfig",
     "TrainerConfig",
+    "check_world_size",
     "apply_assignments",
     "build",
     "check_sink_names",

@@ -24,6 +24,7 @@ from agentic_rl.config.base import (
     WarmupSteps,
 )
 from agentic_rl.config.sinks import check_sink_names
+from agentic_rl.config.trainer import TrainerConfig
 
 
 class ModelConfig(Section):
@@ -305,17 +306,6 @@ class TrackingConfig(Section):
     def _known_sinks(cls, sinks: list[str]) -> list[str]:
         check_sink_names(sinks)
         return sinks
-
-
-class TrainerConfig(Section):
-    """How the trainer spreads over processes (``agentic-rl train --nproc N`` starts them under torchrun)."""
-
-    strategy: Literal["auto", "single", "ddp", "fsdp2"] = "auto"
-    """single: one process; ddp: a full replica per rank, gradients all-reduced; fsdp2: parameters, gradients and optimizer state sharded per decoder layer (torch fully_shard); auto = single for one process, ddp for several."""
-    cpu_offload: bool = False
-    """fsdp2: keep the sharded parameters and optimizer state in CPU memory (GPU runs short of memory)."""
-    timeout_s: float = Field(600.0, gt=0)
-    """Collectives wait at most this long: a rank that died or hangs ends the others with an error instead of a hang."""
 
 
 class TrainConfig(Section):

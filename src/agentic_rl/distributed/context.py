@@ -48,6 +48,14 @@ class DistContext:
         dist.all_gather_object(gathered, value)
         return gathered
 
+    def gather_by_position(self, positions: list[int], items: list[Any], total: int) -> list[Any]:
+        """Every rank's ``items`` (item i belongs at ``positions[i]``) as one list of ``total``."""
+        ordered: list[Any] = [None] * total
+        for rank_positions, rank_items in self.all_gather_objects((positions, items)):
+            for position, item in zip(rank_positions, rank_items, strict=True):
+                ordered[position] = item
+        return ordered
+
     def broadcast_object(self, value: Any, src: int = 0) -> Any:
         """Rank ``src``'s ``value`` on every rank."""
         if not self.distributed:

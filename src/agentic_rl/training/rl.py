@@ -12,7 +12,7 @@ from contextlib import nullcontext
 import torch
 
 from agentic_rl.algorithms import aggregate, compute_policy_loss, kl_penalty, resolve_rollout_correction, rollout_correction, value_loss
-from agentic_rl.config import TrainConfig
+from agentic_rl.config import TrainConfig, check_world_size
 from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.envs.base import Env
 from agentic_rl.models.anatomy import split_model
@@ -32,7 +32,7 @@ from agentic_rl.training.task_schedule import TaskSchedule
 from agentic_rl.training.value import Critic
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
-__all__ = ["ROLLOUT_MODES", "check_data_parallel", "NonFiniteError", "RLTrainer", "ScoredBatch", "keep_groups", "score", "shaped_rewards", "usable_trajectories"]
+__all__ = ["ROLLOUT_MODES", "NonFiniteError", "RLTrainer", "ScoredBatch", "keep_groups", "score", "shaped_rewards", "usable_trajectories"]
 
 
 def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
@@ -44,21 +44,7 @@ def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tu
         return rollout(trainer.backend, trainer.make_env, task_indices, group_size=config.group_size, config=config.rollout, seed=seed), {}
     mine = list(range(dist.rank, len(task_indices), dist.world_size))
     groups = rollout(trainer.backend, trainer.make_env, [task_indices[i] for i in mine], group_size=config.group_size, config=config.rollout, seed=seed, task_positions=mine)
-    ordered: list[TrajectoryGroup | None] = [None] * len(task_indices)
-    for positions, rank_groups in dist.all_gather_objects((mine, groups)):
-        for position, group in zip(positions, rank_groups):
-            ordered[position] = group
-    return ordered, {}  # type: ignore[return-value]
-
-
-def check_data_parallel(config: TrainConfig, world_size: int) -> None:
-    """What does not run on several ranks yet: a ValueError, one line naming the setting."""
-    if world_size <= 1:
-        return
-    if config.algorithm.rollout == "arpo":
-        raise ValueError("algorithm.rollout: arpo branching runs in one process only for now (drop --nproc or use rollout: group)")
-    if config.algorithm.critic != "none":
-        raise ValueError("algorithm.critic: a learned critic runs in one process only for now (drop --nproc or use a critic-free preset)")
+    return dist.gather_by_position(mine, groups, len(task_indices)), {}
 
 
 def _sample_arpo(trainer: RLTrainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
@@ -85,7 +71,7 @@ class RLTrainer:
         """The ranks this trainer spans (one process by default)."""
         self.task_schedule = TaskSchedule(task_indices, seed=config.seed)
         algorithm = config.algorithm
-        check_data_parallel(config, self.dist.world_size)
+        check_world_size(config, self.dist.world_size)
         apply_speed_options(model, gradient_checkpointing=config.gradient_checkpointing, compile=config.compile)
         # The reference and a separate critic copy the unsharded model, before the strategy wraps it.
         self.reference = ReferencePolicy.build(

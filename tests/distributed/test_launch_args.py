@@ -1,0 +1,54 @@
+"""The launcher's pieces that need no processes: the torchrun command, and the settings
+refused on several processes (one line, exit code 2, before anything starts)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from agentic_rl.cli import main
+from agentic_rl.config import TrainConfig, check_world_size
+from agentic_rl.distributed.launch import torchrun_command
+
+
+def test_torchrun_command_drops_the_launcher_flags() -> None:
+    command = torchrun_command(["train", "smoke", "--nproc", "2", "--max-restarts=1", "--set", "steps=3"], nproc=2, max_restarts=1, recipe="smoke", fixed_output_dir=False)
+    assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert command[3:] == ["--standalone", "--nproc-per-node=2", "--max-restarts=1", "-m", "agentic_rl", "train", "smoke", "--set", "steps=3"]
+
+
+def test_restartable_runs_get_a_fixed_output_dir() -> None:
+    command = torchrun_command(["train", "my.yaml", "--nproc=4"], nproc=4, max_restarts=2, recipe="configs/my.yaml", fixed_output_dir=True)
+    assert command[-2] == "--output-dir" and command[-1].startswith("runs/my-")
+    assert "--nproc=4" not in command
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"trainer": {"strategy": "single"}}, "trainer.strategy: 'single' runs one process"),
+        ({"algorithm": {"rollout": "arpo"}, "arpo": {"initial_samples": 2}, "group_size": 2}, "algorithm.rollout: arpo branching runs in one process only"),
+        ({"algorithm": {"preset": "ppo"}}, "algorithm.critic: a learned critic runs in one process only"),
+    ],
+)
+def test_settings_refused_on_several_processes(overrides: dict, message: str) -> None:
+    config = TrainConfig.model_validate(overrides)
+    check_world_size(config, 1)  # fine in one process
+    with pytest.raises(ValueError, match=message):
+        check_world_size(config, 2)
+
+
+def test_fsdp2_refuses_checkpoints_lora_and_critic_at_config_time() -> None:
+    with pytest.raises(ValueError, match="checkpoint_every: trainer.strategy fsdp2: sharded checkpoints are not implemented yet"):
+        TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}})
+    with pytest.raises(ValueError, match="lora.enabled: trainer.strategy fsdp2"):
+        TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}, "checkpoint_every": 0, "lora": {"enabled": True}})
+    TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}, "checkpoint_every": 0})
+
+
+def test_cli_refuses_before_launching(capsys) -> None:
+    assert main(["train", "smoke", "--nproc", "2", "--set", "trainer.strategy=single"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == "agentic-rl: error: trainer.strategy: 'single' runs one process; with 2 processes use ddp or fsdp2 (or auto)"
+    assert main(["train", "smoke", "--nproc", "0"]) == 2
