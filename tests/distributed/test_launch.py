@@ -86,12 +86,21 @@ def _rank_process(run: Path, rank: int) -> int | None:
     return None
 
 
+# The tiny model never earns a reward in smoke runs (zero advantages): weight decay under a
+# warmup schedule moves every weight by an amount that depends on the step and the
+# scheduler's position, so a resume that restored them wrongly ends elsewhere.
+MOVING = ("--set", "optim.lr=0.05", "--set", "optim.weight_decay=0.5", "--set", "optim.warmup_steps=3")
+
+
 @pytest.mark.slow
-def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(tmp_path) -> None:
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(strategy: str, tmp_path) -> None:
+    """DDP checkpoints are rank 0's one-process files; FSDP2's are sharded
+    (torch.distributed.checkpoint, each rank its shards) and reshard on load."""
     import shutil
 
     run = tmp_path / "run"
-    args = ("--set", "steps=4", "--set", "checkpoint_every=1", "--set", "optim.lr=1e-3", "--set", "trainer.timeout_s=60")
+    args = ("--set", f"trainer.strategy={strategy}", "--set", "steps=4", "--set", "checkpoint_every=1", "--set", "trainer.timeout_s=60", *MOVING)
     launcher = _cli("smoke", "--nproc", "2", *args, "--output-dir", str(run), wait=False)
     deadline = time.monotonic() + 240
     while not (run / "checkpoints" / "step-000002" / COMPLETE).is_file():
@@ -106,15 +115,34 @@ def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(tmp_path)
     assert time.monotonic() - killed < 60  # torch elastic stops the other rank: no hang until the collective timeout
     assert not (run / "final").exists()
 
+    assert (run / "checkpoints" / "step-000002" / "sharded").is_dir() == (strategy == "fsdp2")
     single = tmp_path / "single"
     shutil.copytree(run, single)
     _cli("--resume", str(run), "--nproc", "2")
     _cli("--resume", str(single))
-    for folder in (run, single):
+    straight = tmp_path / "straight"
+    _cli("smoke", "--nproc", "2", *args, "--output-dir", str(straight))
+    for folder in (run, single, straight):
         assert [m["step"] for m in _metrics(folder)] == [0, 1, 2, 3]
-    two, one = load_file(run / "final" / "model.safetensors"), load_file(single / "final" / "model.safetensors")
-    for name, value in one.items():
-        torch.testing.assert_close(two[name], value, rtol=0, atol=1e-4)
+    expected = load_file(straight / "final" / "model.safetensors")
+    initial = load_file(one_process_initial(tmp_path))
+    assert max(float((expected[name] - initial[name]).abs().max()) for name in expected) > 1e-3  # the weights moved
+    for folder in (run, single):
+        resumed = load_file(folder / "final" / "model.safetensors")
+        for name, value in expected.items():
+            torch.testing.assert_close(resumed[name], value, rtol=0, atol=1e-6)
+
+
+def one_process_initial(tmp_path: Path) -> Path:
+    """The tiny model's initial weights as a safetensors file."""
+    from safetensors.torch import save_file
+
+    from agentic_rl.models import load
+    from agentic_rl.training.checkpoint import trainable_state
+
+    path = tmp_path / "initial.safetensors"
+    save_file(trainable_state(load("tiny-random", device="cpu")[0]), path)
+    return path
 
 
 @pytest.mark.slow
@@ -122,7 +150,7 @@ def test_max_restarts_continues_the_run_after_a_rank_dies(tmp_path) -> None:
     """--max-restarts 1: torch elastic restarts both ranks after one is killed, and the
     restarted processes resume the run from its newest checkpoint instead of starting over."""
     run = tmp_path / "run"
-    args = ("--set", "steps=4", "--set", "checkpoint_every=1", "--set", "optim.lr=1e-3", "--set", "trainer.timeout_s=60")
+    args = ("--set", "steps=4", "--set", "checkpoint_every=1", "--set", "trainer.timeout_s=60", *MOVING)
     launcher = _cli("smoke", "--nproc", "2", "--max-restarts", "1", *args, "--output-dir", str(run), wait=False)
     deadline = time.monotonic() + 240
     while not (run / "checkpoints" / "step-000002" / COMPLETE).is_file():

@@ -32,6 +32,8 @@ class Strategy:
     """``single``: nothing to wrap, nothing to gather."""
 
     name = "single"
+    sharded = False
+    """Whether each rank holds only shards of the weights and optimizer state."""
 
     def __init__(self, dist: DistContext) -> None:
         self.dist = dist
@@ -78,6 +80,7 @@ class DDPStrategy(Strategy):
 
 class FSDP2Strategy(Strategy):
     name = "fsdp2"
+    sharded = True
 
     def __init__(self, dist: DistContext, *, precision: str = "fp32", cpu_offload: bool = False) -> None:
         super().__init__(dist)
@@ -119,10 +122,10 @@ def make_strategy(name: str, dist: DistContext, *, precision: str = "fp32", cpu_
     """The strategy ``name`` (single, ddp, fsdp2) over ``dist``'s ranks."""
     if name not in STRATEGIES:
         raise ValueError(f"trainer.strategy: expected one of {', '.join(STRATEGIES)}, got {name!r}")
-    if name == "single":
-        if dist.distributed:
-            raise ValueError(f"trainer.strategy: 'single' runs one process, but {dist.world_size} ranks were started; use ddp or fsdp2")
+    if not dist.distributed:  # one process is the degenerate case of every strategy (e.g. resuming a DDP run alone)
         return Strategy(dist)
+    if name == "single":
+        raise ValueError(f"trainer.strategy: 'single' runs one process, but {dist.world_size} ranks were started; use ddp or fsdp2")
     if name == "ddp":
         return DDPStrategy(dist)
     return FSDP2Strategy(dist, precision=precision, cpu_offload=cpu_offload)

@@ -131,14 +131,16 @@ def _load_weights(module, path: Path) -> None:
 
 def load_checkpoint(folder: Path, *, model, critic_module=None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Restore the weights (and the critic's, when given) and the RNG states; returns
-    ``(trainer_state, info)`` for the trainer's ``load_state_dict`` and the run directory."""
-    _load_weights(model, folder / "model.safetensors")
+    ``(trainer_state, info)`` for the trainer's ``load_state_dict`` and the run directory.
+    ``model`` None: the weights were restored otherwise (a sharded checkpoint)."""
+    if model is not None:
+        _load_weights(model, folder / "model.safetensors")
     if critic_module is not None:
         if not (folder / "critic.safetensors").is_file():
             raise ValueError(f"checkpoint {folder} has no critic (critic.safetensors) but the run's config uses one")
         _load_weights(critic_module, folder / "critic.safetensors")
     # Tensors land on the model's device, whichever device wrote them.
-    state = torch.load(folder / "trainer.pt", map_location=_device(model), weights_only=False)
+    state = torch.load(folder / "trainer.pt", map_location=_device(model) if model is not None else "cpu", weights_only=False)
     _keep_steps_on_cpu(state)
     set_rng_state(state.pop("rng"))
     info = json.loads((folder / "state.json").read_text())

@@ -71,15 +71,16 @@ class TrainResult:
     steps: list[dict[str, float]]
 
 
-def _open_run(config, name: str, resume, dist: DistContext) -> tuple[TrainConfig, str, RunDirectory, Path | None, list[str]]:
-    """(config, recipe name, run directory, checkpoint to resume from, stages it covers).
-    Rank 0 owns the run directory; other ranks write what they must into a scratch one."""
+def _open_run(config, name: str, resume, dist: DistContext) -> tuple[TrainConfig, str, RunDirectory, Path | None, list[str], Path]:
+    """(config, recipe name, run directory, checkpoint to resume from, stages it covers,
+    the run directory's path on every rank). Rank 0 owns the run directory; other ranks
+    write what they must into a scratch one (and their checkpoint shards into rank 0's)."""
     if resume is None:
         if not isinstance(config, TrainConfig):
             config = build(TrainConfig, config or {})
         run = RunDirectory.create(config.output_dir, name=name, config=config.model_dump()) if dist.is_main else RunDirectory.scratch(dist.rank)
-        dist.broadcast_object(str(run.path))  # the other ranks wait here until the directory exists
-        return config, name, run, None, []
+        shared = Path(dist.broadcast_object(str(run.path)))  # the other ranks wait here until the directory exists
+        return config, name, run, None, [], shared
     if config is not None:
         raise ConfigError("resume: the run's own config.yaml is used; do not pass a config (or --set) too")
     run, name, saved = RunDirectory.existing(resume)
@@ -88,10 +89,11 @@ def _open_run(config, name: str, resume, dist: DistContext) -> tuple[TrainConfig
     if not checkpoints:
         raise ConfigError(f"--resume: no complete checkpoint in {run.checkpoints}; the run cannot be resumed")
     info = RunDirectory(checkpoints[-1]).read_json("state.json")
+    shared = run.path
     if not dist.is_main:
         run = RunDirectory.scratch(dist.rank)
     # Checkpoints written before stages were recorded came only from the RL stage: every stage before it had finished.
-    return config, name, run, checkpoints[-1], info.get("stages", list(_BEFORE_RL))
+    return config, name, run, checkpoints[-1], info.get("stages", list(_BEFORE_RL)), shared
 
 
 def _timeout(config, resume) -> float:
@@ -120,7 +122,7 @@ def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "cu
 
 def _train(config, name: str, events: RunEvents | None, loaded, resume, dist: DistContext) -> TrainResult:
     events = events or RunEvents()
-    config, name, run, checkpoint, finished = _open_run(config, name, resume, dist)
+    config, name, run, checkpoint, finished, shared = _open_run(config, name, resume, dist)
     if not dist.is_main:
         import atexit
         import shutil
@@ -150,7 +152,7 @@ def _train(config, name: str, events: RunEvents | None, loaded, resume, dist: Di
     # A sharded trainer's parameters cannot decode: its engine holds a full copy.
     own_copy = config.trainer.strategy == "fsdp2"
     backend = build_backend(config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision, own_copy=own_copy)
-    state = RunState(config, run, events, model, tokenizer, backend, train_env, task_indices, checkpoint=checkpoint, dist=dist)
+    state = RunState(config, run, events, model, tokenizer, backend, train_env, task_indices, checkpoint=checkpoint, dist=dist, checkpoints_root=RunDirectory(shared).checkpoints)
     for stage in STAGES:
         if not stage.enabled(config):
             continue

@@ -126,7 +126,8 @@ class RLTrainer:
         self.task_schedule.load_state_dict(state["task_schedule"])
         self.response_length_history = list(state.get("response_length_history", []))
         self.nonfinite.in_a_row = int(state.get("nonfinite_in_a_row", 0))
-        self.optimizer.load_state_dict(state["optimizer"])
+        if "optimizer" in state:  # a sharded checkpoint restores it with the weights
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if "weight_version" in state:  # trajectories keep the version numbering of an uninterrupted run
             self.backend.weight_version = int(state["weight_version"])

@@ -63,6 +63,8 @@ class RunState:
     trainer: Any = None
     dist: DistContext = field(default_factory=DistContext)
     """The data-parallel ranks (rank 0 writes checkpoints, the final model and the report)."""
+    checkpoints_root: Path | None = None
+    """Rank 0's checkpoint folder, where every rank writes its shards of a sharded checkpoint."""
 
 
 # --- evaluation ----------------------------------------------------------------------
@@ -201,12 +203,21 @@ def _checkpoint(state: RunState) -> None:
     from agentic_rl.training.checkpoint import save_checkpoint
 
     trainer = state.trainer
+    info = {"tracking": {name: state.run.count_lines(name) for name in LOGS}, "stages": state.run.completed_stages()}
+    if trainer.strategy.sharded:  # every rank writes its shards
+        from agentic_rl.training.sharded_checkpoint import save_sharded_checkpoint
+
+        trainer_state = {key: value for key, value in trainer.state_dict().items() if key != "optimizer"}
+        save_sharded_checkpoint(
+            state.checkpoints_root or state.run.checkpoints, trainer.steps_done, model=trainer.model, optimizer=trainer.optimizer,
+            trainer_state=trainer_state, info=info, keep=state.config.keep_checkpoints, dist=state.dist,
+        )
+        return
     if not state.dist.is_main:  # every rank holds the same trainer state (DDP); rank 0 writes it
         return
     save_checkpoint(
         state.run.checkpoints, trainer.steps_done, model=trainer.model, critic_module=trainer.critic.module if trainer.critic is not None else None,
-        trainer_state=trainer.state_dict(), keep=state.config.keep_checkpoints,
-        info={"tracking": {name: state.run.count_lines(name) for name in LOGS}, "stages": state.run.completed_stages()},
+        trainer_state=trainer.state_dict(), keep=state.config.keep_checkpoints, info=info,
     )
 
 
@@ -215,8 +226,15 @@ def _resume_trainer(state: RunState) -> None:
     from agentic_rl.training.checkpoint import load_checkpoint
 
     trainer = state.trainer
-    trainer_state, info = load_checkpoint(state.checkpoint, model=trainer.model, critic_module=trainer.critic.module if trainer.critic is not None else None)
-    trainer.backend.sync_weights(trainer.model)  # an engine with its own copy (bf16) must see the loaded weights
+    from agentic_rl.training.sharded_checkpoint import is_sharded, load_sharded_weights
+
+    sharded = is_sharded(state.checkpoint)
+    if sharded:
+        load_sharded_weights(state.checkpoint, model=trainer.model, optimizer=trainer.optimizer)
+    elif trainer.strategy.sharded:
+        raise ConfigError(f"--resume: {state.checkpoint} was written by one process or DDP; resume it with trainer.strategy ddp or single")
+    trainer_state, info = load_checkpoint(state.checkpoint, model=None if sharded else trainer.model, critic_module=trainer.critic.module if trainer.critic is not None else None)
+    trainer.backend.sync_weights(trainer.strategy.full_weights(trainer.model))  # an engine with its own copy must see the loaded weights
     trainer.load_state_dict(trainer_state)  # after the sync: restores the engine's weight version too
     for name in LOGS:
         state.run.truncate_lines(name, info["tracking"][name])

@@ -1,0 +1,77 @@
+"""Sharded checkpoints (torch.distributed.checkpoint) for trainers whose weights and
+optimizer state are sharded over ranks (FSDP2).
+
+Every rank writes its own shards of the weights and the AdamW state into ``sharded/`` of
+the checkpoint folder; rank 0 adds ``trainer.pt`` (the trainer's other state and the RNG
+states), ``state.json`` and the completion mark, and renames the folder into place: the
+same folder layout and atomicity as the one-process checkpoints (training/checkpoint.py).
+torch.distributed.checkpoint reshards on load, so such a checkpoint resumes on any number
+of ranks, and in one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentic_rl.distributed import DistContext
+from agentic_rl.training.checkpoint import COMPLETE, complete_checkpoints, rng_state
+
+SHARDED = "sharded"
+
+
+def is_sharded(folder: Path) -> bool:
+    """Whether the checkpoint ``folder`` holds sharded weights and optimizer state."""
+    return (folder / SHARDED).is_dir()
+
+
+def _states(model, optimizer) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optimizer": optimizer_state}
+
+
+def save_sharded_checkpoint(root: Path, step: int, *, model, optimizer, trainer_state: dict[str, Any], info: dict[str, Any], keep: int, dist: DistContext) -> Path:
+    """Every rank: write ``root/step-<step>`` (see the module docstring) and prune to the
+    newest ``keep`` complete checkpoints. ``trainer_state`` must not hold the optimizer."""
+    import torch.distributed.checkpoint as dcp
+
+    final = root / f"step-{step:06d}"
+    tmp = root / f".tmp-step-{step:06d}-sharded"
+    if dist.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    dist.barrier()
+    dcp.save(_states(model, optimizer), checkpoint_id=str(tmp / SHARDED))
+    if dist.is_main:
+        torch.save({**trainer_state, "rng": rng_state()}, tmp / "trainer.pt")
+        (tmp / "state.json").write_text(json.dumps({"step": step, **info}, indent=2))
+        (tmp / COMPLETE).write_text("ok\n")
+        for path in [tmp / "trainer.pt", tmp / "state.json", *(tmp / SHARDED).iterdir()]:
+            with open(path, "rb") as handle:  # durable before the rename publishes it
+                os.fsync(handle.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        for old in complete_checkpoints(root)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    dist.barrier()
+    return final
+
+
+def load_sharded_weights(folder: Path, *, model, optimizer) -> None:
+    """Load a sharded checkpoint's weights and optimizer state into ``model`` and
+    ``optimizer``, however they are sharded now (several ranks, or one process)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    states = _states(model, optimizer)
+    dcp.load(states, checkpoint_id=str(folder / SHARDED))
+    set_state_dict(model, optimizer, model_state_dict=states["model"], optim_state_dict=states["optimizer"])
