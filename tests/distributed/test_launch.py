@@ -64,6 +64,11 @@ def test_two_ranks_write_the_run_of_one_process(strategy: str, one_process: Path
         for key in ("reward_mean", "accuracy", "response_length", "tool_calls_per_episode", "frac_zero_std_groups"):
             assert a[key] == b[key], key
         assert a["entropy"] == pytest.approx(b["entropy"], abs=1e-4)
+    for name in ("eval_before.json", "eval_after.json"):  # each rank evaluated half of the tasks
+        ours, theirs = json.loads((run / name).read_text()), json.loads((one_process / name).read_text())
+        assert [t["task_id"] for t in ours["trajectories"]] == [t["task_id"] for t in theirs["trajectories"]]
+        assert ours["metrics"]["avg@1"] == theirs["metrics"]["avg@1"]
+        assert ours["metrics"]["mean_response_tokens"] == pytest.approx(theirs["metrics"]["mean_response_tokens"], rel=0.05)
     straight, ranks = load_file(one_process / "final" / "model.safetensors"), load_file(run / "final" / "model.safetensors")
     for name, value in straight.items():
         torch.testing.assert_close(ranks[name], value, rtol=0, atol=1e-5)

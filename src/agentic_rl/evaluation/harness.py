@@ -11,6 +11,7 @@ from typing import Any
 
 from agentic_rl import envs
 from agentic_rl.config import ConfigError, EvalConfig, build
+from agentic_rl.distributed import DistContext
 from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.engines.factory import build_backend
 from agentic_rl.models.loading import resolve_device
@@ -52,23 +53,33 @@ class PreparedEval:
     make_env: Callable[[], envs.Env]
     backend: Any
 
-    def run(self, on_trajectory: Callable[[Trajectory], None] | None = None) -> EvalResult:
-        config = self.config
+    def run(self, on_trajectory: Callable[[Trajectory], None] | None = None, *, dist: DistContext | None = None) -> EvalResult:
+        """Sample and score. ``dist``: data-parallel ranks each sample every world-size-th
+        task (the samples one process would draw for it) and all get the whole result."""
+        config, dist = self.config, dist or DistContext()
         started = time.monotonic()
+        mine = self.tasks_of(dist.rank, dist.world_size)
         groups = rollout(
             self.backend,
             self.make_env,
-            range(config.num_tasks),
+            mine,
             group_size=config.samples_per_task,
             config=config.rollout,
             seed=config.seed,
             on_finish=on_trajectory,
+            task_positions=mine if dist.distributed else None,
         )
+        if dist.distributed:
+            groups = dist.gather_by_position(mine, groups, config.num_tasks)
         metrics = aggregate_metrics([g.trajectories for g in groups], k=config.k)
         result = EvalResult(metrics=metrics, config=config.model_dump(), groups=groups, wall_time_s=time.monotonic() - started)
         if config.output:
             result.save(config.output)
         return result
+
+    def tasks_of(self, rank: int, world_size: int) -> list[int]:
+        """The held-out task indices rank ``rank`` of ``world_size`` samples."""
+        return list(range(rank, self.config.num_tasks, world_size))
 
 
 def prepare(config: EvalConfig | dict[str, Any] | None = None, *, loaded=None, backend=None) -> PreparedEval:

@@ -93,9 +93,10 @@ def evaluation(label: str) -> tuple[Callable[[RunState], None], Callable[[RunSta
     def run(state: RunState) -> None:
         state.events.on_stage(f"evaluating ({label})")
         prepared = prepare(eval_config(state.config, state.run.file(filename)), backend=state.backend)
-        total = prepared.config.num_tasks * prepared.config.samples_per_task
+        # With several ranks each samples its share of the tasks; the bar counts rank 0's.
+        total = len(prepared.tasks_of(state.dist.rank, state.dist.world_size)) * prepared.config.samples_per_task
         with state.events.progress_bar(total, f"eval {label}") as on_finish:
-            result = prepared.run(on_finish)
+            result = prepared.run(on_finish, dist=state.dist)
         state.evals[label] = result.metrics
         state.events.on_eval(label, result)
 
