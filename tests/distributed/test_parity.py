@@ -62,12 +62,18 @@ def test_two_ranks_update_like_one_process(strategy: str, single: dict, tmp_path
         assert torch.equal(ranks["engine"][name], value), name
 
 
+@pytest.fixture(scope="module")
+def single_lora(tmp_path_factory) -> dict:
+    return _run("single", tmp_path_factory.mktemp("single-lora") / "out.pt", 1, "lora")
+
+
 @pytest.mark.slow
-def test_lora_under_ddp_updates_like_one_process(tmp_path) -> None:
-    """LoRA adapters (the only trainable weights) under DDP; the KL reference is the base
-    with adapters off on every rank."""
-    single = _run("single", tmp_path / "single.pt", 1, "lora")
-    ranks = _run("ddp", tmp_path / "ddp.pt", 2, "lora")
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_lora_updates_like_one_process(strategy: str, single_lora: dict, tmp_path) -> None:
+    """LoRA adapters (the only trainable weights) under DDP and FSDP2 (frozen base shards);
+    the KL reference is the base with adapters off (under FSDP2 through the sharded forward)."""
+    single = single_lora
+    ranks = _run(strategy, tmp_path / "ranks.pt", 2, "lora")
     assert ranks["metrics"]["loss"] == pytest.approx(single["metrics"]["loss"], rel=1e-5, abs=1e-7)
     assert ranks["metrics"]["kl"] == pytest.approx(single["metrics"]["kl"], rel=1e-4, abs=1e-7)
     adapters = [name for name in single["weights"] if "lora_" in name]

@@ -391,7 +391,6 @@ class TrainConfig(Section):
             raise ValueError("mini_batches: more mini-batches than trajectories per step")
         if self.trainer.strategy == "fsdp2":
             for field, value, why in (
-                ("lora.enabled", self.lora.enabled, "LoRA under fsdp2 is not implemented yet; use ddp"),
                 ("algorithm.critic", self.algorithm.critic != "none", "a critic under fsdp2 is not implemented yet"),
             ):
                 if value:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -38,6 +40,9 @@ class ReferencePolicy:
 
     model: nn.Module
     adapters_disabled: bool = False
+    forward: Callable | None = None
+    """With adapters disabled: the policy's forward as the trainer strategy runs it (a sharded
+    policy cannot run outside its wrapper); None: ``token_logprobs`` of ``model``."""
 
     @classmethod
     def build(cls, model: nn.Module, *, lora_enabled: bool, kl_needed: bool, placement: str = "fp32") -> ReferencePolicy | None:
@@ -58,8 +63,7 @@ class ReferencePolicy:
         adapters_off = self.model.disable_adapter() if self.adapters_disabled else nullcontext()
         # A CPU copy of a GPU policy: the batch goes to the copy and its log-probs come back.
         device = next(self.model.parameters()).device
+        run = self.forward or functools.partial(token_logprobs, self.model)
         with torch.no_grad(), adapters_off:
-            logprobs, _ = token_logprobs(
-                self.model, batch.input_ids.to(device), batch.attention_mask.to(device), batch.loss_mask.to(device), temperature=temperature
-            )
+            logprobs, _ = run(batch.input_ids.to(device), batch.attention_mask.to(device), batch.loss_mask.to(device), temperature=temperature)
         return logprobs.to(batch.input_ids.device)

@@ -5,6 +5,7 @@ sample groups -> score (rewards + shaping, advantages; training/scoring.py) -> u
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -86,6 +87,8 @@ class RLTrainer:
             raise ValueError("trainer.strategy fsdp2: the engine must hold its own copy of the weights (sharded parameters cannot decode)")
         self.policy = self.strategy.wrap(PolicyLogprobs(model), layers=list(split_model(model)[0].layers))
         """The trainable forward (log-probs of a batch) as the strategy runs it."""
+        if self.reference is not None and self.reference.adapters_disabled and self.strategy.sharded:
+            self.reference = dataclasses.replace(self.reference, forward=self.policy)
         self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         updates = config.steps * config.ppo_epochs * config.mini_batches
         self.scheduler = make_scheduler(self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule)

@@ -304,7 +304,11 @@ def run_final(state: RunState) -> None:
     weights = state.trainer.strategy.full_weights(state.model) if state.trainer is not None else state.model
     if not state.dist.is_main:
         return
-    save_final(state.model, state.tokenizer, final, state_dict=weights if isinstance(weights, dict) else None, dtype=final_dtype(state.config.final_dtype, state.config.model.name))
+    model, gathered = state.model, weights if isinstance(weights, dict) else None
+    if gathered is not None and hasattr(model, "merge_and_unload"):
+        # Sharded LoRA: peft merges an unsharded model; the engine's full copy holds the same weights.
+        model, gathered = state.backend.model, None
+    save_final(model, state.tokenizer, final, state_dict=gathered, dtype=final_dtype(state.config.final_dtype, state.config.model.name))
     if state.trainer is not None and state.trainer.critic is not None:  # the value function, for continuing PPO or inspecting values
         save_file(trainable_state(state.trainer.critic.module), final / "critic.safetensors")
     state.run.write_json("summary.json", {"evals": state.evals, "steps": len(state.steps)})
