@@ -91,6 +91,18 @@ def _rank_process(run: Path, rank: int) -> int | None:
     return None
 
 
+def _kill_rank_after_checkpoint(launcher: subprocess.Popen, run: Path, step: int = 2) -> float:
+    """SIGKILL rank 1 of ``launcher``'s run once checkpoint ``step`` is complete; returns when."""
+    deadline = time.monotonic() + 240
+    while not (run / "checkpoints" / f"step-{step:06d}" / COMPLETE).is_file():
+        assert launcher.poll() is None and time.monotonic() < deadline, launcher.stdout.read()[-3000:]
+        time.sleep(0.05)
+    pid = _rank_process(run, 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    return time.monotonic()
+
+
 # The tiny model never earns a reward in smoke runs (zero advantages): weight decay under a
 # warmup schedule moves every weight by an amount that depends on the step and the
 # scheduler's position, so a resume that restored them wrongly ends elsewhere.
@@ -107,14 +119,7 @@ def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(strategy:
     run = tmp_path / "run"
     args = ("--set", f"trainer.strategy={strategy}", "--set", "steps=4", "--set", "checkpoint_every=1", "--set", "trainer.timeout_s=60", *MOVING)
     launcher = _cli("smoke", "--nproc", "2", *args, "--output-dir", str(run), wait=False)
-    deadline = time.monotonic() + 240
-    while not (run / "checkpoints" / "step-000002" / COMPLETE).is_file():
-        assert launcher.poll() is None and time.monotonic() < deadline, launcher.stdout.read()[-3000:]
-        time.sleep(0.05)
-    pid = _rank_process(run, 1)
-    assert pid is not None
-    killed = time.monotonic()
-    os.kill(pid, signal.SIGKILL)
+    killed = _kill_rank_after_checkpoint(launcher, run)
     output, _ = launcher.communicate(timeout=120)
     assert launcher.returncode != 0
     assert time.monotonic() - killed < 60  # torch elastic stops the other rank: no hang until the collective timeout
@@ -157,13 +162,7 @@ def test_max_restarts_continues_the_run_after_a_rank_dies(tmp_path) -> None:
     run = tmp_path / "run"
     args = ("--set", "steps=4", "--set", "checkpoint_every=1", "--set", "trainer.timeout_s=60", *MOVING)
     launcher = _cli("smoke", "--nproc", "2", "--max-restarts", "1", *args, "--output-dir", str(run), wait=False)
-    deadline = time.monotonic() + 240
-    while not (run / "checkpoints" / "step-000002" / COMPLETE).is_file():
-        assert launcher.poll() is None and time.monotonic() < deadline, launcher.stdout.read()[-3000:]
-        time.sleep(0.05)
-    pid = _rank_process(run, 1)
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
+    _kill_rank_after_checkpoint(launcher, run)
     output, _ = launcher.communicate(timeout=300)
     assert launcher.returncode == 0, output[-4000:]
     assert "resumed from step-00000" in output

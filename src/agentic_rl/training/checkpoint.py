@@ -93,16 +93,24 @@ def save_checkpoint(root: Path, step: int, *, model, trainer_state: dict[str, An
     save_file(trainable_state(model), tmp / "model.safetensors")
     if critic_module is not None:
         save_file(trainable_state(critic_module), tmp / "critic.safetensors")
+    return publish_checkpoint(tmp, final, step=step, trainer_state=trainer_state, info=info, keep=keep, written=[p for p in (tmp / "model.safetensors", tmp / "critic.safetensors") if p.is_file()])
+
+
+def publish_checkpoint(tmp: Path, final: Path, *, step: int, trainer_state: dict[str, Any], info: dict[str, Any], keep: int, written: list[Path]) -> Path:
+    """Finish the checkpoint being written in ``tmp``: add trainer.pt (``trainer_state`` and
+    the RNG states), state.json and the completion mark, make them and the ``written``
+    files durable, rename ``tmp`` to ``final`` and prune ``final``'s folder to the newest
+    ``keep`` complete checkpoints."""
     torch.save({**trainer_state, "rng": rng_state()}, tmp / "trainer.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, **info}, indent=2))
     (tmp / COMPLETE).write_text("ok\n")
-    for handle in (tmp / "model.safetensors", tmp / "trainer.pt", tmp / "state.json"):
-        with open(handle, "rb") as f:  # durable before the rename publishes it
-            os.fsync(f.fileno())
+    for path in (*written, tmp / "trainer.pt", tmp / "state.json"):
+        with open(path, "rb") as handle:  # durable before the rename publishes it
+            os.fsync(handle.fileno())
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    for old in complete_checkpoints(root)[:-keep]:
+    for old in complete_checkpoints(final.parent)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 

@@ -11,16 +11,12 @@ of ranks, and in one process.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from agentic_rl.distributed import DistContext
-from agentic_rl.training.checkpoint import COMPLETE, complete_checkpoints, rng_state
+from agentic_rl.training.checkpoint import publish_checkpoint
 
 SHARDED = "sharded"
 
@@ -51,17 +47,7 @@ def save_sharded_checkpoint(root: Path, step: int, *, model, optimizer, trainer_
     dist.barrier()
     dcp.save(_states(model, optimizer), checkpoint_id=str(tmp / SHARDED))
     if dist.is_main:
-        torch.save({**trainer_state, "rng": rng_state()}, tmp / "trainer.pt")
-        (tmp / "state.json").write_text(json.dumps({"step": step, **info}, indent=2))
-        (tmp / COMPLETE).write_text("ok\n")
-        for path in [tmp / "trainer.pt", tmp / "state.json", *(tmp / SHARDED).iterdir()]:
-            with open(path, "rb") as handle:  # durable before the rename publishes it
-                os.fsync(handle.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        for old in complete_checkpoints(root)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        publish_checkpoint(tmp, final, step=step, trainer_state=trainer_state, info=info, keep=keep, written=list((tmp / SHARDED).iterdir()))
     dist.barrier()
     return final
 
