@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from agentic_rl.training.checkpoint import COMPLETE
 
 TIMING = ("_time_s", "tokens_per_s")
+FP32 = ("--set", "precision=fp32")  # the same numbers on every CPU (auto picks bf16 where it is fast)
 
 
 def _cli(*args: str, wait: bool = True, timeout: float = 300):
@@ -44,7 +45,7 @@ def _metrics(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("one") / "run"
-    _cli("smoke", "--set", "checkpoint_every=0", "--output-dir", str(run))
+    _cli("smoke", *FP32, "--set", "checkpoint_every=0", "--output-dir", str(run))
     return run
 
 
@@ -54,7 +55,7 @@ def test_two_ranks_write_the_run_of_one_process(strategy: str, one_process: Path
     run = tmp_path / "run"
     scratch = Path(tempfile.gettempdir())
     before = set(scratch.glob("agentic-rl-rank1-*"))
-    output = _cli("smoke", "--nproc", "2", "--set", f"trainer.strategy={strategy}", "--set", "checkpoint_every=0", "--output-dir", str(run))
+    output = _cli("smoke", *FP32, "--nproc", "2", "--set", f"trainer.strategy={strategy}", "--set", "checkpoint_every=0", "--output-dir", str(run))
     assert _layout(run) == _layout(one_process)
     assert output.count("held-out accuracy") == 1  # one display: rank 0's
     ours, theirs = _metrics(run), _metrics(one_process)
@@ -118,7 +119,7 @@ def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(strategy:
 
     run = tmp_path / "run"
     args = ("--set", f"trainer.strategy={strategy}", "--set", "steps=4", "--set", "checkpoint_every=1", "--set", "trainer.timeout_s=60", *MOVING)
-    launcher = _cli("smoke", "--nproc", "2", *args, "--output-dir", str(run), wait=False)
+    launcher = _cli("smoke", *FP32, "--nproc", "2", *args, "--output-dir", str(run), wait=False)
     killed = _kill_rank_after_checkpoint(launcher, run)
     output, _ = launcher.communicate(timeout=120)
     assert launcher.returncode != 0
@@ -131,7 +132,7 @@ def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(strategy:
     _cli("--resume", str(run), "--nproc", "2")
     _cli("--resume", str(single))
     straight = tmp_path / "straight"
-    _cli("smoke", "--nproc", "2", *args, "--output-dir", str(straight))
+    _cli("smoke", *FP32, "--nproc", "2", *args, "--output-dir", str(straight))
     for folder in (run, single, straight):
         assert [m["step"] for m in _metrics(folder)] == [0, 1, 2, 3]
     expected = load_file(straight / "final" / "model.safetensors")
@@ -161,7 +162,7 @@ def test_max_restarts_continues_the_run_after_a_rank_dies(tmp_path) -> None:
     restarted processes resume the run from its newest checkpoint instead of starting over."""
     run = tmp_path / "run"
     args = ("--set", "steps=4", "--set", "checkpoint_every=1", "--set", "trainer.timeout_s=60", *MOVING)
-    launcher = _cli("smoke", "--nproc", "2", "--max-restarts", "1", *args, "--output-dir", str(run), wait=False)
+    launcher = _cli("smoke", *FP32, "--nproc", "2", "--max-restarts", "1", *args, "--output-dir", str(run), wait=False)
     _kill_rank_after_checkpoint(launcher, run)
     output, _ = launcher.communicate(timeout=300)
     assert launcher.returncode == 0, output[-4000:]

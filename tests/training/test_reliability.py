@@ -25,6 +25,7 @@ def _recipe(path: Path) -> Path:
     recipe = {
         "description": "resume test",
         "model": {"name": "tiny-random", "device": "cpu"},
+        "precision": "fp32",  # bit-identical resume is the fp32 guarantee (auto may pick bf16 on a fast-bf16 CPU)
         "env": {"name": "arithmetic", "max_turns": 2},
         "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
         "eval": {"num_tasks": 2},
