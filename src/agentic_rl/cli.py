@@ -163,15 +163,10 @@ def _collect(args: argparse.Namespace) -> int:
 
 def _set_precision(model, setting: str) -> None:
     """Resolve ``--precision`` for the loaded model's device and set its compute precision."""
-    from agentic_rl.config import ConfigError
-    from agentic_rl.models.precision import resolve_precision, set_compute_precision
+    from agentic_rl.models.precision import apply_precision
     from agentic_rl.tracking.display import console
 
-    try:
-        resolved = resolve_precision(setting, next(model.parameters()).device)
-    except ValueError as exc:
-        raise ConfigError(f"--{exc}") from None
-    set_compute_precision(model, resolved.precision)
+    resolved = apply_precision(model, setting)
     console.print(f"precision: {resolved.precision} ({resolved.reason})")
 
 

@@ -100,10 +100,7 @@ def _sampling_precision(config: EvalConfig, loaded) -> str:
     if config.backend.kind != "hf":
         return "fp32"
     device = next(loaded[0].parameters()).device if loaded is not None else resolve_device(config.model.device)
-    try:
-        return resolve_precision(config.precision, device).precision
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    return resolve_precision(config.precision, device).precision
 
 
 def evaluate(

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from agentic_rl.errors import ConfigError
 from agentic_rl.models.cache import cache_dir
 
 PRECISIONS = ("auto", "fp32", "bf16-mixed")
@@ -109,15 +110,16 @@ def cpu_bf16_speedup() -> float:
 
 
 def resolve_precision(setting: str, device: torch.device | str) -> Resolved:
-    """The precision ``setting`` (auto, fp32, bf16-mixed) means on ``device``."""
+    """The precision ``setting`` (auto, fp32, bf16-mixed) means on ``device``; a setting
+    that cannot run there is a ConfigError naming it."""
     if setting not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {setting!r}")
+        raise ConfigError(f"precision: expected one of {', '.join(PRECISIONS)}, got {setting!r}")
     device = torch.device(device)
     if setting == "fp32":
         return Resolved("fp32", "set in the config")
     if setting == "bf16-mixed":
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise ValueError(f"precision: bf16-mixed needs a GPU with bf16 support; {torch.cuda.get_device_name(device)} has none (use fp32)")
+            raise ConfigError(f"precision: bf16-mixed needs a GPU with bf16 support; {torch.cuda.get_device_name(device)} has none (use fp32)")
         return Resolved("bf16-mixed", "set in the config")
     if device.type == "cuda":
         if torch.cuda.is_bf16_supported():
@@ -129,6 +131,13 @@ def resolve_precision(setting: str, device: torch.device | str) -> Resolved:
     if speedup >= BF16_MIN_SPEEDUP:
         return Resolved("bf16-mixed", f"auto: bf16 matmul measured {speedup:.2f}x float32 on this CPU")
     return Resolved("fp32", f"auto: bf16 matmul measured {speedup:.2f}x float32 on this CPU (bf16-mixed needs {BF16_MIN_SPEEDUP}x)")
+
+
+def apply_precision(model, setting: str) -> Resolved:
+    """Resolve ``setting`` on ``model``'s device and run its training forwards in it."""
+    resolved = resolve_precision(setting, next(model.parameters()).device)
+    set_compute_precision(model, resolved.precision)
+    return resolved
 
 
 def _root(model):

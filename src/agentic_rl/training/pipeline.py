@@ -21,7 +21,7 @@ from agentic_rl.envs import env_factory
 from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distributed, shutdown
 from agentic_rl.models import load, resolve_device
 from agentic_rl.models.lora import apply_lora
-from agentic_rl.models.precision import resolve_precision, set_compute_precision
+from agentic_rl.models.precision import apply_precision
 from agentic_rl.training.checkpoint import complete_checkpoints
 from agentic_rl.training.run_dir import RunDirectory
 from agentic_rl.training.stages import RunEvents, RunState, TrainingStopped, evaluation, restore_filter, run_dpo, run_filter, run_final, run_report, run_rl, run_sft
@@ -138,11 +138,7 @@ def _train(config, name: str, events: RunEvents | None, loaded, resume, dist: Di
     model, tokenizer = loaded or load(config.model.name, device=str(dist.device(resolve_device(config.model.device))), linear_kernel=config.model.linear_kernel)
     if next(model.parameters()).dtype != torch.float32:
         model = model.float()  # float32 master weights always; bf16 is a compute choice (precision)
-    try:
-        precision = resolve_precision(config.precision, next(model.parameters()).device)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    set_compute_precision(model, precision.precision)
+    precision = apply_precision(model, config.precision)
     run.write_json("precision.json", {"setting": config.precision, "precision": precision.precision, "reason": precision.reason})
     events.on_stage(f"precision: {precision.precision} ({precision.reason})")
     model = apply_lora(model, config.lora)
