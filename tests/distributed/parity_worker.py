@@ -2,7 +2,12 @@
 process (strategy single) or on every rank of a torchrun group (ddp / fsdp2). Writes the
 loss and the updated weights (rank 0) to OUT.pt.
 
-    python parity_worker.py STRATEGY OUT.pt [lora]     (under torchrun for ddp / fsdp2)
+    python parity_worker.py STRATEGY OUT.pt [VARIANT]     (under torchrun for ddp / fsdp2)
+
+VARIANT: lora (adapters only, KL to the adapters-off base), critic-shared / critic-separate
+(PPO with GAE and a value head on the policy / on its own copy), kl-reward (REINFORCE++:
+the KL to the reference is in the reward, computed before the update), sft (two SFT
+steps of five conversations each: uneven shares, several micro-batches per rank).
 """
 
 from __future__ import annotations
@@ -17,17 +22,48 @@ from agentic_rl.distributed import init_distributed, shutdown
 from agentic_rl.engines.hf import HFBackend
 from agentic_rl.models import load
 from agentic_rl.rollout import rollout
-from agentic_rl.training.rl import RLTrainer, score
+from agentic_rl.training.rl import RLTrainer
 
 
-def main(strategy: str, out: str, lora: bool = False) -> None:
+ALGORITHMS = {
+    "": {"preset": "grpo-tcr", "kl_coef": 0.01},
+    "lora": {"preset": "grpo-tcr", "kl_coef": 0.01},
+    "critic-shared": {"preset": "ppo", "critic_lr": 1e-3},
+    "critic-separate": {"preset": "ppo", "critic": "separate", "critic_lr": 1e-3},
+    "kl-reward": {"preset": "reinforce++"},
+}
+
+
+def sft(out: str) -> None:
+    from agentic_rl.config import SFTConfig
+    from agentic_rl.training.sft import train_sft
+
+    torch.set_num_threads(1)
+    dist = init_distributed(timeout_s=120)
+    model, tokenizer = load("tiny-random", device="cpu")
+    examples = [
+        {"messages": [{"role": "user", "content": f"What is {a} + {a * 3}? " * (1 + a % 3)}, {"role": "assistant", "content": f"<answer>{a * 4}</answer>"}]}
+        for a in range(10)
+    ]
+    config = SFTConfig(epochs=1, batch_size=5, micro_batch_tokens=64, lr=1e-3, warmup_steps=0)
+    result = train_sft(model, tokenizer, examples, config, dist=dist)
+    if dist.is_main:
+        weights = {name: value.detach().clone() for name, value in model.named_parameters()}
+        torch.save({"metrics": {"loss": result.losses, "steps": result.steps}, "weights": weights, "critic": {}, "world_size": dist.world_size}, out)
+    shutdown()
+
+
+def main(strategy: str, out: str, variant: str = "") -> None:
+    if variant == "sft":
+        return sft(out)
+    lora = variant == "lora"
     torch.set_num_threads(1)
     dist = init_distributed(timeout_s=120)
     config = TrainConfig.model_validate({
         "model": {"name": "tiny-random", "device": "cpu"}, "precision": "fp32", "trainer": {"strategy": strategy},
         "rollout": {"max_new_tokens": 10, "max_total_tokens": 512, "temperature": 1.0}, "steps": 1, "tasks_per_step": 3, "group_size": 3,
         "ppo_epochs": 2, "mini_batches": 2, "micro_batch_tokens": 64, "optim": {"lr": 1e-3}, "checkpoint_every": 0,
-        "algorithm": {"preset": "grpo-tcr", "kl_coef": 0.01}, "lora": {"enabled": lora, "r": 4},
+        "algorithm": ALGORITHMS[variant], "lora": {"enabled": lora, "r": 4},
     })
     model, tokenizer = load("tiny-random", device="cpu")
     make_env = lambda: envs.make("arithmetic", max_turns=1)  # noqa: E731
@@ -44,16 +80,17 @@ def main(strategy: str, out: str, lora: bool = False) -> None:
         model = apply_lora(model, config.lora)
     backend = HFBackend(model, tokenizer, own_copy=strategy == "fsdp2")
     trainer = RLTrainer(config, model, tokenizer, backend, make_env, [0, 1, 2], dist=dist)
-    scored = score(groups, config.algorithm, max_total_tokens=config.rollout.max_total_tokens)
+    scored, _, _ = trainer.score_groups(groups)  # with the critic's values / the reward KL where the variant uses them
     metrics = trainer.update(scored)
     weights = trainer.strategy.full_weights(model)
     weights = {name: value.detach().clone() for name, value in (weights.items() if isinstance(weights, dict) else model.named_parameters())}
     trainer.backend.sync_weights(trainer.strategy.full_weights(model))
     engine = {name: value.detach().clone() for name, value in backend.model.named_parameters()}
+    critic = {name: value.detach().clone() for name, value in trainer.critic.module.named_parameters()} if trainer.critic is not None else {}
     if dist.is_main:
-        torch.save({"metrics": metrics, "weights": weights, "engine": engine, "world_size": dist.world_size}, out)
+        torch.save({"metrics": metrics, "weights": weights, "engine": engine, "critic": critic, "world_size": dist.world_size}, out)
     shutdown()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], lora=sys.argv[3:] == ["lora"])
+    main(sys.argv[1], sys.argv[2], *sys.argv[3:])

@@ -80,3 +80,35 @@ def test_lora_updates_like_one_process(strategy: str, single_lora: dict, tmp_pat
     assert adapters
     for name, value in single["weights"].items():
         torch.testing.assert_close(ranks["weights"][name], value, rtol=0, atol=WEIGHT_TOLERANCE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("strategy", "variant"), [("ddp", "critic-shared"), ("ddp", "critic-separate"), ("fsdp2", "kl-reward"), ("ddp", "kl-reward")])
+def test_critic_and_kl_reward_update_like_one_process(strategy: str, variant: str, tmp_path) -> None:
+    """PPO's value head (on the policy, whose wrapper syncs the backbone; its own gradients
+    averaged beside it) and a separate critic copy under DDP; the KL-in-reward reference
+    pass (under FSDP2 a sharded frozen copy whose forwards run in lockstep)."""
+    single = _run("single", tmp_path / "single.pt", 1, variant)
+    ranks = _run(strategy, tmp_path / "ranks.pt", 2, variant)
+    assert ranks["metrics"]["loss"] == pytest.approx(single["metrics"]["loss"], rel=1e-5, abs=1e-7)
+    for key in ("value_loss", "kl") if variant.startswith("critic") else ("entropy",):
+        assert ranks["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-4, abs=1e-6), key
+    for name, value in single["weights"].items():
+        torch.testing.assert_close(ranks["weights"][name], value, rtol=0, atol=WEIGHT_TOLERANCE)
+    assert ranks["critic"].keys() == single["critic"].keys()
+    for name, value in single["critic"].items():
+        torch.testing.assert_close(ranks["critic"][name], value, rtol=0, atol=WEIGHT_TOLERANCE)
+    if variant.startswith("critic"):  # the value head trained (it starts at zero)
+        assert float(single["critic"]["head.linear.bias"].abs()) > 50 * WEIGHT_TOLERANCE
+
+
+@pytest.mark.slow
+def test_sft_on_two_ranks_updates_like_one_process(tmp_path) -> None:
+    """SFT under DDP: each rank trains on its share of every batch, normalised by the whole
+    batch's tokens; the losses and the weights are those of one process."""
+    single = _run("single", tmp_path / "single.pt", 1, "sft")
+    ranks = _run("ddp", tmp_path / "ranks.pt", 2, "sft")
+    assert ranks["metrics"]["steps"] == single["metrics"]["steps"] == 2
+    assert ranks["metrics"]["loss"] == pytest.approx(single["metrics"]["loss"], rel=1e-5)
+    for name, value in single["weights"].items():
+        torch.testing.assert_close(ranks["weights"][name], value, rtol=0, atol=WEIGHT_TOLERANCE)

@@ -27,7 +27,3 @@ def check_world_size(config, world_size: int) -> None:
         return
     if config.trainer.strategy == "single":
         raise ValueError(f"trainer.strategy: 'single' runs one process; with {world_size} processes use ddp or fsdp2 (or auto)")
-    if config.algorithm.rollout == "arpo":
-        raise ValueError("algorithm.rollout: arpo branching runs in one process only for now (drop --nproc or use rollout: group)")
-    if config.algorithm.critic != "none":
-        raise ValueError("algorithm.critic: a learned critic runs in one process only for now (drop --nproc or use a critic-free preset)")

@@ -72,6 +72,13 @@ class DistContext:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
         return tensor.tolist()
 
+    def lockstep_padding(self, count: int) -> int:
+        """How many padding micro-batches this rank adds to its ``count`` so that every rank
+        runs as many as the busiest (the wrappers' collectives live in each forward/backward)."""
+        if not self.distributed:
+            return 0
+        return int(self.all_reduce([float(count)], op="max")[0]) - count
+
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier()

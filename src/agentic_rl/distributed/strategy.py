@@ -55,6 +55,23 @@ class Strategy:
         (sharded strategies) its full parameters gathered on every rank, by name."""
         return model
 
+    def average_gradients(self, params: list[nn.Parameter]) -> None:
+        """Average the gradients of replicated ``params`` that no wrapper syncs (e.g. a
+        critic beside the policy) over the ranks, as DDP does: one flat all-reduce (a
+        parameter without a gradient counts as zeros, so every rank sends the same shape)."""
+        if not self.dist.distributed or not params:
+            return
+        import torch.distributed as torch_dist
+
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        torch_dist.all_reduce(flat)
+        flat /= self.dist.world_size
+        for p, synced in zip(params, flat.split([p.numel() for p in params]), strict=True):
+            p.grad.copy_(synced.view_as(p.grad))
+
     @property
     def grad_scale(self) -> float:
         """The factor on each rank's loss that makes the wrapper's gradient average the sum."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable, Sequence
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -62,6 +63,14 @@ class ARPOStats:
     """Global samples added after branching to fill the budget."""
     tool_calls: int = 0
     """Tool calls the policy made, a shared prefix's calls counted once."""
+
+    @classmethod
+    def total(cls, parts: list[ARPOStats]) -> ARPOStats:
+        """The statistics of ``parts`` run side by side (e.g. on every rank): counts add up,
+        rounds are the most any part ran."""
+        total = cls(**{f.name: sum(getattr(part, f.name) for part in parts) for f in dataclasses.fields(cls)})
+        total.rounds = max((part.rounds for part in parts), default=0)
+        return total
 
     def metrics(self) -> dict[str, float]:
         tasks = max(self.tasks, 1)

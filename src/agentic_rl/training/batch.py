@@ -60,6 +60,13 @@ def collate(
     return TokenBatch(input_ids, attention_mask, loss_mask, extra)
 
 
+def padding_batch(pad_token_id: int, per_token: Sequence[str] = ()) -> TokenBatch:
+    """A two-token micro-batch with one loss position: data-parallel ranks with fewer
+    micro-batches than the busiest run it (its loss scaled by zero), so that every rank
+    enters the wrappers' collective forwards and backwards as often."""
+    return collate([[pad_token_id, pad_token_id]], [[0, 1]], pad_token_id=pad_token_id, per_token={name: [[0.0, 0.0]] for name in per_token})
+
+
 MICRO_BATCH_OVERHEAD_TOKENS = 64
 """The fixed cost of one more forward/backward pass, counted in padded tokens (~30
 layers x dozens of kernel launches each way; about 0.1-0.2 s on a 2-core CPU)."""

@@ -18,11 +18,11 @@ from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.envs.base import Env
 from agentic_rl.models.anatomy import split_model
 from agentic_rl.models.precision import compute_precision
-from agentic_rl.rollout.arpo import arpo_rollout
+from agentic_rl.rollout.arpo import ARPOStats, arpo_rollout
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.diagnostics import step_diagnostics
-from agentic_rl.training.batch import TokenBatch, collate, length_buckets
+from agentic_rl.training.batch import TokenBatch, collate, length_buckets, padding_batch
 from agentic_rl.training.logprobs import PolicyLogprobs
 from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler
 from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
@@ -49,10 +49,19 @@ def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tu
 
 
 def _sample_arpo(trainer: RLTrainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-    """ARPO's entropy-based branching with a budget of ``group_size`` per task."""
-    config = trainer.config
-    groups, stats = arpo_rollout(trainer.backend, trainer.make_env, task_indices, budget=config.group_size, params=config.arpo, config=config.rollout, seed=seed)
-    return groups, stats.metrics()
+    """ARPO's entropy-based branching with a budget of ``group_size`` per task. With several
+    ranks each branches on every world-size-th task (a group's branches stay on the rank
+    that sampled its prefixes) from a seed of its own, so the samples differ from one
+    process's; every rank receives all groups in task order and the summed statistics."""
+    config, dist = trainer.config, trainer.dist
+    mine = list(range(dist.rank, len(task_indices), dist.world_size))
+    rank_seed = seed if not dist.distributed else derive_seed(seed, "arpo-rank", dist.rank)
+    groups, stats = arpo_rollout(
+        trainer.backend, trainer.make_env, [task_indices[i] for i in mine], budget=config.group_size, params=config.arpo, config=config.rollout, seed=rank_seed,
+    )
+    if not dist.distributed:
+        return groups, stats.metrics()
+    return dist.gather_by_position(mine, groups, len(task_indices)), ARPOStats.total(dist.all_gather_objects(stats)).metrics()
 
 
 ROLLOUT_MODES = {"group": _sample_groups, "arpo": _sample_arpo}
@@ -87,8 +96,8 @@ class RLTrainer:
             raise ValueError("trainer.strategy fsdp2: the engine must hold its own copy of the weights (sharded parameters cannot decode)")
         self.policy = self.strategy.wrap(PolicyLogprobs(model), layers=list(split_model(model)[0].layers))
         """The trainable forward (log-probs of a batch) as the strategy runs it."""
-        if self.reference is not None and self.reference.adapters_disabled and self.strategy.sharded:
-            self.reference = dataclasses.replace(self.reference, forward=self.policy)
+        if self.reference is not None and self.strategy.sharded:
+            self.reference = self._shard_reference(self.reference)
         self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         updates = config.steps * config.ppo_epochs * config.mini_batches
         self.scheduler = make_scheduler(self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule)
@@ -99,6 +108,17 @@ class RLTrainer:
         self.step_index = 0
         self.nonfinite = NonFiniteGuard(config.max_nonfinite_steps, hint="lower optim.lr or check the rewards")
         self.response_length_history: list[float] = []
+
+    def _shard_reference(self, reference: ReferencePolicy) -> ReferencePolicy:
+        """The reference run as the sharded policy runs: with LoRA through the policy's own
+        sharded forward (adapters off), otherwise its frozen copy sharded the same way (a
+        CPU-placed copy stays whole: it holds no accelerator memory). Its forwards are
+        then collective: every rank runs as many (see ``_per_token_rows``' lockstep)."""
+        if reference.adapters_disabled:
+            return dataclasses.replace(reference, forward=self.policy)
+        if next(reference.model.parameters()).device != self.device:
+            return reference
+        return dataclasses.replace(reference, forward=self.strategy.wrap(PolicyLogprobs(reference.model), layers=list(split_model(reference.model)[0].layers)))
 
     @property
     def device(self) -> torch.device:
@@ -138,24 +158,15 @@ class RLTrainer:
             self.critic.optimizer.load_state_dict(state["critic_optimizer"])
 
     def step(self) -> tuple[dict[str, float], list[TrajectoryGroup]]:
-        config, algorithm = self.config, self.config.algorithm
+        config = self.config
         started = time.monotonic()
         groups, kept, sampling_metrics = self._sample()
         rollout_time = time.monotonic() - started
-        usable = usable_trajectories(kept)
-        token_values = self._token_values(usable) if self.critic is not None and usable else None
-        token_kl = self._token_kl(usable) if algorithm.kl_in_reward and self.reference is not None and usable else None
-        # The metrics describe every sampled group; the update sees the kept ones, which
-        # are the same groups unless the group filter dropped some.
-        rewards = shaped_rewards(usable_trajectories(groups), algorithm, max_total_tokens=config.rollout.max_total_tokens)
-        scored = score(
-            kept, algorithm, max_total_tokens=config.rollout.max_total_tokens, attribution=config.arpo.attribution,
-            rewards=rewards if len(kept) == len(groups) else None, token_values=token_values, token_kl=token_kl,
-        )
+        scored, rewards, reward_kl = self.score_groups(kept, groups)
         metrics = rollout_metrics(groups, rewards, excluded=scored.excluded)
         metrics.update(sampling_metrics)
-        if token_kl is not None:
-            metrics["reward_kl"] = sum(map(sum, token_kl)) / max(sum(t.response_tokens for t in usable), 1)
+        if reward_kl is not None:
+            metrics["reward_kl"] = reward_kl
         metrics.update(step_diagnostics([t for g in groups for t in g.trajectories], response_length_history=self.response_length_history))
         self.response_length_history.append(metrics["response_length"])
         update_started = time.monotonic()
@@ -175,6 +186,26 @@ class RLTrainer:
         metrics["tokens_per_s"] = sampled / max(rollout_time, 1e-9)
         self.step_index += 1
         return metrics, groups
+
+    def score_groups(self, kept: list[TrajectoryGroup], groups: list[TrajectoryGroup] | None = None) -> tuple[ScoredBatch, list[float], float | None]:
+        """Advantages of the ``kept`` groups (with the critic's values and the KL-in-reward
+        term when the algorithm uses them) -> (scored batch, the shaped rewards of every
+        sampled group's usable trajectories (``groups``: all sampled, default ``kept``),
+        the mean reward KL per response token or None)."""
+        config, algorithm = self.config, self.config.algorithm
+        groups = kept if groups is None else groups
+        usable = usable_trajectories(kept)
+        token_values = self._token_values(usable) if self.critic is not None and usable else None
+        token_kl = self._token_kl(usable) if algorithm.kl_in_reward and self.reference is not None and usable else None
+        # The metrics describe every sampled group; the update sees the kept ones, which
+        # are the same groups unless the group filter dropped some.
+        rewards = shaped_rewards(usable_trajectories(groups), algorithm, max_total_tokens=config.rollout.max_total_tokens)
+        scored = score(
+            kept, algorithm, max_total_tokens=config.rollout.max_total_tokens, attribution=config.arpo.attribution,
+            rewards=rewards if len(kept) == len(groups) else None, token_values=token_values, token_kl=token_kl,
+        )
+        reward_kl = None if token_kl is None else sum(map(sum, token_kl)) / max(sum(t.response_tokens for t in usable), 1)
+        return scored, rewards, reward_kl
 
     def _sample(self) -> tuple[list[TrajectoryGroup], list[TrajectoryGroup], dict[str, float]]:
         """(every sampled group, the groups kept for the update, metrics).
@@ -212,12 +243,12 @@ class RLTrainer:
         lengths = [len(t.token_ids) for t in trajectories]
         buckets: list[list[int] | None] = list(length_buckets(lengths, self.config.micro_batch_tokens, len(trajectories)))
         if lockstep:
-            buckets += [None] * self._padding(len(buckets))
+            buckets += [None] * self.dist.lockstep_padding(len(buckets))
         rows: dict[int, list[float]] = {}
         with torch.no_grad():
             for bucket in buckets:
                 if bucket is None:
-                    compute(self._padding_batch())
+                    compute(self._padding_batch((extra,) if extra else ()))
                     continue
                 members = [trajectories[i] for i in bucket]
                 values = {extra: [getattr(t, extra) for t in members]} if extra else None
@@ -227,17 +258,8 @@ class RLTrainer:
                     rows[i] = out[row, : lengths[i]].tolist()
         return [rows[i] for i in range(len(trajectories))]
 
-    def _padding(self, count: int) -> int:
-        """How many padding micro-batches this rank adds so every rank runs as many as the busiest."""
-        if not self.dist.distributed:
-            return 0
-        return int(self.dist.all_reduce([float(count)], op="max")[0]) - count
-
     def _padding_batch(self, rows: tuple[str, ...] = ()) -> TokenBatch:
-        """A two-token micro-batch with one loss position: it runs the forward (and the
-        backward, scaled by zero) that the collectives of the other ranks wait for."""
-        pad = self.tokenizer.pad_token_id
-        return collate([[pad, pad]], [[0, 1]], pad_token_id=pad, per_token={name: [[0.0, 0.0]] for name in rows}).to(self.device)
+        return padding_batch(self.tokenizer.pad_token_id, rows).to(self.device)
 
     def _token_values(self, trajectories: list[Trajectory]) -> list[list[float]]:
         """Critic values V(s_t) at sampled tokens before the update (GAE's values and the
@@ -254,7 +276,7 @@ class RLTrainer:
             reference = self.reference.logprobs(batch, self._temperature)
             return kl_penalty(batch.per_token["sampler_logprobs"], reference, estimator) * batch.loss_mask
 
-        return self._per_token_rows(trajectories, compute, extra="sampler_logprobs")
+        return self._per_token_rows(trajectories, compute, extra="sampler_logprobs", lockstep=self.reference.forward is not None)
 
     @property
     def _temperature(self) -> float:
@@ -337,12 +359,15 @@ class RLTrainer:
             "norm_length": float(self.config.rollout.max_total_tokens),
         }
         buckets: list[list[int] | None] = list(length_buckets(lengths, self.config.micro_batch_tokens, len(share))) if share else []
-        buckets += [None] * self._padding(len(buckets))
+        buckets += [None] * self.dist.lockstep_padding(len(buckets))
         for index, bucket in enumerate(buckets):
             last = index == len(buckets) - 1
             with nullcontext() if last else self.strategy.accumulating(self.policy):
                 if bucket is None:
-                    rows = ("advantages", "sampler_logprobs", *(("old_logprobs",) if old_logprobs is not None else ()))
+                    rows = (
+                        "advantages", "sampler_logprobs", *(("old_logprobs",) if old_logprobs is not None else ()),
+                        *(("returns", "old_values") if self.critic is not None else ()),
+                    )
                     loss, *_ = self._micro_batch_loss(self._padding_batch(rows), normalisers)
                     yield loss * 0.0
                     continue
@@ -351,6 +376,8 @@ class RLTrainer:
                 loss, entropy, sums, maxima = self._micro_batch_loss(batch, normalisers)
                 tally.add_micro_batch(sums, float(batch.loss_mask.sum()), members, entropy, [lengths[j] for j in bucket], maxima)
                 yield loss
+        if self.critic is not None:  # all backwards are done: the critic lives outside the policy's wrapper, its gradients are synced here
+            self.strategy.average_gradients(self.critic.parameters())
 
     def _micro_batch_loss(self, batch: TokenBatch, normalisers: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], dict[str, float]]:
         """Policy loss + the KL-to-reference term (when KL is a loss) + the value loss (with a

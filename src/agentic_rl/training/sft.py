@@ -6,6 +6,7 @@ and the loss is the mean negative log-likelihood of the assistant tokens only.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -18,8 +19,10 @@ from agentic_rl.config import SFTConfig
 from agentic_rl.data.conversations import render_example, validate_example
 from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.rollout.chat import ChatRenderer
-from agentic_rl.training.batch import collate, length_buckets
-from agentic_rl.training.logprobs import token_logprobs
+from agentic_rl.distributed import DistContext, make_strategy
+from agentic_rl.models.anatomy import split_model
+from agentic_rl.training.batch import collate, length_buckets, padding_batch
+from agentic_rl.training.logprobs import PolicyLogprobs
 from agentic_rl.training.optim import NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler
 
 
@@ -62,10 +65,15 @@ def train_sft(
     parser: ToolCallParser | str = "hermes",
     on_step: Callable[[dict], None] | None = None,
     max_nonfinite_steps: int = 3,
+    dist: DistContext | None = None,
 ) -> SFTResult:
     """Train ``model`` in place on ``examples`` (``{"messages": [...]}``), on its own device.
     A step with a non-finite loss or gradient norm is skipped; ``max_nonfinite_steps`` in
-    a row raise :class:`~agentic_rl.training.optim.NonFiniteError`."""
+    a row raise :class:`~agentic_rl.training.optim.NonFiniteError`.
+
+    ``dist``: data-parallel ranks (DDP for the duration of the call) each train on every
+    world-size-th example of each batch, normalised by the whole batch's tokens, so the
+    update is the one-process update on the same batch; every rank ends with the same weights."""
     started = time.monotonic()
     sequences, dropped = tokenize_examples(examples, tokenizer, parser, config.max_length)
     if not sequences:
@@ -79,13 +87,23 @@ def train_sft(
     guard = NonFiniteGuard(max_nonfinite_steps, hint="lower sft.lr or check the data")
     rng = random.Random(config.seed)
     result = SFTResult(steps=0, examples=len(sequences), dropped_too_long=dropped)
+    dist = dist or DistContext()
+    # Several ranks: a DDP replica (gradients all-reduced once per step); one process: the model as it is.
+    strategy = make_strategy("ddp", dist)
+    policy = strategy.wrap(PolicyLogprobs(model), layers=list(split_model(model)[0].layers))
 
     def micro_losses(batch: list[tuple[list[int], list[int]]], batch_tokens: int) -> Iterator[torch.Tensor]:
-        for bucket in length_buckets([len(ids) for ids, _ in batch], config.micro_batch_tokens, max_sequences=config.batch_size):
-            micro = collate([batch[i][0] for i in bucket], [batch[i][1] for i in bucket], pad_token_id=pad_id).to(device)
-            logprobs, _ = token_logprobs(model, micro.input_ids, micro.attention_mask, select=micro.loss_mask)
-            # Dividing by the whole batch's token count makes accumulation exact.
-            yield -(logprobs * micro.loss_mask).sum() / batch_tokens
+        share = batch[dist.rank :: dist.world_size]
+        buckets: list[list[int] | None] = list(length_buckets([len(ids) for ids, _ in share], config.micro_batch_tokens, max_sequences=config.batch_size)) if share else []
+        buckets += [None] * dist.lockstep_padding(len(buckets))
+        for index, bucket in enumerate(buckets):
+            micro = padding_batch(pad_id) if bucket is None else collate([share[i][0] for i in bucket], [share[i][1] for i in bucket], pad_token_id=pad_id)
+            micro = micro.to(device)
+            with contextlib.nullcontext() if index == len(buckets) - 1 else strategy.accumulating(policy):
+                logprobs, _ = policy(micro.input_ids, micro.attention_mask, micro.loss_mask)
+                # Dividing by the whole batch's token count makes accumulation (and the ranks' sum) exact.
+                loss = -(logprobs * micro.loss_mask).sum() / batch_tokens
+                yield loss * 0.0 if bucket is None else loss
 
     model.train()
     try:
@@ -98,7 +116,9 @@ def train_sft(
                 batch_tokens = sum(sum(mask[1:]) for _, mask in batch)
                 if batch_tokens == 0:
                     continue
-                outcome = accumulate_and_step(micro_losses(batch, batch_tokens), step, max_grad_norm=config.max_grad_norm, guard=guard)
+                outcome = accumulate_and_step(
+                    micro_losses(batch, batch_tokens), step, max_grad_norm=config.max_grad_norm, guard=guard, grad_scale=strategy.grad_scale, reduce=dist.all_reduce,
+                )
                 if outcome.skipped:
                     result.skipped_nonfinite += 1
                     continue

@@ -112,7 +112,7 @@ def evaluation(label: str) -> tuple[Callable[[RunState], None], Callable[[RunSta
 
 def run_sft(state: RunState) -> None:
     from agentic_rl.data import read_jsonl, write_jsonl
-    from agentic_rl.training.collect import collect_successful
+    from agentic_rl.training.collect import collect_positions, collect_successful
     from agentic_rl.training.sft import train_sft
 
     config, events = state.config, state.events
@@ -122,8 +122,11 @@ def run_sft(state: RunState) -> None:
     else:
         collect = config.sft.collect
         events.on_stage(f"collecting cold-start data: {collect.num_tasks} tasks x {collect.samples_per_task} samples with {collect.few_shot} demonstrations")
-        with events.progress_bar(collect.num_tasks * collect.samples_per_task, "collect") as on_finish:
-            result = collect_successful(state.backend, config.env.name, config.env.options, collect, seed=derive_seed(config.seed, "run"), rollout_config=config.rollout, on_trajectory=on_finish)
+        # With several ranks each samples its share of the tasks; the bar counts rank 0's.
+        with events.progress_bar(len(collect_positions(collect, state.dist)) * collect.samples_per_task, "collect") as on_finish:
+            result = collect_successful(
+                state.backend, config.env.name, config.env.options, collect, seed=derive_seed(config.seed, "run"), rollout_config=config.rollout, on_trajectory=on_finish, dist=state.dist,
+            )
         examples = result.examples
         write_jsonl(state.run.file("sft_data.jsonl"), examples)
         events.on_stage(f"kept {result.successful} successful of {result.attempted} ({result.tasks_with_success} tasks) -> {len(examples)} conversations")
@@ -131,7 +134,7 @@ def run_sft(state: RunState) -> None:
         raise ConfigError("sft: no successful trajectories to fine-tune on; raise sft.collect.num_tasks or few_shot")
     parser = config.env.options.get("parser", "hermes")
     with JsonlWriter(state.run.file("sft_metrics.jsonl")) as log:
-        result = train_sft(state.model, state.tokenizer, examples, config.sft.train, parser=parser, on_step=log.write)
+        result = train_sft(state.model, state.tokenizer, examples, config.sft.train, parser=parser, on_step=log.write, dist=state.dist)
     state.backend.sync_weights(state.model)
     events.on_stage(f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} ({result.wall_time_s:.0f} s)")
 
