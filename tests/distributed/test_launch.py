@@ -169,3 +169,64 @@ def test_max_restarts_continues_the_run_after_a_rank_dies(tmp_path) -> None:
     assert "resumed from step-00000" in output
     assert [m["step"] for m in _metrics(run)] == [0, 1, 2, 3]
     assert (run / "final" / "model.safetensors").is_file()
+
+
+class _TwoHosts:
+    """Two network namespaces joined by a veth pair: hosts 10.231.7.1 and 10.231.7.2 with
+    nothing else in common but the file system, as two nodes of a cluster."""
+
+    def __init__(self) -> None:
+        tag = f"{os.getpid() % 100000}"
+        self.names = [f"arl{tag}a", f"arl{tag}b"]
+        self.devices = [f"arlv{tag}a", f"arlv{tag}b"]
+        self.addresses = ["10.231.7.1", "10.231.7.2"]
+
+    def __enter__(self) -> _TwoHosts:
+        def ip(*args: str) -> None:
+            subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+        try:
+            for name in self.names:
+                ip("netns", "add", name)
+        except (OSError, subprocess.CalledProcessError) as error:
+            self.__exit__()
+            pytest.skip(f"network namespaces unavailable ({error}): needs root and iproute2")
+        ip("link", "add", self.devices[0], "type", "veth", "peer", "name", self.devices[1])
+        for name, device, address in zip(self.names, self.devices, self.addresses):
+            ip("link", "set", device, "netns", name)
+            ip("-n", name, "addr", "add", f"{address}/24", "dev", device)
+            ip("-n", name, "link", "set", device, "up")
+            ip("-n", name, "link", "set", "lo", "up")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name in self.names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+
+
+@pytest.mark.slow
+def test_two_nodes_with_rendezvous_train_like_one_process(one_process: Path, tmp_path) -> None:
+    """Plain ``torchrun --nnodes 2`` with c10d rendezvous, one rank on each of two hosts
+    (network namespaces), as the README's multi-node command: the run equals one process's."""
+    run = tmp_path / "run"
+    with _TwoHosts() as hosts:
+        launchers = []
+        for node, (name, device, address) in enumerate(zip(hosts.names, hosts.devices, hosts.addresses)):
+            command = [
+                "ip", "netns", "exec", name, sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts.addresses[0]}:29555", "--rdzv-id", "arl-test",
+                "--rdzv-conf", f"is_host={str(node == 0).lower()}", "--local-addr", address,
+                "-m", "agentic_rl", "train", "smoke", *FP32, "--set", "checkpoint_every=0", "--output-dir", str(run),
+            ]
+            # gloo picks its interface from the host name, which both namespaces share: name it, as on a real cluster.
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": device}
+            launchers.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        outputs = [launcher.communicate(timeout=300)[0] for launcher in launchers]
+    assert [launcher.returncode for launcher in launchers] == [0, 0], "\n".join(output[-3000:] for output in outputs)
+    assert _layout(run) == _layout(one_process)
+    for a, b in zip(_metrics(run), _metrics(one_process)):
+        for key in ("reward_mean", "accuracy", "response_length"):
+            assert a[key] == b[key], key
+    straight, nodes = load_file(one_process / "final" / "model.safetensors"), load_file(run / "final" / "model.safetensors")
+    for name, value in straight.items():
+        torch.testing.assert_close(nodes[name], value, rtol=0, atol=1e-5)
