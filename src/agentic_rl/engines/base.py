@@ -46,6 +46,9 @@ class Completion:
     """Per-token entropy of the sampling distribution, when ``SamplingParams.return_entropy``."""
     weight_version: int = 0
     """The engine's ``weight_version`` when this completion was sampled."""
+    error: str | None = None
+    """Set when the engine failed to sample (a remote server died, a request timed out):
+    the episode ends as an infrastructure error (masked from the loss, counted)."""
 
 
 @runtime_checkable

@@ -23,6 +23,10 @@ def build_backend(backend: BackendConfig, model: ModelConfig, *, loaded=None, pr
         # Nothing to train: load the sampling weights in their dtype, no float32 master.
         policy, tokenizer = load(model.name, device=model.device, linear_kernel=model.linear_kernel, dtype=weights_dtype)
         return HFBackend(policy, tokenizer, batch_size=backend.batch_size)
+    if backend.kind == "vllm":
+        from agentic_rl.engines.vllm import build_vllm_backend
+
+        return build_vllm_backend(backend, model.name, loaded=loaded)
     if not backend.base_url:
         raise ConfigError("backend.base_url: required when backend.kind is 'openai' (e.g. http://127.0.0.1:8000/v1)")
     from agentic_rl.engines.openai import OpenAIChatBackend

@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from agentic_rl.engines.http import BackendError, one_line, post_json
+
 __all__ = ["BackendError", "ChatCompletion", "OpenAIChatBackend"]
 
 # Servers differ in which message keys they accept; these are understood everywhere.
 _MESSAGE_KEYS = ("role", "content", "name", "tool_call_id")
-_RETRY_STATUS = {429} | set(range(500, 600))
-
-
-class BackendError(RuntimeError):
-    """A request failed for good (after retries, or with a non-retryable status)."""
 
 
 @dataclass
@@ -134,36 +130,16 @@ class OpenAIChatBackend:
         self.close()
 
     def _complete(self, payload: dict[str, Any]) -> ChatCompletion:
-        attempt = 0
-        while True:
-            asked_logprobs = self.request_logprobs
-            body = {**payload, "logprobs": True} if asked_logprobs else payload
+        if self.request_logprobs:
             try:
-                response = self._client.post(self.url, json=body)
-            except httpx.TransportError as error:  # connection refused/reset, timeouts
-                if attempt >= self.max_retries:
-                    raise BackendError(
-                        f"POST {self.url} failed after {attempt + 1} attempts: "
-                        f"{type(error).__name__}: {error}"
-                    ) from error
-            else:
-                status = response.status_code
-                if status == 200:
-                    return _parse(response, self.url)
-                if status == 400 and asked_logprobs and "logprobs" in response.text.lower():
-                    # Some servers refuse the field outright; stop asking, retry for free.
-                    with self._lock:
-                        self.request_logprobs = False
-                    continue
-                if status not in _RETRY_STATUS or attempt >= self.max_retries:
-                    raise BackendError(f"POST {self.url} failed with HTTP {status}: {_one_line(response.text)}")
-            time.sleep(self.retry_backoff_s * 2**attempt)
-            attempt += 1
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit] + "..."
+                return _parse(post_json(self._client, self.url, {**payload, "logprobs": True}, max_retries=self.max_retries, backoff_s=self.retry_backoff_s), self.url)
+            except BackendError as error:
+                if "HTTP 400" not in str(error) or "logprobs" not in str(error).lower():
+                    raise
+                # Some servers refuse the field outright; stop asking, retry for free.
+                with self._lock:
+                    self.request_logprobs = False
+        return _parse(post_json(self._client, self.url, payload, max_retries=self.max_retries, backoff_s=self.retry_backoff_s), self.url)
 
 
 def _parse(response: httpx.Response, url: str) -> ChatCompletion:
@@ -172,7 +148,7 @@ def _parse(response: httpx.Response, url: str) -> ChatCompletion:
         choice = data["choices"][0]
         usage = data.get("usage") or {}
     except (ValueError, KeyError, IndexError, TypeError) as error:
-        raise BackendError(f"POST {url} returned HTTP 200 with an unreadable body: {_one_line(response.text)}") from error
+        raise BackendError(f"POST {url} returned HTTP 200 with an unreadable body: {one_line(response.text)}") from error
     message = choice.get("message") or {}
     logprobs = choice.get("logprobs") or {}
     content = logprobs.get("content") if isinstance(logprobs, dict) else None

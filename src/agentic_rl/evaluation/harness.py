@@ -119,4 +119,9 @@ def evaluate(
     as each episode finishes (progress displays subscribe here). Writes JSON to
     ``config.output`` when set.
     """
-    return prepare(config, loaded=loaded, backend=backend).run(on_trajectory)
+    prepared = prepare(config, loaded=loaded, backend=backend)
+    try:
+        return prepared.run(on_trajectory)
+    finally:
+        if backend is None:  # built here (e.g. a managed vLLM server): released here
+            prepared.backend.close()

@@ -155,6 +155,11 @@ class Episode:
             return "timeout"
         return None
 
+    def fail(self, error: str) -> None:
+        """End the episode because the engine could not sample its turn: infrastructure."""
+        self.trajectory.infra_error = error
+        self.finish("error")
+
     def finish(self, reason: str) -> None:
         """End the episode: record why and how long, the env's episode metrics, release the
         env, and report the trajectory."""

@@ -44,7 +44,14 @@ def run_per_turn(episodes: list[Episode], backend, sampling: SamplingParams, poo
             turn_sampling = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=sampling.max_new_tokens, seed=seed, return_entropy=sampling.return_entropy, row_seeds=[e.seed for e in active])
             renderer = active[0].renderer
             completions = backend.generate([e.trajectory.token_ids for e in active], turn_sampling, stop_token_ids=renderer.stop_token_ids, max_new_tokens=[e.budget() for e in active])
-            taken = [episode.take_completion(completion) for episode, completion in zip(active, completions)]
+            sampled = []
+            for episode, completion in zip(active, completions):
+                if completion.error is not None:  # the engine failed this turn: an infrastructure error
+                    episode.fail(completion.error)
+                else:
+                    sampled.append((episode, completion))
+            active = [episode for episode, _ in sampled]
+            taken = [episode.take_completion(completion) for episode, completion in sampled]
         else:
             replies = backend.chat([e.trajectory.messages for e in active], temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens, seed=seed)
             taken = [episode.take_reply(reply.text, reply.finish_reason, backend.weight_version) for episode, reply in zip(active, replies)]
@@ -75,6 +82,10 @@ def run_continuous(episodes: list[Episode], backend, sampling: SamplingParams, p
         while session.busy or stepping:
             if session.busy:
                 for key, completion in session.step():
+                    if completion.error is not None:  # the engine failed this turn: an infrastructure error
+                        active[key].fail(completion.error)
+                        session.release(key)
+                        continue
                     turn, message = active[key].take_completion(completion)
                     stepping[pool.submit(active[key].env.step, message)] = (key, turn)
             if not stepping:

@@ -147,14 +147,19 @@ def _train(config, name: str, events: RunEvents | None, loaded, resume, dist: Di
         raise ConfigError(f"task_offset: {config.task_offset} leaves no training tasks")
     # A sharded trainer's parameters cannot decode: its engine holds a full copy.
     own_copy = config.trainer.strategy == "fsdp2"
+    if config.backend.kind == "vllm":
+        events.on_stage("starting the vLLM server (the first start compiles: minutes)" if not config.backend.base_url else f"connecting to the vLLM server at {config.backend.base_url}")
     backend = build_backend(config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision, own_copy=own_copy)
-    state = RunState(config, run, events, model, tokenizer, backend, train_env, task_indices, checkpoint=checkpoint, dist=dist, checkpoints_root=RunDirectory(shared).checkpoints)
-    for stage in STAGES:
-        if not stage.enabled(config):
-            continue
-        if stage.name in finished and stage.restore is not None:
-            stage.restore(state)
-        else:
-            stage.run(state)
-        run.mark_complete(stage.name)
+    try:
+        state = RunState(config, run, events, model, tokenizer, backend, train_env, task_indices, checkpoint=checkpoint, dist=dist, checkpoints_root=RunDirectory(shared).checkpoints)
+        for stage in STAGES:
+            if not stage.enabled(config):
+                continue
+            if stage.name in finished and stage.restore is not None:
+                stage.restore(state)
+            else:
+                stage.run(state)
+            run.mark_complete(stage.name)
+    finally:
+        backend.close()  # e.g. stops a managed vLLM server
     return TrainResult(run.path, state.evals, state.steps)

@@ -175,7 +175,9 @@ class RLTrainer:
         metrics["skipped_infra"] = float(failed_fraction > config.max_failed_fraction)
         if scored.trajectories and not metrics["skipped_infra"]:
             metrics.update(self.update(scored))
+            sync_started = time.monotonic()
             self.backend.sync_weights(self.strategy.full_weights(self.model))  # the next rollouts sample from the new weights
+            metrics["weight_sync_time_s"] = time.monotonic() - sync_started
         metrics.update(
             step=self.step_index,
             step_time_s=time.monotonic() - started,

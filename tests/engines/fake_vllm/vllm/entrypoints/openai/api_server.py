@@ -1,0 +1,130 @@
+"""A fake vLLM OpenAI-compatible server (stdlib only) for the vllm backend's tests, started
+exactly as the real one (``python -m vllm.entrypoints.openai.api_server --model DIR ...``).
+
+The "model": for a prompt of token ids and a seed it samples ``FAKE_TOKENS`` ids that
+depend on the prompt and the seed, then the first stop token (finish "stop"), or
+``max_tokens`` ids (finish "length") when that is fewer; every log-prob is
+``-0.5 / (1 + reloads)``, so a test sees which weights answered. ``/collective_rpc``
+``reload_weights`` reads the safetensors in ``weights_path`` (their sum is reported by
+``GET /fake/state``); ``POST /fake/die`` ends the process (a crash);
+``POST /fake/fail_next`` makes the next N completions answer HTTP 500.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+FAKE_TOKENS = 3
+
+
+class State:
+    def __init__(self, model: str, name: str) -> None:
+        self.model = model
+        self.name = name
+        self.reloads = 0
+        self.weights_sum = None
+        self.requests: list[dict] = []
+        self.fail_next = 0
+        self.lock = threading.Lock()
+
+
+def sample(prompt: list[int], seed: int, max_tokens: int, stops: list[int]) -> tuple[list[int], str]:
+    base = (sum(prompt) * 31 + len(prompt) * 7 + seed) % 1000
+    ids = [10 + (base + 13 * i) % 50 for i in range(FAKE_TOKENS)]
+    if stops:
+        ids.append(stops[0])
+    if len(ids) > max_tokens:
+        return ids[:max_tokens], "length"
+    return ids, "stop"
+
+
+def make_handler(state: State):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def _send(self, status: int, payload) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._send(200, {})
+            elif self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": state.name, "object": "model"}]})
+            elif self.path == "/fake/state":
+                with state.lock:
+                    self._send(200, {"reloads": state.reloads, "weights_sum": state.weights_sum, "requests": state.requests, "model": state.model})
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            if self.path == "/fake/die":
+                os._exit(1)
+            if self.path == "/fake/fail_next":
+                with state.lock:
+                    state.fail_next = int(body["n"])
+                self._send(200, {})
+                return
+            if self.path == "/collective_rpc":
+                if body.get("method") != "reload_weights":
+                    self._send(400, {"error": {"message": "unknown method"}})
+                    return
+                from safetensors.torch import load_file
+
+                tensors = load_file(str(Path(body["kwargs"]["weights_path"]) / "model.safetensors"))
+                with state.lock:
+                    state.reloads += 1
+                    state.weights_sum = float(sum(float(t.double().sum()) for t in tensors.values()))
+                self._send(200, {"results": [None]})
+                return
+            if self.path == "/v1/completions":
+                with state.lock:
+                    state.requests.append(body)
+                    failing = state.fail_next > 0
+                    state.fail_next -= failing
+                    reloads = state.reloads
+                if failing:
+                    self._send(500, {"error": {"message": "scripted failure"}})
+                    return
+                if body.get("model") != state.name:
+                    self._send(404, {"error": {"message": f"model {body.get('model')} does not exist"}})
+                    return
+                ids, finish = sample(body["prompt"], int(body.get("seed") or 0), int(body["max_tokens"]), body.get("stop_token_ids") or [])
+                logprob = -0.5 / (1 + reloads)
+                choice = {"index": 0, "text": "", "token_ids": ids, "finish_reason": finish, "logprobs": {"token_logprobs": [logprob] * len(ids), "tokens": [str(i) for i in ids]}}
+                self._send(200, {"id": "cmpl-fake", "object": "text_completion", "choices": [choice]})
+                return
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--max-model-len", default=None)
+    parser.add_argument("--logprobs-mode", default="raw_logprobs")
+    args, _ = parser.parse_known_args()
+    state = State(args.model, args.served_model_name or args.model)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
+    server.daemon_threads = True
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

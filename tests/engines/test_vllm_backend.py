@@ -1,0 +1,227 @@
+"""The vllm backend against a fake vLLM server (tests/engines/fake_vllm): started, checked,
+restarted and stopped as a managed subprocess exactly as the real one; request shapes,
+token-exact multi-turn trajectories, weight pushes and version tags, failures as
+infrastructure errors. The real server is exercised in test_vllm_real.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from agentic_rl import envs
+from agentic_rl.config import BackendConfig, RolloutConfig, TrainConfig, check_world_size
+from agentic_rl.engines.base import SamplingParams
+from agentic_rl.engines.vllm import VLLMBackend, build_vllm_backend
+from agentic_rl.engines.vllm_server import VLLMServer, VLLMUnavailable, vllm_version
+from agentic_rl.models import load
+from agentic_rl.rollout import rollout
+
+FAKE = Path(__file__).with_name("fake_vllm")
+STOP = 2
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch) -> str:
+    """The interpreter to name as backend.python: this one, with the fake vllm importable."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKE), os.environ.get("PYTHONPATH", "")]))
+    return sys.executable
+
+
+@pytest.fixture
+def tiny():
+    return load("tiny-random", device="cpu")
+
+
+@pytest.fixture
+def backend(fake_vllm, tiny):
+    backend = build_vllm_backend(BackendConfig(kind="vllm", python=fake_vllm, max_concurrency=4), "tiny-random", loaded=tiny)
+    yield backend
+    backend.close()
+
+
+def _state(backend: VLLMBackend) -> dict:
+    return httpx.get(f"{backend.base_url}/fake/state").json()
+
+
+def _sample(prompt: list[int], seed: int, max_tokens: int, stops: list[int]) -> tuple[list[int], str]:
+    sys.path.insert(0, str(FAKE))
+    try:
+        from vllm.entrypoints.openai.api_server import sample
+    finally:
+        sys.path.remove(str(FAKE))
+    return sample(prompt, seed, max_tokens, stops)
+
+
+def test_version_check_names_the_fix(tmp_path, monkeypatch) -> None:
+    with pytest.raises(VLLMUnavailable, match="backend.python: /nonexistent/python does not exist; build its environment with `make vllm`"):
+        vllm_version("/nonexistent/python")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # nothing named vllm there
+    with pytest.raises(VLLMUnavailable, match=r"cannot import vllm \(ModuleNotFoundError: No module named 'vllm'\); build"):
+        vllm_version(sys.executable)
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text('__version__ = "0.10.1+cpu"\n')
+    with pytest.raises(VLLMUnavailable, match="has vLLM 0.10.1\\+cpu; the vllm backend needs 0.32.0 or newer"):
+        vllm_version(sys.executable)
+
+
+def test_a_server_that_exits_at_start_is_one_line_with_its_log(tmp_path, monkeypatch) -> None:
+    (tmp_path / "vllm" / "entrypoints" / "openai").mkdir(parents=True)
+    (tmp_path / "vllm" / "__init__.py").write_text('__version__ = "0.32.0"\n')
+    (tmp_path / "vllm" / "entrypoints" / "__init__.py").write_text("")
+    (tmp_path / "vllm" / "entrypoints" / "openai" / "__init__.py").write_text("")
+    (tmp_path / "vllm" / "entrypoints" / "openai" / "api_server.py").write_text("raise SystemExit('out of memory for the KV cache')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    server = VLLMServer(tmp_path / "model", python=sys.executable, startup_timeout_s=60)
+    with pytest.raises(VLLMUnavailable, match="the vLLM server exited with code 1 while starting: out of memory for the KV cache"):
+        server.start()
+
+
+def test_generate_sends_token_ids_and_keeps_what_the_server_sampled(backend) -> None:
+    prompts = [[5, 6, 7], [8, 9, 10, 11]]
+    sampling = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=16, row_seeds=[11, 12])
+    completions = backend.generate(prompts, sampling, stop_token_ids=[STOP], max_new_tokens=[16, 2])
+    state = _state(backend)
+    assert state["model"].endswith("/model")  # the managed server serves the folder written from the trainer's model
+    requests = sorted(state["requests"], key=lambda r: len(r["prompt"]))
+    assert [r["prompt"] for r in requests] == prompts
+    assert requests[0] | {"prompt": None} == {
+        "model": "policy", "prompt": None, "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 11, "logprobs": 0,
+        "return_token_ids": True, "stop_token_ids": [STOP], "skip_special_tokens": False,
+    }
+    assert completions[0].token_ids == _sample(prompts[0], 11, 16, [STOP])[0] and completions[0].token_ids[-1] == STOP
+    assert completions[0].finish_reason == "stop"
+    assert completions[1].token_ids == _sample(prompts[1], 12, 2, [STOP])[0] and completions[1].finish_reason == "length"
+    assert completions[0].logprobs == [-0.5] * len(completions[0].token_ids)
+    assert {c.weight_version for c in completions} == {0}
+
+
+def test_sync_weights_pushes_the_trainers_weights_and_versions_the_samples(backend, tiny) -> None:
+    model, _ = tiny
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.01)
+    assert backend.sync_weights(model) == 1
+    state = _state(backend)
+    assert state["reloads"] == 1
+    expected = sum(float(p.detach().to(torch.bfloat16).double().sum()) for p in model.parameters())
+    assert state["weights_sum"] == pytest.approx(expected, rel=1e-9)  # bf16, every parameter once (tied ones too)
+    assert backend.last_sync_s > 0
+    completion = backend.generate([[5, 6]], SamplingParams(max_new_tokens=8, seed=1), stop_token_ids=[STOP])[0]
+    assert completion.weight_version == 1 and completion.logprobs[0] == -0.25  # the reloaded "model" answered
+    # A sharded trainer hands full tensors by name instead of a model.
+    assert backend.sync_weights({name: p.detach() * 0 for name, p in model.named_parameters()}) == 2
+    assert _state(backend)["weights_sum"] == 0.0
+
+
+def test_multi_turn_rollouts_are_token_exact_and_run_concurrently(backend, tiny) -> None:
+    """The continuous scheduler drives one request per turn of each episode; each turn's
+    request carries the episode's whole context: prompt, earlier turns, observations."""
+    make_env = lambda: envs.make("arithmetic", max_turns=3)  # noqa: E731
+    groups = rollout(backend, make_env, [0, 1], group_size=2, config=RolloutConfig(max_new_tokens=8, max_total_tokens=512), seed=3)
+    requests = _state(backend)["requests"]
+    trajectories = [t for g in groups for t in g.trajectories]
+    assert all(t.infra_error is None for t in trajectories)
+    turns = sum(len(t.turns) for t in trajectories)
+    assert len(requests) == turns >= 4
+    for trajectory in trajectories:
+        for turn in trajectory.turns:
+            context = trajectory.token_ids[: turn.response_start]
+            sampled = trajectory.token_ids[turn.response_start : turn.response_end]
+            # A group's episodes share their prompt: one of the requests with this context sampled these tokens.
+            assert any(r["prompt"] == context and _sample(context, r["seed"], r["max_tokens"], [STOP])[0] == sampled for r in requests)
+            assert trajectory.sampler_logprobs[turn.response_start : turn.response_end] == [-0.5] * len(sampled)
+    # Different episodes draw from different streams; a turn's seed differs from the episode's previous turn.
+    assert len({r["seed"] for r in requests}) == len(requests)
+
+
+def test_failed_requests_end_their_episodes_as_infrastructure_errors(fake_vllm, tiny) -> None:
+    backend = build_vllm_backend(BackendConfig(kind="vllm", python=fake_vllm, max_concurrency=1), "tiny-random", loaded=tiny)
+    try:
+        backend.max_retries = 0
+        httpx.post(f"{backend.base_url}/fake/fail_next", json={"n": 1})
+        groups = rollout(backend, lambda: envs.make("arithmetic", max_turns=1), [0, 1], group_size=1, config=RolloutConfig(max_new_tokens=8), seed=0)
+        errors = [t.infra_error for g in groups for t in g.trajectories]
+        assert sum(e is not None for e in errors) == 1 and "HTTP 500" in next(e for e in errors if e)
+        assert backend.infra_errors == 1
+    finally:
+        backend.close()
+
+
+def test_a_dead_managed_server_is_restarted_with_the_newest_weights(backend, tiny) -> None:
+    model, _ = tiny
+    with torch.no_grad():
+        model.model.norm.weight.fill_(0.5)
+    backend.sync_weights(model)
+    with pytest.raises(httpx.HTTPError):
+        httpx.post(f"{backend.base_url}/fake/die")
+    backend.server.process.wait(timeout=30)
+    completion = backend.generate([[5, 6]], SamplingParams(max_new_tokens=8, seed=1), stop_token_ids=[STOP])[0]
+    assert completion.error is None and completion.token_ids
+    assert backend.restarts == 1 and backend.server.starts == 2
+    from safetensors.torch import load_file
+
+    served = load_file(backend.server.model_dir / "model.safetensors")
+    assert torch.equal(served["model.norm.weight"], torch.full_like(served["model.norm.weight"], 0.5))  # what the restarted server loaded
+
+
+def test_close_stops_the_server_and_removes_its_folder(fake_vllm, tiny) -> None:
+    backend = build_vllm_backend(BackendConfig(kind="vllm", python=fake_vllm), "tiny-random", loaded=tiny)
+    process, folder = backend.server.process, backend.server.model_dir.parent
+    assert folder.is_dir() and process.poll() is None
+    backend.close()
+    assert process.poll() is not None and not folder.exists()
+
+
+def test_a_running_server_is_used_as_it_is(backend) -> None:
+    other = VLLMBackend(backend.tokenizer, backend.base_url + "/v1")
+    try:
+        assert other.model_name == "policy"
+        assert other.generate([[5]], SamplingParams(max_new_tokens=4, seed=0), stop_token_ids=[STOP])[0].token_ids
+        with pytest.raises(ValueError, match="weights_folder is needed"):
+            other.sync_weights({"w": torch.zeros(1)})
+    finally:
+        other.close()
+    assert backend.server.alive  # not ours to stop
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"algorithm": {"rollout": "arpo"}, "arpo": {"initial_samples": 2}, "group_size": 2}, "algorithm.rollout: backend.kind vllm: ARPO branches on per-token entropies"),
+        ({"lora": {"enabled": True}}, "lora.enabled: backend.kind vllm: pushing LoRA adapters into vLLM is not implemented yet"),
+    ],
+)
+def test_training_settings_the_vllm_backend_refuses(overrides: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.model_validate({"backend": {"kind": "vllm"}, **overrides})
+
+
+def test_vllm_runs_with_one_trainer_process() -> None:
+    with pytest.raises(ValueError, match="backend.kind: vllm runs with one trainer process for now"):
+        check_world_size(TrainConfig.model_validate({"backend": {"kind": "vllm"}}), 2)
+
+
+def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path) -> None:
+    """The pipeline end to end on the vllm backend (fake server, tiny model): rollouts come
+    from the server, every optimizer step is pushed into it, the server is stopped at the end."""
+    from agentic_rl.training.pipeline import train
+
+    config = {
+        "model": {"name": "tiny-random", "device": "cpu"}, "precision": "fp32", "backend": {"kind": "vllm", "python": fake_vllm},
+        "env": {"name": "arithmetic", "max_turns": 1}, "rollout": {"max_new_tokens": 8, "max_total_tokens": 256},
+        "eval": {"num_tasks": 2}, "steps": 2, "tasks_per_step": 2, "group_size": 2, "checkpoint_every": 0, "output_dir": str(tmp_path / "run"),
+    }
+    result = train(config)
+    assert [step["weight_sync_time_s"] > 0 for step in result.steps] == [True, True]
+    import json
+
+    rows = [json.loads(line) for line in (result.run_dir / "rollouts.jsonl").read_text().splitlines()]
+    versions = {}
+    for row in rows:
+        versions.setdefault(row["step"], set()).update(row["weight_versions"])
+    assert versions[1] == {v + 1 for v in versions[0]}  # step 1 sampled from the weights pushed after step 0
