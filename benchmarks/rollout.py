@@ -4,7 +4,7 @@ same number of sampled tokens.
 
     python benchmarks/rollout.py [--model smollm2-135m] [--batch-sizes 1 8 16 32]
                                  [--new-tokens 64] [--repeats 3] [--precision fp32 bf16-mixed]
-                                 [--json out.json]
+                                 [--vllm .venv-vllm/bin/python] [--json out.json]
 
 Throughput: B distinct chat prompts, exactly ``--new-tokens`` sampled tokens per row (no
 stop tokens), temperature 1, prefill included; tokens/s = B x new tokens / seconds (best
@@ -17,6 +17,13 @@ weights_dtype=torch.bfloat16)``, what a bf16-mixed run samples with). Whether bf
 depends on the CPU (about twice the float32 matmul rate with avx512_bf16 / AMX, several
 times slower where torch emulates it, e.g. AVX2-only AMD Zen 3): the run prints this
 machine's bf16/fp32 matmul speed ratio (``models.precision.bf16_matmul_speedup``) first.
+
+``--vllm PYTHON`` adds a column: the vllm backend (``backend.kind vllm``) on a managed
+vLLM server started from that interpreter (``make vllm``) with its default settings
+(compiled, prefix caching) in ``--vllm-dtype`` (auto, as ``backend.dtype``: bfloat16 where
+bf16 matmuls are fast, float32 where the CPU emulates them), all B prompts requested at once, exactly
+``--new-tokens`` tokens each (``ignore_eos``); its startup is not timed. While the server
+idles it stays loaded in memory beside the in-process engine.
 
 Episodes (on the fp32 engine): 16 trajectories of four turns of n sampled tokens with a
 20-token observation appended (KV reuse: only the observation is encoded) after each of
@@ -93,6 +100,17 @@ def ours(backend, prompts: list[list[int]], new_tokens: int) -> None:
     backend.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=new_tokens, seed=0), stop_token_ids=[])
 
 
+def vllm_generate(backend, prompts: list[list[int]], new_tokens: int) -> None:
+    """The vllm backend's concurrent requests, each sampling exactly ``new_tokens`` tokens."""
+    from agentic_rl.engines.base import SamplingParams
+
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=new_tokens)
+    bodies = [{**backend.request_body(p, sampling, stop_token_ids=[], max_new_tokens=new_tokens, seed=i), "ignore_eos": True, "min_tokens": new_tokens} for i, p in enumerate(prompts)]
+    for future in [backend.submit(body) for body in bodies]:
+        completion = future.result()
+        assert completion.error is None and len(completion.token_ids) == new_tokens, completion.error
+
+
 def episodes(backend, prompts: list[list[int]], turns: int, tokens_per_turn: int, observation: list[int], *, reuse: bool) -> None:
     """``turns`` turns of exactly ``tokens_per_turn`` sampled tokens per trajectory."""
     from agentic_rl.engines.base import SamplingParams
@@ -129,6 +147,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS), help="our engine's weights: fp32 (the model itself), bf16-mixed (a bf16 copy); default both")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--vllm", default=None, metavar="PYTHON", help="also measure the vllm backend on a server started from this interpreter (make vllm: .venv-vllm/bin/python)")
+    parser.add_argument("--vllm-dtype", default="auto", choices=["auto", "bfloat16", "float32"])
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.threads:
@@ -148,18 +168,32 @@ def main() -> None:
         "bf16-mixed": HFBackend(model, tokenizer, weights_dtype=torch.bfloat16) if "bf16-mixed" in precisions else None,
     }
     results: dict = {"model": args.model, "threads": torch.get_num_threads(), "new_tokens": args.new_tokens, "bf16_matmul_speedup": speedup, "precisions": precisions, "throughput": [], "episodes": {}}
+    vllm = None
+    if args.vllm:
+        from agentic_rl.config import BackendConfig
+        from agentic_rl.engines.vllm import build_vllm_backend
+
+        from agentic_rl.engines.remote import server_dtype
+
+        dtype = server_dtype(args.vllm_dtype)  # the library's backend.dtype: auto
+        results["vllm_dtype"] = dtype
+        print(f"starting the vLLM server in {dtype} (not timed) ...", flush=True)
+        vllm = build_vllm_backend(BackendConfig(kind="vllm", python=args.vllm, max_concurrency=max(args.batch_sizes), dtype=dtype), args.model, loaded=(model, tokenizer))
+        vllm_generate(vllm, prompts_for(tokenizer, 2), 4)
     for precision in precisions:  # warm-up
         ours(backends[precision], prompts_for(tokenizer, 2), 4)
     hf_generate(model, tokenizer, prompts_for(tokenizer, 2), 4)
     columns = {"fp32": "ours fp32", "bf16-mixed": "ours bf16"}
     header = f"{'batch':>5} {'model.generate':>15}" + "".join(f" {columns[p] + ' tok/s':>16} {'vs generate':>11}" for p in precisions)
-    print(header + (f" {'bf16/fp32':>9}" if len(precisions) == 2 else ""))
+    print(header + (f" {'bf16/fp32':>9}" if len(precisions) == 2 else "") + (f" {'vllm tok/s':>11} {'fp32/vllm':>9}" if vllm else ""))
     for batch in args.batch_sizes:
         prompts = prompts_for(tokenizer, batch)
         tokens = batch * args.new_tokens
         runs = {"reference": lambda: hf_generate(model, tokenizer, prompts, args.new_tokens)}
         for precision in precisions:
             runs[precision] = lambda backend=backends[precision]: ours(backend, prompts, args.new_tokens)
+        if vllm:
+            runs["vllm"] = lambda: vllm_generate(vllm, prompts, args.new_tokens)
         best = best_interleaved(args.repeats, runs)
         reference = tokens / best["reference"]
         fast = {p: tokens / best[p] for p in precisions}
@@ -168,9 +202,14 @@ def main() -> None:
         if len(precisions) == 2:
             row["bf16_over_fp32"] = fast["bf16-mixed"] / fast["fp32"]
             line += f" {row['bf16_over_fp32']:>8.2f}x"
+        if vllm:
+            row["vllm_tokens_per_s"] = tokens / best["vllm"]
+            line += f" {row['vllm_tokens_per_s']:>11.1f} {fast[precisions[0]] / row['vllm_tokens_per_s']:>8.2f}x"
         results["throughput"].append(row)
         print(line, flush=True)
 
+    if vllm:
+        vllm.close()
     backend = backends["fp32"]  # episodes: the fp32 engine
     prompts = prompts_for(tokenizer, 16)
     observation = tokenizer("<|im_end|>\n<|im_start|>tool\n<tool_response>\n4242\n</tool_response><|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"][:20]

@@ -108,8 +108,8 @@ def test_sync_weights_pushes_the_trainers_weights_and_versions_the_samples(backe
     assert backend.sync_weights(model) == 1
     state = _state(backend)
     assert state["reloads"] == 1
-    expected = sum(float(p.detach().to(torch.bfloat16).double().sum()) for p in model.parameters())
-    assert state["weights_sum"] == pytest.approx(expected, rel=1e-9)  # bf16, every parameter once (tied ones too)
+    expected = sum(float(p.detach().to(backend.weights_dtype).double().sum()) for p in model.parameters())
+    assert state["weights_sum"] == pytest.approx(expected, rel=1e-9)  # in the server's dtype, every parameter once (tied ones too)
     assert backend.last_sync_s > 0
     completion = backend.generate([[5, 6]], SamplingParams(max_new_tokens=8, seed=1), stop_token_ids=[STOP])[0]
     assert completion.weight_version == 1 and completion.logprobs[0] == -0.25  # the reloaded "model" answered
@@ -193,7 +193,7 @@ def test_a_running_server_is_used_as_it_is(backend) -> None:
     ("overrides", "message"),
     [
         ({"algorithm": {"rollout": "arpo"}, "arpo": {"initial_samples": 2}, "group_size": 2}, "algorithm.rollout: backend.kind vllm: ARPO branches on per-token entropies"),
-        ({"lora": {"enabled": True}}, "lora.enabled: backend.kind vllm: pushing LoRA adapters into vLLM is not implemented yet"),
+        ({"lora": {"enabled": True}}, "lora.enabled: backend.kind vllm: pushing LoRA adapters into a server is not implemented yet"),
     ],
 )
 def test_training_settings_the_vllm_backend_refuses(overrides: dict, message: str) -> None:
@@ -225,3 +225,16 @@ def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path)
     for row in rows:
         versions.setdefault(row["step"], set()).update(row["weight_versions"])
     assert versions[1] == {v + 1 for v in versions[0]}  # step 1 sampled from the weights pushed after step 0
+
+
+def test_the_server_dtype_follows_precision_auto(monkeypatch) -> None:
+    """bfloat16 where bf16 matmuls are fast, float32 where the CPU emulates them (an AVX2-only
+    CPU runs a bf16 vLLM server several times slower than a float32 one)."""
+    from agentic_rl.engines.remote import server_dtype
+    from agentic_rl.models import precision
+
+    monkeypatch.setattr(precision, "cpu_bf16_speedup", lambda: 0.2)
+    assert server_dtype("auto") == "float32"
+    monkeypatch.setattr(precision, "cpu_bf16_speedup", lambda: 2.0)
+    assert server_dtype("auto") == "bfloat16"
+    assert server_dtype("float16") == "float16"

@@ -49,26 +49,26 @@ class EnvConfig(BaseModel):
 
 
 class BackendConfig(Section):
-    kind: Literal["hf", "vllm", "openai"] = "hf"
-    """hf: the model in this process; vllm: a vLLM server (token level, weights pushed after every step: training and evaluation); openai: any OpenAI-compatible chat endpoint (evaluation only)."""
+    kind: Literal["hf", "vllm", "sglang", "openai"] = "hf"
+    """hf: the model in this process; vllm: a vLLM server, managed or running (token level, weights pushed after every step: training and evaluation); sglang: a running SGLang server (likewise); openai: any OpenAI-compatible chat endpoint (evaluation only)."""
     batch_size: int = Field(64, ge=1)
     """Most sequences the hf backend decodes in one batch."""
     base_url: str | None = None
-    """Endpoint base URL: for kind=openai (e.g. http://127.0.0.1:8000/v1, required); for kind=vllm a running server to use instead of starting one (e.g. http://127.0.0.1:8000)."""
+    """Endpoint base URL: for kind=openai (e.g. http://127.0.0.1:8000/v1, required) and kind=sglang (e.g. http://127.0.0.1:30000, required); for kind=vllm a running server to use instead of starting one (e.g. http://127.0.0.1:8000)."""
     api_key: str | None = None
     """API key for kind=openai (default: the OPENAI_API_KEY variable)."""
     max_concurrency: int = Field(8, ge=1)
-    """Parallel requests for kind=openai and kind=vllm."""
+    """Parallel requests for kind=openai, vllm and sglang."""
     python: str | None = None
     """kind=vllm: the interpreter whose environment has vLLM (default: the one running agentic-rl; `make vllm` builds .venv-vllm/bin/python)."""
     vllm_args: list[str] = Field(default_factory=list)
     """kind=vllm: extra command-line arguments for the managed server (e.g. ["--gpu-memory-utilization", "0.5"])."""
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
-    """kind=vllm: the dtype the server runs and the weights are pushed in."""
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """kind=vllm / sglang: the dtype the weights are pushed in (and a managed vLLM server runs); auto = bfloat16 on a GPU or a CPU with fast bf16 matmuls, float32 where the CPU emulates bf16."""
     startup_timeout_s: float = Field(900.0, gt=0)
     """kind=vllm: how long a managed server may take to come up (the first start compiles)."""
     request_timeout_s: float = Field(600.0, gt=0)
-    """kind=vllm: most seconds one request may take before its episode ends as an infrastructure error."""
+    """kind=vllm / sglang: most seconds one request may take before its episode ends as an infrastructure error."""
 
 
 class RolloutConfig(Section):
@@ -393,13 +393,13 @@ class TrainConfig(Section):
     def _consistent(self) -> TrainConfig:
         if self.backend.kind == "openai":
             raise ValueError("backend.kind: training needs token-level samples: 'hf' (in process) or 'vllm'")
-        if self.backend.kind == "vllm":
+        if self.backend.kind in ("vllm", "sglang"):
             for field, value, why in (
                 ("algorithm.rollout", self.algorithm.rollout == "arpo", "ARPO branches on per-token entropies, which only the hf backend returns"),
-                ("lora.enabled", self.lora.enabled, "pushing LoRA adapters into vLLM is not implemented yet"),
+                ("lora.enabled", self.lora.enabled, "pushing LoRA adapters into a server is not implemented yet"),
             ):
                 if value:
-                    raise ValueError(f"{field}: backend.kind vllm: {why}")
+                    raise ValueError(f"{field}: backend.kind {self.backend.kind}: {why}")
         if self.group_size == 1 and self.algorithm.advantage in ("grpo", "rloo", "mt-grpo", "gigpo"):
             raise ValueError(f"group_size: the {self.algorithm.advantage} advantage needs at least 2 samples per task")
         if self.algorithm.rollout == "arpo" and self.arpo.initial_samples > self.group_size:

@@ -27,6 +27,10 @@ def build_backend(backend: BackendConfig, model: ModelConfig, *, loaded=None, pr
         from agentic_rl.engines.vllm import build_vllm_backend
 
         return build_vllm_backend(backend, model.name, loaded=loaded)
+    if backend.kind == "sglang":
+        from agentic_rl.engines.sglang import build_sglang_backend
+
+        return build_sglang_backend(backend, model.name, loaded=loaded)
     if not backend.base_url:
         raise ConfigError("backend.base_url: required when backend.kind is 'openai' (e.g. http://127.0.0.1:8000/v1)")
     from agentic_rl.engines.openai import OpenAIChatBackend

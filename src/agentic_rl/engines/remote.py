@@ -1,0 +1,271 @@
+"""What token-level engines behind an HTTP server share (vLLM, SGLang): concurrent requests
+on a thread pool, one per turn of each episode; ``generate`` for the per-turn scheduler and
+``session()`` for the continuous one; failures as infrastructure errors; weights pushed
+through a safetensors folder the server reloads.
+
+A subclass says how one request looks (``request_body``), how the server's answer maps to
+a :class:`Completion` (``parse``), which path it is posted to (``generate_path``) and how
+the server reloads a weights folder (``reload``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+from agentic_rl.engines.base import Completion, SamplingParams
+from agentic_rl.engines.http import BackendError, json_body, post_json
+from agentic_rl.seeds import stream_seed
+
+WEIGHTS_FILE = "model.safetensors"
+SCRATCH_PREFIX = "agentic-rl-engine-"
+"""The name prefix of the scratch folders engines create (``scratch_folder``)."""
+
+
+def scratch_folder() -> Path:
+    """A new folder on tmpfs (``/dev/shm``) where there is one: weight syncs then never touch a disk."""
+    shm = Path("/dev/shm")
+    return Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=shm if shm.is_dir() else None))
+
+
+def weights_by_name(source: Any) -> dict[str, torch.Tensor]:
+    """Full weights by Hugging Face parameter name from a model (tied weights once) or a
+    name -> tensor mapping (what a sharded trainer gathers)."""
+    if isinstance(source, Mapping):
+        return dict(source)
+    if hasattr(source, "peft_config"):
+        raise ValueError("a server engine takes full weights; LoRA models are not supported yet (use backend.kind hf)")
+    return {name: parameter for name, parameter in source.named_parameters()}
+
+
+def write_weights(weights: Mapping[str, torch.Tensor], folder: Path, dtype: torch.dtype) -> Path:
+    """``weights`` in ``dtype`` as ``folder/model.safetensors``, replaced atomically."""
+    from safetensors.torch import save_file
+
+    tmp = folder / f".{WEIGHTS_FILE}.tmp"
+    save_file({name: value.detach().to("cpu", dtype).contiguous() for name, value in weights.items()}, str(tmp))
+    tmp.replace(folder / WEIGHTS_FILE)
+    return folder / WEIGHTS_FILE
+
+
+def serve_folder(model, tokenizer, folder: Path, dtype: torch.dtype) -> Path:
+    """A Hugging Face folder a server can load: ``model``'s config, ``tokenizer`` and its
+    current weights in ``dtype`` (weight syncs overwrite the weights file later)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None:
+        generation.save_pretrained(folder)
+    write_weights(weights_by_name(model), folder, dtype)
+    return folder
+
+
+def server_dtype(setting: str) -> str:
+    """The dtype a server engine runs in for ``backend.dtype`` ``setting``: auto follows
+    ``precision: auto`` on this machine's device (bfloat16 where bf16 is fast, else float32)."""
+    if setting != "auto":
+        return setting
+    from agentic_rl.models import resolve_device
+    from agentic_rl.models.precision import resolve_precision
+
+    return "bfloat16" if resolve_precision("auto", resolve_device("auto")).precision == "bf16-mixed" else "float32"
+
+
+class RemoteTokenBackend:
+    """The Backend contract (``interface == "tokens"``) over a server's HTTP API.
+
+    ``tokenizer``: the policy's (the rollout engine renders prompts with it);
+    ``weights_folder``: where ``sync_weights`` writes the weights the server reloads (it
+    must be able to read it); ``weights_dtype``: the dtype written (the server's)."""
+
+    interface = "tokens"
+    separate_weights = True
+    """The engine samples from its own copy of the weights (bf16 on the server): rollout correction applies."""
+    name = "remote"
+    generate_path = "/generate"
+
+    def __init__(
+        self,
+        tokenizer,
+        base_url: str,
+        *,
+        weights_folder: Path | None = None,
+        weights_dtype: torch.dtype = torch.bfloat16,
+        max_concurrency: int = 64,
+        timeout_s: float = 600.0,
+        max_retries: int = 1,
+        owned_folder: Path | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.owned_folder = owned_folder
+        """A scratch folder of this backend's (weights, a served model), removed by ``close``."""
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        self.weights_folder = Path(weights_folder) if weights_folder is not None else None
+        self.weights_dtype = weights_dtype
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.weight_version = 0
+        self.last_sync_s = 0.0
+        """Seconds the newest ``sync_weights`` took (write + reload)."""
+        self.infra_errors = 0
+        """Requests that failed for good (their episodes ended as infrastructure errors)."""
+        self.client = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency))
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix=f"{self.name}-request")
+
+    # ------------------------------------------------------------------ what a subclass defines
+
+    def request_body(self, prompt: Sequence[int], sampling: SamplingParams, *, stop_token_ids: Sequence[int], max_new_tokens: int, seed: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def parse(self, answer: dict[str, Any]) -> tuple[list[int], list[float], str]:
+        """(sampled token ids, their log-probs, "stop" or "length") from the server's JSON."""
+        raise NotImplementedError
+
+    def reload(self, folder: Path) -> None:
+        """Have the server load the weights just written to ``folder``."""
+        raise NotImplementedError
+
+    def before_request(self) -> None:
+        """A hook run before every request (a managed server restarts here if it died)."""
+
+    # ------------------------------------------------------------------ sampling
+
+    def get_json(self, path: str) -> Any:
+        """GET ``path``'s JSON; BackendError (naming the server) when it cannot be read."""
+        try:
+            response = self.client.get(f"{self.base_url}{path}", timeout=30.0)
+        except httpx.HTTPError as error:
+            raise BackendError(f"GET {self.base_url}{path} failed: {type(error).__name__}: {error} (is the {self.name} server running?)") from error
+        if response.status_code != 200:
+            raise BackendError(f"GET {self.base_url}{path}: HTTP {response.status_code}")
+        return json_body(response)
+
+    def complete(self, body: dict[str, Any]) -> Completion:
+        """One request -> its Completion (``error`` set when it failed for good)."""
+        version = self.weight_version
+        try:
+            self.before_request()
+            token_ids, logprobs, finish = self.parse(json_body(post_json(self.client, f"{self.base_url}{self.generate_path}", body, max_retries=self.max_retries)))
+        except (BackendError, KeyError, IndexError, TypeError, ValueError) as error:
+            self.infra_errors += 1
+            return Completion([], [], "stop", weight_version=version, error=f"{self.name}: {type(error).__name__}: {error}")
+        if len(token_ids) != len(logprobs):
+            self.infra_errors += 1
+            return Completion([], [], "stop", weight_version=version, error=f"{self.name}: {len(token_ids)} token ids but {len(logprobs)} log-probs")
+        return Completion(token_ids, logprobs, finish, weight_version=version)
+
+    def submit(self, body: dict[str, Any]) -> Future:
+        """``complete(body)`` on the request pool."""
+        return self._pool.submit(self.complete, body)
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, *, stop_token_ids: list[int], max_new_tokens: list[int] | None = None) -> list[Completion]:
+        """One completion per prompt, in input order, all requested at once. Row i's seed is
+        ``sampling.row_seeds[i]`` if given, else derived from ``(sampling.seed, i)``."""
+        limits = max_new_tokens or [sampling.max_new_tokens] * len(prompts)
+        seeds = sampling.row_seeds
+        if seeds is None:
+            base = sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**62, ()))
+            seeds = [stream_seed(base, i) for i in range(len(prompts))]
+        bodies = [self.request_body(p, sampling, stop_token_ids=stop_token_ids, max_new_tokens=n, seed=s) for p, n, s in zip(prompts, limits, seeds, strict=True)]
+        return list(self._pool.map(self.complete, bodies))
+
+    def session(self, sampling: SamplingParams, *, stop_token_ids: Sequence[int]) -> RequestSession:
+        """A session for the continuous scheduler: each episode's turns are independent requests."""
+        return RequestSession(self, sampling, stop_token_ids)
+
+    # ------------------------------------------------------------------ weights and lifecycle
+
+    def sync_weights(self, source: Any = None) -> int:
+        """Push the trainer's weights (a model, or full tensors by name) into the server;
+        returns the new weight version. ``source=None`` only counts the update."""
+        if source is not None:
+            if self.weights_folder is None:
+                raise ValueError(f"{type(self).__name__}: weights_folder is needed to push weights into a server this process did not start")
+            started = time.monotonic()
+            write_weights(weights_by_name(source), self.weights_folder, self.weights_dtype)
+            self.before_request()
+            self.reload(self.weights_folder)
+            self.last_sync_s = time.monotonic() - started
+        self.weight_version += 1
+        return self.weight_version
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+        if self.owned_folder is not None:
+            shutil.rmtree(self.owned_folder, ignore_errors=True)
+
+
+class RequestSession:
+    """The decode-session API (engines/decode_session.py) over concurrent requests: every
+    submitted or extended sequence is one request in flight; ``step`` returns the turns
+    that finished meanwhile. A sequence's context is its prompt, its sampled turns and the
+    observations appended by ``extend``; turn t of a sequence samples from stream
+    ``(seed, t)``."""
+
+    POLL_S = 0.01
+    """How long ``step`` waits for a request to finish before returning nothing (the
+    scheduler then checks on its env steps)."""
+
+    def __init__(self, backend: RemoteTokenBackend, sampling: SamplingParams, stop_token_ids: Sequence[int]) -> None:
+        self.backend = backend
+        self.sampling = sampling
+        self.stop_token_ids = list(stop_token_ids)
+        self.contexts: dict[Hashable, list[int]] = {}
+        self.seeds: dict[Hashable, int] = {}
+        self.turns: dict[Hashable, int] = {}
+        self.in_flight: dict[Future, Hashable] = {}
+
+    def __enter__(self) -> RequestSession:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for future in self.in_flight:
+            future.cancel()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.in_flight)
+
+    def _launch(self, key: Hashable, max_new_tokens: int) -> None:
+        seed = stream_seed(self.seeds[key], self.turns[key])
+        body = self.backend.request_body(self.contexts[key], self.sampling, stop_token_ids=self.stop_token_ids, max_new_tokens=max(int(max_new_tokens), 1), seed=seed)
+        self.in_flight[self.backend.submit(body)] = key
+
+    def submit(self, key: Hashable, token_ids: Sequence[int], max_new_tokens: int, seed: int) -> None:
+        if key in self.contexts:
+            raise ValueError(f"sequence {key!r} is already in this session")
+        if not token_ids:
+            raise ValueError(f"sequence {key!r}: token_ids is empty; a prompt needs at least one token")
+        self.contexts[key], self.seeds[key], self.turns[key] = list(token_ids), int(seed), 0
+        self._launch(key, max_new_tokens)
+
+    def extend(self, key: Hashable, token_ids: Sequence[int], max_new_tokens: int) -> None:
+        if key in self.in_flight.values():
+            raise ValueError(f"sequence {key!r} is not paused after a finished turn")
+        self.contexts[key].extend(token_ids)
+        self._launch(key, max_new_tokens)
+
+    def release(self, key: Hashable) -> None:
+        for mapping in (self.contexts, self.seeds, self.turns):
+            mapping.pop(key, None)
+
+    def step(self) -> list[tuple[Hashable, Completion]]:
+        done, _ = wait(list(self.in_flight), timeout=self.POLL_S, return_when=FIRST_COMPLETED)
+        finished = []
+        for future in done:
+            key = self.in_flight.pop(future)
+            completion = future.result()
+            self.contexts[key].extend(completion.token_ids)
+            self.turns[key] += 1
+            finished.append((key, completion))
+        return finished
