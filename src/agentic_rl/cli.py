@@ -39,14 +39,9 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _envs(args: argparse.Namespace) -> int:
     from agentic_rl import envs
-    from agentic_rl.tracking.display import console
+    from agentic_rl.tracking.display import print_listing
 
-    table = Table(show_header=True, header_style="bold")
-    table.add_column("env")
-    table.add_column("description")
-    for entry in envs.registered():
-        table.add_row(entry.name, entry.description)
-    console.print(table)
+    print_listing(("env", "description"), [(entry.name, entry.description) for entry in envs.registered()])
     return 0
 
 
@@ -128,14 +123,9 @@ def _launch(args: argparse.Namespace) -> int:
 
 def _recipes(args: argparse.Namespace) -> int:
     from agentic_rl.recipes import describe, recipe_names
-    from agentic_rl.tracking.display import console
+    from agentic_rl.tracking.display import print_listing
 
-    table = Table(show_header=True, header_style="bold")
-    table.add_column("recipe")
-    table.add_column("description")
-    for name in recipe_names():
-        table.add_row(name, describe(name))
-    console.print(table)
+    print_listing(("recipe", "description"), [(name, describe(name)) for name in recipe_names()])
     return 0
 
 

@@ -94,12 +94,6 @@ def test_train_cli_errors_are_one_line_with_exit_code_2(argv, message, capsys) -
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
-def test_recipes_cli_lists_names(capsys) -> None:
-    assert main(["recipes"]) == 0
-    out = capsys.readouterr().err
-    assert "default" in out and "smoke" in out
-
-
 def test_stages_are_recorded_and_a_resume_skips_the_finished_ones(tmp_path) -> None:
     from agentic_rl.training.pipeline import RunEvents
 

@@ -1,11 +1,17 @@
-"""Terminal display: a progress bar fed by per-trajectory events, and metric tables."""
+"""Terminal display: a progress bar fed by per-trajectory events, and metric tables.
+
+Progress, logs and reports go to stderr (``console``); listings meant to be piped
+(``print_listing``) go to stdout.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -71,3 +77,20 @@ def print_eval(label: str, metrics: dict[str, float], k: int) -> None:
     """One line per evaluation inside a training run."""
     keys = ((f"avg@{k}", f"avg@{k}"), ("tool_success_rate", "tool ok"), ("tool_calls_per_episode", "calls/episode"), ("malformed_call_rate", "malformed"), ("mean_turns", "turns"))
     console.print(f"[bold]eval {label}[/]: " + "  ".join(f"{name} {metrics[key]:.3f}" for key, name in keys))
+
+
+def print_listing(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """A listing (``agentic-rl envs``, ``agentic-rl recipes``) on stdout: a table on a
+    terminal; piped, one tab-separated line per row and no header, so ``| grep NAME`` and
+    ``| cut -f1`` see whole rows."""
+    rows = [[" ".join(str(cell).split()) for cell in row] for row in rows]
+    if not sys.stdout.isatty():
+        for row in rows:
+            print("\t".join(row))
+        return
+    table = Table(show_header=True, header_style="bold")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*map(escape, row))
+    Console().print(table)

@@ -1,0 +1,39 @@
+"""The listing commands print to stdout (logs and progress stay on stderr), so they pipe."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agentic_rl.cli import main
+from agentic_rl.recipes import recipe_names
+
+
+@pytest.mark.parametrize("command, names", [("envs", ["arithmetic", "search-qa"]), ("recipes", ["default", "smoke"])])
+def test_listings_go_to_stdout_one_row_per_line(command, names, capsys) -> None:
+    assert main([command]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert all(len(row) == 2 and row[1] for row in rows), out  # name <TAB> description, piped: no header, no wrapping
+    assert set(names) <= {row[0] for row in rows}
+    if command == "recipes":
+        assert [row[0] for row in rows] == recipe_names()
+
+
+def test_listing_on_a_terminal_is_a_table_on_stdout(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert main(["recipes"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "recipe" in out and "description" in out and "smoke" in out
+
+
+def test_envs_pipes_into_grep() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "..", "src"), os.environ.get("PYTHONPATH")]))}
+    listed = subprocess.run([sys.executable, "-m", "agentic_rl", "envs"], capture_output=True, text=True, env=env, timeout=120)
+    assert listed.returncode == 0 and listed.stderr == ""
+    [line] = [line for line in listed.stdout.splitlines() if "arithmetic" in line.split("\t")[0]]
+    assert line.startswith("arithmetic\t") and "calculator" in line
