@@ -26,6 +26,11 @@ class ToolCall:
     id: str = ""
 
 
+INVALID_CALL = "invalid_call"
+"""``ToolResult.name`` of a call the parser could not read (bad JSON, unclosed tag...): a
+malformed call, not a tool."""
+
+
 @dataclass
 class ToolResult:
     """What a tool returned. ``ok=False`` carries an error text the model sees."""

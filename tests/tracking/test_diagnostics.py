@@ -14,7 +14,7 @@ from agentic_rl.tracking.diagnostics import (
     step_diagnostics,
     tool_failure_ratios,
 )
-from agentic_rl.types import ToolResult, Trajectory, Turn
+from agentic_rl.types import INVALID_CALL, ToolResult, Trajectory, Turn
 
 
 def episode(spans, *, group="g", task="t", answer=None, tools=()) -> Trajectory:
@@ -138,6 +138,29 @@ def test_step_diagnostics_flat_dict() -> None:
     assert out["response_length_trend"] == pytest.approx(1.0)
     assert "cross_task_answer_ratio" not in out
     assert "response_length_trend" not in step_diagnostics(trajectories)
+
+
+def test_unreadable_calls_warn_as_malformed_calls_not_as_a_tool() -> None:
+    from agentic_rl.evaluation.metrics import aggregate_metrics
+
+    unreadable = ToolResult(name=INVALID_CALL, content="Error: invalid JSON", ok=False, malformed=True)
+    trajectories = [
+        episode([([1], 0), ([2], 1), ([3], 0), ([4], 1)], group="A", tools=[[unreadable, unreadable], [ok("calc")]]),
+        episode([([1], 0), ([2], 1)], group="A", tools=[[unreadable]]),
+    ]
+    out = step_diagnostics(trajectories)
+    assert out["malformed_tool_calls"] == 3
+    assert out["tool_failure_ratio"] == pytest.approx(3 / 4)  # unreadable calls still fail
+    assert not any(key.endswith(INVALID_CALL) for key in out)  # but name no tool
+    assert out["tool_failure_ratio/calc"] == 0.0
+    # The step's metrics as the trainer logs them (malformed_call_rate comes from aggregate_metrics).
+    metrics = {**out, "malformed_call_rate": aggregate_metrics([trajectories], k=1)["malformed_call_rate"]}
+    warnings = check_thresholds(metrics)
+    assert any(w.startswith("malformed_call_rate = 0.75 > 0.5: 3 malformed tool calls this step") for w in warnings), warnings
+    assert not any(INVALID_CALL in w for w in warnings)
+    # Metrics logged by older runs still name invalid_call as a tool: never warned about as one.
+    assert check_thresholds({f"tool_failure_ratio/{INVALID_CALL}": 1.0}) == []
+    assert check_thresholds({"malformed_call_rate": 0.2, "malformed_tool_calls": 1.0}) == []
 
 
 def test_check_thresholds_defaults_and_overrides() -> None:

@@ -11,10 +11,7 @@ from agentic_rl.envs.base import Task
 from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.rewards import extract_tag, numeric_match
 from agentic_rl.tools import ToolRegistry
-from agentic_rl.types import Message, ToolResult
-
-INVALID_CALL = "invalid_call"
-"""Tool name recorded for calls the parser could not read (bad JSON, unclosed tag...)."""
+from agentic_rl.types import INVALID_CALL, Message, ToolResult
 
 RewardFn = Callable[[str | None, Task], float]
 

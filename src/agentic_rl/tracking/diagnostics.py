@@ -2,7 +2,8 @@
 
 They catch the usual ways agentic RL goes wrong before the reward curve shows it:
 degenerate repetition (``!!!!!``), every sample giving the same answer, a tool that
-keeps failing, responses that grow step after step, and entropy that vanishes. The
+keeps failing, tool calls that are mostly malformed, responses that grow step after
+step, and entropy that vanishes. The
 trainer logs ``step_diagnostics(...)`` next to its other metrics and prints
 ``check_thresholds(...)`` warnings.
 """
@@ -15,13 +16,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentic_rl.evaluation.metrics import normalize_answer
-from agentic_rl.types import Trajectory
+from agentic_rl.types import INVALID_CALL, Trajectory
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
     "answer_diversity",
     "check_thresholds",
     "first_tokens_after_tool_entropy",
+    "malformed_tool_calls",
     "mean_first_tokens_after_tool_entropy",
     "repeated_token_ratio",
     "response_length_trend",
@@ -95,20 +97,28 @@ def answer_diversity(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
 def tool_failure_ratios(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """``tool_failure_ratio/<tool>``: failed calls / calls per tool name, plus the overall
-    ``tool_failure_ratio``. A call fails when ``ok`` is false or it was malformed
-    (malformed calls are listed under whatever name the parser recorded). Empty when
-    no tool was called."""
+    ``tool_failure_ratio``. A call fails when ``ok`` is false or it was malformed. A call
+    the parser could not read (``INVALID_CALL``) names no tool: it counts in the overall
+    ratio only (``malformed_tool_calls`` counts it). Empty when no tool was called."""
+    failures: list[bool] = []
     calls: dict[str, list[bool]] = {}
     for trajectory in trajectories:
         for result in trajectory.tool_results:
-            calls.setdefault(result.name, []).append(not result.ok or result.malformed)
+            failures.append(not result.ok or result.malformed)
+            if result.name != INVALID_CALL:
+                calls.setdefault(result.name, []).append(failures[-1])
     out: dict[str, float] = {}
-    if calls:
-        failures = [failed for per_tool in calls.values() for failed in per_tool]
+    if failures:
         out["tool_failure_ratio"] = sum(failures) / len(failures)
     for name in sorted(calls):
         out[f"tool_failure_ratio/{name}"] = sum(calls[name]) / len(calls[name])
     return out
+
+
+def malformed_tool_calls(trajectories: Sequence[Trajectory]) -> int:
+    """Malformed tool calls (``ToolResult.malformed``): calls the parser could not read,
+    calls naming an unknown tool, and calls with bad arguments."""
+    return sum(result.malformed for trajectory in trajectories for result in trajectory.tool_results)
 
 
 def response_length_trend(history: Sequence[float], window: int = 10) -> float:
@@ -201,7 +211,7 @@ def step_diagnostics(
 
     Keys: ``repeated_token_ratio``, ``identical_answer_ratio``,
     ``cross_task_answer_ratio`` (two tasks or more), ``tool_failure_ratio`` and
-    ``tool_failure_ratio/<tool>`` (when tools were called), and
+    ``tool_failure_ratio/<tool>`` (when tools were called), ``malformed_tool_calls``, and
     ``response_length_trend`` when ``response_length_history`` is given: the slope over
     the last ``window`` values of that history followed by this step's mean sampled
     tokens per episode (the trainer's ``response_length``). Pass the history of
@@ -210,6 +220,7 @@ def step_diagnostics(
     metrics: dict[str, float] = {"repeated_token_ratio": repeated_token_ratio(trajectories)}
     metrics.update(answer_diversity(trajectories))
     metrics.update(tool_failure_ratios(trajectories))
+    metrics["malformed_tool_calls"] = float(malformed_tool_calls(trajectories))
     if response_length_history is not None:
         current = sum(t.response_tokens for t in trajectories) / len(trajectories) if trajectories else 0.0
         metrics["response_length_trend"] = response_length_trend([*response_length_history, current], window)
@@ -223,6 +234,7 @@ DEFAULT_THRESHOLDS: dict[str, tuple[str, float]] = {
     "cross_task_answer_ratio": (">", 0.9),
     "frac_zero_std_groups": (">", 0.9),
     "tool_failure_ratio": (">", 0.5),
+    "malformed_call_rate": (">", 0.5),
 }
 """metric -> (direction, limit). A key also covers ``key/<anything>``: the
 ``tool_failure_ratio`` entry checks every ``tool_failure_ratio/<tool>``."""
@@ -234,7 +246,9 @@ _EXPLAIN = {
     "cross_task_answer_ratio": "the same answer is given across different tasks (possible reward hacking)",
     "frac_zero_std_groups": "most groups have identical rewards, so GRPO-style advantages are zero and nothing is learned",
     "tool_failure_ratio": "most tool calls fail",
+    "malformed_call_rate": "most tool calls are malformed",
 }
+_MALFORMED = "the parser could not read them, or they named an unknown tool or gave bad arguments"
 
 def _rule(key: str, value: Any, defaults: Mapping[str, tuple[str, float]]) -> tuple[str, float] | None:
     if value is None:
@@ -267,7 +281,7 @@ def check_thresholds(metrics: Mapping[str, float], thresholds: Mapping[str, Any]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             continue
         base = metric_key if metric_key in rules else metric_key.split("/", 1)[0]
-        if base not in rules:
+        if base not in rules or metric_key == f"tool_failure_ratio/{INVALID_CALL}":  # logged by older runs: not a tool
             continue
         direction, limit = rules[base]
         if not (value < limit if direction == "<" else value > limit):
@@ -277,5 +291,8 @@ def check_thresholds(metrics: Mapping[str, float], thresholds: Mapping[str, Any]
         reason = _EXPLAIN.get(base, "past its threshold")
         if base == "tool_failure_ratio" and metric_key != base:
             reason = f"most calls to {metric_key.split('/', 1)[1]!r} fail"
+        if base == "malformed_call_rate":
+            count = metrics.get("malformed_tool_calls")
+            reason = f"{int(count)} malformed tool calls this step ({_MALFORMED})" if isinstance(count, (int, float)) else f"{reason} ({_MALFORMED})"
         warnings.append(f"{metric_key} = {value:.4g} {direction} {limit:g}: {reason}")
     return warnings
