@@ -59,10 +59,11 @@ def _train(args: argparse.Namespace) -> int:
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     if restarted and args.output_dir and not args.resume:  # torch elastic restarted the processes: continue the run
         args.resume, args.set, args.output_dir, args.recipe = args.output_dir, None, None, "default"
+    overrides = None
     if args.resume:
-        if args.set or args.output_dir or args.recipe != "default":
-            raise ConfigError("--resume continues a run with its own config.yaml; drop the recipe, --set and --output-dir")
-        name, config = "resumed", None
+        if args.output_dir or args.recipe != "default":
+            raise ConfigError("--resume continues a run in its own directory with its own config.yaml; drop the recipe and --output-dir")
+        name, config, overrides = "resumed", None, apply_assignments({}, args.set or [])
     else:
         name, data = load_recipe(args.recipe)
         if args.output_dir:
@@ -84,7 +85,7 @@ def _train(args: argparse.Namespace) -> int:
         on_eval=lambda label, result: print_eval(label, result.metrics, result.config["k"]),
         progress=trajectory_progress,
     )
-    result = train(config, name=name, events=events, resume=args.resume)
+    result = train(config, name=name, events=events, resume=args.resume, overrides=overrides)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0  # rank 0 reports the run
     k = next(int(key.split("@")[1]) for key in result.evals["after"] if key.startswith("avg@"))
@@ -99,13 +100,16 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _check_launch(args: argparse.Namespace) -> None:
-    from agentic_rl.config import ConfigError, TrainConfig, apply_assignments, build, check_world_size
+    from agentic_rl.config import ConfigError, TrainConfig, apply_assignments, build, check_world_size, resume_config
     from agentic_rl.recipes import load_recipe
     from agentic_rl.training.run_dir import RunDirectory
 
-    data = RunDirectory.existing(args.resume)[2] if args.resume else apply_assignments(load_recipe(args.recipe)[1], args.set or [])
+    if args.resume:
+        config = resume_config(RunDirectory.existing(args.resume)[2], apply_assignments({}, args.set or []))[0]
+    else:
+        config = build(TrainConfig, apply_assignments(load_recipe(args.recipe)[1], args.set or []))
     try:
-        check_world_size(build(TrainConfig, data), args.nproc)
+        check_world_size(config, args.nproc)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -305,9 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     training = commands.add_parser("train", help="run a training recipe (default: the embedded CPU demo)")
     training.add_argument("recipe", nargs="?", default="default", help="recipe name (see `agentic-rl recipes`) or a YAML file")
-    training.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any config key, e.g. steps=20 or optim.lr=1e-6")
+    training.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any config key, e.g. steps=20 or optim.lr=1e-6 (with --resume: steps, optim.lr/schedule/warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints)")
     training.add_argument("--output-dir", help="run directory (default runs/<recipe>-<time>)")
-    training.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest complete checkpoint")
+    training.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest complete checkpoint, with its own config.yaml (--set may change what is safe mid-run)")
     training.add_argument("--nproc", type=int, default=1, metavar="N", help="train on N processes on this machine (torchrun; one GPU each where there are GPUs); see trainer.strategy")
     training.add_argument("--max-restarts", type=int, default=0, metavar="K", help="with --nproc: restart all processes up to K times after a failure, resuming from the newest checkpoint")
     training.set_defaults(run=_train)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler
+from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, restart_schedule
 
 
 def _linear(seed: int = 0) -> tuple[torch.nn.Linear, Optimized]:
@@ -50,3 +50,33 @@ def test_non_finite_steps_never_reach_the_weights_and_stop_after_the_limit() -> 
     assert outcome.grad_norm != outcome.grad_norm and outcome.norms[1] == float("inf")
     with pytest.raises(NonFiniteError, match="2 non-finite .*lower the lr"):
         accumulate_and_step([layer(torch.ones(1, 4)).sum() * float("inf")], [group], max_grad_norm=1.0, guard=guard)
+
+
+def test_a_restarted_schedule_follows_the_new_lr_and_length_and_is_exact_when_unchanged() -> None:
+    def scheduled(lr: float, total: int, state=None):
+        optimizer = make_optimizer(torch.nn.Linear(2, 2).parameters(), lr=lr)
+        scheduler = make_scheduler(optimizer, warmup_steps=1, total_steps=total, schedule="cosine")
+        if state is not None:  # a resume: the checkpoint's optimizer and scheduler, then the run's config
+            optimizer.load_state_dict(state[0])
+            scheduler.load_state_dict(state[1])
+            restart_schedule(scheduler, lr)
+        return optimizer, scheduler
+
+    optimizer, scheduler = scheduled(1e-3, 10)
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+    state = (optimizer.state_dict(), scheduler.state_dict())
+    same, _ = scheduled(1e-3, 10, state)
+    assert same.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]  # bit for bit
+    longer, longer_scheduler = scheduled(5e-4, 20, state)
+    fresh_optimizer, fresh = scheduled(5e-4, 20)
+    for _ in range(3):
+        fresh_optimizer.step()
+        fresh.step()
+    assert longer.param_groups[0]["lr"] == pytest.approx(fresh_optimizer.param_groups[0]["lr"])
+    longer.step()
+    longer_scheduler.step()
+    fresh_optimizer.step()
+    fresh.step()
+    assert longer_scheduler.get_last_lr() == pytest.approx(fresh.get_last_lr())

@@ -137,3 +137,70 @@ def test_bf16_mixed_run_records_its_precision_and_resumes_within_tolerance(tmp_p
     last, again = json.loads(straight_metrics[-1]), result.steps[-1]
     assert again["reward_mean"] == last["reward_mean"]
     assert abs(again["loss"] - last["loss"]) < 1e-3
+
+
+def _tiny_recipe(path) -> str:
+    path.write_text(yaml.safe_dump({
+        "description": "resume --set test",
+        "model": {"name": "tiny-random", "device": "cpu"},
+        "env": {"name": "arithmetic", "max_turns": 2},
+        "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
+        "eval": {"num_tasks": 2},
+        "optim": {"lr": 1e-3},
+        "steps": 2, "tasks_per_step": 2, "group_size": 2, "checkpoint_every": 1,
+        "tracking": {"sinks": [], "report": False},
+    }))
+    return str(path)
+
+
+def test_resume_with_set_trains_the_extra_steps_with_the_new_values(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    assert main(["train", _tiny_recipe(tmp_path / "recipe.yaml"), "--output-dir", str(run), "--set", "precision=fp32"]) == 0
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    saved = (run / "config.yaml").read_text()
+    capsys.readouterr()
+    # A key that may not change is refused before anything runs, and config.yaml stays as it was.
+    assert main(["train", "--resume", str(run), "--set", "steps=3", "--set", "group_size=4"]) == 2
+    assert capsys.readouterr().err.startswith("agentic-rl: error: --set on --resume: group_size cannot change mid-run")
+    assert (run / "config.yaml").read_text() == saved
+
+    assert main(["train", "--resume", str(run), "--set", "steps=3", "--set", "optim.lr=5e-4", "--set", "eval.num_tasks=3"]) == 0
+    err = capsys.readouterr().err
+    assert "resume: steps: 2 -> 3" in err and "resume: optim.lr: 0.001 -> 0.0005" in err and "(step 1 of 3)" in err
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in steps] == [0, 1, 2]
+    assert steps[0]["lr"] == pytest.approx(1e-3) and steps[2]["lr"] == pytest.approx(5e-4)  # the resumed steps use the new lr
+    assert json.loads((run / "eval_after.json").read_text())["metrics"]["num_tasks"] == 3
+    config = yaml.safe_load((run / "config.yaml").read_text())  # a later resume continues with them
+    assert (config["recipe"], config["steps"], config["optim"]["lr"], config["eval"]["num_tasks"], config["group_size"]) == ("recipe", 3, 5e-4, 3, 2)
+
+
+@pytest.mark.parametrize(
+    "assignment, message",
+    [
+        ("group_size=4", "--set on --resume: group_size cannot change mid-run (allowed: steps, optim.lr, optim.schedule, optim.warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints)"),
+        ("optim.weight_decay=0.1", "--set on --resume: optim.weight_decay cannot change mid-run"),
+        ("model.name=smollm2-135m", "--set on --resume: model.name cannot change mid-run"),
+        ("stepz=3", "unknown config key 'stepz'; did you mean 'steps'?"),
+        ("steps=-1", "steps:"),
+    ],
+)
+def test_resume_refuses_keys_that_cannot_change_mid_run(assignment, message, tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"recipe": "smoke", **load_recipe("smoke")[1]}))
+    assert main(["train", "--resume", str(run), "--set", assignment]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"agentic-rl: error: {message}") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_resume_overrides_in_the_python_api(tmp_path) -> None:
+    from agentic_rl.config import ConfigError, OptimConfig, resume_config
+
+    _, saved = load_recipe("smoke")
+    config, changed = resume_config(saved, {"optim": {"schedule": "cosine", "warmup_steps": 1}, "tracking": {"thresholds": {"entropy": 0.1}}, "checkpoint_every": 5})
+    assert (config.optim.schedule, config.optim.warmup_steps, config.tracking.thresholds, config.checkpoint_every) == ("cosine", 1, {"entropy": 0.1}, 5)
+    assert config.optim.lr == OptimConfig().lr and config.group_size == saved["group_size"]
+    assert "optim.schedule: 'constant' -> 'cosine'" in changed and len(changed) == 4
+    with pytest.raises(ConfigError, match="overrides: only for a resumed run"):
+        train(load_recipe("smoke")[1], overrides={"steps": 3})

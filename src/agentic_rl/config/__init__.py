@@ -5,7 +5,8 @@ what was expected (``ConfigError``), which the CLI prints without a traceback.
 
 ``base``: the error type, the section base, shared knob types, building from dicts and
 ``--set``; ``algorithm``: the RL objective (presets, registry names); ``sinks``: metric
-sink names; ``sections``: every other section and the roots ``TrainConfig``, ``EvalConfig``.
+sink names; ``sections``: every other section and the roots ``TrainConfig``, ``EvalConfig``;
+``resume``: what a resumed run may change.
 """
 
 from agentic_rl.config.algorithm import AlgorithmConfig
@@ -32,6 +33,7 @@ from agentic_rl.config.sections import (
     TrainConfig,
 )
 from agentic_rl.config.sinks import SINK_PACKAGES, check_sink_names
+from agentic_rl.config.resume import RESUMABLE_KEYS, resume_config
 
 __all__ = [
     "ARPOConfig",
@@ -48,6 +50,7 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "PairCollectConfig",
+    "RESUMABLE_KEYS",
     "RolloutConfig",
     "RunEvalConfig",
     "SFTConfig",
@@ -63,4 +66,5 @@ __all__ = [
     "check_sink_names",
     "format_validation_error",
     "parse_assignment",
+    "resume_config",
 ]

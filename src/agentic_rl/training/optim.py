@@ -36,6 +36,18 @@ def make_scheduler(optimizer, *, warmup_steps: int, total_steps: int, schedule: 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def restart_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, lr: float) -> None:
+    """After loading a checkpoint into ``scheduler`` (and its optimizer): peak ``lr`` and the
+    scheduler's own factor at the loaded step, so a resumed run follows its current
+    optim.lr, warmup, schedule and length (the loaded state holds the old run's values;
+    unchanged ones give the same learning rate bit for bit)."""
+    scheduler.base_lrs = [lr for _ in scheduler.base_lrs]
+    rates = [lr * factor(scheduler.last_epoch) for factor in scheduler.lr_lambdas]
+    for group, rate in zip(scheduler.optimizer.param_groups, rates):
+        group["initial_lr"], group["lr"] = lr, rate
+    scheduler._last_lr = rates
+
+
 class NonFiniteError(RuntimeError):
     """Too many non-finite losses or gradient norms in a row: the run cannot go on."""
 

@@ -3,7 +3,9 @@
 The stages (training/stages.py) run in order; each enabled stage that finishes is
 recorded in the run directory. ``resume`` continues a run from its newest complete
 checkpoint: the stages that checkpoint covers are restored from their files, not run again,
-and RL continues from the checkpoint's step.
+and RL continues from the checkpoint's step. ``overrides`` change what may change mid-run
+(config/resume.py: steps, learning rate and schedule, eval, tracking, checkpointing); the
+run's config.yaml records them for a later resume.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import torch
 
-from agentic_rl.config import ConfigError, TrainConfig, build
+from agentic_rl.config import ConfigError, TrainConfig, build, resume_config
 from agentic_rl.engines.factory import build_backend
 from agentic_rl.envs import env_factory
 from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distributed, shutdown
@@ -71,58 +73,73 @@ class TrainResult:
     steps: list[dict[str, float]]
 
 
-def _open_run(config, name: str, resume, dist: DistContext) -> tuple[TrainConfig, str, RunDirectory, Path | None, list[str], Path]:
+def _open_run(config, name: str, resume, overrides, dist: DistContext) -> tuple[TrainConfig, str, RunDirectory, Path | None, list[str], Path, list[str]]:
     """(config, recipe name, run directory, checkpoint to resume from, stages it covers,
-    the run directory's path on every rank). Rank 0 owns the run directory; other ranks
-    write what they must into a scratch one (and their checkpoint shards into rank 0's)."""
+    the run directory's path on every rank, the overrides' changes). Rank 0 owns the run
+    directory; other ranks write what they must into a scratch one (and their checkpoint
+    shards into rank 0's)."""
+    if overrides and resume is None:
+        raise ConfigError("overrides: only for a resumed run (a new run takes them in its config)")
     if resume is None:
         if not isinstance(config, TrainConfig):
             config = build(TrainConfig, config or {})
         run = RunDirectory.create(config.output_dir, name=name, config=config.model_dump()) if dist.is_main else RunDirectory.scratch(dist.rank)
         shared = Path(dist.broadcast_object(str(run.path)))  # the other ranks wait here until the directory exists
-        return config, name, run, None, [], shared
+        return config, name, run, None, [], shared, []
     if config is not None:
-        raise ConfigError("resume: the run's own config.yaml is used; do not pass a config (or --set) too")
+        raise ConfigError("resume: the run's own config.yaml is used; pass overrides, not a config, to change what may change mid-run")
     run, name, saved = RunDirectory.existing(resume)
-    config = build(TrainConfig, saved)
+    config, changed = resume_config(saved, overrides)
     checkpoints = complete_checkpoints(run.checkpoints)
     if not checkpoints:
         raise ConfigError(f"--resume: no complete checkpoint in {run.checkpoints}; the run cannot be resumed")
+    if changed and dist.is_main:
+        run.write_config(name, config.model_dump())  # a later resume (or an elastic restart) continues with them
     info = RunDirectory(checkpoints[-1]).read_json("state.json")
     shared = run.path
     if not dist.is_main:
         run = RunDirectory.scratch(dist.rank)
     # Checkpoints written before stages were recorded came only from the RL stage: every stage before it had finished.
-    return config, name, run, checkpoints[-1], info.get("stages", list(_BEFORE_RL)), shared
+    return config, name, run, checkpoints[-1], info.get("stages", list(_BEFORE_RL)), shared, changed
 
 
 def _timeout(config, resume) -> float:
     """The collective timeout of the run about to start (its config may be unbuilt yet)."""
     try:
         if resume is not None:
-            return build(TrainConfig, RunDirectory.existing(resume)[2]).trainer.timeout_s
+            return build(TrainConfig, RunDirectory.existing(resume)[2]).trainer.timeout_s  # overrides never change it
         return (config if isinstance(config, TrainConfig) else build(TrainConfig, config or {})).trainer.timeout_s
     except ConfigError:
         return DEFAULT_TIMEOUT_S  # _open_run reports the problem
 
 
-def train(config: TrainConfig | dict[str, Any] | None = None, *, name: str = "custom", events: RunEvents | None = None, loaded=None, resume: str | Path | None = None) -> TrainResult:
+def train(
+    config: TrainConfig | dict[str, Any] | None = None,
+    *,
+    name: str = "custom",
+    events: RunEvents | None = None,
+    loaded=None,
+    resume: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> TrainResult:
     """Run a training job; mirrors ``agentic-rl train``. Returns the run directory and the
     headline numbers. ``loaded``: an already loaded ``(model, tokenizer)`` to train.
     ``resume``: a run directory to continue from its newest complete checkpoint (its own
-    config.yaml is used; ``config`` must then be None). Under torchrun every rank calls
-    this; rank 0 writes the run directory and shows ``events``."""
+    config.yaml is used; ``config`` must then be None). ``overrides``: with ``resume``,
+    nested config values that may change mid-run (``{"steps": 20, "optim": {"lr": 1e-6}}``;
+    ``agentic_rl.config.resume.RESUMABLE_KEYS``), also written to the run's config.yaml.
+    Under torchrun every rank calls this; rank 0 writes the run directory and shows ``events``."""
     dist = init_distributed(_timeout(config, resume))
     try:
-        return _train(config, name, events if dist.is_main else RunEvents(), loaded, resume, dist)
+        return _train(config, name, events if dist.is_main else RunEvents(), loaded, resume, overrides, dist)
     finally:
         if dist.distributed:
             shutdown()
 
 
-def _train(config, name: str, events: RunEvents | None, loaded, resume, dist: DistContext) -> TrainResult:
+def _train(config, name: str, events: RunEvents | None, loaded, resume, overrides, dist: DistContext) -> TrainResult:
     events = events or RunEvents()
-    config, name, run, checkpoint, finished, shared = _open_run(config, name, resume, dist)
+    config, name, run, checkpoint, finished, shared, changed = _open_run(config, name, resume, overrides, dist)
     if not dist.is_main:
         import atexit
         import shutil
@@ -130,6 +147,8 @@ def _train(config, name: str, events: RunEvents | None, loaded, resume, dist: Di
         atexit.register(shutil.rmtree, run.path, True)
     torch.manual_seed(config.seed)
     events.on_config(config)
+    for change in changed:
+        events.on_stage(f"resume: {change}")
 
     train_env = env_factory(config.env.name, config.env.options, split="train")
     # Validate the eval env before spending minutes on anything.

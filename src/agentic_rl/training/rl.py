@@ -24,7 +24,7 @@ from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.diagnostics import step_diagnostics
 from agentic_rl.training.batch import TokenBatch, collate, length_buckets, padding_batch
 from agentic_rl.training.logprobs import PolicyLogprobs
-from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler
+from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, restart_schedule
 from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
 from agentic_rl.training.rl_metrics import UpdateTally, rollout_metrics
 from agentic_rl.training.scoring import ScoredBatch, keep_groups, score, shaped_rewards, usable_trajectories
@@ -152,6 +152,7 @@ class RLTrainer:
         if "optimizer" in state:  # a sharded checkpoint restores it with the weights
             self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        restart_schedule(self.scheduler, self.config.optim.lr)  # a resume may change optim.lr, the schedule or steps
         if "weight_version" in state:  # trajectories keep the version numbering of an uninterrupted run
             self.backend.weight_version = int(state["weight_version"])
         if self.critic is not None:

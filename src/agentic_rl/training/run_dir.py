@@ -1,6 +1,7 @@
 """``RunDirectory``: one training run's folder and what each stage leaves in it.
 
     config.yaml          the resolved config (plus the recipe name): what --resume reads
+                         (and rewrites with what its --set changed)
     stages.json          the stages finished so far, in order
     eval_*.json, sft_data.jsonl, filtered_tasks.json, dpo_pairs.jsonl, *_metrics.jsonl
     metrics.jsonl, rollouts.jsonl, tensorboard/   per-RL-step logs
@@ -32,7 +33,7 @@ class RunDirectory:
         if run.file("metrics.jsonl").exists() or run.checkpoints.exists():
             raise ConfigError(f"output_dir: {run.path} already holds a run; choose another directory or --resume it")
         run.path.mkdir(parents=True, exist_ok=True)
-        run.file("config.yaml").write_text(yaml.safe_dump({"recipe": name, **config}, sort_keys=False))
+        run.write_config(name, config)
         return run
 
     @classmethod
@@ -51,6 +52,14 @@ class RunDirectory:
             raise ConfigError(f"--resume: {run.path} is not a run directory (no config.yaml)")
         saved = yaml.safe_load(run.file("config.yaml").read_text()) or {}
         return run, saved.pop("recipe", "custom"), saved
+
+    def write_config(self, name: str, config: dict[str, Any]) -> None:
+        """config.yaml: the recipe name and the resolved config (a resume with overrides
+        rewrites it, never half-written)."""
+        path = self.file("config.yaml")
+        tmp = path.with_suffix(".yaml.tmp")
+        tmp.write_text(yaml.safe_dump({"recipe": name, **config}, sort_keys=False))
+        tmp.replace(path)
 
     def file(self, name: str) -> Path:
         return self.path / name

@@ -1,0 +1,69 @@
+"""What a resumed run may change: ``agentic-rl train --resume RUN_DIR --set KEY=VALUE``.
+
+A run continues from a checkpoint of its own model, optimizer and task schedule, so only
+settings that do not change what was already computed may differ: how long it runs, the
+learning rate and its schedule, evaluations, tracking and checkpointing.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from agentic_rl.config.base import ConfigError, build
+from agentic_rl.config.sections import TrainConfig
+
+RESUMABLE_KEYS: tuple[str, ...] = (
+    "steps",
+    "optim.lr",
+    "optim.schedule",
+    "optim.warmup_steps",
+    "eval.*",
+    "tracking.*",
+    "checkpoint_every",
+    "keep_checkpoints",
+)
+"""Dotted keys ``--set`` may change on ``--resume``; ``section.*`` allows a whole section."""
+
+
+def _dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1e-6}}`` -> ``{"optim.lr": 1e-6}`` (an empty dict stays a key)."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(_dotted(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _resumable(key: str) -> bool:
+    return any(key == allowed or (allowed.endswith(".*") and (key + ".").startswith(allowed[:-1])) for allowed in RESUMABLE_KEYS)
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def resume_config(saved: dict[str, Any], overrides: dict[str, Any] | None) -> tuple[TrainConfig, list[str]]:
+    """The config a resumed run continues with: the run's saved config with ``overrides``
+    (nested, as ``apply_assignments`` builds them) on top, and one ``key: old -> new`` line
+    per changed value. Raises ConfigError naming the first key that may not change mid-run
+    (after unknown keys and bad values, which ``build`` reports as for a new run)."""
+    before = build(TrainConfig, saved)
+    if not overrides:
+        return before, []
+    config = build(TrainConfig, _merge(saved, overrides))
+    for key in _dotted(overrides):
+        if not _resumable(key):
+            raise ConfigError(f"--set on --resume: {key} cannot change mid-run (allowed: {', '.join(RESUMABLE_KEYS)})")
+    old, new = _dotted(before.model_dump()), _dotted(config.model_dump())
+    changed = [f"{key}: {old.get(key)!r} -> {new[key]!r}" for key in new if new[key] != old.get(key)]
+    return config, changed
