@@ -95,12 +95,12 @@ def test_parameter_mapping_by_hand() -> None:
     assert AlgorithmConfig(preset="dapo").group_filter_params() == {}
     default = AlgorithmConfig()
     assert default.policy_loss == "ppo-clip"
-    assert default.policy_loss_params() == {"clip_low": 0.2, "clip_high": 0.28, "clip_ratio_c": None, "aggregation": "token-mean"}
-    assert AlgorithmConfig(policy_loss="gspo").policy_loss_params() == {"gspo_clip_low": 3e-4, "gspo_clip_high": 4e-4, "aggregation": "token-mean"}
-    assert AlgorithmConfig(policy_loss="cispo").policy_loss_params() == {"cispo_clip_low": None, "cispo_clip_high": 0.2, "aggregation": "token-mean"}
+    assert default.policy_loss_params() == {"clip_low": 0.2, "clip_high": 0.315, "clip_ratio_c": None, "aggregation": "token-mean"}
+    assert AlgorithmConfig(preset="gspo").policy_loss_params() == {"gspo_clip_low": 3e-4, "gspo_clip_high": 4e-4, "aggregation": "seq-mean-token-mean"}
+    assert AlgorithmConfig(preset="cispo").policy_loss_params() == {"cispo_clip_low": None, "cispo_clip_high": 0.2, "aggregation": "token-mean"}
     assert AlgorithmConfig(policy_loss="sapo").policy_loss_params() == {"sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05, "aggregation": "token-mean"}
     assert AlgorithmConfig(policy_loss="clip-cov").policy_loss_params() == {
-        "clip_low": 0.2, "clip_high": 0.28, "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "aggregation": "token-mean",
+        "clip_low": 0.2, "clip_high": 0.315, "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "aggregation": "token-mean",
     }
     assert AlgorithmConfig(policy_loss="kl-cov").policy_loss_params() == {"kl_cov_ratio": 2e-4, "kl_cov_coef": 0.1, "aggregation": "token-mean"}
     assert AlgorithmConfig(policy_loss="gpg").policy_loss_params() == AlgorithmConfig(policy_loss="reinforce").policy_loss_params() == {"aggregation": "token-mean"}

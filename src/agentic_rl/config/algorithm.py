@@ -22,7 +22,7 @@ class AlgorithmConfig(Section):
     ``agentic_rl.algorithms.PRESETS``); explicit fields win."""
 
     preset: str = "grpo-tcr"
-    """A name in agentic_rl.algorithms.PRESETS: grpo, dr-grpo, grpo-t, grpo-scr, grpo-tcr (default: token-level loss, clip-higher, overlong shaping, no KL), ppo, reinforce++, rloo, dapo, mt-grpo, gigpo, starpo-s, ..."""
+    """A name in agentic_rl.algorithms.PRESETS: grpo, dr-grpo, grpo-t, grpo-scr, grpo-tcr (default: token-level loss, clip-higher, overlong shaping, no KL), ppo, reinforce++, rloo, dapo, mt-grpo, gigpo, starpo-s, gspo, cispo, ..."""
     advantage: str
     """Advantage estimator name in the registry (grpo, rloo, gae, reinforce++, opo, grpo-passk, ...; remax is not wired into training yet)."""
     policy_loss: str
