@@ -172,3 +172,42 @@ def test_register_a_policy_loss() -> None:
         assert out.loss.item() == pytest.approx(1.0)
     finally:
         POLICY_LOSSES.pop(name, None)
+
+
+def test_grpo_tcr_clip_bounds_act_after_a_first_mini_batch_update() -> None:
+    """Two mini-batches of one rollout batch, as the GRPO-TCR recipes run: the first update
+    sees ratio 1 (nothing clipped); it moves the policy, so on the second mini-batch the
+    ratios against the pre-update log-probs leave [1 - 0.2, 1 + 0.315] and both bounds act
+    (and the clipped tokens get no gradient)."""
+    from agentic_rl.config import AlgorithmConfig
+
+    params = AlgorithmConfig(preset="grpo-tcr").policy_loss_params()
+    assert params == {"clip_low": 0.2, "clip_high": 0.315, "clip_ratio_c": None, "aggregation": "token-mean"}
+    # A categorical policy per position (3 positions, 4 tokens), uniform at first. Two good
+    # answers (tokens 0, 1, 2; A = +1) and two bad ones (token 3 throughout; A = -1).
+    logits = torch.zeros(3, 4, requires_grad=True)
+    tokens = torch.tensor([[0, 1, 2], [0, 1, 2], [3, 3, 3], [3, 3, 3]])
+    advantages = torch.tensor([1.0, 1.0, -1.0, -1.0])[:, None].expand(4, 3)
+    mask = torch.ones(4, 3)
+
+    def logprobs_of(rows: list[int]) -> torch.Tensor:
+        return torch.log_softmax(logits, -1).gather(1, tokens[rows].T).T
+
+    old = logprobs_of([0, 1, 2, 3]).detach()
+    minis = [[0, 1, 2, 3][i::2] for i in range(2)]  # the trainer's split: one good and one bad answer each
+    assert minis == [[0, 2], [1, 3]]
+    first = policy_loss(logprobs_of(minis[0]), old[minis[0]], advantages[minis[0]], mask[minis[0]], **params)
+    assert (first.metrics["clip_frac_low"], first.metrics["clip_frac_high"], first.metrics["ratio_mean"]) == (0.0, 0.0, 1.0)
+    first.loss.backward()
+    with torch.no_grad():
+        logits -= 6.0 * logits.grad  # SGD: logits +1 for the good token, -1 for token 3
+        logits.grad = None
+    second = policy_loss(logprobs_of(minis[1]), old[minis[1]], advantages[minis[1]], mask[minis[1]], **params)
+    good = math.e / (math.e + math.exp(-1) + 2) / 0.25  # the good tokens' ratio, 2.14
+    bad = math.exp(-1) / (math.e + math.exp(-1) + 2) / 0.25  # token 3's, 0.29
+    assert good > 1.315 and bad < 0.8
+    assert second.metrics["clip_frac_high"] == pytest.approx(0.5) and second.metrics["clip_frac_low"] == pytest.approx(0.5)
+    assert second.metrics["ratio_max"] == pytest.approx(good, rel=1e-5)
+    assert second.loss.item() == pytest.approx((3 * -1.315 + 3 * 0.8) / 6, rel=1e-6)
+    second.loss.backward()
+    assert logits.grad.abs().max() == 0.0

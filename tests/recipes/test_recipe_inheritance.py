@@ -1,6 +1,8 @@
 """Recipe inheritance (``base:``) and the shipped recipes resolving exactly as before they
 inherited: ``resolved_recipes.json`` is every shipped recipe's resolved config, generated
-with the code before ``base:`` existed."""
+with the code before ``base:`` existed; recipes added since are added whole, and a
+deliberate change of a shipped value (GRPO-TCR's clip_high 0.315, two mini-batches in the
+default recipe) is written into it."""
 
 from __future__ import annotations
 
@@ -38,11 +40,29 @@ def test_shipped_recipe_resolves_as_before_inheritance(name) -> None:
 
 
 def test_shipped_recipes_inherit_from_default() -> None:
-    for name in ("arpo", "dapo", "dpo", "gigpo", "mt-grpo", "ppo", "reinforce++", "rloo", "search-qa", "starpo-s"):
+    for name in ("arpo", "cispo", "dapo", "dpo", "gigpo", "gspo", "mt-grpo", "ppo", "reinforce++", "rloo", "search-qa", "starpo-s"):
         text = (resources.files("agentic_rl.recipes") / f"{name}.yaml").read_text()
         assert "\nbase: default\n" in text, name
         assert load_recipe(name)[1]["description"] != load_recipe("default")[1]["description"]
         assert "base" not in load_recipe(name)[1]
+
+
+def test_recipes_with_clip_bounds_take_more_than_one_update_per_batch() -> None:
+    """With one update per batch the ratio is exactly 1 and no clip bound can act: the
+    GRPO-TCR recipes (and the others inheriting the default) take two mini-batches, GSPO
+    the paper's four. ``smoke`` checks wiring on a random model whose advantages are 0."""
+    for name in recipe_names():
+        config = build(TrainConfig, load_recipe(name)[1])
+        updates = config.ppo_epochs * config.mini_batches
+        if name == "smoke":
+            assert updates == 1
+        elif name == "gspo":
+            assert (config.algorithm.policy_loss, config.mini_batches) == ("gspo", 4)
+        else:
+            assert updates >= 2, name
+    tcr = build(TrainConfig, load_recipe("default")[1]).algorithm
+    assert (tcr.preset, tcr.clip_low, tcr.clip_high, tcr.aggregation, tcr.kl_coef, tcr.overlong_buffer) == ("grpo-tcr", 0.2, 0.315, "token-mean", 0.0, 64)
+    assert build(TrainConfig, load_recipe("cispo")[1]).algorithm.policy_loss == "cispo"
 
 
 def test_deep_merge_merges_sections_and_replaces_lists() -> None:

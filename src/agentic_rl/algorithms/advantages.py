@@ -45,6 +45,9 @@ class AdvantageInputs:
     turn, same task group); GiGPO's step groups."""
     first_tool_turn: Tensor | None = None
     """[B] long: first turn whose tool results came back (MT-GRPO's boundary), -1 if none."""
+    baseline_rewards: Tensor | None = None
+    """[B] reward of a baseline rollout of each trajectory's task, equal within a group
+    (ReMax: the greedy rollout's); the trainer does not fill it yet."""
 
 
 AdvantageFn = Callable[..., Tensor]

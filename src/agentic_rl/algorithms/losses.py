@@ -79,7 +79,44 @@ class PolicyLossOutput:
     loss: Tensor
     """Scalar loss to backpropagate."""
     metrics: dict[str, float] = field(default_factory=dict)
-    """clip_frac_low, clip_frac_high, clip_frac_dual, ratio_mean, ratio_max, approx_kl (python floats)."""
+    """clip_frac_low, clip_frac_high, clip_frac_dual, ratio_mean, ratio_max, approx_kl (python
+    floats, :func:`ratio_metrics`), and any a loss adds (clip-cov's cov_selected_frac)."""
+
+
+def ratio_metrics(
+    log_ratio: Tensor,
+    mask: Tensor,
+    *,
+    ratio: Tensor | None = None,
+    clipped_low: Tensor | None = None,
+    clipped_high: Tensor | None = None,
+    clipped_dual: Tensor | None = None,
+) -> dict[str, float]:
+    """The metrics every policy loss reports, as python floats over the masked tokens.
+
+    ``log_ratio`` [B, T] is log pi - log pi_old per token: approx_kl is the mean k3
+    estimate of KL(old || new), exp(lr) - lr - 1. ``ratio`` [B, T] is the ratio the loss
+    acts on (default exp(log_ratio); a sequence-level loss passes its sequence ratio on
+    each token): ratio_mean and ratio_max. The boolean masks [B, T] mark tokens whose
+    lower, upper and dual clip bound is active (clip_frac_low, clip_frac_high,
+    clip_frac_dual); a loss without such a bound passes None: 0.0.
+    """
+    with torch.no_grad():
+        bool_mask = mask.to(torch.bool)
+        log_ratio = log_ratio.detach()
+        ratio = torch.exp(log_ratio) if ratio is None else ratio.detach()
+
+        def fraction(active: Tensor | None) -> float:
+            return 0.0 if active is None else float(masked_mean(active.float(), bool_mask))
+
+        return {
+            "clip_frac_low": fraction(clipped_low),
+            "clip_frac_high": fraction(clipped_high),
+            "clip_frac_dual": fraction(clipped_dual),
+            "ratio_mean": float(masked_mean(ratio, bool_mask)),
+            "ratio_max": float(ratio[bool_mask].max()) if bool(bool_mask.any()) else 0.0,
+            "approx_kl": float(masked_mean(torch.exp(log_ratio) - log_ratio - 1.0, bool_mask)),
+        }
 
 
 PolicyLossFn = Callable[..., PolicyLossOutput]
@@ -140,17 +177,10 @@ def policy_loss(
         loss_mat = torch.where(dual_active, dual_bound, loss_mat)
     loss = aggregate(loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
 
-    with torch.no_grad():
-        bool_mask = mask.to(torch.bool)
-        any_token = bool(bool_mask.any())
-        metrics = {
-            "clip_frac_low": float(masked_mean(((advantages < 0) & (ratio < 1.0 - clip_low)).float(), bool_mask)),
-            "clip_frac_high": float(masked_mean(((advantages > 0) & (ratio > 1.0 + clip_high)).float(), bool_mask)),
-            "clip_frac_dual": float(masked_mean(dual_active.float(), bool_mask)),
-            "ratio_mean": float(masked_mean(ratio, bool_mask)),
-            "ratio_max": float(ratio[bool_mask].max()) if any_token else 0.0,
-            "approx_kl": float(masked_mean(ratio - log_ratio - 1.0, bool_mask)),
-        }
+    metrics = ratio_metrics(
+        log_ratio, mask, ratio=ratio,
+        clipped_low=(advantages < 0) & (ratio < 1.0 - clip_low), clipped_high=(advantages > 0) & (ratio > 1.0 + clip_high), clipped_dual=dual_active,
+    )
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
 

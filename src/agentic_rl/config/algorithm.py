@@ -22,17 +22,17 @@ class AlgorithmConfig(Section):
     ``agentic_rl.algorithms.PRESETS``); explicit fields win."""
 
     preset: str = "grpo-tcr"
-    """A name in agentic_rl.algorithms.PRESETS: grpo, dr-grpo, grpo-t, grpo-scr, grpo-tcr (default: token-level loss, clip-higher, overlong shaping, no KL), ppo, reinforce++, rloo, dapo, mt-grpo, gigpo, starpo-s, ..."""
+    """A name in agentic_rl.algorithms.PRESETS: grpo, dr-grpo, grpo-t, grpo-scr, grpo-tcr (default: token-level loss, clip-higher, overlong shaping, no KL), ppo, reinforce++, rloo, dapo, mt-grpo, gigpo, starpo-s, gspo, cispo, ..."""
     advantage: str
-    """Advantage estimator name in the registry (grpo, rloo, ...)."""
+    """Advantage estimator name in the registry (grpo, rloo, gae, reinforce++, opo, grpo-passk, ...; remax is not wired into training yet)."""
     policy_loss: str
-    """Policy loss name in the registry (ppo-clip: PPO's clipped surrogate with clip-higher and dual clip)."""
+    """Policy loss name in the registry: ppo-clip (PPO's clipped surrogate with clip-higher and dual clip), gspo, gspo-token, cispo, sapo, clip-cov, kl-cov, gpg, reinforce."""
     normalize_by_std: bool
     """GRPO: divide by the group's reward std (False = Dr. GRPO)."""
     clip_low: float = Field(ge=0.0, lt=1.0)
-    """Lower clip range: the ratio is clipped below at 1 - clip_low."""
+    """Lower clip range: the ratio is clipped below at 1 - clip_low (ppo-clip, clip-cov)."""
     clip_high: float = Field(ge=0.0)
-    """Upper clip range: the ratio is clipped above at 1 + clip_high (clip-higher: > clip_low)."""
+    """Upper clip range: the ratio is clipped above at 1 + clip_high (clip-higher: > clip_low; ppo-clip, clip-cov)."""
     clip_ratio_c: float | None = Field(gt=1.0)
     """Dual-clip bound for negative advantages (None = off)."""
     aggregation: str
@@ -71,6 +71,28 @@ class AlgorithmConfig(Section):
     """GiGPO: weight of the step-level (anchor-state) advantage."""
     tool_turn_reward: float
     """Per-turn process reward for a turn whose tool calls all ran (added to the env's info["turn_reward"]; MT-GRPO's tool-execution reward)."""
+    gspo_clip_low: float = Field(3e-4, ge=0.0, lt=1.0)
+    """gspo, gspo-token: the sequence ratio exp(mean log-ratio) is clipped below at 1 - gspo_clip_low (GSPO paper: 3e-4)."""
+    gspo_clip_high: float = Field(4e-4, ge=0.0)
+    """gspo, gspo-token: the sequence ratio is clipped above at 1 + gspo_clip_high (GSPO paper: 4e-4)."""
+    cispo_clip_low: float | None = Field(None, ge=0.0, lt=1.0)
+    """cispo: the stop-gradient IS weight is clipped below at 1 - cispo_clip_low (None = no lower bound, as MiniMax-M1)."""
+    cispo_clip_high: float = Field(0.2, ge=0.0)
+    """cispo: the IS weight is clipped above at 1 + cispo_clip_high (verl's example; the paper tunes it without stating it)."""
+    sapo_tau_pos: float = Field(1.0, gt=0.0)
+    """sapo: gate temperature for tokens with a positive advantage."""
+    sapo_tau_neg: float = Field(1.05, gt=0.0)
+    """sapo: gate temperature for the other tokens (above sapo_tau_pos: negative updates fade faster)."""
+    clip_cov_ratio: float = Field(2e-4, gt=0.0, le=1.0)
+    """clip-cov: fraction of a micro-batch's tokens whose gradient is detached (at least one)."""
+    clip_cov_lb: float = 1.0
+    """clip-cov: only tokens whose covariance (A - mean A)(log pi - mean log pi) is above this are candidates."""
+    clip_cov_ub: float = 5.0
+    """clip-cov: ... and below this."""
+    kl_cov_ratio: float = Field(2e-4, gt=0.0, le=1.0)
+    """kl-cov: fraction of a micro-batch's tokens (the highest covariance, at least one) that get the KL penalty."""
+    kl_cov_coef: float = Field(0.1, ge=0.0)
+    """kl-cov: weight of the |log-ratio| penalty on those tokens."""
     rollout_correction: Literal["auto", "none", "tis", "mis", "seq-tis", "seq-mis"] = "auto"
     """Importance weights between the trainer's pre-update log-probs and the sampler's (agentic_rl.algorithms.correction): tis = min(ratio, correction_cap) per token, mis = drop tokens whose ratio leaves [correction_low, correction_high], seq-* = the same on the sequence's geometric-mean ratio; auto = tis when the sampler's precision or weights differ from the trainer's (bf16-mixed, a separate engine), else none."""
     correction_cap: float = Field(2.0, ge=1.0)
@@ -108,6 +130,8 @@ class AlgorithmConfig(Section):
                 raise ValueError(f"{field}: {unknown_name(kind, getattr(self, field), sorted(known))}")
         if self.advantage == "gae" and self.critic == "none":
             raise ValueError("critic: the gae advantage needs a critic ('shared' or 'separate')")
+        if self.clip_cov_ub <= self.clip_cov_lb:
+            raise ValueError(f"clip_cov_ub: must be above clip_cov_lb ({self.clip_cov_lb}), got {self.clip_cov_ub}")
         return self
 
     def knobs(self) -> dict[str, Any]:

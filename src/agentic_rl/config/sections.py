@@ -400,7 +400,9 @@ class TrainConfig(Section):
             ):
                 if value:
                     raise ValueError(f"{field}: backend.kind {self.backend.kind}: {why}")
-        if self.group_size == 1 and self.algorithm.advantage in ("grpo", "rloo", "mt-grpo", "gigpo"):
+        if self.algorithm.advantage == "remax":
+            raise ValueError("algorithm.advantage: remax needs a greedy baseline rollout per task, which the trainer does not run yet")
+        if self.group_size == 1 and self.algorithm.advantage in ("grpo", "rloo", "mt-grpo", "gigpo", "opo", "grpo-passk"):
             raise ValueError(f"group_size: the {self.algorithm.advantage} advantage needs at least 2 samples per task")
         if self.algorithm.rollout == "arpo" and self.arpo.initial_samples > self.group_size:
             raise ValueError(f"arpo.initial_samples: must be at most group_size (the budget M = {self.group_size}), got {self.arpo.initial_samples}")
