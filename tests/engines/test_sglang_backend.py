@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from agentic_rl import envs
 from agentic_rl.config import BackendConfig, RolloutConfig, TrainConfig
