@@ -28,7 +28,7 @@ import time
 def evaluate_with(backend, tasks: int) -> list:
     from agentic_rl.evaluation import evaluate
 
-    result = evaluate({"model": {"name": "smollm2-135m"}, "env": {"name": "arithmetic", "few_shot": 4}, "num_tasks": tasks, "samples_per_task": 1, "k": 1,
+    result = evaluate({"model": {"name": "smollm2-135m"}, "env": {"name": "arithmetic", "few_shot": 4}, "num_tasks": tasks, "num_samples": 1, "k": 1,
                        "rollout": {"temperature": 0.0, "max_new_tokens": 128}, "seed": 0}, backend=backend)
     return [group.trajectories[0] for group in result.groups]
 

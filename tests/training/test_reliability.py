@@ -106,7 +106,7 @@ def test_sigkill_mid_run_then_resume_gives_the_same_weights_and_metrics(tmp_path
     assert straight.keys() == resumed.keys()
     for name in straight:
         assert torch.equal(straight[name], resumed[name]), name
-    timing = ("step_time_s", "rollout_time_s", "update_time_s", "tokens_per_s")
+    timing = ("step_time_s", "rollout_time_s", "update_time_s", "weight_sync_time_s", "tokens_per_s")
     import json
 
     def metrics(run: Path) -> list[dict]:

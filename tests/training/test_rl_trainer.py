@@ -83,7 +83,7 @@ def test_metrics_have_the_documented_keys(tiny) -> None:
 
 
 def test_same_seed_same_metrics(tiny) -> None:
-    timing = ("step_time_s", "rollout_time_s", "update_time_s", "tokens_per_s")
+    timing = ("step_time_s", "rollout_time_s", "update_time_s", "weight_sync_time_s", "tokens_per_s")
 
     def run() -> list[dict]:
         trainer = _trainer(tiny, _config())
