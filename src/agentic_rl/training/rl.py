@@ -24,7 +24,7 @@ from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.diagnostics import step_diagnostics
 from agentic_rl.training.batch import TokenBatch, collate, length_buckets, padding_batch
 from agentic_rl.training.logprobs import PolicyLogprobs
-from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, restart_schedule
+from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, optimizer_params, restart_schedule
 from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
 from agentic_rl.training.rl_metrics import UpdateTally, rollout_metrics
 from agentic_rl.training.scoring import ScoredBatch, keep_groups, score, shaped_rewards, usable_trajectories
@@ -317,9 +317,12 @@ class RLTrainer:
         # normalisers stay the whole mini-batch's, so the ranks' losses add up to its loss.
         shares = [mini[dist.rank :: dist.world_size] for mini in minis]
         updates = config.ppo_epochs * config.mini_batches
-        groups = [Optimized([p for p in self.model.parameters() if p.requires_grad], self.optimizer, self.scheduler)]
+        # The parameters each optimizer holds: under FSDP2 a root module left unsharded by a
+        # gradient-free forward (pre-update values or KL) exposes its full tensors as its
+        # parameters until the next backward; clipping must see the sharded ones that get the gradients.
+        groups = [Optimized(optimizer_params(self.optimizer), self.optimizer, self.scheduler)]
         if self.critic is not None:
-            groups.append(Optimized(self.critic.parameters(), self.critic.optimizer))  # its own optimizer, clipped on its own
+            groups.append(Optimized(optimizer_params(self.critic.optimizer), self.critic.optimizer))  # its own optimizer, clipped on its own
         tally = UpdateTally()
         self._train_mode(True)
         try:
@@ -426,7 +429,7 @@ class RLTrainer:
                 clip_range=algorithm.value_clip or None, aggregation=algorithm.aggregation, **normalisers,
             )
             loss = loss + algorithm.value_loss_coef * critic_loss
-            sums["value_loss"] = float(critic_loss.detach()) * loss_tokens / max(normalisers["num_tokens"], 1.0)
+            sums["value_loss"] = float(critic_loss.detach())  # already this micro-batch's share of the mini-batch loss (global normalisers)
             sums.update({key: value * loss_tokens for key, value in critic_metrics.items()})
         sums["entropy"] = float((entropy * batch.loss_mask).sum())
         sums.update({key: out.metrics[key] * loss_tokens for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "approx_kl")})
