@@ -328,7 +328,11 @@ def _full_critic_state(critic) -> dict:
         return trainable_state(critic.module)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return {name: value.contiguous() for name, value in get_model_state_dict(critic.module, options=StateDictOptions(full_state_dict=True)).items()}
+    # The gathered dict names tied weights twice (lm_head and the embedding); keep the
+    # one-process file's names: each parameter once.
+    names = {name for name, _ in critic.module.named_parameters()}
+    full = get_model_state_dict(critic.module, options=StateDictOptions(full_state_dict=True))
+    return {name: value.contiguous() for name, value in full.items() if name in names}
 
 
 def run_report(state: RunState) -> None:
