@@ -86,7 +86,11 @@ def main(strategy: str, out: str, variant: str = "") -> None:
     weights = {name: value.detach().clone() for name, value in (weights.items() if isinstance(weights, dict) else model.named_parameters())}
     trainer.backend.sync_weights(trainer.strategy.full_weights(model))
     engine = {name: value.detach().clone() for name, value in backend.model.named_parameters()}
-    critic = {name: value.detach().clone() for name, value in trainer.critic.module.named_parameters()} if trainer.critic is not None else {}
+    critic = {}
+    if trainer.critic is not None:  # full tensors (a sharded critic's gathered: a collective)
+        from torch.distributed.tensor import DTensor
+
+        critic = {name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone() for name, p in trainer.critic.module.named_parameters()}
     if dist.is_main:
         torch.save({"metrics": metrics, "weights": weights, "engine": engine, "critic": critic, "world_size": dist.world_size}, out)
     shutdown()

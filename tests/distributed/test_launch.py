@@ -111,14 +111,16 @@ MOVING = ("--set", "optim.lr=0.05", "--set", "optim.weight_decay=0.5", "--set", 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(strategy: str, tmp_path) -> None:
+@pytest.mark.parametrize(("strategy", "critic"), [("ddp", False), ("fsdp2", False), ("fsdp2", True)])
+def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(strategy: str, critic: bool, tmp_path) -> None:
     """DDP checkpoints are rank 0's one-process files; FSDP2's are sharded
-    (torch.distributed.checkpoint, each rank its shards) and reshard on load."""
+    (torch.distributed.checkpoint, each rank its shards) and reshard on load, a separate
+    PPO critic's weights and optimizer included."""
     import shutil
 
     run = tmp_path / "run"
-    args = ("--set", f"trainer.strategy={strategy}", "--set", "steps=4", "--set", "checkpoint_every=1", "--set", "trainer.timeout_s=60", *MOVING)
+    ppo = ("--set", "algorithm.preset=ppo", "--set", "algorithm.critic=separate") if critic else ()
+    args = ("--set", f"trainer.strategy={strategy}", "--set", "steps=4", "--set", "checkpoint_every=1", "--set", "trainer.timeout_s=60", *MOVING, *ppo)
     launcher = _cli("smoke", *FP32, "--nproc", "2", *args, "--output-dir", str(run), wait=False)
     killed = _kill_rank_after_checkpoint(launcher, run)
     output, _ = launcher.communicate(timeout=120)
@@ -142,6 +144,14 @@ def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(strategy:
         resumed = load_file(folder / "final" / "model.safetensors")
         for name, value in expected.items():
             torch.testing.assert_close(resumed[name], value, rtol=0, atol=1e-6)
+    if critic:  # gathered from the shards into the one-process layout
+        expected = load_file(straight / "final" / "critic.safetensors")
+        assert "head.linear.weight" in expected and any(name.startswith("model.model.layers.") for name in expected)
+        for folder in (run, single):
+            resumed = load_file(folder / "final" / "critic.safetensors")
+            assert resumed.keys() == expected.keys()
+            for name, value in expected.items():
+                torch.testing.assert_close(resumed[name], value, rtol=0, atol=1e-6)
 
 
 def one_process_initial(tmp_path: Path) -> Path:

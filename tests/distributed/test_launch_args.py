@@ -36,9 +36,8 @@ def test_arpo_and_a_critic_run_on_several_processes(overrides: dict) -> None:
     check_world_size(TrainConfig.model_validate(overrides), 2)
 
 
-def test_fsdp2_refuses_a_critic_at_config_time() -> None:
-    with pytest.raises(ValueError, match="algorithm.critic: trainer.strategy fsdp2: a critic under fsdp2 is not implemented yet"):
-        TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}, "algorithm": {"preset": "ppo"}})
+def test_fsdp2_takes_a_critic_and_lora() -> None:
+    assert TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}, "algorithm": {"preset": "ppo"}}).algorithm.critic == "shared"
     TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}, "lora": {"enabled": True}})
 
 

@@ -83,11 +83,15 @@ def test_lora_updates_like_one_process(strategy: str, single_lora: dict, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("strategy", "variant"), [("ddp", "critic-shared"), ("ddp", "critic-separate"), ("fsdp2", "kl-reward"), ("ddp", "kl-reward")])
+@pytest.mark.parametrize(
+    ("strategy", "variant"),
+    [("ddp", "critic-shared"), ("ddp", "critic-separate"), ("fsdp2", "critic-shared"), ("fsdp2", "critic-separate"), ("fsdp2", "kl-reward"), ("ddp", "kl-reward")],
+)
 def test_critic_and_kl_reward_update_like_one_process(strategy: str, variant: str, tmp_path) -> None:
-    """PPO's value head (on the policy, whose wrapper syncs the backbone; its own gradients
-    averaged beside it) and a separate critic copy under DDP; the KL-in-reward reference
-    pass (under FSDP2 a sharded frozen copy whose forwards run in lockstep)."""
+    """PPO's value head on the policy (the wrapper syncs the backbone; the head's gradients
+    are averaged beside it; under FSDP2 the pre-update values come from the sharded policy
+    forward) and a separate critic copy (DDP: averaged; FSDP2: sharded like the policy);
+    the KL-in-reward reference pass (under FSDP2 a sharded frozen copy, run in lockstep)."""
     single = _run("single", tmp_path / "single.pt", 1, variant)
     ranks = _run(strategy, tmp_path / "ranks.pt", 2, variant)
     assert ranks["metrics"]["loss"] == pytest.approx(single["metrics"]["loss"], rel=1e-5, abs=1e-7)

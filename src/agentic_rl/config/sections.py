@@ -408,10 +408,4 @@ class TrainConfig(Section):
             raise ValueError(f"arpo.initial_samples: must be at most group_size (the budget M = {self.group_size}), got {self.arpo.initial_samples}")
         if self.mini_batches > self.tasks_per_step * self.group_size:
             raise ValueError("mini_batches: more mini-batches than trajectories per step")
-        if self.trainer.strategy == "fsdp2":
-            for field, value, why in (
-                ("algorithm.critic", self.algorithm.critic != "none", "a critic under fsdp2 is not implemented yet"),
-            ):
-                if value:
-                    raise ValueError(f"{field}: trainer.strategy fsdp2: {why}")
         return self

@@ -33,7 +33,7 @@ from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.batch import collate, length_buckets
 from agentic_rl.training.logprobs import token_logprobs
-from agentic_rl.training.optim import NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler
+from agentic_rl.training.optim import NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, optimizer_params
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 Sequences = tuple[list[int], list[int]]  # (token ids, loss mask)
@@ -229,7 +229,7 @@ def train_dpo(
     steps_per_epoch = math.ceil(len(sequences) / config.batch_size)
     optimizer = make_optimizer(model.parameters(), lr=config.lr)
     scheduler = make_scheduler(optimizer, warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch)
-    step = [Optimized([p for group in optimizer.param_groups for p in group["params"]], optimizer, scheduler)]
+    step = [Optimized(optimizer_params(optimizer), optimizer, scheduler)]
     guard = NonFiniteGuard(max_nonfinite_steps, hint="lower the DPO lr or check the pairs")
     rng = random.Random(config.seed)
     result = DPOResult(steps=0, pairs=len(sequences), dropped_too_long=dropped)

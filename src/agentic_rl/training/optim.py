@@ -91,6 +91,11 @@ class StepOutcome:
     """Non-finite loss or norm: the gradients were dropped and no weight changed."""
 
 
+def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
+    """The parameters ``optimizer`` steps, in order."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
 def _total_norm(params: list[torch.nn.Parameter], max_grad_norm: float) -> float:
     """Clip ``params``' gradients to ``max_grad_norm`` together; their norm before clipping
     (sharded gradients: torch computes the global norm; it comes back as a DTensor)."""

@@ -24,7 +24,7 @@ from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.diagnostics import step_diagnostics
 from agentic_rl.training.batch import TokenBatch, collate, length_buckets, padding_batch
 from agentic_rl.training.logprobs import PolicyLogprobs
-from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, restart_schedule
+from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, optimizer_params, restart_schedule
 from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
 from agentic_rl.training.rl_metrics import UpdateTally, rollout_metrics
 from agentic_rl.training.scoring import ScoredBatch, keep_groups, score, shaped_rewards, usable_trajectories
@@ -98,6 +98,8 @@ class RLTrainer:
         """The trainable forward (log-probs of a batch) as the strategy runs it."""
         if self.reference is not None and self.strategy.sharded:
             self.reference = self._shard_reference(self.reference)
+        if self.critic is not None:
+            self.critic.shard(self.strategy)
         self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         updates = config.steps * config.ppo_epochs * config.mini_batches
         self.scheduler = make_scheduler(self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule)
@@ -155,7 +157,7 @@ class RLTrainer:
         restart_schedule(self.scheduler, self.config.optim.lr)  # a resume may change optim.lr, the schedule or steps
         if "weight_version" in state:  # trajectories keep the version numbering of an uninterrupted run
             self.backend.weight_version = int(state["weight_version"])
-        if self.critic is not None:
+        if self.critic is not None and "critic_optimizer" in state:  # a sharded checkpoint restores it with the weights
             self.critic.optimizer.load_state_dict(state["critic_optimizer"])
 
     def step(self) -> tuple[dict[str, float], list[TrajectoryGroup]]:
@@ -268,7 +270,16 @@ class RLTrainer:
         """Critic values V(s_t) at sampled tokens before the update (GAE's values and the
         value-clipping anchor)."""
         self.critic.train(False)
-        return self._per_token_rows(trajectories, lambda batch: self.critic.values(batch.input_ids, batch.attention_mask, batch.loss_mask))
+        if self.critic.mode == "shared" and self.strategy.sharded:
+            # A sharded backbone runs only inside the policy's wrapper: values from its forward.
+            def compute(batch: TokenBatch) -> torch.Tensor:
+                with self.critic.values_from_policy_forward(batch.loss_mask) as captured:
+                    self._logprobs(batch)
+                return captured["values"]
+        else:
+            def compute(batch: TokenBatch) -> torch.Tensor:
+                return self.critic.values(batch.input_ids, batch.attention_mask, batch.loss_mask)
+        return self._per_token_rows(trajectories, compute, lockstep=self.strategy.sharded)
 
     def _token_kl(self, trajectories: list[Trajectory]) -> list[list[float]]:
         """Per-token KL(pi_old || ref) estimates at sampled tokens, with the sampler's
@@ -306,9 +317,12 @@ class RLTrainer:
         # normalisers stay the whole mini-batch's, so the ranks' losses add up to its loss.
         shares = [mini[dist.rank :: dist.world_size] for mini in minis]
         updates = config.ppo_epochs * config.mini_batches
-        groups = [Optimized([p for p in self.model.parameters() if p.requires_grad], self.optimizer, self.scheduler)]
+        # The parameters each optimizer holds: under FSDP2 a root module left unsharded by a
+        # gradient-free forward (pre-update values or KL) exposes its full tensors as its
+        # parameters until the next backward; clipping must see the sharded ones that get the gradients.
+        groups = [Optimized(optimizer_params(self.optimizer), self.optimizer, self.scheduler)]
         if self.critic is not None:
-            groups.append(Optimized(self.critic.parameters(), self.critic.optimizer))  # its own optimizer, clipped on its own
+            groups.append(Optimized(optimizer_params(self.critic.optimizer), self.critic.optimizer))  # its own optimizer, clipped on its own
         tally = UpdateTally()
         self._train_mode(True)
         try:
@@ -379,7 +393,9 @@ class RLTrainer:
                 loss, entropy, sums, maxima = self._micro_batch_loss(batch, normalisers)
                 tally.add_micro_batch(sums, float(batch.loss_mask.sum()), members, entropy, [lengths[j] for j in bucket], maxima)
                 yield loss
-        if self.critic is not None:  # all backwards are done: the critic lives outside the policy's wrapper, its gradients are synced here
+        if self.critic is not None and not self.critic.sharded:
+            # All backwards are done: a replicated critic (a DDP copy, a shared head) lives
+            # outside the policy's wrapper; its gradients are averaged here.
             self.strategy.average_gradients(self.critic.parameters())
 
     def _micro_batch_loss(self, batch: TokenBatch, normalisers: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], dict[str, float]]:
@@ -413,7 +429,7 @@ class RLTrainer:
                 clip_range=algorithm.value_clip or None, aggregation=algorithm.aggregation, **normalisers,
             )
             loss = loss + algorithm.value_loss_coef * critic_loss
-            sums["value_loss"] = float(critic_loss.detach()) * loss_tokens / max(normalisers["num_tokens"], 1.0)
+            sums["value_loss"] = float(critic_loss.detach())  # already this micro-batch's share of the mini-batch loss (global normalisers)
             sums.update({key: value * loss_tokens for key, value in critic_metrics.items()})
         sums["entropy"] = float((entropy * batch.loss_mask).sum())
         sums.update({key: out.metrics[key] * loss_tokens for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "approx_kl")})

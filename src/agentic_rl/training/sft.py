@@ -23,7 +23,7 @@ from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.models.anatomy import split_model
 from agentic_rl.training.batch import collate, length_buckets, padding_batch
 from agentic_rl.training.logprobs import PolicyLogprobs
-from agentic_rl.training.optim import NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler
+from agentic_rl.training.optim import NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, optimizer_params
 
 
 @dataclass
@@ -83,7 +83,7 @@ def train_sft(
     steps_per_epoch = math.ceil(len(sequences) / config.batch_size)
     optimizer = make_optimizer(model.parameters(), lr=config.lr)
     scheduler = make_scheduler(optimizer, warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch)
-    step = [Optimized([p for group in optimizer.param_groups for p in group["params"]], optimizer, scheduler)]
+    step = [Optimized(optimizer_params(optimizer), optimizer, scheduler)]
     guard = NonFiniteGuard(max_nonfinite_steps, hint="lower sft.lr or check the data")
     rng = random.Random(config.seed)
     result = SFTResult(steps=0, examples=len(sequences), dropped_too_long=dropped)

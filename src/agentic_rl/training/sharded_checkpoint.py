@@ -26,16 +26,20 @@ def is_sharded(folder: Path) -> bool:
     return (folder / SHARDED).is_dir()
 
 
-def _states(model, optimizer) -> dict[str, Any]:
+def _states(model, optimizer, critic=None) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    return {"model": model_state, "optimizer": optimizer_state}
+    states = {"model": model_state, "optimizer": optimizer_state}
+    if critic is not None:
+        states["critic"], states["critic_optimizer"] = get_state_dict(critic.module, critic.optimizer)
+    return states
 
 
-def save_sharded_checkpoint(root: Path, step: int, *, model, optimizer, trainer_state: dict[str, Any], info: dict[str, Any], keep: int, dist: DistContext) -> Path:
+def save_sharded_checkpoint(root: Path, step: int, *, model, optimizer, trainer_state: dict[str, Any], info: dict[str, Any], keep: int, dist: DistContext, critic=None) -> Path:
     """Every rank: write ``root/step-<step>`` (see the module docstring) and prune to the
-    newest ``keep`` complete checkpoints. ``trainer_state`` must not hold the optimizer."""
+    newest ``keep`` complete checkpoints. ``trainer_state`` must not hold the optimizers.
+    ``critic``: the trainer's Critic (its weights and optimizer are sharded in too)."""
     import torch.distributed.checkpoint as dcp
 
     final = root / f"step-{step:06d}"
@@ -45,19 +49,21 @@ def save_sharded_checkpoint(root: Path, step: int, *, model, optimizer, trainer_
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     dist.barrier()
-    dcp.save(_states(model, optimizer), checkpoint_id=str(tmp / SHARDED))
+    dcp.save(_states(model, optimizer, critic), checkpoint_id=str(tmp / SHARDED))
     if dist.is_main:
         publish_checkpoint(tmp, final, step=step, trainer_state=trainer_state, info=info, keep=keep, written=list((tmp / SHARDED).iterdir()))
     dist.barrier()
     return final
 
 
-def load_sharded_weights(folder: Path, *, model, optimizer) -> None:
+def load_sharded_weights(folder: Path, *, model, optimizer, critic=None) -> None:
     """Load a sharded checkpoint's weights and optimizer state into ``model`` and
-    ``optimizer``, however they are sharded now (several ranks, or one process)."""
+    ``optimizer`` (and ``critic``'s), however they are sharded now (several ranks, or one process)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
-    states = _states(model, optimizer)
+    states = _states(model, optimizer, critic)
     dcp.load(states, checkpoint_id=str(folder / SHARDED))
     set_state_dict(model, optimizer, model_state_dict=states["model"], optim_state_dict=states["optimizer"])
+    if critic is not None:
+        set_state_dict(critic.module, critic.optimizer, model_state_dict=states["critic"], optim_state_dict=states["critic_optimizer"])

@@ -211,10 +211,10 @@ def _checkpoint(state: RunState) -> None:
     if trainer.strategy.sharded:  # every rank writes its shards
         from agentic_rl.training.sharded_checkpoint import save_sharded_checkpoint
 
-        trainer_state = {key: value for key, value in trainer.state_dict().items() if key != "optimizer"}
+        trainer_state = {key: value for key, value in trainer.state_dict().items() if key not in ("optimizer", "critic_optimizer")}
         save_sharded_checkpoint(
             state.checkpoints_root or state.run.checkpoints, trainer.steps_done, model=trainer.model, optimizer=trainer.optimizer,
-            trainer_state=trainer_state, info=info, keep=state.config.keep_checkpoints, dist=state.dist,
+            trainer_state=trainer_state, info=info, keep=state.config.keep_checkpoints, dist=state.dist, critic=trainer.critic,
         )
         return
     if not state.dist.is_main:  # every rank holds the same trainer state (DDP); rank 0 writes it
@@ -234,10 +234,11 @@ def _resume_trainer(state: RunState) -> None:
 
     sharded = is_sharded(state.checkpoint)
     if sharded:
-        load_sharded_weights(state.checkpoint, model=trainer.model, optimizer=trainer.optimizer)
+        load_sharded_weights(state.checkpoint, model=trainer.model, optimizer=trainer.optimizer, critic=trainer.critic)
     elif trainer.strategy.sharded:
         raise ConfigError(f"--resume: {state.checkpoint} was written by one process or DDP; resume it with trainer.strategy ddp or single")
-    trainer_state, info = load_checkpoint(state.checkpoint, model=None if sharded else trainer.model, critic_module=trainer.critic.module if trainer.critic is not None else None)
+    critic_module = trainer.critic.module if trainer.critic is not None and not sharded else None
+    trainer_state, info = load_checkpoint(state.checkpoint, model=None if sharded else trainer.model, critic_module=critic_module)
     trainer.backend.sync_weights(trainer.strategy.full_weights(trainer.model))  # an engine with its own copy must see the loaded weights
     trainer.load_state_dict(trainer_state)  # after the sync: restores the engine's weight version too
     for name in LOGS:
@@ -300,11 +301,13 @@ def run_final(state: RunState) -> None:
     """final/ (a Hugging Face folder, plus the critic when there is one) and summary.json."""
     from safetensors.torch import save_file
 
-    from agentic_rl.training.checkpoint import final_dtype, save_final, trainable_state
+    from agentic_rl.training.checkpoint import final_dtype, save_final
 
     final = state.run.file("final")
     # A sharded trainer's weights are gathered on every rank (a collective); rank 0 saves them.
     weights = state.trainer.strategy.full_weights(state.model) if state.trainer is not None else state.model
+    critic = state.trainer.critic if state.trainer is not None else None
+    critic_weights = _full_critic_state(critic) if critic is not None else None  # a collective when sharded
     if not state.dist.is_main:
         return
     model, gathered = state.model, weights if isinstance(weights, dict) else None
@@ -312,9 +315,24 @@ def run_final(state: RunState) -> None:
         # Sharded LoRA: peft merges an unsharded model; the engine's full copy holds the same weights.
         model, gathered = state.backend.model, None
     save_final(model, state.tokenizer, final, state_dict=gathered, dtype=final_dtype(state.config.final_dtype, state.config.model.name))
-    if state.trainer is not None and state.trainer.critic is not None:  # the value function, for continuing PPO or inspecting values
-        save_file(trainable_state(state.trainer.critic.module), final / "critic.safetensors")
+    if critic_weights is not None:  # the value function, for continuing PPO or inspecting values
+        save_file(critic_weights, final / "critic.safetensors")
     state.run.write_json("summary.json", {"evals": state.evals, "steps": len(state.steps)})
+
+
+def _full_critic_state(critic) -> dict:
+    """The critic's weights as one-process tensors (a sharded critic's gathered on every rank)."""
+    from agentic_rl.training.checkpoint import trainable_state
+
+    if not critic.sharded:
+        return trainable_state(critic.module)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    # The gathered dict names tied weights twice (lm_head and the embedding); keep the
+    # one-process file's names: each parameter once.
+    names = {name for name, _ in critic.module.named_parameters()}
+    full = get_model_state_dict(critic.module, options=StateDictOptions(full_state_dict=True))
+    return {name: value.contiguous() for name, value in full.items() if name in names}
 
 
 def run_report(state: RunState) -> None:

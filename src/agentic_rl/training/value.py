@@ -45,6 +45,27 @@ def _scatter(values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, shape
     return torch.zeros(shape, dtype=values.dtype, device=values.device).index_put((rows, cols), values)
 
 
+def _values(backbone, head: ValueHead, input_ids: torch.Tensor, attention_mask: torch.Tensor, select: torch.Tensor, model) -> torch.Tensor:
+    rows, cols = _targets(select)
+    with compute_autocast(model):
+        hidden, offset = hidden_states(backbone, input_ids, attention_mask, select.bool())
+    # The head reads float32 hidden states (ValueHead upcasts): values stay float32.
+    return _scatter(head(hidden[rows, cols - 1 - offset]), rows, cols, input_ids.shape)
+
+
+class ValueModel(nn.Module):
+    """A separate critic's whole forward (its backbone and the value head) as one module:
+    the root a trainer strategy wraps (FSDP2 shards it like the policy)."""
+
+    def __init__(self, model, head: ValueHead) -> None:
+        super().__init__()
+        self.model = model
+        self.head = head
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+        return _values(split_model(self.model)[0], self.head, input_ids, attention_mask, select, self.model)
+
+
 class Critic:
     """The value function and its optimizer. ``mode`` is "shared" (a head on the policy
     backbone: the value loss also trains the backbone through the policy's optimizer) or
@@ -65,7 +86,22 @@ class Critic:
             modules["model"] = model
         self.module = nn.ModuleDict(modules)
         """Everything the critic owns (checkpointed); with ``shared`` just the head."""
+        self.forward_module: nn.Module | None = ValueModel(modules["model"], modules["head"]) if mode == "separate" else None
+        """A separate critic's forward, as the trainer strategy runs it (see ``shard``)."""
+        self.sharded = False
+        """Whether the critic's weights are sharded over ranks (a separate critic under FSDP2)."""
+        self.lr = lr
         self.optimizer = make_optimizer(self.parameters(), lr=lr, weight_decay=0.0)
+
+    def shard(self, strategy) -> None:
+        """Spread a separate critic over the ranks as ``strategy`` spreads the policy (FSDP2:
+        sharded per decoder layer; its optimizer is rebuilt over the shards). A shared
+        critic's head and a DDP replica stay whole: the trainer averages their gradients."""
+        if self.mode != "separate" or not strategy.sharded:
+            return
+        self.forward_module = strategy.wrap(self.forward_module, layers=list(split_model(self.module["model"])[0].layers))
+        self.sharded = True
+        self.optimizer = make_optimizer(self.parameters(), lr=self.lr, weight_decay=0.0)
 
     @property
     def head(self) -> ValueHead:
@@ -82,13 +118,9 @@ class Critic:
 
         Runs the critic's backbone (the policy's, when shared); gradients flow when enabled.
         """
-        model = self.module["model"] if self.mode == "separate" else self.policy
-        backbone, _ = split_model(model)
-        rows, cols = _targets(select)
-        with compute_autocast(model):
-            hidden, offset = hidden_states(backbone, input_ids, attention_mask, select.bool())
-        # The head reads float32 hidden states (ValueHead upcasts): values stay float32.
-        return _scatter(self.head(hidden[rows, cols - 1 - offset]), rows, cols, input_ids.shape)
+        if self.forward_module is not None:
+            return self.forward_module(input_ids, attention_mask, select)
+        return _values(split_model(self.policy)[0], self.head, input_ids, attention_mask, select, self.policy)
 
     @contextmanager
     def values_from_policy_forward(self, select: torch.Tensor) -> Iterator[dict[str, torch.Tensor]]:
