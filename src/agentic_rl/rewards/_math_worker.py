@@ -46,6 +46,7 @@ def main() -> None:
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     # Warm up (grammar building, sympy caches) so the first real request meets its deadline.
     verify(parse("$\\frac{1}{2}$", parsing_timeout=None), parse("$x+0.5$", parsing_timeout=None), timeout_seconds=None)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU would otherwise dump core
     if memory_bytes > 0:
         # After the imports, so the cap bounds the work on answers, not sympy's import.
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
