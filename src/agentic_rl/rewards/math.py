@@ -17,7 +17,7 @@ __all__ = ["MathVerifier", "gold_answer", "math_equivalent"]
 
 DEFAULT_TIMEOUT_S = 1.5
 """Deadline of one math-verify comparison in the worker; past it the answer is scored
-not equivalent and the worker is killed and restarted (the issue's bound is 2 s)."""
+not equivalent and the worker is killed and restarted, all within 2 s."""
 DEFAULT_MEMORY_BYTES = 2 << 30
 """RLIMIT_AS of the worker process (address space, after sympy is imported)."""
 MAX_ANSWER_CHARS = 10_000
