@@ -253,6 +253,17 @@ def test_several_calls_in_one_turn_each_get_a_result() -> None:
     assert all(r.ok and not r.malformed for r in info["tool_results"])
 
 
+def test_oversized_call_is_a_malformed_call_and_not_run() -> None:
+    env = make("arithmetic", max_argument_chars=200)
+    started(env)
+    observations, _, terminated, _, info = env.step({"role": "assistant", "content": call("2 + 3") + call("+".join(["1"] * 200))})
+    assert not terminated
+    short, long = info["tool_results"][1], info["tool_results"][0]  # parse errors come first
+    assert (short.name, short.content, short.ok) == ("calculator", "5", True)
+    assert (long.name, long.malformed) == (INVALID_CALL, True) and "at most 200 are allowed" in long.content
+    assert len(observations) == 2
+
+
 def test_failing_tool_is_not_malformed() -> None:
     env = make("arithmetic")
     started(env)

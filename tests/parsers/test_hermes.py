@@ -186,3 +186,36 @@ def test_format_result_and_error(parser: HermesParser) -> None:
     message = parser.format_error("invalid JSON in <tool_call>: Expecting value")
     assert message["role"] == "tool"
     assert message["content"] == "<tool_response>\nError: invalid JSON in <tool_call>: Expecting value\n</tool_response>"
+
+
+@pytest.mark.parametrize("body", ["[" * 100_000, '{"name": "calculator", "arguments": ' + "[" * 100_000])
+def test_deeply_nested_json_is_a_malformed_call(body: str) -> None:
+    # json.loads raises RecursionError on these; it must become an error, not escape.
+    parser = HermesParser(max_argument_chars=10**6)  # past the size cap, so the JSON is decoded
+    result = parser.parse(f"<tool_call>{body}</tool_call>")
+    assert result.calls == []
+    assert len(result.errors) == 1 and "nested too deeply" in result.errors[0]
+
+
+def test_deeply_nested_arguments_string_is_rejected() -> None:
+    parser = HermesParser(max_argument_chars=10**6)
+    body = json.dumps({"name": "calculator", "arguments": "[" * 100_000})
+    result = parser.parse(f"<tool_call>{body}</tool_call>")
+    assert result.calls == [] and "must be a JSON object" in result.errors[0]
+
+
+def test_argument_size_cap() -> None:
+    parser = HermesParser(max_argument_chars=100)
+    small = ToolCall(name="calculator", arguments={"expression": "1+1"})
+    big = ToolCall(name="calculator", arguments={"expression": "1+" * 100 + "1"})
+    result = parser.parse(parser.format_call(small) + parser.format_call(big))
+    assert [call.arguments for call in result.calls] == [small.arguments]
+    assert len(result.errors) == 1 and "at most 100 are allowed" in result.errors[0]
+    with pytest.raises(ValueError, match="max_argument_chars"):
+        HermesParser(max_argument_chars=0)
+
+
+def test_default_argument_size_cap_rejects_megabytes(parser: HermesParser) -> None:
+    call = ToolCall(name="calculator", arguments={"expression": "1" * 1_000_000})
+    result = parser.parse(parser.format_call(call))
+    assert result.calls == [] and "not run" in result.errors[0]

@@ -89,3 +89,19 @@ def test_observation_is_wrapped_in_interpreter_tags(parser: RetoolParser) -> Non
     assert parser.format_error("bad")["content"] == "<interpreter>\nError: bad\n</interpreter>"
     prompt = parser.format_tools_prompt([])
     assert "<code>\n```python\n" in prompt and "<interpreter>" in prompt
+
+
+def test_code_size_cap() -> None:
+    parser = RetoolParser(max_argument_chars=200)
+    ok = parser.parse(BLOCK)
+    assert len(ok.calls) == 1 and ok.errors == []
+    long_block = "<code>\n```python\n" + "x = 1\n" * 100 + "```\n</code>"
+    result = parser.parse(long_block)
+    assert result.calls == [] and "at most 200 are allowed" in result.errors[0]
+
+
+def test_search_query_size_cap() -> None:
+    parser = get_parser("search_r1", max_argument_chars=50)
+    assert [call.arguments for call in parser.parse("<search> capital of France </search>").calls] == [{"query": "capital of France"}]
+    result = parser.parse(f"<search> {'word ' * 20} </search>")
+    assert result.calls == [] and "at most 50 are allowed" in result.errors[0]

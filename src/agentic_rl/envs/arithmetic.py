@@ -15,7 +15,7 @@ from typing import Literal
 
 from agentic_rl.envs.base import GeneratedTasks, Task
 from agentic_rl.envs.tool_env import ToolEnv
-from agentic_rl.parsers import get_parser
+from agentic_rl.parsers import DEFAULT_MAX_ARGUMENT_CHARS, get_parser
 from agentic_rl.tools import ToolRegistry, get_tool
 from agentic_rl.tools.calculator import calculator
 from agentic_rl.types import Message, ToolCall
@@ -92,6 +92,7 @@ def make_arithmetic_env(
     max_turns: int = 4,
     parser: str = "hermes",
     max_calls_per_turn: int = 4,
+    max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
 ) -> ToolEnv:
     """Build the arithmetic env.
 
@@ -103,7 +104,7 @@ def make_arithmetic_env(
         raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")
     knobs = dict(seed=seed, digits=digits, num_operands=num_operands, operators=operators)
     registry = ToolRegistry(get_tool(name) for name in tools)
-    call_parser = get_parser(parser, max_calls_per_turn=max_calls_per_turn)
+    call_parser = get_parser(parser, max_calls_per_turn=max_calls_per_turn, max_argument_chars=max_argument_chars)
     style = demo_style or ("tool" if len(registry) else "answer")
     if style == "tool" and "calculator" not in registry:
         raise ValueError("demo_style: 'tool' demonstrations need the calculator in tools")

@@ -18,7 +18,7 @@ from agentic_rl.data.conversations import read_jsonl, text_messages, write_jsonl
 from agentic_rl.data.gsm8k import ANNOTATION, TOOLS, ConversionStats, convert_example, convert_rows
 from agentic_rl.envs.base import Task
 from agentic_rl.envs.tool_env import ToolEnv
-from agentic_rl.parsers import get_parser
+from agentic_rl.parsers import DEFAULT_MAX_ARGUMENT_CHARS, get_parser
 from agentic_rl.rewards import gold_answer, math_equivalent
 from agentic_rl.tools import ToolRegistry, get_tool
 from agentic_rl.tools.python_tool import make_python_tool
@@ -82,6 +82,7 @@ def make_math_python_env(
     tools: Sequence[str] = ("python",),
     parser: str = "hermes",
     max_calls_per_turn: int | None = None,
+    max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
     few_shot: int = 0,
     max_turns: int = 4,
     system_prompt: str | None = None,
@@ -108,7 +109,7 @@ def make_math_python_env(
     if parser == "retool" and tools and "python" not in tools:
         raise ValueError("parser: the retool format runs python code; add 'python' to tools")
     limit = max_calls_per_turn if max_calls_per_turn is not None else (1 if parser == "retool" else 4)
-    call_parser = get_parser(parser, max_calls_per_turn=limit)
+    call_parser = get_parser(parser, max_calls_per_turn=limit, max_argument_chars=max_argument_chars)
     registry = ToolRegistry(
         make_python_tool(timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars) if tool_name == "python" else get_tool(tool_name)
         for tool_name in tools
@@ -177,6 +178,7 @@ def make_gsm8k_env(
     tools: Sequence[str] = ("python",),
     parser: str = "hermes",
     max_calls_per_turn: int | None = None,
+    max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
     few_shot: int = 0,
     max_turns: int = 4,
     system_prompt: str | None = None,
@@ -187,7 +189,7 @@ def make_gsm8k_env(
     """GSM8K (``question`` / ``answer`` with ``#### N``) from a path you give, with the python tool."""
     return make_math_python_env(
         path=path, split=split, num_tasks=num_tasks, tools=tools, parser=parser, max_calls_per_turn=max_calls_per_turn,
-        few_shot=few_shot, max_turns=max_turns, system_prompt=system_prompt, timeout_s=timeout_s, memory_mb=memory_mb,
+        max_argument_chars=max_argument_chars, few_shot=few_shot, max_turns=max_turns, system_prompt=system_prompt, timeout_s=timeout_s, memory_mb=memory_mb,
         max_output_chars=max_output_chars, name="gsm8k",
     )
 

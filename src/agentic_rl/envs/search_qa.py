@@ -25,7 +25,7 @@ from agentic_rl.data.conversations import read_jsonl
 from agentic_rl.envs.base import Task
 from agentic_rl.envs.search_data import DEFAULT_NUM_TASKS, SearchQATasks, demo_corpus, oracle_action
 from agentic_rl.envs.tool_env import ToolEnv
-from agentic_rl.parsers import ToolCallParser, get_parser
+from agentic_rl.parsers import DEFAULT_MAX_ARGUMENT_CHARS, ToolCallParser, get_parser
 from agentic_rl.retrieval.base import Retriever, format_documents
 from agentic_rl.retrieval.cache import CachedRetriever
 from agentic_rl.rewards.qa import answer_in_text, best_exact_match, best_f1
@@ -256,6 +256,7 @@ def make_search_qa_env(
     few_shot: int = 0,
     system_prompt: str | None = None,
     max_calls_per_turn: int | None = None,
+    max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
 ) -> SearchQAEnv:
     """Multi-hop QA with a search tool (hermes ``search(query)`` or Search-R1 ``<search>`` tags).
 
@@ -275,7 +276,7 @@ def make_search_qa_env(
     retriever = get_retriever(seed=seed, corpus_path=corpus_path, index_path=index_path, server_url=server_url)
     search_tool = make_search_tool(retriever, top_k=top_k, max_doc_chars=max_doc_chars)
     limit = max_calls_per_turn if max_calls_per_turn is not None else (1 if parser == "search_r1" else 4)
-    call_parser = get_parser(parser, max_calls_per_turn=limit)
+    call_parser = get_parser(parser, max_calls_per_turn=limit, max_argument_chars=max_argument_chars)
     if not 0 <= few_shot <= DEFAULT_NUM_TASKS["demo"]:
         raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")
     if few_shot and qa_path:

@@ -13,7 +13,12 @@ from typing import Any, ClassVar, TypeVar
 
 from agentic_rl.types import Message, ToolCall, ToolResult
 
-__all__ = ["ParseResult", "ToolCallParser", "PARSERS", "get_parser", "register_parser"]
+__all__ = ["DEFAULT_MAX_ARGUMENT_CHARS", "ParseResult", "ToolCallParser", "PARSERS", "get_parser", "register_parser"]
+
+DEFAULT_MAX_ARGUMENT_CHARS = 32_768
+"""Default cap on the text of one tool call (its JSON body, code or query): a longer call
+is reported as malformed and never parsed further or run, so one turn cannot make the
+trainer process decode megabytes of JSON or ship them to a tool."""
 
 
 @dataclass
@@ -83,6 +88,20 @@ def get_parser(name: str, **kwargs: Any) -> ToolCallParser:
     if name not in PARSERS:
         raise KeyError(f"unknown parser '{name}'; available parsers: {', '.join(sorted(PARSERS))}")
     return PARSERS[name](**kwargs)
+
+
+def check_max_argument_chars(value: int) -> int:
+    """Validate a ``max_argument_chars`` constructor argument."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_argument_chars must be a positive int, got {value!r}")
+    return value
+
+
+def argument_size_error(size: int, limit: int) -> str | None:
+    """The error for a call whose text is over ``limit`` characters, else None."""
+    if size <= limit:
+        return None
+    return f"tool call is {size} characters long; at most {limit} are allowed, so it was not run"
 
 
 def scan_tag_blocks(text: str, open_tag: str, close_tag: str, *, unclosed_hint: str) -> tuple[list[str], list[str], list[str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentic_rl.parsers.base import ParseResult, ToolCallParser, register_parser
+from agentic_rl.parsers.base import DEFAULT_MAX_ARGUMENT_CHARS, ParseResult, ToolCallParser, argument_size_error, check_max_argument_chars, register_parser
 from agentic_rl.types import ToolCall
 
 __all__ = ["HermesParser"]
@@ -20,15 +20,17 @@ class HermesParser(ToolCallParser):
 
     Malformed blocks become entries in ``ParseResult.errors`` (one each) and are not
     executed; whether the tool exists and the arguments fit is checked later by the
-    registry and ``Tool.validate``.
+    registry and ``Tool.validate``. A block longer than ``max_argument_chars`` is an
+    error without being decoded, and so is JSON nested too deep to decode.
     """
 
     name = "hermes"
 
-    def __init__(self, max_calls_per_turn: int = 4) -> None:
+    def __init__(self, max_calls_per_turn: int = 4, max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> None:
         if max_calls_per_turn < 1:
             raise ValueError("max_calls_per_turn must be at least 1")
         self.max_calls_per_turn = max_calls_per_turn
+        self.max_argument_chars = check_max_argument_chars(max_argument_chars)
 
     def parse(self, text: str) -> ParseResult:
         blocks, outside, tag_errors = self._split(text)
@@ -37,7 +39,7 @@ class HermesParser(ToolCallParser):
         calls: list[ToolCall] = []
         errors: list[str] = []
         for block in blocks:
-            parsed = self._parse_block(block)
+            parsed = argument_size_error(len(block.strip()), self.max_argument_chars) or self._parse_block(block)
             if isinstance(parsed, str):
                 errors.append(parsed)
             else:
@@ -87,6 +89,9 @@ class HermesParser(ToolCallParser):
             payload = json.loads(block)
         except json.JSONDecodeError as error:
             return f"invalid JSON in {OPEN_TAG}: {error.msg} (line {error.lineno} column {error.colno})"
+        except RecursionError:
+            # e.g. "[" * 100000: the decoder recurses per level; model text must not crash the rollout.
+            return f"invalid JSON in {OPEN_TAG}: nested too deeply"
         if not isinstance(payload, dict):
             return f'{OPEN_TAG} must contain a JSON object with "name" and "arguments"'
         name = payload.get("name")
@@ -99,7 +104,7 @@ class HermesParser(ToolCallParser):
             # OpenAI-style: arguments as a JSON-encoded string.
             try:
                 arguments = json.loads(arguments)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 pass
         if not isinstance(arguments, dict):
             return f'tool call "arguments" of \'{name}\' must be a JSON object'

@@ -8,7 +8,7 @@ its turn; the environment runs it and answers with ``<interpreter>...</interpret
 
 from __future__ import annotations
 
-from agentic_rl.parsers.base import ParseResult, ToolCallParser, register_parser, scan_tag_blocks
+from agentic_rl.parsers.base import DEFAULT_MAX_ARGUMENT_CHARS, ParseResult, ToolCallParser, argument_size_error, check_max_argument_chars, register_parser, scan_tag_blocks
 from agentic_rl.types import ToolCall
 
 __all__ = ["RetoolParser"]
@@ -38,22 +38,28 @@ class RetoolParser(ToolCallParser):
     fence, stray close tag, empty code, another language) are errors, not calls.
 
     ReTool runs one block per turn; ``max_calls_per_turn`` (default 1) keeps the first
-    blocks and reports the rest as an error. ``parse(format_call(c))`` round-trips unless
+    blocks and reports the rest as an error; a block over ``max_argument_chars`` is an
+    error, not run. ``parse(format_call(c))`` round-trips unless
     the code itself contains the text ``</code>``.
     """
 
     name = "retool"
 
-    def __init__(self, max_calls_per_turn: int = 1, tool_name: str = "python") -> None:
+    def __init__(self, max_calls_per_turn: int = 1, tool_name: str = "python", max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> None:
         if max_calls_per_turn < 1:
             raise ValueError("max_calls_per_turn must be at least 1")
         self.max_calls_per_turn = max_calls_per_turn
         self.tool_name = tool_name
+        self.max_argument_chars = check_max_argument_chars(max_argument_chars)
 
     def parse(self, text: str) -> ParseResult:
         bodies, outside, errors = scan_tag_blocks(text, OPEN_TAG, CLOSE_TAG, unclosed_hint=f"end the code block with {CLOSE_TAG}")
         calls: list[ToolCall] = []
         for body in bodies[: self.max_calls_per_turn]:
+            too_long = argument_size_error(len(body.strip()), self.max_argument_chars)
+            if too_long:
+                errors.append(too_long)
+                continue
             if OPEN_TAG in body:
                 errors.append(f"nested {OPEN_TAG} tags")
                 continue

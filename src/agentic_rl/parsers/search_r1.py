@@ -8,7 +8,7 @@ named ``tool_name`` (default ``search``) with argument ``{"query": ...}``.
 
 from __future__ import annotations
 
-from agentic_rl.parsers.base import ParseResult, ToolCallParser, register_parser, scan_tag_blocks
+from agentic_rl.parsers.base import DEFAULT_MAX_ARGUMENT_CHARS, ParseResult, ToolCallParser, argument_size_error, check_max_argument_chars, register_parser, scan_tag_blocks
 from agentic_rl.types import Message, ToolCall, ToolResult
 
 __all__ = ["SearchR1Parser"]
@@ -21,16 +21,18 @@ class SearchR1Parser(ToolCallParser):
     """``<search>`` tags; malformed blocks (unclosed, stray close tag, empty query) are errors.
 
     Search-R1 allows one search per turn; ``max_calls_per_turn`` (default 1) keeps the
-    first blocks and reports the rest as an error.
+    first blocks and reports the rest as an error; a query over ``max_argument_chars``
+    is an error, not run.
     """
 
     name = "search_r1"
 
-    def __init__(self, max_calls_per_turn: int = 1, tool_name: str = "search") -> None:
+    def __init__(self, max_calls_per_turn: int = 1, tool_name: str = "search", max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> None:
         if max_calls_per_turn < 1:
             raise ValueError("max_calls_per_turn must be at least 1")
         self.max_calls_per_turn = max_calls_per_turn
         self.tool_name = tool_name
+        self.max_argument_chars = check_max_argument_chars(max_argument_chars)
 
     def parse(self, text: str) -> ParseResult:
         calls: list[ToolCall] = []
@@ -39,6 +41,8 @@ class SearchR1Parser(ToolCallParser):
         for query in queries[: self.max_calls_per_turn]:
             if not query:
                 errors.append(f"empty query: write {OPEN_TAG} your query {CLOSE_TAG}")
+            elif len(query) > self.max_argument_chars:
+                errors.append(argument_size_error(len(query), self.max_argument_chars))
             elif OPEN_TAG in query:
                 errors.append(f"nested {OPEN_TAG} tags")
             else:

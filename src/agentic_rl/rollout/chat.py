@@ -4,13 +4,21 @@ The prompt is tokenized once. After that, sampled tokens are kept exactly as sam
 each observation is rendered once, as the text the chat template would put between the
 end of the assistant's content and the start of the next assistant turn. History is
 never re-tokenized, so the trained-on tokens are exactly the sampled ones.
+
+Observation text (tool output, tool names, feedback) is untrusted: it is tokenized as
+plain text, so a tool output containing ``<|im_end|>`` cannot end the turn or open a
+fake assistant turn; only the template's own markup yields special tokens.
 """
 
 from __future__ import annotations
 
+import re
+
 from agentic_rl.types import Message
 
 _PROBE = "\u2063PROBE\u2063"  # text that never occurs in a template, to locate content
+_SLOT = re.compile("\u2063SLOT(\\d+)\u2063")  # stands in for one untrusted field while rendering
+_UNTRUSTED_FIELDS = ("content", "name")  # names too: an unknown tool's name is the model's text
 
 
 class ChatRenderer:
@@ -19,6 +27,10 @@ class ChatRenderer:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("tokenizer has no chat template; multi-turn rollouts need one")
         self.stop_token_ids = self._stop_token_ids()
+        specials = {token.content for token in getattr(tokenizer, "added_tokens_decoder", {}).values() if token.special}
+        specials |= set(tokenizer.all_special_tokens)
+        # Longest first, so a token that extends another one wins.
+        self._special_pattern = re.compile("(" + "|".join(map(re.escape, sorted(specials, key=len, reverse=True))) + ")")
         # What the template writes after an assistant message's content (e.g. "<|im_end|>\n").
         probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _PROBE}]
         rendered = self._render(probe, add_generation_prompt=False)
@@ -67,5 +79,47 @@ class ChatRenderer:
             remainder = remainder[len(matched) :] if matched else remainder
         return remainder + after[len(before) :]
 
+    def encode_untrusted(self, text: str) -> list[int]:
+        """Tokens of text from outside the template: special-token strings stay text."""
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
     def observation_ids(self, observations: list[Message], *, stopped: bool) -> list[int]:
-        return self.encode_text(self.observation_text(observations, stopped=stopped))
+        """Tokens of :meth:`observation_text`, the observations' fields tokenized as text.
+
+        The observations are rendered with a slot marker in place of each untrusted field;
+        special tokens are taken only from the template text between the slots.
+        """
+        values: list[str] = []
+        slotted: list[Message] = []
+        for message in observations:
+            message = dict(message)
+            for key in _UNTRUSTED_FIELDS:
+                if isinstance(message.get(key), str):
+                    values.append(message[key])
+                    message[key] = f"\u2063SLOT{len(values) - 1}\u2063"
+            slotted.append(message)
+        template_text = self.observation_text(slotted, stopped=stopped)
+        rendered = self.observation_text(observations, stopped=stopped)
+        # Templates may transform a field (Llama's "| trim"): find the form they insert.
+        for transform in (lambda value: value, str.strip):
+            if _SLOT.sub(lambda slot: transform(values[int(slot.group(1))]), template_text) == rendered:
+                break
+        else:
+            raise ValueError("the chat template transforms observation text beyond trimming; cannot keep it from producing special tokens")
+        # Cut only at the template's own special tokens and tokenize the text between them
+        # (fields included) in one piece: benign observations get exactly the ids of
+        # tokenizing the rendered text, and no special token can come from a field.
+        ids: list[int] = []
+        run = ""
+        for index, piece in enumerate(_SLOT.split(template_text)):
+            if index % 2:  # re.split with a group alternates template text and slot numbers
+                run += transform(values[int(piece)])
+                continue
+            for part_index, part in enumerate(self._special_pattern.split(piece)):
+                if part_index % 2:
+                    ids += self.encode_untrusted(run) + [self.tokenizer.convert_tokens_to_ids(part)]
+                    run = ""
+                else:
+                    run += part
+        ids += self.encode_untrusted(run)
+        return ids
