@@ -136,3 +136,19 @@ def test_every_file_and_folder_is_fsynced(tmp_path, tiny, monkeypatch) -> None:
     _write(tmp_path, model, steps=(1,))
     assert {"model.safetensors", "trainer.pt", "state.json", "COMPLETE"} <= set(synced)
     assert synced[-2:] == [".tmp-step-000001-" + synced[-2].rsplit("-", 1)[-1], tmp_path.name]  # the folder, then the rename
+
+
+def test_disk_full_mid_run_stops_the_run_with_one_line(tmp_path, tiny, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from agentic_rl.training.run_dir import RunDirectory
+    from agentic_rl.training.stages import RunState, TrainingStopped, _checkpoint
+
+    model, _ = tiny
+    trainer = SimpleNamespace(model=model, critic=None, steps_done=3, strategy=SimpleNamespace(sharded=False), state_dict=lambda: _trainer_state(model, 3))
+    config = SimpleNamespace(keep_checkpoints=2)
+    state = RunState(config, RunDirectory(tmp_path), None, model, None, None, None, [], trainer=trainer)
+    monkeypatch.setattr(checkpoint_module, "save_file", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")))
+    with pytest.raises(TrainingStopped, match="checkpoint step 3 not written: the disk is full"):
+        _checkpoint(state)
+    assert list((tmp_path / "checkpoints").iterdir()) == []
