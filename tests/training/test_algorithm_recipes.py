@@ -101,7 +101,7 @@ def test_algorithm_recipe_two_steps_on_the_tiny_model(name, tmp_path) -> None:
         assert head["head.linear.weight"].abs().sum() > 0  # trained away from its zero init
         checkpoint = sorted((run / "checkpoints").iterdir())[-1]
         assert (checkpoint / "critic.safetensors").is_file()
-        assert "critic_optimizer" in torch.load(checkpoint / "trainer.pt", weights_only=False)
+        assert "critic_optimizer" in torch.load(checkpoint / "trainer.pt", weights_only=True)
     else:
         assert not (run / "final" / "critic.safetensors").exists()
     if algorithm["kl_in_reward"]:

@@ -178,7 +178,7 @@ def test_resume_with_set_trains_the_extra_steps_with_the_new_values(tmp_path, ca
 @pytest.mark.parametrize(
     "assignment, message",
     [
-        ("group_size=4", "--set on --resume: group_size cannot change mid-run (allowed: steps, optim.lr, optim.schedule, optim.warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints)"),
+        ("group_size=4", "--set on --resume: group_size cannot change mid-run (allowed: steps, optim.lr, optim.schedule, optim.warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints, backend.api_key)"),
         ("optim.weight_decay=0.1", "--set on --resume: optim.weight_decay cannot change mid-run"),
         ("model.name=smollm2-135m", "--set on --resume: model.name cannot change mid-run"),
         ("stepz=3", "unknown config key 'stepz'; did you mean 'steps'?"),

@@ -6,7 +6,7 @@ what was expected (``ConfigError``), which the CLI prints without a traceback.
 ``base``: the error type, the section base, shared knob types, building from dicts and
 ``--set``; ``algorithm``: the RL objective (presets, registry names); ``sinks``: metric
 sink names; ``sections``: every other section and the roots ``TrainConfig``, ``EvalConfig``;
-``resume``: what a resumed run may change.
+``resume``: what a resumed run may change; ``secrets``: keeping API keys out of run files.
 """
 
 from agentic_rl.config.algorithm import AlgorithmConfig
@@ -34,6 +34,7 @@ from agentic_rl.config.sections import (
 )
 from agentic_rl.config.sinks import SINK_PACKAGES, check_sink_names
 from agentic_rl.config.resume import RESUMABLE_KEYS, resume_config
+from agentic_rl.config.secrets import REDACTED, drop_redacted, is_secret_key, redact_secrets
 
 __all__ = [
     "ARPOConfig",
@@ -50,6 +51,7 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "PairCollectConfig",
+    "REDACTED",
     "RESUMABLE_KEYS",
     "RolloutConfig",
     "RunEvalConfig",
@@ -64,7 +66,10 @@ __all__ = [
     "apply_assignments",
     "build",
     "check_sink_names",
+    "drop_redacted",
     "format_validation_error",
+    "is_secret_key",
     "parse_assignment",
+    "redact_secrets",
     "resume_config",
 ]

@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 from agentic_rl.config.base import ConfigError, build
+from agentic_rl.config.secrets import is_secret_key
 from agentic_rl.config.sections import TrainConfig
 
 RESUMABLE_KEYS: tuple[str, ...] = (
@@ -22,6 +23,7 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "tracking.*",
     "checkpoint_every",
     "keep_checkpoints",
+    "backend.api_key",
 )
 """Dotted keys ``--set`` may change on ``--resume``; ``section.*`` allows a whole section."""
 
@@ -65,5 +67,5 @@ def resume_config(saved: dict[str, Any], overrides: dict[str, Any] | None) -> tu
         if not _resumable(key):
             raise ConfigError(f"--set on --resume: {key} cannot change mid-run (allowed: {', '.join(RESUMABLE_KEYS)})")
     old, new = _dotted(before.model_dump()), _dotted(config.model_dump())
-    changed = [f"{key}: {old.get(key)!r} -> {new[key]!r}" for key in new if new[key] != old.get(key)]
+    changed = [f"{key}: changed (not shown)" if is_secret_key(key.rsplit(".", 1)[-1]) else f"{key}: {old.get(key)!r} -> {new[key]!r}" for key in new if new[key] != old.get(key)]
     return config, changed

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl import envs
-from agentic_rl.config import ConfigError, EvalConfig, build
+from agentic_rl.config import ConfigError, EvalConfig, build, redact_secrets
 from agentic_rl.distributed import DistContext
 from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.engines.factory import build_backend
@@ -30,7 +30,7 @@ class EvalResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "metrics": self.metrics,
-            "config": self.config,
+            "config": redact_secrets(self.config),  # eval JSONs are shared: no API keys
             "wall_time_s": self.wall_time_s,
             "trajectories": [t.to_dict() for g in self.groups for t in g.trajectories],
         }

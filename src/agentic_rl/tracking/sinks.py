@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from agentic_rl.config.secrets import redact_secrets
 from agentic_rl.config.sinks import SINK_PACKAGES, check_sink_names
 from agentic_rl.tracking.jsonl import JsonlWriter
 
@@ -111,7 +112,7 @@ class WandbSink:
             name=run_dir.name,
             dir=str(run_dir),
             mode=os.environ.get("WANDB_MODE", "offline"),
-            config=config or {},
+            config=redact_secrets(config or {}),  # W&B runs get uploaded: no API keys
             reinit=True,
         )
 

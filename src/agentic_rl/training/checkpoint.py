@@ -1,18 +1,28 @@
 """Atomic training checkpoints: weights, the trainer's state (optimizer, scheduler, counters), RNG states.
 
-A checkpoint is written into a temporary folder, marked complete, then renamed into
-place, so a crash mid-write never leaves a folder that looks usable. Retention deletes
-old checkpoints only after the new one is complete. A checkpoint loads onto the device of
-the model it is restored into, whichever device wrote it (CUDA -> CPU and back).
+A checkpoint is written into a temporary folder, marked complete, fsynced (every file and
+folder), then renamed into place and the rename fsynced, so neither a crash nor a power
+loss mid-write leaves a folder that looks usable. Retention deletes old checkpoints only
+after the new one is complete; a write that fails (a full disk) removes its temporary
+folder and keeps the previous checkpoints. trainer.pt holds tensors and plain values only
+and is loaded with ``weights_only=True``: a checkpoint cannot run code. A checkpoint loads
+onto the device of the model it is restored into, whichever device wrote it (CUDA -> CPU
+and back).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import pickle
 import random
 import shutil
+import struct
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +36,10 @@ COMPLETE = "COMPLETE"
 
 logger = logging.getLogger(__name__)
 _warned: set[str] = set()
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written, or one on disk cannot be used."""
 
 
 def _warn_once(message: str) -> None:
@@ -54,7 +68,10 @@ def trainable_state(model) -> dict[str, torch.Tensor]:
 
 def rng_state() -> dict[str, Any]:
     """Python, NumPy and torch RNG states, plus every CUDA device's when CUDA is in use."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    # NumPy's state as a tensor and plain values: trainer.pt must load with weights_only=True.
+    numpy_state = {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "position": position, "has_gauss": has_gauss, "cached_gaussian": cached_gaussian}
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     # Only once initialised: querying the states would otherwise start CUDA in a CPU run.
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -64,8 +81,14 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore :func:`rng_state`'s states; the CUDA ones only onto as many devices as wrote
     them (a warning otherwise). Checkpoints from before CUDA states were saved have none."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    python = state["python"]
+    random.setstate((python[0], tuple(python[1]), python[2]))  # tuples may come back as lists
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):
+        keys = numpy_state["keys"]
+        keys = keys.cpu().numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
+        numpy_state = (numpy_state["kind"], keys.astype(np.uint32), numpy_state["position"], numpy_state["has_gauss"], numpy_state["cached_gaussian"])
+    np.random.set_state(numpy_state)  # a tuple: checkpoints written before the dict form
     # The generators take CPU byte tensors only, wherever map_location put the saved ones.
     torch.set_rng_state(state["torch"].cpu())
     cuda = state.get("cuda")
@@ -89,30 +112,104 @@ def save_checkpoint(root: Path, step: int, *, model, trainer_state: dict[str, An
     final = root / f"step-{step:06d}"
     tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_file(trainable_state(model), tmp / "model.safetensors")
-    if critic_module is not None:
-        save_file(trainable_state(critic_module), tmp / "critic.safetensors")
-    return publish_checkpoint(tmp, final, step=step, trainer_state=trainer_state, info=info, keep=keep, written=[p for p in (tmp / "model.safetensors", tmp / "critic.safetensors") if p.is_file()])
+    with writing_checkpoint(tmp, step):
+        tmp.mkdir()
+        save_file(trainable_state(model), tmp / "model.safetensors")
+        if critic_module is not None:
+            save_file(trainable_state(critic_module), tmp / "critic.safetensors")
+    return publish_checkpoint(tmp, final, step=step, trainer_state=trainer_state, info=info, keep=keep)
 
 
-def publish_checkpoint(tmp: Path, final: Path, *, step: int, trainer_state: dict[str, Any], info: dict[str, Any], keep: int, written: list[Path]) -> Path:
+@contextmanager
+def writing_checkpoint(tmp: Path, step: int) -> Iterator[None]:
+    """Write checkpoint ``step`` into ``tmp``: an OSError (a full disk, a lost mount)
+    removes ``tmp`` and becomes one CheckpointError line; the complete checkpoints already
+    there stay untouched."""
+    try:
+        yield
+    except OSError as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = complete_checkpoints(tmp.parent)
+        kept = f"the previous checkpoint {previous[-1].name} is kept" if previous else "there is no earlier checkpoint"
+        reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
+        raise CheckpointError(f"checkpoint step {step} not written: {reason} ({tmp.parent}); {kept}; free space, then --resume the run") from None
+
+
+def publish_checkpoint(tmp: Path, final: Path, *, step: int, trainer_state: dict[str, Any], info: dict[str, Any], keep: int) -> Path:
     """Finish the checkpoint being written in ``tmp``: add trainer.pt (``trainer_state`` and
-    the RNG states), state.json and the completion mark, make them and the ``written``
-    files durable, rename ``tmp`` to ``final`` and prune ``final``'s folder to the newest
-    ``keep`` complete checkpoints."""
-    torch.save({**trainer_state, "rng": rng_state()}, tmp / "trainer.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step, **info}, indent=2))
-    (tmp / COMPLETE).write_text("ok\n")
-    for path in (*written, tmp / "trainer.pt", tmp / "state.json"):
-        with open(path, "rb") as handle:  # durable before the rename publishes it
-            os.fsync(handle.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    the RNG states), state.json and the completion mark, make every file and folder in
+    ``tmp`` durable, rename ``tmp`` to ``final`` (durably) and prune ``final``'s folder to
+    the newest ``keep`` complete checkpoints."""
+    with writing_checkpoint(tmp, step):
+        torch.save({**trainer_state, "rng": rng_state()}, tmp / "trainer.pt")
+        (tmp / "state.json").write_text(json.dumps({"step": step, **info}, indent=2))
+        (tmp / COMPLETE).write_text("ok\n")
+        _fsync_tree(tmp)  # durable before the rename publishes it
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync(final.parent)  # the rename itself survives a power loss
     for old in complete_checkpoints(final.parent)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file or a folder's entries) to the disk."""
+    handle = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """fsync every file under ``folder``, then every folder, deepest first."""
+    for current, folders, files in os.walk(folder, topdown=False):
+        for name in files:
+            _fsync(Path(current) / name)
+        _fsync(Path(current))
+
+
+def usable_checkpoint(root: Path) -> Path | None:
+    """The newest complete checkpoint under ``root`` whose files are whole, warning about
+    each newer one skipped (truncated or unreadable: e.g. the disk failed after the
+    rename); None when there is none."""
+    for folder in reversed(complete_checkpoints(root)):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder
+        logger.warning(f"checkpoint {folder.name} is unusable ({problem}); falling back to the one before it")
+    return None
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why the checkpoint ``folder`` cannot be loaded, found without loading it: a file
+    missing, a safetensors file shorter than its header says, a trainer.pt whose zip
+    records or checksums are broken, a state.json that does not parse; None when whole."""
+    try:
+        json.loads((folder / "state.json").read_text())
+        for path in sorted(folder.glob("*.safetensors")):
+            _check_safetensors(path)
+        if not (folder / "model.safetensors").is_file() and not (folder / "sharded").is_dir():
+            return "model.safetensors is missing"
+        with zipfile.ZipFile(folder / "trainer.pt") as archive:
+            bad = archive.testzip()  # reads every record, checking its CRC
+        if bad is not None:
+            return f"trainer.pt: {bad} is corrupt"
+    except (OSError, ValueError, zipfile.BadZipFile, struct.error) as error:
+        return str(error) or type(error).__name__
+    return None
+
+
+def _check_safetensors(path: Path) -> None:
+    """Raise ValueError when ``path`` is shorter than its header says (a truncated write)."""
+    with open(path, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        header = json.loads(handle.read(length))
+    end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+    if path.stat().st_size < 8 + length + end:
+        raise ValueError(f"{path.name} is truncated ({path.stat().st_size} of {8 + length + end} bytes)")
 
 
 def complete_checkpoints(root: Path) -> list[Path]:
@@ -148,7 +245,7 @@ def load_checkpoint(folder: Path, *, model, critic_module=None) -> tuple[dict[st
             raise ValueError(f"checkpoint {folder} has no critic (critic.safetensors) but the run's config uses one")
         _load_weights(critic_module, folder / "critic.safetensors")
     # Tensors land on the model's device, whichever device wrote them.
-    state = torch.load(folder / "trainer.pt", map_location=_device(model) if model is not None else "cpu", weights_only=False)
+    state = load_trainer_state(folder / "trainer.pt", map_location=_device(model) if model is not None else "cpu")
     _keep_steps_on_cpu(state)
     set_rng_state(state.pop("rng"))
     info = json.loads((folder / "state.json").read_text())
@@ -158,6 +255,25 @@ def load_checkpoint(folder: Path, *, model, critic_module=None) -> tuple[dict[st
     if "sampler" in info:
         state.setdefault("task_schedule", info["sampler"])
     return state, info
+
+
+def _numpy_array_globals() -> list:
+    """What a NumPy array unpickles through: the RNG state of checkpoints written before it
+    was stored as a tensor. Arrays of plain numbers only; their contents still go through
+    the same restricted unpickler."""
+    core = getattr(np, "_core", None) or np.core
+    return [np.ndarray, np.dtype, core.multiarray._reconstruct, type(np.dtype(np.uint32))]
+
+
+def load_trainer_state(path: Path, *, map_location) -> dict[str, Any]:
+    """trainer.pt, loaded with ``weights_only=True``: tensors and plain values only, so a
+    tampered checkpoint cannot run code; anything else is refused with a CheckpointError."""
+    try:
+        with torch.serialization.safe_globals(_numpy_array_globals()):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        found = str(error).split("Unsupported global: GLOBAL ", 1)[-1].split(" ", 1)[0] if "Unsupported global" in str(error) else "a Python object"
+        raise CheckpointError(f"{path}: holds {found}, not just tensors and plain values; refused (loading it could run code). Resume from a checkpoint this version wrote") from None
 
 
 def _keep_steps_on_cpu(state: dict[str, Any]) -> None:

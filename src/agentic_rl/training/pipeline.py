@@ -24,7 +24,7 @@ from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distribu
 from agentic_rl.models import load, resolve_device
 from agentic_rl.models.lora import apply_lora
 from agentic_rl.models.precision import apply_precision
-from agentic_rl.training.checkpoint import complete_checkpoints
+from agentic_rl.training.checkpoint import usable_checkpoint
 from agentic_rl.training.run_dir import RunDirectory
 from agentic_rl.training.stages import RunEvents, RunState, TrainingStopped, evaluation, restore_filter, run_dpo, run_filter, run_final, run_report, run_rl, run_sft
 
@@ -90,17 +90,17 @@ def _open_run(config, name: str, resume, overrides, dist: DistContext) -> tuple[
         raise ConfigError("resume: the run's own config.yaml is used; pass overrides, not a config, to change what may change mid-run")
     run, name, saved = RunDirectory.existing(resume)
     config, changed = resume_config(saved, overrides)
-    checkpoints = complete_checkpoints(run.checkpoints)
-    if not checkpoints:
+    checkpoint = usable_checkpoint(run.checkpoints)  # the newest whole one: a corrupt newest falls back, with a warning
+    if checkpoint is None:
         raise ConfigError(f"--resume: no complete checkpoint in {run.checkpoints}; the run cannot be resumed")
     if changed and dist.is_main:
         run.write_config(name, config.model_dump())  # a later resume (or an elastic restart) continues with them
-    info = RunDirectory(checkpoints[-1]).read_json("state.json")
+    info = RunDirectory(checkpoint).read_json("state.json")
     shared = run.path
     if not dist.is_main:
         run = RunDirectory.scratch(dist.rank)
     # Checkpoints written before stages were recorded came only from the RL stage: every stage before it had finished.
-    return config, name, run, checkpoints[-1], info.get("stages", list(_BEFORE_RL)), shared, changed
+    return config, name, run, checkpoint, info.get("stages", list(_BEFORE_RL)), shared, changed
 
 
 def _timeout(config, resume) -> float:

@@ -1,7 +1,8 @@
 """``RunDirectory``: one training run's folder and what each stage leaves in it.
 
     config.yaml          the resolved config (plus the recipe name): what --resume reads
-                         (and rewrites with what its --set changed)
+                         (and rewrites with what its --set changed); API keys, tokens
+                         and passwords as *** (config/secrets.py), as in every run file
     stages.json          the stages finished so far, in order
     eval_*.json, sft_data.jsonl, filtered_tasks.json, dpo_pairs.jsonl, *_metrics.jsonl
     metrics.jsonl, rollouts.jsonl, tensorboard/   per-RL-step logs
@@ -18,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from agentic_rl.config import ConfigError
+from agentic_rl.config import ConfigError, drop_redacted, redact_secrets
 
 
 class RunDirectory:
@@ -51,14 +52,16 @@ class RunDirectory:
         if not run.file("config.yaml").is_file():
             raise ConfigError(f"--resume: {run.path} is not a run directory (no config.yaml)")
         saved = yaml.safe_load(run.file("config.yaml").read_text()) or {}
+        # Secrets were saved as ***: their defaults (the environment) or --set supply them again.
+        saved = drop_redacted(saved)
         return run, saved.pop("recipe", "custom"), saved
 
     def write_config(self, name: str, config: dict[str, Any]) -> None:
-        """config.yaml: the recipe name and the resolved config (a resume with overrides
-        rewrites it, never half-written)."""
+        """config.yaml: the recipe name and the resolved config, secrets as *** (a resume
+        with overrides rewrites it, never half-written)."""
         path = self.file("config.yaml")
         tmp = path.with_suffix(".yaml.tmp")
-        tmp.write_text(yaml.safe_dump({"recipe": name, **config}, sort_keys=False))
+        tmp.write_text(yaml.safe_dump(redact_secrets({"recipe": name, **config}), sort_keys=False))
         tmp.replace(path)
 
     def file(self, name: str) -> Path:

@@ -51,7 +51,7 @@ def save_sharded_checkpoint(root: Path, step: int, *, model, optimizer, trainer_
     dist.barrier()
     dcp.save(_states(model, optimizer, critic), checkpoint_id=str(tmp / SHARDED))
     if dist.is_main:
-        publish_checkpoint(tmp, final, step=step, trainer_state=trainer_state, info=info, keep=keep, written=list((tmp / SHARDED).iterdir()))
+        publish_checkpoint(tmp, final, step=step, trainer_state=trainer_state, info=info, keep=keep)
     dist.barrier()
     return final
 

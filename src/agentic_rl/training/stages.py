@@ -204,6 +204,15 @@ class TrainingStopped(RuntimeError):
 
 
 def _checkpoint(state: RunState) -> None:
+    from agentic_rl.training.checkpoint import CheckpointError
+
+    try:
+        _write_checkpoint(state)
+    except CheckpointError as error:  # e.g. a full disk: one line, the previous checkpoint kept
+        raise TrainingStopped(str(error)) from None
+
+
+def _write_checkpoint(state: RunState) -> None:
     from agentic_rl.training.checkpoint import save_checkpoint
 
     trainer = state.trainer
@@ -227,7 +236,7 @@ def _checkpoint(state: RunState) -> None:
 
 def _resume_trainer(state: RunState) -> None:
     """Load the checkpoint into the trainer and drop log lines written after it."""
-    from agentic_rl.training.checkpoint import load_checkpoint
+    from agentic_rl.training.checkpoint import CheckpointError, load_checkpoint
 
     trainer = state.trainer
     from agentic_rl.training.sharded_checkpoint import is_sharded, load_sharded_weights
@@ -238,7 +247,10 @@ def _resume_trainer(state: RunState) -> None:
     elif trainer.strategy.sharded:
         raise ConfigError(f"--resume: {state.checkpoint} was written by one process or DDP; resume it with trainer.strategy ddp or single")
     critic_module = trainer.critic.module if trainer.critic is not None and not sharded else None
-    trainer_state, info = load_checkpoint(state.checkpoint, model=None if sharded else trainer.model, critic_module=critic_module)
+    try:
+        trainer_state, info = load_checkpoint(state.checkpoint, model=None if sharded else trainer.model, critic_module=critic_module)
+    except CheckpointError as error:
+        raise ConfigError(f"--resume: {error}") from None
     trainer.backend.sync_weights(trainer.strategy.full_weights(trainer.model))  # an engine with its own copy must see the loaded weights
     trainer.load_state_dict(trainer_state)  # after the sync: restores the engine's weight version too
     for name in LOGS:

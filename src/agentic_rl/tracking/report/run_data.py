@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from agentic_rl.config import redact_secrets
+
 RUN_MARKERS: tuple[str, ...] = ("metrics.jsonl", "summary.json", "rollouts.jsonl", "eval_before.json", "eval_after_sft.json", "eval_after.json")
 EVAL_STAGES: tuple[tuple[str, str], ...] = (("before", "eval_before.json"), ("after SFT", "eval_after_sft.json"), ("after RL", "eval_after.json"))
 
@@ -71,7 +73,8 @@ def load_run(run_dir: str | Path) -> RunData:
     data = RunData(run_dir)
     try:
         config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-        data.config = config if isinstance(config, dict) else {}
+        # The page is shareable: redact again, for runs written before config.yaml was redacted.
+        data.config = redact_secrets(config) if isinstance(config, dict) else {}
     except (OSError, yaml.YAMLError):
         pass
     data.steps = _read_jsonl(run_dir / "metrics.jsonl")
