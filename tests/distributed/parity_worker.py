@@ -7,7 +7,8 @@ loss and the updated weights (rank 0) to OUT.pt.
 VARIANT: lora (adapters only, KL to the adapters-off base), critic-shared / critic-separate
 (PPO with GAE and a value head on the policy / on its own copy), kl-reward (REINFORCE++:
 the KL to the reference is in the reward, computed before the update), sft (two SFT
-steps of five conversations each: uneven shares, several micro-batches per rank).
+steps of five conversations each: uneven shares, several micro-batches per rank), dpo
+(likewise for two DPO steps of five pairs).
 """
 
 from __future__ import annotations
@@ -53,9 +54,32 @@ def sft(out: str) -> None:
     shutdown()
 
 
+def dpo(out: str) -> None:
+    from agentic_rl.config import DPOConfig
+    from agentic_rl.training.dpo import train_dpo
+
+    torch.set_num_threads(1)
+    dist = init_distributed(timeout_s=120)
+    model, tokenizer = load("tiny-random", device="cpu")
+    pairs = [
+        {"prompt": [{"role": "user", "content": f"What is {a} + {a * 3}? " * (1 + a % 3)}],
+         "chosen": [{"role": "assistant", "content": f"<answer>{a * 4}</answer>"}], "rejected": [{"role": "assistant", "content": f"<answer>{a * 4 + 1 + a}</answer>"}]}
+        for a in range(10)
+    ]
+    config = DPOConfig(epochs=1, batch_size=5, micro_batch_tokens=128, lr=1e-3, warmup_steps=0)
+    result = train_dpo(model, tokenizer, pairs, config, dist=dist)
+    if dist.is_main:
+        weights = {name: value.detach().clone() for name, value in model.named_parameters()}
+        metrics = {"loss": result.losses, "steps": result.steps, "margins": result.margins, "accuracies": result.accuracies}
+        torch.save({"metrics": metrics, "weights": weights, "critic": {}, "world_size": dist.world_size}, out)
+    shutdown()
+
+
 def main(strategy: str, out: str, variant: str = "") -> None:
     if variant == "sft":
         return sft(out)
+    if variant == "dpo":
+        return dpo(out)
     lora = variant == "lora"
     torch.set_num_threads(1)
     dist = init_distributed(timeout_s=120)

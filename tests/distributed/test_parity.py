@@ -116,3 +116,17 @@ def test_sft_on_two_ranks_updates_like_one_process(tmp_path) -> None:
     assert ranks["metrics"]["loss"] == pytest.approx(single["metrics"]["loss"], rel=1e-5)
     for name, value in single["weights"].items():
         torch.testing.assert_close(ranks["weights"][name], value, rtol=0, atol=WEIGHT_TOLERANCE)
+
+
+@pytest.mark.slow
+def test_dpo_on_two_ranks_updates_like_one_process(tmp_path) -> None:
+    """DPO under DDP: each rank trains on its share of every batch of pairs, weighted by the
+    whole batch; losses, margins and weights are those of one process."""
+    single = _run("single", tmp_path / "single.pt", 1, "dpo")
+    ranks = _run("ddp", tmp_path / "ranks.pt", 2, "dpo")
+    assert ranks["metrics"]["steps"] == single["metrics"]["steps"] == 2
+    assert ranks["metrics"]["loss"] == pytest.approx(single["metrics"]["loss"], rel=1e-5)
+    assert sorted(ranks["metrics"]["margins"]) == pytest.approx(sorted(single["metrics"]["margins"]), rel=1e-4, abs=1e-6)
+    assert ranks["metrics"]["accuracies"] == single["metrics"]["accuracies"]
+    for name, value in single["weights"].items():
+        torch.testing.assert_close(ranks["weights"][name], value, rtol=0, atol=WEIGHT_TOLERANCE)

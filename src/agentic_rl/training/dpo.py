@@ -16,6 +16,7 @@ from a run's ``rollouts.jsonl`` (:func:`pairs_from_rollout_records`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -27,12 +28,14 @@ import torch
 from agentic_rl.algorithms.dpo import dpo_loss, sequence_logprobs
 from agentic_rl.config import DPOConfig, RolloutConfig
 from agentic_rl.data.conversations import render_example, trajectory_to_example, validate_example
+from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.envs.base import Env
+from agentic_rl.models.anatomy import split_model
 from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.rollout.engine import rollout
-from agentic_rl.training.batch import collate, length_buckets
-from agentic_rl.training.logprobs import token_logprobs
+from agentic_rl.training.batch import collate, length_buckets, padding_batch
+from agentic_rl.training.logprobs import PolicyLogprobs, token_logprobs
 from agentic_rl.training.optim import NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, optimizer_params
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
@@ -181,11 +184,15 @@ def _micro_batches(pairs: list[tuple[Sequences, Sequences]], members: list[int],
     return [[members[j] for j in bucket] for bucket in length_buckets(lengths, max(max_tokens // 2, 1), len(members))]
 
 
-def _pair_logprobs(model, pairs, members: list[int], pad_id: int, device, *, average: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """[n] chosen and [n] rejected sequence log-probs of the pairs ``members``, one forward pass."""
+def _pair_logprobs(model, pairs, members: list[int], pad_id: int, device, *, average: bool, forward=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """[n] chosen and [n] rejected sequence log-probs of the pairs ``members``, one forward pass
+    (``forward``: the policy's log-prob forward as a strategy wraps it; default ``model``'s)."""
     rows = [pairs[i][0] for i in members] + [pairs[i][1] for i in members]
     batch = collate([ids for ids, _ in rows], [mask for _, mask in rows], pad_token_id=pad_id).to(device)
-    logprobs, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, select=batch.loss_mask)
+    if forward is not None:
+        logprobs, _ = forward(batch.input_ids, batch.attention_mask, batch.loss_mask)
+    else:
+        logprobs, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, select=batch.loss_mask)
     sequences = sequence_logprobs(logprobs, batch.loss_mask, average=average)
     return sequences[: len(members)], sequences[len(members) :]
 
@@ -215,10 +222,15 @@ def train_dpo(
     parser: ToolCallParser | str = "hermes",
     on_step: Callable[[dict], None] | None = None,
     max_nonfinite_steps: int = 3,
+    dist: DistContext | None = None,
 ) -> DPOResult:
     """Train ``model`` in place on preference ``pairs``, on its own device. A step with a
     non-finite loss or gradient norm is skipped; ``max_nonfinite_steps`` in a row raise
-    :class:`~agentic_rl.training.optim.NonFiniteError`."""
+    :class:`~agentic_rl.training.optim.NonFiniteError`.
+
+    ``dist``: data-parallel ranks (DDP for the duration of the call) each train on every
+    world-size-th pair of each batch, weighted by the whole batch's size, so the update is
+    the one-process update on the same batch; every rank ends with the same weights."""
     started = time.monotonic()
     sequences, dropped = tokenize_pairs(pairs, tokenizer, parser, config.max_length)
     if not sequences:
@@ -233,18 +245,32 @@ def train_dpo(
     guard = NonFiniteGuard(max_nonfinite_steps, hint="lower the DPO lr or check the pairs")
     rng = random.Random(config.seed)
     result = DPOResult(steps=0, pairs=len(sequences), dropped_too_long=dropped)
+    dist = dist or DistContext()
+    # Several ranks: a DDP replica (gradients all-reduced once per step); one process: the model as it is.
+    strategy = make_strategy("ddp", dist)
+    policy = strategy.wrap(PolicyLogprobs(model), layers=list(split_model(model)[0].layers))
 
     def micro_losses(batch: list[int], margins: list[float]) -> Iterator[torch.Tensor]:
-        """Each micro-batch's loss; its pairs' implicit-reward margins go into ``margins``."""
-        for members in _micro_batches(sequences, batch, config.micro_batch_tokens):
-            chosen, rejected = _pair_logprobs(model, sequences, members, pad_id, device, average=config.loss_type == "ipo")
-            out = dpo_loss(
-                chosen, rejected, reference[members, 0], reference[members, 1],
-                beta=config.beta, label_smoothing=config.label_smoothing, loss_type=config.loss_type,
-            )
-            margins.extend(out.margins.tolist())
-            # Weighting each micro-batch mean by its share of the batch makes accumulation exact.
-            yield out.loss * (len(members) / len(batch))
+        """Each micro-batch's loss (this rank's share of ``batch``); its pairs'
+        implicit-reward margins go into ``margins``."""
+        buckets: list[list[int] | None] = list(_micro_batches(sequences, batch[dist.rank :: dist.world_size], config.micro_batch_tokens)) if batch[dist.rank :: dist.world_size] else []
+        buckets += [None] * dist.lockstep_padding(len(buckets))
+        for index, members in enumerate(buckets):
+            with contextlib.nullcontext() if index == len(buckets) - 1 else strategy.accumulating(policy):
+                if members is None:  # a padding forward/backward the other ranks' collectives wait for
+                    pad = padding_batch(pad_id).to(device)
+                    logprobs, _ = policy(pad.input_ids, pad.attention_mask, pad.loss_mask)
+                    yield logprobs.sum() * 0.0
+                    continue
+                chosen, rejected = _pair_logprobs(model, sequences, members, pad_id, device, average=config.loss_type == "ipo", forward=policy)
+                out = dpo_loss(
+                    chosen, rejected, reference[members, 0], reference[members, 1],
+                    beta=config.beta, label_smoothing=config.label_smoothing, loss_type=config.loss_type,
+                )
+                margins.extend(out.margins.tolist())
+                # Weighting each micro-batch mean by its share of the whole batch makes
+                # accumulation (and the ranks' sum) exact.
+                yield out.loss * (len(members) / len(batch))
 
     model.train()
     try:
@@ -254,7 +280,10 @@ def train_dpo(
             for start in range(0, len(order), config.batch_size):
                 batch = order[start : start + config.batch_size]
                 margins: list[float] = []
-                outcome = accumulate_and_step(micro_losses(batch, margins), step, max_grad_norm=config.max_grad_norm, guard=guard)
+                outcome = accumulate_and_step(
+                    micro_losses(batch, margins), step, max_grad_norm=config.max_grad_norm, guard=guard, grad_scale=strategy.grad_scale, reduce=dist.all_reduce,
+                )
+                margins = [m for rank_margins in dist.all_gather_objects(margins) for m in rank_margins]
                 if outcome.skipped:
                     result.skipped_nonfinite += 1
                     continue

@@ -189,7 +189,7 @@ def run_dpo(state: RunState) -> None:
     if not pairs:
         raise ConfigError("dpo: no preference pairs (every group had equal rewards); raise dpo.collect.num_tasks or samples_per_task")
     with JsonlWriter(state.run.file("dpo_metrics.jsonl")) as log:
-        result = train_dpo(state.model, state.tokenizer, pairs, stage.train, parser=parser, on_step=log.write)
+        result = train_dpo(state.model, state.tokenizer, pairs, stage.train, parser=parser, on_step=log.write, dist=state.dist)
     state.backend.sync_weights(state.model)
     events.on_stage(f"DPO: {result.steps} steps on {result.pairs} pairs, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}, margin {result.margins[-1]:+.3f} ({result.wall_time_s:.0f} s)")
 
