@@ -151,10 +151,20 @@ def collect_pairs(
     rollout_config: RolloutConfig | None = None,
     seed: int | None = None,
     on_finish: Callable[[Trajectory], None] | None = None,
+    dist: DistContext | None = None,
 ) -> PairCollection:
-    """Sample a group per task with the current policy and pair best against worst."""
+    """Sample a group per task with the current policy and pair best against worst.
+    ``dist``: data-parallel ranks each sample every world-size-th task (the samples one
+    process would draw for it) and all get every pair, in task order."""
     started = time.monotonic()
-    groups = rollout(backend, make_env, task_indices, group_size=samples_per_task, config=rollout_config, seed=seed, on_finish=on_finish)
+    dist = dist or DistContext()
+    mine = list(range(dist.rank, len(task_indices), dist.world_size))
+    groups = rollout(
+        backend, make_env, [task_indices[i] for i in mine], group_size=samples_per_task, config=rollout_config, seed=seed, on_finish=on_finish,
+        task_positions=mine if dist.distributed else None,
+    )
+    if dist.distributed:
+        groups = dist.gather_by_position(mine, groups, len(task_indices))
     pairs = pairs_from_groups(groups, parser)
     return PairCollection(pairs, len(groups), len(groups) - len(pairs), time.monotonic() - started)
 

@@ -180,9 +180,13 @@ def run_dpo(state: RunState) -> None:
         collect = stage.collect
         events.on_stage(f"collecting preference pairs: {collect.num_tasks} tasks x {collect.samples_per_task} samples (best vs worst)")
         sampling = config.rollout.model_copy(update={"temperature": collect.temperature})
-        tasks = range(collect.task_offset, collect.task_offset + collect.num_tasks)
-        with events.progress_bar(collect.num_tasks * collect.samples_per_task, "pairs") as on_finish:
-            result = collect_pairs(state.backend, state.train_env, tasks, samples_per_task=collect.samples_per_task, parser=parser, rollout_config=sampling, seed=derive_seed(config.seed, "dpo-pairs"), on_finish=on_finish)
+        tasks = list(range(collect.task_offset, collect.task_offset + collect.num_tasks))
+        # With several ranks each samples its share of the tasks; the bar counts rank 0's.
+        with events.progress_bar(len(tasks[state.dist.rank :: state.dist.world_size]) * collect.samples_per_task, "pairs") as on_finish:
+            result = collect_pairs(
+                state.backend, state.train_env, tasks, samples_per_task=collect.samples_per_task, parser=parser, rollout_config=sampling,
+                seed=derive_seed(config.seed, "dpo-pairs"), on_finish=on_finish, dist=state.dist,
+            )
         pairs = result.pairs
         write_jsonl(state.run.file("dpo_pairs.jsonl"), pairs)
         events.on_stage(f"{len(pairs)} pairs from {result.groups} groups ({result.tied} with equal rewards skipped)")
