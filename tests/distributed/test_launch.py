@@ -240,3 +240,26 @@ def test_two_nodes_with_rendezvous_train_like_one_process(one_process: Path, tmp
     straight, nodes = load_file(one_process / "final" / "model.safetensors"), load_file(run / "final" / "model.safetensors")
     for name, value in straight.items():
         torch.testing.assert_close(nodes[name], value, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_sft_then_rl_on_two_ranks_equals_one_process(strategy: str, tmp_path) -> None:
+    """SFT runs data-parallel under DDP, then the RL stage wraps the same model again (DDP or
+    FSDP2): the final weights equal the one-process run's."""
+    from agentic_rl.data import write_jsonl
+
+    data = tmp_path / "sft.jsonl"
+    write_jsonl(data, [
+        {"messages": [{"role": "user", "content": f"What is {a} + {a + 3}?"}, {"role": "assistant", "content": f"<answer>{2 * a + 3}</answer>"}]}
+        for a in range(6)
+    ])
+    sft = ("--set", "sft.enabled=true", "--set", f"sft.data={data}", "--set", "sft.train.batch_size=3", "--set", "sft.train.epochs=1", "--set", "checkpoint_every=0", *MOVING)
+    one, two = tmp_path / "one", tmp_path / "two"
+    _cli("smoke", *FP32, *sft, "--output-dir", str(one))
+    _cli("smoke", *FP32, "--nproc", "2", "--set", f"trainer.strategy={strategy}", *sft, "--output-dir", str(two))
+    losses = [[json.loads(line)["loss"] for line in (run / "sft_metrics.jsonl").read_text().splitlines()] for run in (one, two)]
+    assert len(losses[0]) == 2 and losses[1] == pytest.approx(losses[0], rel=1e-5)
+    expected, got = load_file(one / "final" / "model.safetensors"), load_file(two / "final" / "model.safetensors")
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, rtol=0, atol=1e-5)
