@@ -253,12 +253,14 @@ def _index_build(args: argparse.Namespace) -> int:
 def _retriever_serve(args: argparse.Namespace) -> int:
     from agentic_rl.config import ConfigError
     from agentic_rl.retrieval import CachedRetriever, load_index
-    from agentic_rl.retrieval.http import RetrievalServer
+    from agentic_rl.retrieval.http import TOKEN_VARIABLE, RetrievalServer
     from agentic_rl.tracking.display import console
 
+    token = os.environ.get(TOKEN_VARIABLE) or None
     try:
         retriever = CachedRetriever(load_index(args.index), max_size=args.cache_size)
-        server = RetrievalServer(retriever, args.host, args.port)
+        # Beyond loopback only with a token (clients send it from the same variable).
+        server = RetrievalServer(retriever, args.host, args.port, allow_remote=token is not None, token=token)
     except (FileNotFoundError, ValueError, OSError) as exc:
         raise ConfigError(str(exc)) from None
     console.print(f"serving {args.index} at {server.url}/retrieve (POST {{\"queries\": [...], \"topk\": 3}}); Ctrl-C stops")
@@ -367,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     retriever = commands.add_parser("retriever", help="retrieval server").add_subparsers(dest="retriever_command", required=True)
     retriever_serve = retriever.add_parser("serve", help="serve an index over HTTP on loopback (Search-R1 protocol)")
     retriever_serve.add_argument("index", help="index folder from `agentic-rl index build`")
-    retriever_serve.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    retriever_serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1); beyond loopback only with a bearer token in $AGENTIC_RL_RETRIEVER_TOKEN")
     retriever_serve.add_argument("--port", type=int, default=8000)
     retriever_serve.add_argument("--cache-size", type=int, default=10_000, help="cached (query, k) results")
     retriever_serve.set_defaults(run=_retriever_serve)

@@ -4,30 +4,26 @@
 answers ``{"result": [[{"document": {"id", "title", "text", "contents"}, "score": float},
 ...], ...]}`` (``contents`` is Search-R1's ``"Title"\\ntext`` form, so Search-R1
 clients work unchanged); ``GET /health`` answers ``{"status": "ok", "num_docs": N}``.
-The server uses the standard library (``http.server``, one thread per request) and
-binds to loopback unless told otherwise.
+The server runs on FastAPI + uvicorn with bounded requests (size, read time, concurrency),
+binds to loopback unless told otherwise (then a bearer token is required) and answers
+only the Host names it is bound to.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
+import os
 import threading
+import time
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agentic_rl.retrieval.base import Document, Retriever
 
 __all__ = ["HTTPRetriever", "RetrievalServer", "serve"]
 
-MAX_QUERIES = 1024
-MAX_TOPK = 100
-MAX_BODY_BYTES = 1 << 20
-
-
-def _document_payload(doc: Document) -> dict[str, Any]:
-    return {"document": {"id": doc.id, "title": doc.title, "text": doc.text, "contents": f'"{doc.title}"\n{doc.text}'}, "score": doc.score}
+TOKEN_VARIABLE = "AGENTIC_RL_RETRIEVER_TOKEN"
+"""The environment variable a client (and ``agentic-rl retriever serve``) reads the bearer token from."""
 
 
 def _parse_document(item: dict[str, Any]) -> Document:
@@ -40,78 +36,66 @@ def _parse_document(item: dict[str, Any]) -> Document:
     return Document(id=str(body.get("id", "")), title=str(title), text=str(text), score=float(item.get("score", 0.0)))
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: "RetrievalServer"
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet by default
-        if self.server.verbose:
-            super().log_message(format, *args)
-
-    def _reply(self, status: int, payload: dict[str, Any]) -> None:
-        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:  # noqa: N802
-        if self.path.rstrip("/") == "/health":
-            self._reply(200, {"status": "ok", "num_docs": getattr(self.server.retriever, "num_docs", None)})
-        else:
-            self._reply(404, {"error": f"unknown path {self.path}; use POST /retrieve or GET /health"})
-
-    def do_POST(self) -> None:  # noqa: N802
-        if self.path.rstrip("/") != "/retrieve":
-            self._reply(404, {"error": f"unknown path {self.path}; use POST /retrieve"})
-            return
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-            if length > MAX_BODY_BYTES:
-                raise ValueError(f"request body too large ({length} bytes)")
-            request = json.loads(self.rfile.read(length) or b"{}")
-            queries = request.get("queries")
-            if isinstance(request.get("query"), str):
-                queries = [request["query"]]
-            topk = int(request.get("topk", request.get("k", 3)))
-            if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
-                raise ValueError('"queries" must be a list of strings')
-            if len(queries) > MAX_QUERIES or not 1 <= topk <= MAX_TOPK:
-                raise ValueError(f"at most {MAX_QUERIES} queries and 1 <= topk <= {MAX_TOPK}")
-        except (ValueError, TypeError, AttributeError) as exc:
-            self._reply(400, {"error": str(exc)})
-            return
-        try:
-            results = [[_document_payload(doc) for doc in self.server.retriever.search(query, topk)] for query in queries]
-        except Exception as exc:
-            self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
-            return
-        self._reply(200, {"result": results})
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
-class RetrievalServer(ThreadingHTTPServer):
-    """Serves one retriever. ``port=0`` picks a free port (see ``.url``)."""
+class RetrievalServer:
+    """Serves one retriever with uvicorn. ``port=0`` picks a free port (see ``.url``).
 
-    daemon_threads = True
+    Loopback by default, answering only loopback Host names; binding beyond loopback
+    needs ``allow_remote=True`` and a bearer ``token`` (every request must carry it).
+    ``max_concurrency`` bounds the connections served at once (more get HTTP 503)."""
 
-    def __init__(self, retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, *, allow_remote: bool = False, verbose: bool = False) -> None:
-        if not allow_remote and not _is_loopback(host):
-            raise ValueError(f"host {host!r} is not a loopback address; pass allow_remote=True to expose the index")
+    def __init__(
+        self, retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, *, allow_remote: bool = False, token: str | None = None,
+        verbose: bool = False, max_concurrency: int = 64, read_timeout_s: float = 30.0,
+    ) -> None:
+        import socket
+
+        import uvicorn
+
+        loopback = _is_loopback(host)
+        if not loopback and not allow_remote:
+            raise ValueError(f"host {host!r} is not a loopback address; pass allow_remote=True (and a token) to expose the index")
+        if not loopback and not token:
+            raise ValueError(f"host {host!r}: serving beyond loopback requires a bearer token")
         self.retriever = retriever
-        self.verbose = verbose
-        super().__init__((host, port), _Handler)
+        allowed = LOOPBACK_NAMES + (host,) if loopback else ("*",)
+        from agentic_rl.retrieval.app import create_app
+
+        app = create_app(retriever, token=token, allowed_hosts=allowed, read_timeout_s=read_timeout_s)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind((host, port))
+        self.server_address = self.socket.getsockname()
+        config = uvicorn.Config(app, log_level="info" if verbose else "warning", access_log=verbose, limit_concurrency=max_concurrency, timeout_keep_alive=5)
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def serve_forever(self) -> None:
+        self._server.run(sockets=[self.socket])
 
     def start(self) -> threading.Thread:
-        """Serve in a daemon thread (tests, notebooks); stop with ``shutdown()`` + ``server_close()``."""
-        thread = threading.Thread(target=self.serve_forever, daemon=True, name="retrieval-server")
-        thread.start()
-        return thread
+        """Serve in a daemon thread (tests, notebooks) until ``shutdown()``; returns once it accepts requests."""
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True, name="retrieval-server")
+        self._thread.start()
+        while not self._server.started and self._thread.is_alive():
+            time.sleep(0.01)
+        return self._thread
+
+    def shutdown(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def server_close(self) -> None:
+        self.socket.close()
 
 
 def _is_loopback(host: str) -> bool:
@@ -123,9 +107,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, *, allow_remote: bool = False, verbose: bool = True) -> None:
+def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, *, allow_remote: bool = False, token: str | None = None, verbose: bool = True) -> None:
     """Serve until interrupted."""
-    server = RetrievalServer(retriever, host, port, allow_remote=allow_remote, verbose=verbose)
+    server = RetrievalServer(retriever, host, port, allow_remote=allow_remote, token=token, verbose=verbose)
     try:
         server.serve_forever()
     finally:
@@ -135,14 +119,15 @@ def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, *, al
 class HTTPRetriever:
     """Client of a retrieval server (this one or a Search-R1 ``retrieval_server.py``)."""
 
-    def __init__(self, url: str, *, timeout_s: float = 30.0, retries: int = 2) -> None:
+    def __init__(self, url: str, *, timeout_s: float = 30.0, retries: int = 2, token: str | None = None) -> None:
         import httpx
 
         self.url = url.rstrip("/")
         if not self.url.endswith("/retrieve"):
             self.url += "/retrieve"
         self.retries = retries
-        self._client = httpx.Client(timeout=timeout_s)
+        token = token if token is not None else os.environ.get(TOKEN_VARIABLE)
+        self._client = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {token}"} if token else {})
 
     def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Document]]:
         import httpx

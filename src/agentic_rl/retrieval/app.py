@@ -1,0 +1,104 @@
+"""The retrieval server's ASGI app (FastAPI), speaking the Search-R1 protocol: ``POST
+/retrieve`` with ``{"queries": [...], "topk": k}`` -> ``{"result": [[{"document": {...},
+"score": s}, ...], ...]}``; ``GET /health``. ``retrieval/http.py`` runs it with uvicorn.
+
+(No ``from __future__ import annotations`` here: FastAPI reads the route signatures' types.)
+"""
+
+import asyncio
+import hmac
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agentic_rl.retrieval.base import Document, Retriever
+
+MAX_QUERIES = 1024
+MAX_TOPK = 100
+MAX_BODY_BYTES = 1 << 20
+
+
+def _document_payload(doc: Document) -> dict[str, Any]:
+    return {"document": {"id": doc.id, "title": doc.title, "text": doc.text, "contents": f'"{doc.title}"\n{doc.text}'}, "score": doc.score}
+
+
+def create_app(retriever: Retriever, *, token: str | None = None, allowed_hosts: Sequence[str] = ("*",), max_body_bytes: int = MAX_BODY_BYTES, read_timeout_s: float = 30.0):
+    """The ASGI app (FastAPI) serving ``retriever``: ``POST /retrieve``, ``GET /health``.
+
+    Every request is checked before its body is read: a ``Host`` in ``allowed_hosts``
+    (a loopback server answers only loopback names, which stops DNS rebinding), the bearer
+    ``token`` when one is set, a ``Content-Length`` that is present, non-negative and at
+    most ``max_body_bytes``; the body must arrive within ``read_timeout_s``. Errors are
+    JSON ``{"error": "..."}`` with 4xx statuses; a retriever failure is a 500."""
+    app = FastAPI(title="agentic-rl retrieval", docs_url=None, redoc_url=None, openapi_url=None)
+    hosts = {h.lower() for h in allowed_hosts}
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        host = (request.headers.get("host") or "").rsplit(":", 1)[0].strip("[]").lower()
+        if "*" not in hosts and host not in hosts:
+            return error(400, f"Host {host!r} is not served here")
+        if token is not None:
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return error(401, "a bearer token is required (Authorization: Bearer <token>)")
+        if request.method == "POST":
+            length = request.headers.get("content-length")
+            if length is None:
+                return error(411, "Content-Length is required")
+            if not length.isdigit():
+                return error(400, f"Content-Length must be a non-negative integer, got {length!r}")
+            if int(length) > max_body_bytes:
+                return error(413, f"request body too large ({length} bytes; at most {max_body_bytes})")
+        return await call_next(request)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        hint = "; use POST /retrieve or GET /health" if exc.status_code in (404, 405) else ""
+        return error(exc.status_code, f"{exc.detail} ({request.method} {request.url.path}){hint}")
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "num_docs": getattr(retriever, "num_docs", None)}
+
+    @app.post("/retrieve")
+    async def retrieve(request: Request):
+        try:
+            raw = await asyncio.wait_for(request.body(), timeout=read_timeout_s)
+        except asyncio.TimeoutError:
+            return error(408, f"the request body did not arrive within {read_timeout_s:g} s")
+        try:
+            queries, topk = _parse_request(json.loads(raw or b"{}"))
+        except (ValueError, TypeError, AttributeError) as exc:
+            return error(400, str(exc))
+        try:
+            results = await run_in_threadpool(lambda: [[_document_payload(doc) for doc in retriever.search(query, topk)] for query in queries])
+        except Exception as exc:  # the retriever's failure, not the client's
+            return error(500, f"{type(exc).__name__}: {exc}")
+        return {"result": results}
+
+    return app
+
+
+def _parse_request(request: Any) -> tuple[list[str], int]:
+    if not isinstance(request, dict):
+        raise ValueError("the body must be a JSON object")
+    queries = request.get("queries")
+    if isinstance(request.get("query"), str):
+        queries = [request["query"]]
+    topk = int(request.get("topk", request.get("k", 3)))
+    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
+        raise ValueError('"queries" must be a list of strings')
+    if len(queries) > MAX_QUERIES or not 1 <= topk <= MAX_TOPK:
+        raise ValueError(f"at most {MAX_QUERIES} queries and 1 <= topk <= {MAX_TOPK}")
+    return queries, topk
+
+
