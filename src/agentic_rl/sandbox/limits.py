@@ -71,8 +71,27 @@ class Isolation:
     worker's mount namespace sees: a total bound on what calls write."""
     caps_dropped: bool = False
     """All capabilities dropped (bounding set too) and no_new_privs set."""
+    uid: int | None = None
+    """The uid the code runs as, verified in a probe child (real, effective and saved, no
+    groups, setuid(0) refused); None when it could not be verified. Inside a user
+    namespace it is 0 there but an unprivileged uid on the host (``user_ns``)."""
+    unprivileged: bool = False
+    """The code is no root on the host: a non-zero uid, or uid 0 of a user namespace."""
+    ipc_ns: bool = False
+    """Each call has its own SysV IPC namespace: its shared memory dies with it."""
+    uts_ns: bool = False
+    proc_masked: bool = False
+    """/proc/sys, /proc/sysrq-trigger and friends read-only, /proc/kcore and friends masked."""
+    sys_hidden: bool = False
+    """/sys is an empty read-only tmpfs (no kernel knobs, no cgroup files)."""
+    private_dev: bool = False
+    """/dev holds only null, zero, full, random, urandom (and a private /dev/shm)."""
+    homes_hidden: bool = False
+    """/home, /root, /run, /tmp (and like dirs) are empty tmpfs, save the interpreter's paths."""
     cgroup_memory: bool = False
     cgroup_pids: bool = False
+    rlimit_nproc: bool = False
+    """RLIMIT_NPROC bounds the calls' processes (meaningful only when the uid is not root's)."""
     method: str = "none"
     notes: list[str] = field(default_factory=list)
 
@@ -80,8 +99,19 @@ class Isolation:
         return asdict(self)
 
     def describe(self) -> str:
-        flags = [name for name in ("net_ns", "pid_ns", "mount_ns", "user_ns", "readonly_root", "private_tmp", "private_workdir", "caps_dropped", "cgroup_memory", "cgroup_pids") if getattr(self, name)]
-        return f"{self.level} ({', '.join(flags) or 'rlimits only'})"
+        flags = [name for name in FEATURES if getattr(self, name)]
+        uid = f"uid {self.uid}" if self.uid is not None else "uid unverified"
+        return f"{self.level} ({uid}; {', '.join(flags) or 'rlimits only'})"
+
+    def missing(self) -> list[str]:
+        """The hardening features that are not active here (empty when all are)."""
+        gone = [name for name in FEATURES if name != "user_ns" and not getattr(self, name)]
+        if not (self.cgroup_memory and self.cgroup_pids) and self.rlimit_nproc:
+            gone = [name for name in gone if not name.startswith("cgroup_")]  # RLIMIT_NPROC + RLIMIT_AS stand in
+        return gone
+
+
+FEATURES = ("net_ns", "pid_ns", "mount_ns", "ipc_ns", "uts_ns", "user_ns", "unprivileged", "readonly_root", "private_tmp", "private_workdir", "caps_dropped", "proc_masked", "sys_hidden", "private_dev", "homes_hidden", "cgroup_memory", "cgroup_pids", "rlimit_nproc")
 
 
 def _try(cmd: list[str]) -> bool:
@@ -100,7 +130,7 @@ def unshare_prefix() -> tuple[tuple[str, ...], bool]:
     exe = shutil.which("unshare")
     if not exe:
         return (), False
-    core = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "private"]
+    core = ["--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc", "--propagation", "private"]
     candidates = []
     if os.geteuid() == 0:
         candidates.append(([exe, *core], False))

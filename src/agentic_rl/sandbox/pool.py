@@ -34,6 +34,24 @@ SCRUBBED_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_A
 _counter = itertools.count()
 
 
+SANDBOX_UID = 65534
+"""The uid (and gid) the code runs as when the sandbox starts as root: nobody."""
+
+
+def _readable_by_others(path: str) -> bool:
+    """Whether every directory from / down to ``path`` lets others in."""
+    path = os.path.realpath(path)
+    while True:
+        try:
+            if not os.stat(path).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+        if path == "/":
+            return True
+        path = os.path.dirname(path)
+
+
 class SandboxError(RuntimeError):
     """The sandbox itself failed (could not start a worker)."""
 
@@ -57,10 +75,8 @@ class SandboxWorker:
 
     def __init__(self, *, memory_mb: int = 512, max_processes: int = 32, disk_mb: int = 64, namespaces: bool = True, cgroups: bool = True, start_timeout_s: float = 20.0) -> None:
         self.base = tempfile.mkdtemp(prefix="agentic-rl-sandbox-")
-        if os.geteuid() == 0:
-            # Owned by another uid and not writable by others: the sandboxed code (uid 0
-            # without capabilities) can enter its own call dir but not write beside it.
-            os.chown(self.base, 65534, 65534)
+        # Owned by this process's uid, mode 0711: the call (another uid, or root without
+        # capabilities) can enter its own dir (chowned to it) but not list or write beside it.
         os.chmod(self.base, 0o711)
         self.cgroup_paths: dict[str, str] = {}
         self._buffer = b""
@@ -96,17 +112,23 @@ class SandboxWorker:
                         os.rmdir(path)
                     except OSError:
                         pass
+        # Root on the host drops the calls to SANDBOX_UID; in a user namespace the calls stay
+        # its uid 0, which is the (unprivileged) host uid of this process.
+        uid = SANDBOX_UID if root and not user_ns else None
         # RLIMIT_NPROC counts every process of the real uid on the machine, so the limit
-        # is what exists now plus the sandbox's share (a backstop behind the pids cgroup).
-        nproc = _count_uid_processes(os.getuid()) + max_processes * 4
+        # is what exists now plus the sandbox's share (a backstop behind the pids cgroup;
+        # with RLIMIT_AS it bounds a fork bomb's memory at about nproc x memory_mb).
+        nproc = _count_uid_processes(uid if uid is not None else os.getuid()) + max_processes * 2
         config = {
             "base": self.base,
             "disk_mb": disk_mb,
-            "base_owner": 65534 if root and not user_ns else None,
+            "base_owner": None,
+            "uid": uid,
             "nproc": nproc,
             "mount_setup": bool(prefix),
             "cgroups": self.cgroup_paths,
             "parent_net_ns": os.stat("/proc/self/ns/net").st_ino,
+            "parent_uts_ns": os.stat("/proc/self/ns/uts").st_ino,
         }
         command = [*prefix, sys.executable, "-I", "-B", WORKER_SCRIPT, json.dumps(config)]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(SCRUBBED_ENV), cwd=self.base, start_new_session=True, close_fds=True)
@@ -124,10 +146,25 @@ class SandboxWorker:
             private_tmp=bool(hello.get("private_tmp")),
             private_workdir=bool(hello.get("workdir_tmpfs")),
             caps_dropped=bool(hello.get("caps_dropped")),
+            uid=hello.get("uid"),
+            ipc_ns=bool(hello.get("ipc_ns")),
+            uts_ns=bool(hello.get("uts_ns")),
+            proc_masked=bool(hello.get("proc_masked")),
+            sys_hidden=bool(hello.get("sys_hidden")),
+            private_dev=bool(hello.get("private_dev")),
+            homes_hidden=bool(hello.get("homes_hidden")),
             cgroup_memory=bool(cg.get("memory")),
             cgroup_pids=bool(cg.get("pids")),
             method="unshare" if prefix else "none",
         )
+        verified_uid = hello.get("uid")
+        self.isolation.unprivileged = verified_uid is not None and (verified_uid != 0 or self.isolation.user_ns)
+        # Only a non-root uid is counted against RLIMIT_NPROC (root is exempt).
+        self.isolation.rlimit_nproc = verified_uid is not None and verified_uid != 0
+        if hello.get("uid_error"):
+            self.isolation.notes.append(f"could not drop to uid {uid}: {hello['uid_error']}")
+        if uid is not None and not self.isolation.mount_ns and not _readable_by_others(sys.base_prefix):
+            self.isolation.notes.append(f"the interpreter under {sys.base_prefix} is not readable by uid {uid} outside a mount namespace: only modules the worker preloaded import")
         self.isolation.level = "namespaces" if (self.isolation.net_ns and self.isolation.pid_ns and self.isolation.mount_ns) else "process"
         if hello.get("mount_error"):
             self.isolation.notes.append(f"mount setup failed: {hello['mount_error']}")
