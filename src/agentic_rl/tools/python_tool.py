@@ -4,14 +4,17 @@ Each :class:`PythonTool` owns one lazily started :class:`~agentic_rl.sandbox.Pyt
 (variables persist across calls: the notebook loop). Build one tool per trajectory (envs
 are built per trajectory) and call :meth:`PythonTool.close` when it ends; ``ToolEnv.close``
 does that. Errors and timeouts of the model's code are observations (``ok=False``), never
-exceptions; only a failure of the sandbox itself is reported as ``infra_error``.
+exceptions. A failure of the sandbox itself (``ExecutionResult.infra_error``, or a worker
+that cannot start) raises :class:`~agentic_rl.sandbox.SandboxError`: the episode records
+it as the trajectory's infra error, masked from the loss, instead of scoring the policy
+for the machine's fault.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentic_rl.sandbox import ExecutionResult, Limits, PythonSession
+from agentic_rl.sandbox import ExecutionResult, Limits, PythonSession, SandboxError
 from agentic_rl.tools.base import Tool
 from agentic_rl.types import ToolCall, ToolResult
 
@@ -92,8 +95,13 @@ class PythonTool(Tool):
             return ToolResult(name=call.name, content=f"Error: {error}", ok=False, call_id=call.id, malformed=True, latency_s=time.perf_counter() - start)
         try:
             result = self._run(arguments["code"])
-        except Exception as error:  # the sandbox itself failed: still never raise into the engine
-            return ToolResult(name=call.name, content=f"Error: sandbox failure: {type(error).__name__}: {error}", ok=False, call_id=call.id, latency_s=time.perf_counter() - start)
+        except SandboxError:
+            raise
+        except Exception as error:
+            raise SandboxError(f"sandbox failure: {type(error).__name__}: {error}") from error
+        if result.infra_error:
+            # Not the policy's doing: the episode turns this into an infra error (masked).
+            raise SandboxError(f"sandbox failure: {result.stderr.strip() or result.status}")
         content = format_execution(result, max_chars=self.max_output_chars, timeout_s=self.limits.timeout_s)
         return ToolResult(name=call.name, content=content, ok=result.status == "ok", call_id=call.id, latency_s=time.perf_counter() - start)
 
