@@ -287,7 +287,7 @@ def test_daemons_are_killed_without_namespaces_or_cgroups():
         "time.sleep(0.2)\n"
         "print('parent done')\n"
     )
-    with sandbox.SandboxWorker(namespaces=False, cgroups=False) as worker:
+    with sandbox.SandboxWorker(namespaces=False, cgroups=False, isolation="best-effort") as worker:
         assert not (worker.isolation.pid_ns or worker.isolation.cgroup_pids or worker.isolation.cgroup_memory)
         result = worker.run(code, limits)
         assert result.status == "ok" and result.stdout == "parent done\n"

@@ -318,6 +318,11 @@ class TrackingConfig(Section):
         return sinks
 
 
+class SandboxConfig(Section):
+    isolation: Literal["auto", "required", "best-effort"] = "auto"
+    """Model-written code (the python tool): required = refuse to start unless the sandbox is an unprivileged uid in network/PID/mount/IPC namespaces with hidden homes, a minimal /dev, no /sys and a process bound; best-effort = run with what the machine offers and warn, naming what is missing; auto = required where namespaces work here, else best-effort."""
+
+
 class TrainConfig(Section):
     """One training run: evals, optional SFT cold start and filtering, then RL."""
 
@@ -351,6 +356,8 @@ class TrainConfig(Section):
     """Held-out evaluations."""
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     """Metric sinks, warnings and the HTML report."""
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    """What the sandbox running model-written code must guarantee."""
     steps: int = Field(10, ge=0)
     """RL steps (each: sample groups, score, update)."""
     tasks_per_step: int = Field(8, ge=1)

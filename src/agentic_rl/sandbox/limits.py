@@ -12,6 +12,10 @@ STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
 CGROUP_V1_ROOT = "/sys/fs/cgroup"
 
 
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (could not start a worker)."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-call resource limits."""

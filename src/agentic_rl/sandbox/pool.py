@@ -27,7 +27,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from agentic_rl.sandbox.limits import CGROUP_V1_ROOT, ExecutionResult, Isolation, Limits, cgroup_v1_available, unshare_prefix
+from agentic_rl.sandbox.limits import CGROUP_V1_ROOT, ExecutionResult, Isolation, Limits, SandboxError, cgroup_v1_available, unshare_prefix
+from agentic_rl.sandbox.policy import enforce
 
 WORKER_SCRIPT = str(Path(__file__).with_name("_worker.py"))
 SCRUBBED_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp", "PYTHONIOENCODING": "utf-8"}
@@ -52,10 +53,6 @@ def _readable_by_others(path: str) -> bool:
         path = os.path.dirname(path)
 
 
-class SandboxError(RuntimeError):
-    """The sandbox itself failed (could not start a worker)."""
-
-
 def _count_uid_processes(uid: int) -> int:
     """Tasks (threads included: RLIMIT_NPROC counts them) that ``uid`` runs now."""
     count = 0
@@ -73,7 +70,10 @@ def _count_uid_processes(uid: int) -> int:
 class SandboxWorker:
     """One fork-server process. Not thread-safe: one call at a time (the pool ensures it)."""
 
-    def __init__(self, *, memory_mb: int = 512, max_processes: int = 32, disk_mb: int = 64, namespaces: bool = True, cgroups: bool = True, start_timeout_s: float = 20.0) -> None:
+    def __init__(self, *, memory_mb: int = 512, max_processes: int = 32, disk_mb: int = 64, namespaces: bool = True, cgroups: bool = True, start_timeout_s: float = 20.0, isolation: str | None = None) -> None:
+        """``isolation``: ``required`` / ``best-effort`` / ``auto`` (None: the process's
+        ``sandbox.isolation`` setting); a worker lacking what ``required`` demands is
+        stopped and :class:`~agentic_rl.sandbox.policy.IsolationUnavailable` raised."""
         self.base = tempfile.mkdtemp(prefix="agentic-rl-sandbox-")
         # Owned by this process's uid, mode 0711: the call (another uid, or root without
         # capabilities) can enter its own dir (chowned to it) but not list or write beside it.
@@ -85,6 +85,8 @@ class SandboxWorker:
         self.had_session = False
         try:
             self._start(memory_mb, max_processes, disk_mb, namespaces, cgroups, start_timeout_s)
+            if isolation != "report":  # ``isolation()`` only reports
+                enforce(self.isolation, isolation)
         except BaseException:
             self.close()
             raise
@@ -160,7 +162,8 @@ class SandboxWorker:
         verified_uid = hello.get("uid")
         self.isolation.unprivileged = verified_uid is not None and (verified_uid != 0 or self.isolation.user_ns)
         # Only a non-root uid is counted against RLIMIT_NPROC (root is exempt).
-        self.isolation.rlimit_nproc = verified_uid is not None and verified_uid != 0
+        # (In a user namespace its uid 0 is an ordinary host uid: not exempt either.)
+        self.isolation.rlimit_nproc = verified_uid is not None and (verified_uid != 0 or self.isolation.user_ns)
         if hello.get("uid_error"):
             self.isolation.notes.append(f"could not drop to uid {uid}: {hello['uid_error']}")
         if uid is not None and not self.isolation.mount_ns and not _readable_by_others(sys.base_prefix):
@@ -405,10 +408,19 @@ def isolation() -> Isolation:
     """Which isolation features are active here: probed once, by starting a real worker
     and reporting what it actually achieved."""
     try:
-        worker = SandboxWorker()
+        worker = SandboxWorker(isolation="report")
     except (SandboxError, OSError) as error:
         return Isolation(notes=[f"sandbox worker failed to start: {error}"])
     try:
         return worker.isolation
     finally:
         worker.close()
+
+
+def check_isolation(mode: str | None = None) -> Isolation:
+    """At the start of a run that uses the sandbox: the verified isolation, after
+    ``policy.enforce`` (raises ``IsolationUnavailable`` under ``required``, warns once,
+    naming what is missing, under ``best-effort``)."""
+    info = isolation()
+    enforce(info, mode)
+    return info
