@@ -114,8 +114,22 @@ def test_process_mode_is_unprivileged_too():
         assert worker.isolation.level == "process" and worker.isolation.uid == 65534 and worker.isolation.rlimit_nproc
         assert worker.run(UID_CODE, limits).stdout == "(65534, 65534, 65534) (65534, 65534, 65534) [] False\n"
         assert _writable_inside(lambda code: worker.run(code, limits), KNOBS) == {path: False for path in KNOBS}
-        # RLIMIT_NPROC bites once the uid is not root's: a fork bomb stops at the limit.
-        bomb = "import os\nn = 0\ntry:\n    for _ in range(100000):\n        if os.fork() == 0:\n            import time; time.sleep(30)\n        n += 1\nexcept OSError as e:\n    print('stopped', e.errno)\n"
-        result = worker.run(bomb, limits)
+        # No cgroups: RLIMIT_NPROC (it bites once the uid is not root's) stops a fork bomb of
+        # memory-hungry children, and RLIMIT_AS caps each of them (10 MB held, 1 GB refused).
+        bomb = (
+            "import os, time\n"
+            "try:\n"
+            "    for _ in range(100000):\n"
+            "        if os.fork() == 0:\n"
+            "            held = bytearray(10 << 20)\n"
+            "            try:\n"
+            "                bytearray(1 << 30)\n"
+            "            except MemoryError:\n"
+            "                pass\n"
+            "            time.sleep(30)\n"
+            "except OSError as e:\n"
+            "    print('stopped', e.errno)\n"
+        )
+        result = worker.run(bomb, sandbox.Limits(timeout_s=5.0, memory_mb=128))
         assert "stopped 11" in result.stdout, result
         assert worker.run("print(1)", limits).stdout == "1\n"

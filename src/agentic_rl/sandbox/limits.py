@@ -152,3 +152,64 @@ def cgroup_v1_available() -> dict[str, bool]:
         path = os.path.join(CGROUP_V1_ROOT, controller)
         found[controller] = os.path.isdir(path) and os.access(path, os.W_OK) and os.path.exists(os.path.join(path, "cgroup.procs"))
     return found
+
+
+def _own_cgroup_v2(proc_cgroup: str) -> str | None:
+    try:
+        with open(proc_cgroup) as handle:
+            for line in handle:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cgroup_v2_create(name: str, memory_mb: int, max_processes: int, *, root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> str | None:
+    """A child cgroup (v2) with memory.max and pids.max, under this process's own cgroup
+    when that subtree is delegated to us (writable, memory and pids enabled in its
+    subtree_control); None when there is no such subtree (then RLIMIT_NPROC and RLIMIT_AS
+    bound the calls instead)."""
+    if not os.path.exists(os.path.join(root, "cgroup.controllers")):
+        return None  # not a cgroup v2 (unified) hierarchy
+    own = _own_cgroup_v2(proc_cgroup)
+    if own is None:
+        return None
+    # Our own cgroup (when it may enable controllers for children), else its parent (a
+    # delegated subtree whose leaf we run in: cgroups with processes cannot have children
+    # with controllers, the "no internal processes" rule).
+    candidates = [os.path.join(root, own.strip("/")).rstrip("/")]
+    if own.strip("/"):
+        candidates.append(os.path.dirname(candidates[0]))
+    for parent in candidates:
+        path = _cgroup_v2_child(parent, name, memory_mb, max_processes)
+        if path is not None:
+            return path
+    return None
+
+
+def _cgroup_v2_child(parent: str, name: str, memory_mb: int, max_processes: int) -> str | None:
+    try:
+        with open(os.path.join(parent, "cgroup.subtree_control")) as handle:
+            enabled = set(handle.read().split())
+    except OSError:
+        return None
+    if not {"memory", "pids"} <= enabled or not os.access(parent, os.W_OK):
+        return None
+    path = os.path.join(parent, name)
+    try:
+        os.mkdir(path)
+        for file, value in (("memory.max", (memory_mb + 128) * 1024 * 1024), ("pids.max", max_processes + 4), ("memory.swap.max", 0)):
+            try:
+                with open(os.path.join(path, file), "w") as handle:
+                    handle.write(str(value))
+            except OSError:
+                if file != "memory.swap.max":  # swap accounting may be off; the others are the point
+                    raise
+        return path
+    except OSError:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+        return None

@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from agentic_rl.sandbox.limits import CGROUP_V1_ROOT, ExecutionResult, Isolation, Limits, SandboxError, cgroup_v1_available, unshare_prefix
+from agentic_rl.sandbox.limits import CGROUP_V1_ROOT, ExecutionResult, Isolation, Limits, SandboxError, cgroup_v1_available, cgroup_v2_create, unshare_prefix
 from agentic_rl.sandbox.policy import enforce
 
 WORKER_SCRIPT = str(Path(__file__).with_name("_worker.py"))
@@ -114,6 +114,11 @@ class SandboxWorker:
                         os.rmdir(path)
                     except OSError:
                         pass
+        if cgroups and not self.cgroup_paths:
+            # cgroup v2: a delegated subtree (root or not); one group holds both limits.
+            path = cgroup_v2_create(f"agentic_rl_sandbox_{os.getpid()}_{next(_counter)}", memory_mb, max_processes)
+            if path is not None:
+                self.cgroup_paths = {"memory": path, "pids": path}
         # Root on the host drops the calls to SANDBOX_UID; in a user namespace the calls stay
         # its uid 0, which is the (unprivileged) host uid of this process.
         uid = SANDBOX_UID if root and not user_ns else None
@@ -307,7 +312,7 @@ class SandboxWorker:
                 self.proc.stdout.close()
             except (OSError, ValueError):
                 pass
-        for path in self.cgroup_paths.values():
+        for path in set(self.cgroup_paths.values()):
             for _ in range(50):
                 try:
                     os.rmdir(path)
