@@ -105,6 +105,12 @@ def test_sysv_shared_memory_dies_with_the_call(pool):
         assert key not in _shm_keys(handle.read()), "the segment reached the host's IPC namespace"
     after = pool.execute("print(open('/proc/sysvipc/shm').read())")
     assert after.status == "ok" and key not in _shm_keys(after.stdout)
+    # A session keeps its segment across cells and loses it when it ends.
+    with sandbox.PythonSession(sandbox.Limits(timeout_s=5.0)) as session:
+        key = int(session.run(SHM_CODE).stdout)
+        assert key in _shm_keys(session.run("print(open('/proc/sysvipc/shm').read())").stdout)
+        session.run("raise SystemExit(0)")  # the session's process ends
+        assert key not in _shm_keys(session.run("print(open('/proc/sysvipc/shm').read())").stdout)
 
 
 @pytest.mark.skipif(not ROOT_HOST, reason="the uid is dropped when the sandbox starts as root")
@@ -130,6 +136,11 @@ def test_process_mode_is_unprivileged_too():
             "except OSError as e:\n"
             "    print('stopped', e.errno)\n"
         )
+        # Without the worker's IPC namespace each call has its own: SysV memory dies with it.
+        key = int(worker.run(SHM_CODE, limits).stdout)
+        assert key > 0
+        with open("/proc/sysvipc/shm") as handle:
+            assert key not in _shm_keys(handle.read())
         result = worker.run(bomb, sandbox.Limits(timeout_s=5.0, memory_mb=128))
         assert "stopped 11" in result.stdout, result
         assert worker.run("print(1)", limits).stdout == "1\n"

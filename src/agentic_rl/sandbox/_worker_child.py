@@ -64,12 +64,13 @@ def _scrub_environment() -> None:
     sys.stderr = io.TextIOWrapper(open(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
 
 
-def prepare_child(request: dict, fds: tuple[int, int, int, int], workdir: str, nproc: int | None, drop: bool, uid: int | None) -> None:
+def prepare_child(request: dict, fds: tuple[int, int, int, int], workdir: str, nproc: int | None, drop: bool, uid: int | None, own_ipc: bool) -> None:
     """Turn the freshly forked process into the call's sandboxed child (before any user code).
 
     ``fds``: the child's ends of the (stdout, stderr, control, status) pipes. Limits are
     set while still privileged (hard limits can then never be raised), then the call gets
-    its own IPC namespace and drops to ``uid`` without capabilities.
+    its own IPC namespace (``own_ipc``: when the worker has none of its own to clean after
+    each call) and drops to ``uid`` without capabilities.
     """
     os.setsid()
     _redirect_fds(*fds)
@@ -77,7 +78,8 @@ def prepare_child(request: dict, fds: tuple[int, int, int, int], workdir: str, n
         signal.signal(sig, signal.SIG_DFL)
     os.chdir(workdir)
     _set_limits(request, nproc)
-    new_ipc_namespace()  # verified at worker start (``ipc_ns`` in its report)
+    if own_ipc:
+        new_ipc_namespace()  # verified at worker start (``ipc_ns`` in its report)
     if drop:
         drop_privileges(uid)
     _scrub_environment()

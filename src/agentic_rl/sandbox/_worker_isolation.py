@@ -209,6 +209,23 @@ def new_ipc_namespace() -> bool:
     return libc().unshare(CLONE_NEWIPC) == 0
 
 
+def remove_sysv_ipc() -> None:
+    """Remove every SysV shared-memory segment, semaphore set and message queue of this
+    (the worker's own) IPC namespace: what a call created dies with it. Cheaper than an IPC
+    namespace per call (about 0.5 ms a fork on a loaded machine)."""
+    lib = libc()
+    for kind, remove in (("shm", lambda ident: lib.shmctl(ident, 0, None)), ("sem", lambda ident: lib.semctl(ident, 0, 0)), ("msg", lambda ident: lib.msgctl(ident, 0, None))):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                remove(int(fields[1]))  # IPC_RMID
+
+
 def _capabilities_empty() -> bool:
     with open("/proc/self/status") as handle:
         for line in handle:

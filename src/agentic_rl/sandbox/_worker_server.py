@@ -19,7 +19,7 @@ import sys
 import time
 
 from _worker_child import prepare_child, serve_cells
-from _worker_isolation import become_subreaper, in_new_net_ns, join_cgroups, probe_child, setup_mounts
+from _worker_isolation import become_subreaper, in_new_net_ns, join_cgroups, probe_child, remove_sysv_ipc, setup_mounts
 from _worker_reaper import kill_group, kill_leftovers, oom_seen
 
 READ_SIZE = 1 << 16
@@ -148,6 +148,7 @@ class Worker:
         self.config = config
         self.pid_ns = os.getpid() == 1
         self.base = config["base"]
+        self.worker_ipc_ns = False
         self.cgroups: dict = {}  # controller -> an open fd of the worker's cgroup dir (/sys is hidden from the calls)
         self.uid: int | None = None  # the uid calls run as (None: the worker's own)
         self.drop = False
@@ -166,6 +167,9 @@ class Worker:
                 self.cgroups[controller] = os.open(cfg["cgroups"][controller], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.report["net_ns"] = in_new_net_ns(cfg.get("parent_net_ns"))
         self.report["uts_ns"] = os.stat("/proc/self/ns/uts").st_ino != cfg.get("parent_uts_ns")
+        # With an IPC namespace of its own the worker empties it after each call; without
+        # one each call's child makes its own (verified by the probe).
+        self.worker_ipc_ns = os.stat("/proc/self/ns/ipc").st_ino != cfg.get("parent_ipc_ns")
         self.report["mount_ns"] = False
         if cfg.get("mount_setup"):
             # What the calls must still read: the interpreter and every import path.
@@ -183,14 +187,14 @@ class Worker:
         if uid is not None and probe.get("uid") != uid:
             self.report["uid_error"] = probe.get("error") or f"could not become uid {uid}"
             probe = probe_child(None)
-        self.report.update(ipc_ns=bool(probe.get("ipc_ns")), caps_dropped=bool(probe.get("caps_dropped")), uid=probe.get("uid"))
+        self.report.update(ipc_ns=self.worker_ipc_ns or bool(probe.get("ipc_ns")), caps_dropped=bool(probe.get("caps_dropped")), uid=probe.get("uid"))
         self.uid = uid if probe.get("uid") == uid else None
         self.drop = bool(probe.get("caps_dropped")) or self.uid is not None
 
     # ------------------------------------------------------------------ child
     def _child_main(self, request: dict, fds: tuple[int, int, int, int]) -> None:
         """In the forked child: limits, privileges, then a loop running cells."""
-        prepare_child(request, fds, os.path.join(self.base, request["dir"]), self.config.get("nproc"), self.drop, self.uid)
+        prepare_child(request, fds, os.path.join(self.base, request["dir"]), self.config.get("nproc"), self.drop, self.uid, not self.worker_ipc_ns)
         del request
         self.config = None  # nothing of the worker's state for the user code
         serve_cells()
@@ -241,6 +245,11 @@ class Worker:
                 self._own(path)
         return workdir
 
+    def _clean_ipc(self) -> None:
+        """SysV objects a call made die with it (once every process of the call is gone)."""
+        if self.worker_ipc_ns:
+            remove_sysv_ipc()
+
     def _own(self, path: str) -> None:
         """The unprivileged call owns its scratch dir and the files placed in it."""
         if self.uid is not None:
@@ -265,6 +274,7 @@ class Worker:
         _drain(chunks, limit)
         _close_all((child["out"], child["err"], child["status"], child["ctl"]))
         kill_leftovers(self.pid_ns, self.cgroups)
+        self._clean_ipc()
         self.child, self.child_pipes = None, {}
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)  # after every process of the call is gone
@@ -312,4 +322,5 @@ class Worker:
             _close_all((pipes["out"], pipes["err"], pipes["status"], pipes["ctl"]))
             self.child, self.child_pipes = None, {}
             kill_leftovers(self.pid_ns, self.cgroups)
+            self._clean_ipc()
         shutil.rmtree(os.path.join(self.base, "session"), ignore_errors=True)

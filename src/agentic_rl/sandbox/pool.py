@@ -136,6 +136,7 @@ class SandboxWorker:
             "cgroups": self.cgroup_paths,
             "parent_net_ns": os.stat("/proc/self/ns/net").st_ino,
             "parent_uts_ns": os.stat("/proc/self/ns/uts").st_ino,
+            "parent_ipc_ns": os.stat("/proc/self/ns/ipc").st_ino,
         }
         command = [*prefix, sys.executable, "-I", "-B", WORKER_SCRIPT, json.dumps(config)]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(SCRUBBED_ENV), cwd=self.base, start_new_session=True, close_fds=True)
