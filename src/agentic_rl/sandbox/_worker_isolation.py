@@ -104,11 +104,11 @@ def _mask_proc() -> bool:
     return ok
 
 
-def setup_mounts(base: str, disk_mb: int, owner: int | None, keep: list) -> dict:
+def setup_mounts(base: str, disk_mb: int, owner: int | None, keep: list, hide: list = ()) -> dict:
     """The sandbox's view of the file system, before any call runs.
 
     Home, run and temp dirs are hidden under empty tmpfs (the interpreter and the paths in
-    ``keep`` are bound back), /sys is an empty tmpfs, /dev a minimal one, /proc's kernel
+    ``keep`` are bound back; ``hide`` adds dirs such as the training run dirs), /sys is an empty tmpfs, /dev a minimal one, /proc's kernel
     knobs are read-only, and everything else is remounted read-only except the work dirs:
     a private tmpfs of ``disk_mb`` over ``base`` (a total bound on what the calls write;
     creating / removing a dir per call costs microseconds). If tmpfs cannot be mounted,
@@ -118,10 +118,12 @@ def setup_mounts(base: str, disk_mb: int, owner: int | None, keep: list) -> dict
     keep = sorted({os.path.realpath(k) for k in keep if os.path.exists(k)})
     keep = [k for k in keep if not any(k != other and _within(k, other) for other in keep)]
     hidden = []
-    for point in HIDDEN:
+    for point in (*HIDDEN, *hide):
         real = os.path.realpath(point)
-        if os.path.isdir(real) and real != "/" and real not in hidden and not any(_within(k, real) and k == real for k in keep):
+        if os.path.isdir(real) and real != "/" and real not in keep:
             hidden.append(real)
+    # A dir inside another hidden one is covered already (and gone once that is mounted).
+    hidden = [h for h in dict.fromkeys(hidden) if not any(h != other and _within(h, other) for other in hidden)]
     base_fd = os.open(base, O_PATH | os.O_CLOEXEC)
     try:
         report["homes_hidden"] = _hide(hidden, keep, base)

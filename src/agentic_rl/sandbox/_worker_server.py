@@ -176,7 +176,7 @@ class Worker:
             keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
             keep += [entry for entry in sys.path if entry and os.path.isdir(entry)]
             try:
-                self.report.update(setup_mounts(self.base, int(cfg.get("disk_mb", 64)), cfg.get("base_owner"), keep))
+                self.report.update(setup_mounts(self.base, int(cfg.get("disk_mb", 64)), cfg.get("base_owner"), keep, cfg.get("hide") or []))
                 self.report["mount_ns"] = True
             except OSError as error:
                 self.report["mount_error"] = str(error)

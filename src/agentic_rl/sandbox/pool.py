@@ -39,6 +39,20 @@ SANDBOX_UID = 65534
 """The uid (and gid) the code runs as when the sandbox starts as root: nobody."""
 
 
+_HIDDEN: set[str] = set()
+
+
+def hide_path(path: str | os.PathLike) -> None:
+    """Hide ``path`` (a dir: a run directory, checkpoints) from sandboxes started from now
+    on, under an empty tmpfs, like the home and run dirs (where there is a mount namespace)."""
+    _HIDDEN.add(os.path.abspath(path))
+
+
+def _hidden_paths() -> list[str]:
+    # ``runs/`` of this process's working directory: the default home of run directories.
+    return sorted(path for path in {*_HIDDEN, os.path.abspath("runs")} if os.path.isdir(path))
+
+
 def _readable_by_others(path: str) -> bool:
     """Whether every directory from / down to ``path`` lets others in."""
     path = os.path.realpath(path)
@@ -137,6 +151,7 @@ class SandboxWorker:
             "parent_net_ns": os.stat("/proc/self/ns/net").st_ino,
             "parent_uts_ns": os.stat("/proc/self/ns/uts").st_ino,
             "parent_ipc_ns": os.stat("/proc/self/ns/ipc").st_ino,
+            "hide": _hidden_paths(),
         }
         command = [*prefix, sys.executable, "-I", "-B", WORKER_SCRIPT, json.dumps(config)]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(SCRUBBED_ENV), cwd=self.base, start_new_session=True, close_fds=True)

@@ -145,6 +145,8 @@ def _check_sandbox(config: TrainConfig, train_env: Callable, events: RunEvents, 
     from agentic_rl.tools.python_tool import PythonTool
 
     sandbox.set_isolation_mode(config.sandbox.isolation)
+    if run is not None:
+        sandbox.hide_path(run.path)  # config, checkpoints, rollouts: nothing for the model's code
     env = train_env()
     try:
         if not any(isinstance(tool, PythonTool) for tool in (getattr(env, "tools", None) or ())):
