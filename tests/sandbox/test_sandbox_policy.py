@@ -78,3 +78,15 @@ def test_training_refuses_to_start_under_required(monkeypatch):
     assert any("warning" in line and "net_ns" in line for line in stages), stages
     # An env without the python tool never probes the sandbox.
     pipeline._check_sandbox(TrainConfig.model_validate({"sandbox": {"isolation": "required"}}), lambda: SimpleNamespace(tools=[]), RunEvents())
+
+
+def test_the_report_warns_about_missing_isolation(tmp_path):
+    import json
+
+    from agentic_rl.tracking.report.page import _sandbox_warning
+
+    assert _sandbox_warning(tmp_path) == []
+    (tmp_path / "sandbox.json").write_text(json.dumps({"mode": "best-effort", "missing": ["net_ns", "pid_ns"], "isolation": {}}))
+    assert _sandbox_warning(tmp_path) == ["sandbox.isolation is 'best-effort': model-written code ran without net_ns, pid_ns"]
+    (tmp_path / "sandbox.json").write_text(json.dumps({"mode": "required", "missing": [], "isolation": {}}))
+    assert _sandbox_warning(tmp_path) == []
