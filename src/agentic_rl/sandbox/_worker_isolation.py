@@ -250,12 +250,14 @@ def probe_child(uid: int | None) -> dict:
             drop_privileges(uid)
             result["caps_dropped"] = _capabilities_empty()
             ids = set(os.getresuid()) | set(os.getresgid())
-            try:
-                os.setresuid(0, 0, 0)
-                regained = True
-            except OSError:
-                regained = False
-            if len(ids) == 1 and not regained and not os.getgroups():
+            regained = False
+            if os.getuid() != 0:  # (uid 0 of a user namespace has nothing to regain)
+                try:
+                    os.setresuid(0, 0, 0)
+                    regained = True
+                except OSError:
+                    pass
+            if len(ids) == 1 and not regained and (uid is None or not os.getgroups()):
                 result["uid"] = os.getuid()
         except BaseException as error:
             result["error"] = f"{type(error).__name__}: {error}"

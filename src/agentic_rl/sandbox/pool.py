@@ -181,10 +181,11 @@ class SandboxWorker:
             method="unshare" if prefix else "none",
         )
         verified_uid = hello.get("uid")
-        self.isolation.unprivileged = verified_uid is not None and (verified_uid != 0 or self.isolation.user_ns)
-        # Only a non-root uid is counted against RLIMIT_NPROC (root is exempt).
-        # (In a user namespace its uid 0 is an ordinary host uid: not exempt either.)
-        self.isolation.rlimit_nproc = verified_uid is not None and (verified_uid != 0 or self.isolation.user_ns)
+        # uid 0 of a user namespace is this process's host uid: unprivileged unless that is root.
+        host_uid = os.getuid() if self.isolation.user_ns and verified_uid == 0 else verified_uid
+        self.isolation.unprivileged = host_uid is not None and host_uid != 0
+        # Only a non-root (host) uid is counted against RLIMIT_NPROC (root is exempt).
+        self.isolation.rlimit_nproc = self.isolation.unprivileged
         if hello.get("uid_error"):
             self.isolation.notes.append(f"could not drop to uid {uid}: {hello['uid_error']}")
         if uid is not None and not self.isolation.mount_ns and not _readable_by_others(sys.base_prefix):
