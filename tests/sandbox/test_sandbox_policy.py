@@ -90,3 +90,17 @@ def test_the_report_warns_about_missing_isolation(tmp_path):
     assert _sandbox_warning(tmp_path) == ["sandbox.isolation is 'best-effort': model-written code ran without net_ns, pid_ns"]
     (tmp_path / "sandbox.json").write_text(json.dumps({"mode": "required", "missing": [], "isolation": {}}))
     assert _sandbox_warning(tmp_path) == []
+
+
+def test_evaluation_refuses_to_start_under_required(monkeypatch):
+    from agentic_rl.config import ConfigError, EvalConfig
+    from agentic_rl.evaluation import harness
+    from agentic_rl.tools.python_tool import make_python_tool
+
+    weak = sandbox.Isolation(level="process")
+    monkeypatch.setattr(pool_module, "isolation", lambda: weak)
+    env = SimpleNamespace(tools=[make_python_tool()], close=lambda: None)
+    with pytest.raises(ConfigError, match="sandbox.isolation is 'required'"):
+        harness._check_sandbox(EvalConfig.model_validate({"sandbox": {"isolation": "required"}}), lambda: env)
+    with pytest.warns(RuntimeWarning, match="best-effort.*net_ns"):
+        harness._check_sandbox(EvalConfig.model_validate({"sandbox": {"isolation": "best-effort"}}), lambda: env)

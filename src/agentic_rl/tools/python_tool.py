@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentic_rl.sandbox import ExecutionResult, Limits, PythonSession, SandboxError
+from agentic_rl.sandbox import ExecutionResult, Isolation, Limits, PythonSession, SandboxError
 from agentic_rl.tools.base import Tool
 from agentic_rl.types import ToolCall, ToolResult
 
-__all__ = ["PythonTool", "format_execution", "truncate_output", "make_python_tool"]
+__all__ = ["PythonTool", "check_sandbox_for", "format_execution", "truncate_output", "make_python_tool"]
 
 TRUNCATION_MARKER = "\n...[output truncated: {hidden} more characters]...\n"
 
@@ -125,3 +125,31 @@ def make_python_tool(*, timeout_s: float = 5.0, memory_mb: int = 512, max_output
         max_output_chars=max_output_chars,
         stateful=stateful,
     )
+
+
+def check_sandbox_for(make_env, mode: str = "auto") -> tuple[Isolation, list[str]] | None:
+    """At the start of a run: set ``sandbox.isolation`` to ``mode`` and, when the env built by
+    ``make_env`` has the python tool, verify the sandbox: ``(isolation, warnings)``, where the
+    warnings name what a best-effort sandbox lacks. Raises ``ConfigError`` (one line naming
+    the setting) under ``required`` when it is unavailable. None: the env runs no code."""
+    import warnings
+
+    from agentic_rl.errors import ConfigError
+    from agentic_rl.sandbox import IsolationUnavailable, check_isolation, set_isolation_mode
+
+    set_isolation_mode(mode)
+    env = make_env()
+    try:
+        if not any(isinstance(item, PythonTool) for item in (getattr(env, "tools", None) or ())):
+            return None
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            info = check_isolation()
+        except IsolationUnavailable as error:
+            raise ConfigError(str(error)) from None
+    return info, [str(warning.message) for warning in caught]

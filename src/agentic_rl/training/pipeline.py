@@ -142,33 +142,19 @@ def _check_sandbox(config: TrainConfig, train_env: Callable, events: RunEvents, 
     what is missing (best-effort), before anything else is spent. Never a silent fallback:
     what was verified and what is missing is also written to the run's sandbox.json."""
     from agentic_rl import sandbox
-    from agentic_rl.tools.python_tool import PythonTool
+    from agentic_rl.sandbox.policy import missing
+    from agentic_rl.tools.python_tool import check_sandbox_for
 
-    sandbox.set_isolation_mode(config.sandbox.isolation)
     if run is not None:
         sandbox.hide_path(run.path)  # config, checkpoints, rollouts: nothing for the model's code
-    env = train_env()
-    try:
-        if not any(isinstance(tool, PythonTool) for tool in (getattr(env, "tools", None) or ())):
-            return
-    finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
-    import warnings
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            info = sandbox.check_isolation()
-        except sandbox.IsolationUnavailable as error:
-            raise ConfigError(str(error)) from None
-    for warning in caught:
-        events.on_stage(f"warning: {warning.message}")
+    checked = check_sandbox_for(train_env, config.sandbox.isolation)
+    if checked is None:
+        return
+    info, warnings = checked
+    for warning in warnings:
+        events.on_stage(f"warning: {warning}")
     events.on_stage(f"sandbox: {info.describe()} ({sandbox.isolation_mode()})")
     if run is not None:
-        from agentic_rl.sandbox.policy import missing
-
         run.write_json("sandbox.json", {"mode": sandbox.isolation_mode(), "missing": missing(info), "isolation": info.to_dict()})
 
 
