@@ -14,6 +14,11 @@ import resource
 import signal
 import sys
 
+# Imported before the uid drop: without a mount namespace the stdlib may be unreadable to the
+# sandbox uid (an interpreter under a 0700 /root); error tracebacks and exec must still work.
+import traceback
+import warnings  # noqa: F401 -- os.execvp imports it
+
 from _worker_isolation import drop_privileges, new_ipc_namespace
 
 MB = 1024 * 1024
@@ -113,8 +118,6 @@ def _run_cell(code: str, namespace: dict) -> tuple[str, int | None]:
         outcome = "memory"
         sys.stderr.write("MemoryError\n")
     except BaseException:
-        import traceback
-
         outcome = "error"
         try:
             kind, value, trace = sys.exc_info()
