@@ -104,3 +104,37 @@ def test_gsm8k_env_rollout_closes_sessions(tokenizer):
         turn = t.turns[0]
         assert set(t.loss_mask[turn.response_end : turn.observation_end]) == {0}
     assert all(env.tools.get("python").session is None for env in made), "engine did not close the env"
+
+
+def test_sandbox_failures_are_infra_errors_not_policy_failures(monkeypatch):
+    """A sandbox failure raises SandboxError (the episode masks the trajectory as an infra
+    error); the code's own errors stay observations."""
+    tool = make_python_tool(timeout_s=2)
+    try:
+        assert not tool.invoke(py("1/0")).ok  # the policy's error: an observation
+        broken = sandbox.ExecutionResult(status="killed", stderr="sandbox worker died or hung; it was killed", infra_error=True)
+        monkeypatch.setattr(sandbox.PythonSession, "run", lambda self, code, **kw: broken)
+        with pytest.raises(sandbox.SandboxError, match="worker died"):
+            tool.invoke(py("print(1)"))
+
+        def fail(self, code, **kw):
+            raise OSError("no more processes")
+
+        monkeypatch.setattr(sandbox.PythonSession, "run", fail)
+        with pytest.raises(sandbox.SandboxError, match="no more processes"):
+            tool.invoke(py("print(1)"))
+    finally:
+        tool.close()
+
+
+def test_a_tool_sandbox_failure_becomes_the_trajectory_infra_error(monkeypatch):
+    from agentic_rl.envs.tool_env import ToolEnv
+
+    broken = sandbox.ExecutionResult(status="killed", stderr="sandbox worker is not running", infra_error=True)
+    monkeypatch.setattr(sandbox.PythonSession, "run", lambda self, code, **kw: broken)
+    env = ToolEnv.__new__(ToolEnv)
+    from agentic_rl.tools.registry import ToolRegistry
+
+    env.tools = ToolRegistry([make_python_tool(timeout_s=1)])
+    with pytest.raises(sandbox.SandboxError):
+        env._run_tools([py("print(1)")])

@@ -89,6 +89,11 @@ class RolloutConfig(Section):
     """With an engine that offers decode sessions (HF): each trajectory decodes on its own schedule and keeps its KV cache across turns; false: one batched generate per turn (the reference path, same tokens for the same seed)."""
 
 
+class SandboxConfig(Section):
+    isolation: Literal["auto", "required", "best-effort"] = "auto"
+    """Model-written code (the python tool): required = refuse to start unless the sandbox is an unprivileged uid in network/PID/mount/IPC namespaces with hidden homes, a minimal /dev, no /sys and a process bound; best-effort = run with what the machine offers and warn, naming what is missing; auto = required where namespaces work here, else best-effort."""
+
+
 class EvalConfig(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     """The policy to evaluate."""
@@ -112,6 +117,8 @@ class EvalConfig(Section):
     """Weights the hf engine samples with: bf16-mixed = bf16 weights; auto = bf16 on GPUs, and on CPUs where bf16 matmuls measure faster (see agentic_rl.models.precision)."""
     output: str | None = None
     """Write the JSON result here."""
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    """What the sandbox running model-written code must guarantee."""
 
     @model_validator(mode="after")
     def _samples_cover_k(self) -> EvalConfig:
@@ -351,6 +358,8 @@ class TrainConfig(Section):
     """Held-out evaluations."""
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     """Metric sinks, warnings and the HTML report."""
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    """What the sandbox running model-written code must guarantee."""
     steps: int = Field(10, ge=0)
     """RL steps (each: sample groups, score, update)."""
     tasks_per_step: int = Field(8, ge=1)

@@ -87,12 +87,24 @@ def prepare(config: EvalConfig | dict[str, Any] | None = None, *, loaded=None, b
     if not isinstance(config, EvalConfig):
         config = build(EvalConfig, config or {})
     make_env = envs.env_factory(config.env.name, config.env.options, split=config.split)
+    _check_sandbox(config, make_env)
     available = make_env().num_tasks
     if config.num_tasks > available:
         raise ConfigError(f"num_tasks: the env has {available} tasks in split {config.split!r}, asked for {config.num_tasks}")
     if backend is None:
         backend = build_backend(config.backend, config.model, loaded=loaded, precision=_sampling_precision(config, loaded))
     return PreparedEval(config, make_env, backend)
+
+
+def _check_sandbox(config: EvalConfig, make_env) -> None:
+    """Refuse (required) or warn, naming what is missing (best-effort), before the model loads."""
+    import warnings
+
+    from agentic_rl.tools.python_tool import check_sandbox_for
+
+    checked = check_sandbox_for(make_env, config.sandbox.isolation)
+    for text in checked[1] if checked else ():
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
 
 
 def _sampling_precision(config: EvalConfig, loaded) -> str:

@@ -14,7 +14,12 @@ import resource
 import signal
 import sys
 
-from _worker_isolation import drop_capabilities
+# Imported before the uid drop: without a mount namespace the stdlib may be unreadable to the
+# sandbox uid (an interpreter under a 0700 /root); error tracebacks and exec must still work.
+import traceback
+import warnings  # noqa: F401 -- os.execvp imports it
+
+from _worker_isolation import drop_privileges, new_ipc_namespace
 
 MB = 1024 * 1024
 CONTROL_FD, STATUS_FD = 3, 4
@@ -34,8 +39,11 @@ def _redirect_fds(out_w: int, err_w: int, ctl_r: int, st_w: int) -> None:
 
 def _set_limits(request: dict, nproc: int | None) -> None:
     cpu = int(request["cpu_s"]) + 1
+    # A session child renews its soft CPU limit per cell (``_renew_cpu_limit``); raising it
+    # later needs the hard limit to leave room (no CAP_SYS_RESOURCE to raise that then).
+    cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1] if request.get("keep") else cpu + 1
     limits = [
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_CPU, (cpu, cpu_hard)),
         (resource.RLIMIT_AS, (request["memory_mb"] * MB,) * 2),
         (resource.RLIMIT_FSIZE, (request["file_size_mb"] * MB,) * 2),
         (resource.RLIMIT_NOFILE, (request["open_files"],) * 2),
@@ -61,10 +69,13 @@ def _scrub_environment() -> None:
     sys.stderr = io.TextIOWrapper(open(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
 
 
-def prepare_child(request: dict, fds: tuple[int, int, int, int], workdir: str, nproc: int | None, drop_caps: bool) -> None:
+def prepare_child(request: dict, fds: tuple[int, int, int, int], workdir: str, nproc: int | None, drop: bool, uid: int | None, own_ipc: bool) -> None:
     """Turn the freshly forked process into the call's sandboxed child (before any user code).
 
-    ``fds``: the child's ends of the (stdout, stderr, control, status) pipes.
+    ``fds``: the child's ends of the (stdout, stderr, control, status) pipes. Limits are
+    set while still privileged (hard limits can then never be raised), then the call gets
+    its own IPC namespace (``own_ipc``: when the worker has none of its own to clean after
+    each call) and drops to ``uid`` without capabilities.
     """
     os.setsid()
     _redirect_fds(*fds)
@@ -72,9 +83,24 @@ def prepare_child(request: dict, fds: tuple[int, int, int, int], workdir: str, n
         signal.signal(sig, signal.SIG_DFL)
     os.chdir(workdir)
     _set_limits(request, nproc)
-    if drop_caps:
-        drop_capabilities()
+    if own_ipc:
+        new_ipc_namespace()  # verified at worker start (``ipc_ns`` in its report)
+    if drop:
+        drop_privileges(uid)
     _scrub_environment()
+
+
+def _renew_cpu_limit(cpu_s: float) -> None:
+    """RLIMIT_CPU counts the process's whole life: each cell of a session gets ``cpu_s`` anew
+    (the CPU time used so far plus its budget), so the 6th one-second cell is not killed
+    for the first five. Code that raises its own soft limit still meets the wall timeout."""
+    times = os.times()
+    soft = int(times.user + times.system + cpu_s) + 1
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    except (ValueError, OSError):
+        pass
 
 
 def _run_cell(code: str, namespace: dict) -> tuple[str, int | None]:
@@ -92,8 +118,6 @@ def _run_cell(code: str, namespace: dict) -> tuple[str, int | None]:
         outcome = "memory"
         sys.stderr.write("MemoryError\n")
     except BaseException:
-        import traceback
-
         outcome = "error"
         try:
             kind, value, trace = sys.exc_info()
@@ -118,7 +142,15 @@ def serve_cells() -> None:
                 os._exit(0)
             buffer += chunk
         line, buffer = buffer.split(b"\n", 1)
-        outcome, exit_code = _run_cell(json.loads(line)["code"], namespace)
+        try:
+            cell = json.loads(line)
+            code, cell_id = cell["code"], cell.get("cell")
+            _renew_cpu_limit(float(cell["cpu_s"]))
+        except (ValueError, TypeError, KeyError):
+            # Something other than the worker wrote here (the code itself, through a
+            # descriptor it reopened): an error for this cell, never a crash.
+            code, cell_id = "raise RuntimeError('sandbox: unreadable request on the control descriptor')", None
+        outcome, exit_code = _run_cell(code, namespace)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -126,4 +158,4 @@ def serve_cells() -> None:
                 pass
         if outcome == "exit":
             os._exit(exit_code & 0xFF)
-        os.write(STATUS_FD, (json.dumps({"outcome": outcome}) + "\n").encode())
+        os.write(STATUS_FD, (json.dumps({"outcome": outcome, "cell": cell_id}) + "\n").encode())

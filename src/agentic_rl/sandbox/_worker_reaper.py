@@ -82,17 +82,30 @@ def _kill_children() -> None:
         time.sleep(0.001)
 
 
+def read_cgroup_file(dir_fd: int, name: str) -> str:
+    """A file of the worker's cgroup, through the dir fd opened before /sys was hidden."""
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks).decode()
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
 def _kill_cgroup(cgroups: dict) -> None:
     """Kill every other member of the first of the pids / memory cgroups the worker has."""
     for controller in ("pids", "memory"):
-        path = cgroups.get(controller)
-        if not path:
+        dir_fd = cgroups.get(controller)
+        if dir_fd is None:
             continue
         me = os.getpid()
         for _ in range(1000):
             try:
-                with open(os.path.join(path, "cgroup.procs")) as handle:
-                    pids = [int(p) for p in handle.read().split() if int(p) != me]
+                pids = [int(p) for p in read_cgroup_file(dir_fd, "cgroup.procs").split() if int(p) != me]
             except OSError:
                 break
             if not pids:
@@ -119,11 +132,15 @@ def kill_leftovers(pid_ns: bool, cgroups: dict) -> None:
 
 def oom_seen(cgroups: dict) -> bool:
     """Whether the memory cgroup has ever hit its limit (tells an OOM kill from another SIGKILL)."""
-    path = cgroups.get("memory")
-    if not path:
+    dir_fd = cgroups.get("memory")
+    if dir_fd is None:
         return False
     try:
-        with open(os.path.join(path, "memory.failcnt")) as handle:
-            return int(handle.read().strip() or 0) > 0
+        return int(read_cgroup_file(dir_fd, "memory.failcnt").strip() or 0) > 0
     except OSError:
+        pass
+    try:  # cgroup v2
+        events = dict(line.split() for line in read_cgroup_file(dir_fd, "memory.events").splitlines() if line.strip())
+        return int(events.get("oom_kill", 0)) > 0 or int(events.get("max", 0)) > 0
+    except (OSError, ValueError):
         return False

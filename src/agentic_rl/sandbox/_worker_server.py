@@ -19,7 +19,7 @@ import sys
 import time
 
 from _worker_child import prepare_child, serve_cells
-from _worker_isolation import become_subreaper, can_drop_capabilities, in_new_net_ns, join_cgroups, setup_mounts
+from _worker_isolation import become_subreaper, in_new_net_ns, join_cgroups, probe_child, remove_sysv_ipc, setup_mounts
 from _worker_reaper import kill_group, kill_leftovers, oom_seen
 
 READ_SIZE = 1 << 16
@@ -46,11 +46,29 @@ def _drain(chunks: dict, limit: int) -> None:
             buf += data
 
 
-def _pump(child: dict, chunks: dict, deadline: float, limit: int) -> tuple[str | None, str | None, int | None]:
+OUTCOMES = ("ok", "error", "memory")
+STATUS_LINE_MAX = 4096
+GARBAGE = "sandbox: the code wrote to the sandbox's status descriptor; the process was stopped"
+
+
+def _parse_status(line: bytes, cell: int) -> str | None:
+    """The outcome of a status line the child's cell loop wrote for ``cell``; None for anything else."""
+    try:
+        report = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(report, dict) and report.get("outcome") in OUTCOMES and report.get("cell") == cell:
+        return report["outcome"]
+    return None
+
+
+def _pump(child: dict, chunks: dict, deadline: float, limit: int, cell: int) -> tuple[str | None, str | None, int | None]:
     """Collect the child's output into ``chunks`` until its cell finishes, it exits, the
     output exceeds ``limit`` or the deadline passes: (outcome, kill_reason, exit status).
 
     ``outcome`` is the cell's own report ("ok" / "error" / "memory"), None when it sent none.
+    The status pipe is writable by the code too: anything but the expected line for
+    ``cell`` is kill reason "garbage" (the cell's error, never the worker's).
     """
     pid = child["pid"]
     status_buf = b""
@@ -80,10 +98,11 @@ def _pump(child: dict, chunks: dict, deadline: float, limit: int) -> tuple[str |
                 chunks[fd] += data
         if len(chunks[child["out"]]) + len(chunks[child["err"]]) > limit:
             return None, "output_limit", exit_status
-        if b"\n" in status_buf:
+        if b"\n" in status_buf or len(status_buf) > STATUS_LINE_MAX:
             # Collect what is already in the pipes, then finish the cell.
             _drain(chunks, limit)
-            return json.loads(status_buf.split(b"\n", 1)[0])["outcome"], None, exit_status
+            outcome = _parse_status(status_buf.split(b"\n", 1)[0], cell) if len(status_buf.split(b"\n", 1)[0]) <= STATUS_LINE_MAX else None
+            return (outcome, None, exit_status) if outcome is not None else (None, "garbage", exit_status)
         if exit_status is None:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
@@ -104,6 +123,8 @@ def _capped(stdout: bytes, stderr: bytes, limit: int) -> tuple[bytes, bytes, boo
 
 def _status(kill_reason: str | None, outcome: str | None, exit_status: int | None, oom) -> tuple[str, int | None]:
     """The call's (status, exit_code); ``oom()`` tells a memory kill from another SIGKILL."""
+    if kill_reason == "garbage":
+        return "error", None
     if kill_reason:
         return kill_reason, None
     if outcome is not None:
@@ -127,32 +148,53 @@ class Worker:
         self.config = config
         self.pid_ns = os.getpid() == 1
         self.base = config["base"]
-        self.cgroups = dict(config.get("cgroups") or {})
+        self.worker_ipc_ns = False
+        self.cgroups: dict = {}  # controller -> an open fd of the worker's cgroup dir (/sys is hidden from the calls)
+        self.uid: int | None = None  # the uid calls run as (None: the worker's own)
+        self.drop = False
         self.report: dict = {"pid_ns": self.pid_ns}
         self.child: int | None = None  # a persistent (session) child
         self.child_pipes: dict = {}
+        self.cells = 0
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
         cfg = self.config
-        self.report["cgroups"] = join_cgroups(cfg.get("cgroups") or {})
+        joined = join_cgroups(cfg.get("cgroups") or {})
+        self.report["cgroups"] = joined
+        for controller, ok in joined.items():
+            if ok:
+                self.cgroups[controller] = os.open(cfg["cgroups"][controller], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.report["net_ns"] = in_new_net_ns(cfg.get("parent_net_ns"))
+        self.report["uts_ns"] = os.stat("/proc/self/ns/uts").st_ino != cfg.get("parent_uts_ns")
+        # With an IPC namespace of its own the worker empties it after each call; without
+        # one each call's child makes its own (verified by the probe).
+        self.worker_ipc_ns = os.stat("/proc/self/ns/ipc").st_ino != cfg.get("parent_ipc_ns")
         self.report["mount_ns"] = False
         if cfg.get("mount_setup"):
+            # What the calls must still read: the interpreter and every import path.
+            keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+            keep += [entry for entry in sys.path if entry and os.path.isdir(entry)]
             try:
-                self.report.update(setup_mounts(self.base, int(cfg.get("disk_mb", 64)), cfg.get("base_owner")))
+                self.report.update(setup_mounts(self.base, int(cfg.get("disk_mb", 64)), cfg.get("base_owner"), keep, cfg.get("hide") or []))
                 self.report["mount_ns"] = True
             except OSError as error:
                 self.report["mount_error"] = str(error)
         if not self.pid_ns:
             become_subreaper()
-        self.report["caps_dropped"] = False
-        self.report["caps_dropped"] = can_drop_capabilities()
+        uid = cfg.get("uid")
+        probe = probe_child(uid)
+        if uid is not None and probe.get("uid") != uid:
+            self.report["uid_error"] = probe.get("error") or f"could not become uid {uid}"
+            probe = probe_child(None)
+        self.report.update(ipc_ns=self.worker_ipc_ns or bool(probe.get("ipc_ns")), caps_dropped=bool(probe.get("caps_dropped")), uid=probe.get("uid"))
+        self.uid = uid if probe.get("uid") == uid else None
+        self.drop = bool(probe.get("caps_dropped")) or self.uid is not None
 
     # ------------------------------------------------------------------ child
     def _child_main(self, request: dict, fds: tuple[int, int, int, int]) -> None:
         """In the forked child: limits, privileges, then a loop running cells."""
-        prepare_child(request, fds, os.path.join(self.base, request["dir"]), self.config.get("nproc"), bool(self.report.get("caps_dropped")))
+        prepare_child(request, fds, os.path.join(self.base, request["dir"]), self.config.get("nproc"), self.drop, self.uid, not self.worker_ipc_ns)
         del request
         self.config = None  # nothing of the worker's state for the user code
         serve_cells()
@@ -186,14 +228,32 @@ class Worker:
         workdir = os.path.join(self.base, request["dir"])
         if not os.path.isdir(workdir):
             os.mkdir(workdir, 0o700)
+            self._own(workdir)
         for relative, encoded in (request.get("files") or {}).items():
             target = os.path.normpath(os.path.join(workdir, relative))
             if not target.startswith(workdir + os.sep):
                 raise ValueError(f"file path escapes the work dir: {relative!r}")
+            parent = os.path.dirname(target)
+            missing = []
+            while not os.path.isdir(parent):
+                missing.append(parent)
+                parent = os.path.dirname(parent)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with open(target, "wb") as handle:
                 handle.write(base64.b64decode(encoded))
+            for path in [target, *missing]:
+                self._own(path)
         return workdir
+
+    def _clean_ipc(self) -> None:
+        """SysV objects a call made die with it (once every process of the call is gone)."""
+        if self.worker_ipc_ns:
+            remove_sysv_ipc()
+
+    def _own(self, path: str) -> None:
+        """The unprivileged call owns its scratch dir and the files placed in it."""
+        if self.uid is not None:
+            os.chown(path, self.uid, self.uid, follow_symlinks=False)
 
     def _child_for(self, request: dict) -> tuple[dict, bool]:
         """The live session child for a ``keep`` request, else a fresh one: (child, restarted)."""
@@ -214,6 +274,7 @@ class Worker:
         _drain(chunks, limit)
         _close_all((child["out"], child["err"], child["status"], child["ctl"]))
         kill_leftovers(self.pid_ns, self.cgroups)
+        self._clean_ipc()
         self.child, self.child_pipes = None, {}
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)  # after every process of the call is gone
@@ -223,13 +284,14 @@ class Worker:
         start = time.monotonic()
         workdir = self._prepare_dir(request)
         child, restarted = self._child_for(request)
+        self.cells += 1
         try:
-            os.write(child["ctl"], (json.dumps({"code": request["code"]}) + "\n").encode())
+            os.write(child["ctl"], (json.dumps({"code": request["code"], "cell": self.cells, "cpu_s": request["cpu_s"]}) + "\n").encode())
         except OSError:
             pass
         limit = request["max_output_bytes"]
         chunks = {child["out"]: bytearray(), child["err"]: bytearray()}
-        outcome, kill_reason, exit_status = _pump(child, chunks, start + request["timeout_s"], limit)
+        outcome, kill_reason, exit_status = _pump(child, chunks, start + request["timeout_s"], limit, self.cells)
         duration = time.monotonic() - start
         if kill_reason is not None:
             kill_group(child["pid"])
@@ -239,6 +301,8 @@ class Worker:
         else:
             exit_status = self._end_call(child, chunks, limit, exit_status, workdir, bool(request.get("keep")))
         stdout, stderr, truncated = _capped(bytes(chunks[child["out"]]), bytes(chunks[child["err"]]), limit)
+        if kill_reason == "garbage":
+            stderr += ("\n" if stderr and not stderr.endswith(b"\n") else "").encode() + GARBAGE.encode() + b"\n"
         status, exit_code = _status(kill_reason, outcome, exit_status, lambda: oom_seen(self.cgroups))
         return {
             "status": status,
@@ -258,4 +322,5 @@ class Worker:
             _close_all((pipes["out"], pipes["err"], pipes["status"], pipes["ctl"]))
             self.child, self.child_pipes = None, {}
             kill_leftovers(self.pid_ns, self.cgroups)
+            self._clean_ipc()
         shutil.rmtree(os.path.join(self.base, "session"), ignore_errors=True)

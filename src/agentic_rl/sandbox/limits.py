@@ -12,6 +12,10 @@ STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
 CGROUP_V1_ROOT = "/sys/fs/cgroup"
 
 
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (could not start a worker)."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-call resource limits."""
@@ -71,8 +75,27 @@ class Isolation:
     worker's mount namespace sees: a total bound on what calls write."""
     caps_dropped: bool = False
     """All capabilities dropped (bounding set too) and no_new_privs set."""
+    uid: int | None = None
+    """The uid the code runs as, verified in a probe child (real, effective and saved, no
+    groups, setuid(0) refused); None when it could not be verified. Inside a user
+    namespace it is 0 there but an unprivileged uid on the host (``user_ns``)."""
+    unprivileged: bool = False
+    """The code is no root on the host: a non-zero uid, or uid 0 of a user namespace."""
+    ipc_ns: bool = False
+    """Each call has its own SysV IPC namespace: its shared memory dies with it."""
+    uts_ns: bool = False
+    proc_masked: bool = False
+    """/proc/sys, /proc/sysrq-trigger and friends read-only, /proc/kcore and friends masked."""
+    sys_hidden: bool = False
+    """/sys is an empty read-only tmpfs (no kernel knobs, no cgroup files)."""
+    private_dev: bool = False
+    """/dev holds only null, zero, full, random, urandom (and a private /dev/shm)."""
+    homes_hidden: bool = False
+    """/home, /root, /run, /tmp (and like dirs) are empty tmpfs, save the interpreter's paths."""
     cgroup_memory: bool = False
     cgroup_pids: bool = False
+    rlimit_nproc: bool = False
+    """RLIMIT_NPROC bounds the calls' processes (meaningful only when the uid is not root's)."""
     method: str = "none"
     notes: list[str] = field(default_factory=list)
 
@@ -80,8 +103,19 @@ class Isolation:
         return asdict(self)
 
     def describe(self) -> str:
-        flags = [name for name in ("net_ns", "pid_ns", "mount_ns", "user_ns", "readonly_root", "private_tmp", "private_workdir", "caps_dropped", "cgroup_memory", "cgroup_pids") if getattr(self, name)]
-        return f"{self.level} ({', '.join(flags) or 'rlimits only'})"
+        flags = [name for name in FEATURES if getattr(self, name)]
+        uid = f"uid {self.uid}" if self.uid is not None else "uid unverified"
+        return f"{self.level} ({uid}; {', '.join(flags) or 'rlimits only'})"
+
+    def missing(self) -> list[str]:
+        """The hardening features that are not active here (empty when all are)."""
+        gone = [name for name in FEATURES if name != "user_ns" and not getattr(self, name)]
+        if not (self.cgroup_memory and self.cgroup_pids) and self.rlimit_nproc:
+            gone = [name for name in gone if not name.startswith("cgroup_")]  # RLIMIT_NPROC + RLIMIT_AS stand in
+        return gone
+
+
+FEATURES = ("net_ns", "pid_ns", "mount_ns", "ipc_ns", "uts_ns", "user_ns", "unprivileged", "readonly_root", "private_tmp", "private_workdir", "caps_dropped", "proc_masked", "sys_hidden", "private_dev", "homes_hidden", "cgroup_memory", "cgroup_pids", "rlimit_nproc")
 
 
 def _try(cmd: list[str]) -> bool:
@@ -100,7 +134,7 @@ def unshare_prefix() -> tuple[tuple[str, ...], bool]:
     exe = shutil.which("unshare")
     if not exe:
         return (), False
-    core = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "private"]
+    core = ["--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc", "--propagation", "private"]
     candidates = []
     if os.geteuid() == 0:
         candidates.append(([exe, *core], False))
@@ -118,3 +152,64 @@ def cgroup_v1_available() -> dict[str, bool]:
         path = os.path.join(CGROUP_V1_ROOT, controller)
         found[controller] = os.path.isdir(path) and os.access(path, os.W_OK) and os.path.exists(os.path.join(path, "cgroup.procs"))
     return found
+
+
+def _own_cgroup_v2(proc_cgroup: str) -> str | None:
+    try:
+        with open(proc_cgroup) as handle:
+            for line in handle:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cgroup_v2_create(name: str, memory_mb: int, max_processes: int, *, root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> str | None:
+    """A child cgroup (v2) with memory.max and pids.max, under this process's own cgroup
+    when that subtree is delegated to us (writable, memory and pids enabled in its
+    subtree_control); None when there is no such subtree (then RLIMIT_NPROC and RLIMIT_AS
+    bound the calls instead)."""
+    if not os.path.exists(os.path.join(root, "cgroup.controllers")):
+        return None  # not a cgroup v2 (unified) hierarchy
+    own = _own_cgroup_v2(proc_cgroup)
+    if own is None:
+        return None
+    # Our own cgroup (when it may enable controllers for children), else its parent (a
+    # delegated subtree whose leaf we run in: cgroups with processes cannot have children
+    # with controllers, the "no internal processes" rule).
+    candidates = [os.path.join(root, own.strip("/")).rstrip("/")]
+    if own.strip("/"):
+        candidates.append(os.path.dirname(candidates[0]))
+    for parent in candidates:
+        path = _cgroup_v2_child(parent, name, memory_mb, max_processes)
+        if path is not None:
+            return path
+    return None
+
+
+def _cgroup_v2_child(parent: str, name: str, memory_mb: int, max_processes: int) -> str | None:
+    try:
+        with open(os.path.join(parent, "cgroup.subtree_control")) as handle:
+            enabled = set(handle.read().split())
+    except OSError:
+        return None
+    if not {"memory", "pids"} <= enabled or not os.access(parent, os.W_OK):
+        return None
+    path = os.path.join(parent, name)
+    try:
+        os.mkdir(path)
+        for file, value in (("memory.max", (memory_mb + 128) * 1024 * 1024), ("pids.max", max_processes + 4), ("memory.swap.max", 0)):
+            try:
+                with open(os.path.join(path, file), "w") as handle:
+                    handle.write(str(value))
+            except OSError:
+                if file != "memory.swap.max":  # swap accounting may be off; the others are the point
+                    raise
+        return path
+    except OSError:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+        return None

@@ -27,15 +27,44 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from agentic_rl.sandbox.limits import CGROUP_V1_ROOT, ExecutionResult, Isolation, Limits, cgroup_v1_available, unshare_prefix
+from agentic_rl.sandbox.limits import CGROUP_V1_ROOT, ExecutionResult, Isolation, Limits, SandboxError, cgroup_v1_available, cgroup_v2_create, unshare_prefix
+from agentic_rl.sandbox.policy import enforce
 
 WORKER_SCRIPT = str(Path(__file__).with_name("_worker.py"))
 SCRUBBED_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp", "PYTHONIOENCODING": "utf-8"}
 _counter = itertools.count()
 
 
-class SandboxError(RuntimeError):
-    """The sandbox itself failed (could not start a worker)."""
+SANDBOX_UID = 65534
+"""The uid (and gid) the code runs as when the sandbox starts as root: nobody."""
+
+
+_HIDDEN: set[str] = set()
+
+
+def hide_path(path: str | os.PathLike) -> None:
+    """Hide ``path`` (a dir: a run directory, checkpoints) from sandboxes started from now
+    on, under an empty tmpfs, like the home and run dirs (where there is a mount namespace)."""
+    _HIDDEN.add(os.path.abspath(path))
+
+
+def _hidden_paths() -> list[str]:
+    # ``runs/`` of this process's working directory: the default home of run directories.
+    return sorted(path for path in {*_HIDDEN, os.path.abspath("runs")} if os.path.isdir(path))
+
+
+def _readable_by_others(path: str) -> bool:
+    """Whether every directory from / down to ``path`` lets others in."""
+    path = os.path.realpath(path)
+    while True:
+        try:
+            if not os.stat(path).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+        if path == "/":
+            return True
+        path = os.path.dirname(path)
 
 
 def _count_uid_processes(uid: int) -> int:
@@ -55,12 +84,13 @@ def _count_uid_processes(uid: int) -> int:
 class SandboxWorker:
     """One fork-server process. Not thread-safe: one call at a time (the pool ensures it)."""
 
-    def __init__(self, *, memory_mb: int = 512, max_processes: int = 32, disk_mb: int = 64, namespaces: bool = True, cgroups: bool = True, start_timeout_s: float = 20.0) -> None:
+    def __init__(self, *, memory_mb: int = 512, max_processes: int = 32, disk_mb: int = 64, namespaces: bool = True, cgroups: bool = True, start_timeout_s: float = 20.0, isolation: str | None = None) -> None:
+        """``isolation``: ``required`` / ``best-effort`` / ``auto`` (None: the process's
+        ``sandbox.isolation`` setting); a worker lacking what ``required`` demands is
+        stopped and :class:`~agentic_rl.sandbox.policy.IsolationUnavailable` raised."""
         self.base = tempfile.mkdtemp(prefix="agentic-rl-sandbox-")
-        if os.geteuid() == 0:
-            # Owned by another uid and not writable by others: the sandboxed code (uid 0
-            # without capabilities) can enter its own call dir but not write beside it.
-            os.chown(self.base, 65534, 65534)
+        # Owned by this process's uid, mode 0711: the call (another uid, or root without
+        # capabilities) can enter its own dir (chowned to it) but not list or write beside it.
         os.chmod(self.base, 0o711)
         self.cgroup_paths: dict[str, str] = {}
         self._buffer = b""
@@ -69,6 +99,8 @@ class SandboxWorker:
         self.had_session = False
         try:
             self._start(memory_mb, max_processes, disk_mb, namespaces, cgroups, start_timeout_s)
+            if isolation != "report":  # ``isolation()`` only reports
+                enforce(self.isolation, isolation)
         except BaseException:
             self.close()
             raise
@@ -96,17 +128,30 @@ class SandboxWorker:
                         os.rmdir(path)
                     except OSError:
                         pass
+        if cgroups and not self.cgroup_paths:
+            # cgroup v2: a delegated subtree (root or not); one group holds both limits.
+            path = cgroup_v2_create(f"agentic_rl_sandbox_{os.getpid()}_{next(_counter)}", memory_mb, max_processes)
+            if path is not None:
+                self.cgroup_paths = {"memory": path, "pids": path}
+        # Root on the host drops the calls to SANDBOX_UID; in a user namespace the calls stay
+        # its uid 0, which is the (unprivileged) host uid of this process.
+        uid = SANDBOX_UID if root and not user_ns else None
         # RLIMIT_NPROC counts every process of the real uid on the machine, so the limit
-        # is what exists now plus the sandbox's share (a backstop behind the pids cgroup).
-        nproc = _count_uid_processes(os.getuid()) + max_processes * 4
+        # is what exists now plus the sandbox's share (a backstop behind the pids cgroup;
+        # with RLIMIT_AS it bounds a fork bomb's memory at about nproc x memory_mb).
+        nproc = _count_uid_processes(uid if uid is not None else os.getuid()) + max_processes * 2
         config = {
             "base": self.base,
             "disk_mb": disk_mb,
-            "base_owner": 65534 if root and not user_ns else None,
+            "base_owner": None,
+            "uid": uid,
             "nproc": nproc,
             "mount_setup": bool(prefix),
             "cgroups": self.cgroup_paths,
             "parent_net_ns": os.stat("/proc/self/ns/net").st_ino,
+            "parent_uts_ns": os.stat("/proc/self/ns/uts").st_ino,
+            "parent_ipc_ns": os.stat("/proc/self/ns/ipc").st_ino,
+            "hide": _hidden_paths(),
         }
         command = [*prefix, sys.executable, "-I", "-B", WORKER_SCRIPT, json.dumps(config)]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(SCRUBBED_ENV), cwd=self.base, start_new_session=True, close_fds=True)
@@ -124,10 +169,27 @@ class SandboxWorker:
             private_tmp=bool(hello.get("private_tmp")),
             private_workdir=bool(hello.get("workdir_tmpfs")),
             caps_dropped=bool(hello.get("caps_dropped")),
+            uid=hello.get("uid"),
+            ipc_ns=bool(hello.get("ipc_ns")),
+            uts_ns=bool(hello.get("uts_ns")),
+            proc_masked=bool(hello.get("proc_masked")),
+            sys_hidden=bool(hello.get("sys_hidden")),
+            private_dev=bool(hello.get("private_dev")),
+            homes_hidden=bool(hello.get("homes_hidden")),
             cgroup_memory=bool(cg.get("memory")),
             cgroup_pids=bool(cg.get("pids")),
             method="unshare" if prefix else "none",
         )
+        verified_uid = hello.get("uid")
+        # uid 0 of a user namespace is this process's host uid: unprivileged unless that is root.
+        host_uid = os.getuid() if self.isolation.user_ns and verified_uid == 0 else verified_uid
+        self.isolation.unprivileged = host_uid is not None and host_uid != 0
+        # Only a non-root (host) uid is counted against RLIMIT_NPROC (root is exempt).
+        self.isolation.rlimit_nproc = self.isolation.unprivileged
+        if hello.get("uid_error"):
+            self.isolation.notes.append(f"could not drop to uid {uid}: {hello['uid_error']}")
+        if uid is not None and not self.isolation.mount_ns and not _readable_by_others(sys.base_prefix):
+            self.isolation.notes.append(f"the interpreter under {sys.base_prefix} is not readable by uid {uid} outside a mount namespace: only modules the worker preloaded import")
         self.isolation.level = "namespaces" if (self.isolation.net_ns and self.isolation.pid_ns and self.isolation.mount_ns) else "process"
         if hello.get("mount_error"):
             self.isolation.notes.append(f"mount setup failed: {hello['mount_error']}")
@@ -267,7 +329,7 @@ class SandboxWorker:
                 self.proc.stdout.close()
             except (OSError, ValueError):
                 pass
-        for path in self.cgroup_paths.values():
+        for path in set(self.cgroup_paths.values()):
             for _ in range(50):
                 try:
                     os.rmdir(path)
@@ -368,10 +430,19 @@ def isolation() -> Isolation:
     """Which isolation features are active here: probed once, by starting a real worker
     and reporting what it actually achieved."""
     try:
-        worker = SandboxWorker()
+        worker = SandboxWorker(isolation="report")
     except (SandboxError, OSError) as error:
         return Isolation(notes=[f"sandbox worker failed to start: {error}"])
     try:
         return worker.isolation
     finally:
         worker.close()
+
+
+def check_isolation(mode: str | None = None) -> Isolation:
+    """At the start of a run that uses the sandbox: the verified isolation, after
+    ``policy.enforce`` (raises ``IsolationUnavailable`` under ``required``, warns once,
+    naming what is missing, under ``best-effort``)."""
+    info = isolation()
+    enforce(info, mode)
+    return info

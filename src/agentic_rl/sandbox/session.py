@@ -13,8 +13,8 @@ import threading
 import weakref
 from collections.abc import Mapping
 
-from agentic_rl.sandbox.limits import ExecutionResult, Limits
-from agentic_rl.sandbox.pool import SandboxError, SandboxWorker
+from agentic_rl.sandbox.limits import ExecutionResult, Limits, SandboxError
+from agentic_rl.sandbox.pool import SandboxWorker
 
 
 class PythonSession:

@@ -4,18 +4,21 @@ Each :class:`PythonTool` owns one lazily started :class:`~agentic_rl.sandbox.Pyt
 (variables persist across calls: the notebook loop). Build one tool per trajectory (envs
 are built per trajectory) and call :meth:`PythonTool.close` when it ends; ``ToolEnv.close``
 does that. Errors and timeouts of the model's code are observations (``ok=False``), never
-exceptions; only a failure of the sandbox itself is reported as ``infra_error``.
+exceptions. A failure of the sandbox itself (``ExecutionResult.infra_error``, or a worker
+that cannot start) raises :class:`~agentic_rl.sandbox.SandboxError`: the episode records
+it as the trajectory's infra error, masked from the loss, instead of scoring the policy
+for the machine's fault.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentic_rl.sandbox import ExecutionResult, Limits, PythonSession
+from agentic_rl.sandbox import ExecutionResult, Isolation, Limits, PythonSession, SandboxError
 from agentic_rl.tools.base import Tool
 from agentic_rl.types import ToolCall, ToolResult
 
-__all__ = ["PythonTool", "format_execution", "truncate_output", "make_python_tool"]
+__all__ = ["PythonTool", "check_sandbox_for", "format_execution", "truncate_output", "make_python_tool"]
 
 TRUNCATION_MARKER = "\n...[output truncated: {hidden} more characters]...\n"
 
@@ -92,8 +95,13 @@ class PythonTool(Tool):
             return ToolResult(name=call.name, content=f"Error: {error}", ok=False, call_id=call.id, malformed=True, latency_s=time.perf_counter() - start)
         try:
             result = self._run(arguments["code"])
-        except Exception as error:  # the sandbox itself failed: still never raise into the engine
-            return ToolResult(name=call.name, content=f"Error: sandbox failure: {type(error).__name__}: {error}", ok=False, call_id=call.id, latency_s=time.perf_counter() - start)
+        except SandboxError:
+            raise
+        except Exception as error:
+            raise SandboxError(f"sandbox failure: {type(error).__name__}: {error}") from error
+        if result.infra_error:
+            # Not the policy's doing: the episode turns this into an infra error (masked).
+            raise SandboxError(f"sandbox failure: {result.stderr.strip() or result.status}")
         content = format_execution(result, max_chars=self.max_output_chars, timeout_s=self.limits.timeout_s)
         return ToolResult(name=call.name, content=content, ok=result.status == "ok", call_id=call.id, latency_s=time.perf_counter() - start)
 
@@ -117,3 +125,31 @@ def make_python_tool(*, timeout_s: float = 5.0, memory_mb: int = 512, max_output
         max_output_chars=max_output_chars,
         stateful=stateful,
     )
+
+
+def check_sandbox_for(make_env, mode: str = "auto") -> tuple[Isolation, list[str]] | None:
+    """At the start of a run: set ``sandbox.isolation`` to ``mode`` and, when the env built by
+    ``make_env`` has the python tool, verify the sandbox: ``(isolation, warnings)``, where the
+    warnings name what a best-effort sandbox lacks. Raises ``ConfigError`` (one line naming
+    the setting) under ``required`` when it is unavailable. None: the env runs no code."""
+    import warnings
+
+    from agentic_rl.errors import ConfigError
+    from agentic_rl.sandbox import IsolationUnavailable, check_isolation, set_isolation_mode
+
+    set_isolation_mode(mode)
+    env = make_env()
+    try:
+        if not any(isinstance(item, PythonTool) for item in (getattr(env, "tools", None) or ())):
+            return None
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            info = check_isolation()
+        except IsolationUnavailable as error:
+            raise ConfigError(str(error)) from None
+    return info, [str(warning.message) for warning in caught]

@@ -137,6 +137,27 @@ def train(
             shutdown()
 
 
+def _check_sandbox(config: TrainConfig, train_env: Callable, events: RunEvents, run: RunDirectory | None = None) -> None:
+    """Where the env runs model-written code: refuse to start (required) or warn, naming
+    what is missing (best-effort), before anything else is spent. Never a silent fallback:
+    what was verified and what is missing is also written to the run's sandbox.json."""
+    from agentic_rl import sandbox
+    from agentic_rl.sandbox.policy import missing
+    from agentic_rl.tools.python_tool import check_sandbox_for
+
+    if run is not None:
+        sandbox.hide_path(run.path)  # config, checkpoints, rollouts: nothing for the model's code
+    checked = check_sandbox_for(train_env, config.sandbox.isolation)
+    if checked is None:
+        return
+    info, warnings = checked
+    for warning in warnings:
+        events.on_stage(f"warning: {warning}")
+    events.on_stage(f"sandbox: {info.describe()} ({sandbox.isolation_mode()})")
+    if run is not None:
+        run.write_json("sandbox.json", {"mode": sandbox.isolation_mode(), "missing": missing(info), "isolation": info.to_dict()})
+
+
 def _train(config, name: str, events: RunEvents | None, loaded, resume, overrides, dist: DistContext) -> TrainResult:
     events = events or RunEvents()
     config, name, run, checkpoint, finished, shared, changed = _open_run(config, name, resume, overrides, dist)
@@ -153,6 +174,7 @@ def _train(config, name: str, events: RunEvents | None, loaded, resume, override
     train_env = env_factory(config.env.name, config.env.options, split="train")
     # Validate the eval env before spending minutes on anything.
     env_factory(config.env.name, {**config.env.options, **config.eval.env}, split="test")
+    _check_sandbox(config, train_env, events, run)
     events.on_stage(f"loading {config.model.name}")
     model, tokenizer = loaded or load(config.model.name, device=str(dist.device(resolve_device(config.model.device))), linear_kernel=config.model.linear_kernel)
     if next(model.parameters()).dtype != torch.float32:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 
 import yaml
@@ -77,9 +78,21 @@ def _header(data: RunData, title: str) -> list[str]:
     return sections
 
 
+def _sandbox_warning(run_dir: Path) -> list[str]:
+    """sandbox.json: a best-effort sandbox that ran without some isolation says so here too."""
+    try:
+        info = json.loads((run_dir / "sandbox.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    missing = info.get("missing") if isinstance(info, dict) else None
+    if not missing:
+        return []
+    return [f"sandbox.isolation is '{info.get('mode')}': model-written code ran without {', '.join(map(str, missing))}"]
+
+
 def _warnings_section(data: RunData) -> list[str]:
-    """The first 50 threshold warnings (none: no section)."""
-    warnings = threshold_warnings(data)
+    """The sandbox's missing isolation, then the first 50 threshold warnings (none: no section)."""
+    warnings = _sandbox_warning(data.run_dir) + threshold_warnings(data)
     if not warnings:
         return []
     items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings[:50])

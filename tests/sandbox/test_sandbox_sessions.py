@@ -1,0 +1,50 @@
+"""Python sessions (issue 21, part 4): CPU time per cell, and garbage on the descriptors the
+worker and the child talk over ends the cell with an error, never the worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentic_rl import sandbox
+
+BURN = "import time\nstart = time.process_time()\nwhile time.process_time() - start < 0.6:\n    pass\nprint('done')"
+
+
+def test_cpu_time_is_per_cell_not_per_session():
+    # cpu_s=1 gives each cell a 1-2 s CPU budget; six 0.6 s cells add up past it.
+    with sandbox.PythonSession(sandbox.Limits(timeout_s=10.0, cpu_s=1.0)) as session:
+        for index in range(6):
+            result = session.run(BURN)
+            assert result.status == "ok" and result.stdout == "done\n" and not result.restarted, (index, result)
+        spin = session.run("while True:\n    pass", timeout_s=20.0)
+        assert spin.status == "timeout" and spin.duration_s < 10, spin  # a cell past its own budget still dies
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"garbage\n", b'{"outcome": "ok"}\n', b'{"outcome": "bogus", "cell": 1}\n', b"[1, 2]\n", b"x" * 20000, b"\xff\xfe\n"],
+)
+def test_garbage_on_the_status_descriptor(garbage):
+    code = f"import os\nos.write(4, {garbage!r})\nimport time\ntime.sleep(0.2)"
+    with sandbox.PythonSession(sandbox.Limits(timeout_s=5.0)) as session:
+        assert session.run("x = 1").ok
+        result = session.run(code)
+        assert result.status == "error" and not result.infra_error and "status descriptor" in result.stderr, result
+        after = session.run("print('x' in globals())")
+        assert after.status == "ok" and after.restarted and after.stdout == "False\n", after
+    with sandbox.SandboxPool(size=1) as pool:
+        result = pool.execute(code)
+        assert result.status == "error" and not result.infra_error, result
+        assert pool.execute("print(1)").stdout == "1\n"
+
+
+def test_garbage_on_the_control_descriptor():
+    # The code replaces the child's control descriptor with a pipe of its own holding junk:
+    # the next cell is an error, the worker survives and the session restarts after it.
+    code = "import os\nr, w = os.pipe()\nos.write(w, b'not json\\n')\nos.dup2(r, 3)"
+    with sandbox.PythonSession(sandbox.Limits(timeout_s=3.0)) as session:
+        assert session.run(code).ok
+        broken = session.run("print('never runs')")
+        assert broken.status == "error" and not broken.infra_error and "never runs" not in broken.stdout, broken
+        after = session.run("print(2)")
+        assert after.status == "ok" and after.stdout == "2\n", after
