@@ -148,18 +148,22 @@ def test_process_mode_is_unprivileged_too():
 
 @needs_mount_ns
 def test_run_directories_are_hidden(monkeypatch):
-    # Outside /tmp (hidden anyway): beside the tests, removed afterwards.
+    # A folder the sandbox otherwise shows (the checkout may itself lie under /tmp or a
+    # home, hidden wholesale): inside the interpreter's site-packages, which is bound back
+    # read-only, beside torch; removed afterwards.
     import shutil
+    import sysconfig
     import tempfile
 
-    run_dir = tempfile.mkdtemp(prefix=".sandbox-test-run-", dir=os.path.dirname(os.path.abspath(__file__)))
+    base = sysconfig.get_paths()["purelib"]
+    run_dir = tempfile.mkdtemp(prefix=".sandbox-test-run-", dir=base)
     try:
         with open(os.path.join(run_dir, "config.yaml"), "w") as handle:
             handle.write("api_key: not-a-real-key\n")
         monkeypatch.setattr(sandbox.pool, "_HIDDEN", set())
         sandbox.hide_path(run_dir)
         with sandbox.SandboxWorker() as worker:
-            result = worker.run(f"import os\nprint(os.listdir({run_dir!r}), os.path.exists(os.path.join(os.path.dirname({run_dir!r}), 'test_sandbox_privilege.py')))", sandbox.Limits(timeout_s=5))
+            result = worker.run(f"import os\nprint(os.listdir({run_dir!r}), os.path.isdir(os.path.join({base!r}, 'torch')))", sandbox.Limits(timeout_s=5))
         assert result.stdout == "[] True\n", result
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -123,11 +123,16 @@ def setup_mounts(base: str, disk_mb: int, owner: int | None, keep: list, hide: l
         real = os.path.realpath(point)
         if os.path.isdir(real) and real != "/" and real not in keep:
             hidden.append(real)
-    # A dir inside another hidden one is covered already (and gone once that is mounted).
-    hidden = [h for h in dict.fromkeys(hidden) if not any(h != other and _within(h, other) for other in hidden)]
+    # A dir inside another hidden one is covered already (and gone once that is mounted),
+    # unless it also lies inside a kept path that is bound back: hidden again after that.
+    nested = [h for h in dict.fromkeys(hidden) if any(h != other and _within(h, other) for other in hidden)]
+    rebound = [h for h in nested if any(_within(h, k) for k in keep)]
+    hidden = [h for h in dict.fromkeys(hidden) if h not in nested]
     base_fd = os.open(base, O_PATH | os.O_CLOEXEC)
     try:
         report["homes_hidden"] = _hide(hidden, keep, base)
+        for point in rebound:
+            report["homes_hidden"] = _mount("tmpfs", point, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0755") and report["homes_hidden"]
         options = f"size={disk_mb}m,mode=0711" + (f",uid={owner},gid={owner}" if owner is not None else "")
         if _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, options):
             report["workdir_tmpfs"] = True
