@@ -32,6 +32,18 @@ class SamplingParams:
     """One random stream per prompt (backends that support it; overrides ``seed``): a
     token's draw then depends only on its stream and position, not on the batch."""
 
+    def seeds_for(self, count: int) -> list[int]:
+        """The stream of each of ``count`` prompts: ``row_seeds`` if given, else one derived
+        from ``(seed, i)`` (a fresh ``seed`` from torch's generator when None)."""
+        if self.row_seeds is not None:
+            return list(self.row_seeds)
+        import torch
+
+        from agentic_rl.seeds import stream_seed
+
+        base = self.seed if self.seed is not None else int(torch.randint(0, 2**62, ()))
+        return [stream_seed(base, i) for i in range(count)]
+
 
 @dataclass
 class Completion:

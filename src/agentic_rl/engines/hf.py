@@ -17,7 +17,6 @@ import torch
 from agentic_rl.engines.base import Completion, SamplingParams, SharedWeights
 from agentic_rl.engines.decode_session import DecodeSession
 from agentic_rl.models.copies import frozen_copy
-from agentic_rl.seeds import stream_seed
 
 
 class HFBackend(SharedWeights):
@@ -81,10 +80,7 @@ class HFBackend(SharedWeights):
         """One completion per prompt, in input order. Row i draws from stream
         ``sampling.row_seeds[i]`` if given, else one derived from ``(sampling.seed, i)``."""
         limits = max_new_tokens or [sampling.max_new_tokens] * len(prompts)
-        seeds = sampling.row_seeds
-        if seeds is None:
-            base = sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**62, ()))
-            seeds = [stream_seed(base, i) for i in range(len(prompts))]
+        seeds = sampling.seeds_for(len(prompts))
         results: list[Completion | None] = [None] * len(prompts)
         with self.session(sampling, stop_token_ids=stop_token_ids) as session:
             for i, prompt in enumerate(prompts):

@@ -171,10 +171,7 @@ class RemoteTokenBackend:
         """One completion per prompt, in input order, all requested at once. Row i's seed is
         ``sampling.row_seeds[i]`` if given, else derived from ``(sampling.seed, i)``."""
         limits = max_new_tokens or [sampling.max_new_tokens] * len(prompts)
-        seeds = sampling.row_seeds
-        if seeds is None:
-            base = sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**62, ()))
-            seeds = [stream_seed(base, i) for i in range(len(prompts))]
+        seeds = sampling.seeds_for(len(prompts))
         bodies = [self.request_body(p, sampling, stop_token_ids=stop_token_ids, max_new_tokens=n, seed=s) for p, n, s in zip(prompts, limits, seeds, strict=True)]
         return list(self._pool.map(self.complete, bodies))
 
