@@ -41,7 +41,8 @@ _STREAMS: dict[str, tuple[int, int, int]] = {
     "dpo-pairs": (1, 11, 0),  # Preference-pair collection.
     "turn": (1, 0, 1),  # Per-turn batched generation: turn ``index`` of a rollout call.
     "arpo-round": (1, 0, 7919),  # ARPO branching round ``index`` (1, 2, ...).
-    "arpo-fill": (1, 104_729, 0),  # ARPO's global samples that fill the budget left after branching.
+    "arpo-fill": (1, 104_729, 0),
+    "async-rollouts": (1, 13, 0),  # Async mode's stream of groups (one stream per group ordinal).  # ARPO's global samples that fill the budget left after branching.
 }
 STREAMS = tuple(_STREAMS)
 

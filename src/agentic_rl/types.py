@@ -63,7 +63,10 @@ class Turn:
     ``reward``, whose sum is the outcome); read by turn-level credit assignment."""
     finish_reason: str = "stop"
     weight_version: int = 0
-    """The engine's weight version that sampled this turn."""
+    """The engine's weight version that sampled this turn (its first token)."""
+    version_changes: list[tuple[int, int]] = field(default_factory=list)
+    """Partial rollouts: ``(token index in the trajectory, version)`` where new weights took
+    over mid-turn; the tokens from that index on were sampled by that version."""
 
 
 @dataclass
@@ -100,8 +103,8 @@ class Trajectory:
 
     @property
     def weight_versions(self) -> list[int]:
-        """The engine weight versions that sampled this trajectory's turns (sorted, distinct)."""
-        return sorted({turn.weight_version for turn in self.turns})
+        """The engine weight versions that sampled this trajectory's tokens (sorted, distinct)."""
+        return sorted({turn.weight_version for turn in self.turns} | {version for turn in self.turns for _, version in turn.version_changes})
 
     @property
     def response_tokens(self) -> int:

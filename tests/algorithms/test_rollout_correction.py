@@ -110,6 +110,17 @@ HAND = {
         2 / 7,  # row 1's two tokens
         0.0,
     ),
+    "decoupled": (
+        [
+            [0.0, 1.5, 0.25, 0.0],  # 3 > 2 dropped; 1.5 and 0.25 kept as they are
+            [1.0, 0.0, 0.0, 0.0],  # 1 kept, 9 > 2 dropped
+            [0.1, 0.9, 0.0, 0.0],  # no lower bound: 0.1 kept
+            [0.0, 0.0, 0.0, 0.0],
+        ],
+        3.75 / 7,  # 1.5 + 0.25 + 1 + 0.1 + 0.9
+        0.0,
+        2 / 7,  # r = 3 and r = 9
+    ),
     "seq-mis": (
         [
             [1.0, 1.0, 1.0, 0.0],  # 1.04 in [0.5, 2]
@@ -221,6 +232,9 @@ def _reference(old, sampler, mask, mode, cap=2.0, low=0.5, high=2.0):
             elif mode in ("tis", "seq-tis"):
                 w = min(ratio, cap)
                 truncated += ratio > cap
+            elif mode == "decoupled":  # AReaL: behav_imp_weight, masked above its cap
+                w = ratio if ratio <= cap else 0.0
+                dropped += ratio > cap
             else:
                 keep = low <= ratio <= high
                 w = 1.0 if keep else 0.0
@@ -270,7 +284,7 @@ def test_matches_python_loop(mode, seed, dtype):
         assert out.metrics[key] == pytest.approx(metrics[key], rel=1e-6 if key.endswith("frac") else rel, abs=1e-9), key
     if mode in ("tis", "seq-tis"):
         assert 0 < metrics["rollout_is_truncated_frac"] < 1  # the random batch exercises the cap
-    if mode in ("mis", "seq-mis"):
+    if mode in ("mis", "seq-mis", "decoupled"):
         assert 0 < metrics["rollout_is_masked_frac"] < 1  # ... and the bounds
 
 

@@ -12,6 +12,10 @@ loss as a constant weight, corrects for it. Raw ratios have unbounded variance, 
   token leaves the loss; the normalisers still count it);
 - ``seq-tis`` / ``seq-mis``: the same on the sequence's geometric-mean ratio
   exp(mean_t(lp_old_t - lp_mu_t)), one weight for every token of the sequence;
+- ``decoupled`` (AReaL's decoupled PPO, Fu et al. 2025: the behaviour policy mu samples,
+  the trainer's pre-update policy is the proximal policy the clip is taken against):
+  w_t = r_t where r_t = pi_old / mu <= C, else 0 (the token leaves the loss, as AReaL's
+  ``behav_imp_weight_cap`` masks it);
 - ``none``: w_t = 1 (the mismatch metrics are still reported).
 
 Every policy loss of the registry is positively homogeneous in the advantage
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-ROLLOUT_CORRECTIONS = ("none", "tis", "mis", "seq-tis", "seq-mis")
+ROLLOUT_CORRECTIONS = ("none", "tis", "mis", "seq-tis", "seq-mis", "decoupled")
 
 _MAX_LOG_RATIO = 20.0
 """Log-ratios are clamped here before exponentiating (a stale token cannot overflow)."""
@@ -71,7 +75,7 @@ def rollout_correction(
 
     Metrics: the :func:`mismatch_metrics`, and over masked tokens ``rollout_is_weight_mean``,
     ``rollout_is_truncated_frac`` (tis: the cap was applied) and ``rollout_is_masked_frac``
-    (mis: the token or its sequence was dropped)."""
+    (mis, decoupled: the token or its sequence was dropped)."""
     if mode not in ROLLOUT_CORRECTIONS:
         raise ValueError(f"rollout_correction: expected one of {', '.join(ROLLOUT_CORRECTIONS)}, got {mode!r}")
     if cap < 1.0 or not 0.0 <= low <= 1.0 <= high:
@@ -93,6 +97,9 @@ def rollout_correction(
         dropped = torch.zeros_like(mask, dtype=torch.bool)
         if mode == "none":
             weights = torch.ones_like(ratio)
+        elif mode == "decoupled":
+            dropped = ratio > cap
+            weights = torch.where(dropped, torch.zeros_like(ratio), ratio)
         elif mode.endswith("tis"):
             truncated = ratio > cap
             weights = ratio.clamp(max=cap)

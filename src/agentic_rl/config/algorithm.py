@@ -93,10 +93,10 @@ class AlgorithmConfig(Section):
     """kl-cov: fraction of a micro-batch's tokens (the highest covariance, at least one) that get the KL penalty."""
     kl_cov_coef: float = Field(0.1, ge=0.0)
     """kl-cov: weight of the |log-ratio| penalty on those tokens."""
-    rollout_correction: Literal["auto", "none", "tis", "mis", "seq-tis", "seq-mis"] = "auto"
-    """Importance weights between the trainer's pre-update log-probs and the sampler's (agentic_rl.algorithms.correction): tis = min(ratio, correction_cap) per token, mis = drop tokens whose ratio leaves [correction_low, correction_high], seq-* = the same on the sequence's geometric-mean ratio; auto = tis when the sampler's precision or weights differ from the trainer's (bf16-mixed, a separate engine), else none."""
+    rollout_correction: Literal["auto", "none", "tis", "mis", "seq-tis", "seq-mis", "decoupled"] = "auto"
+    """Importance weights between the trainer's pre-update log-probs and the sampler's (agentic_rl.algorithms.correction): tis = min(ratio, correction_cap) per token, mis = drop tokens whose ratio leaves [correction_low, correction_high], seq-* = the same on the sequence's geometric-mean ratio, decoupled = AReaL's decoupled PPO (the ratio itself, 0 above correction_cap); auto = tis when the sampler's precision or weights differ from the trainer's (bf16-mixed, a separate engine), else none."""
     correction_cap: float = Field(2.0, ge=1.0)
-    """tis / seq-tis: the truncation bound C of the importance weight."""
+    """tis / seq-tis: the truncation bound C of the importance weight; decoupled: weights above it drop the token."""
     correction_low: float = Field(0.5, ge=0.0, le=1.0)
     """mis / seq-mis: weights below this drop the token (sequence)."""
     correction_high: float = Field(2.0, ge=1.0)

@@ -24,7 +24,7 @@ from agentic_rl.config.base import (
     WarmupSteps,
 )
 from agentic_rl.config.sinks import check_sink_names
-from agentic_rl.config.trainer import TrainerConfig
+from agentic_rl.config.trainer import DistributedConfig, TrainerConfig
 
 
 class ModelConfig(Section):
@@ -348,6 +348,8 @@ class TrainConfig(Section):
     """LoRA adapters instead of full fine-tuning."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     """Trainer strategy over processes (single, DDP, FSDP2)."""
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    """Where rollouts run (in process, or Ray rollout workers) and async RL (max_staleness)."""
     sft: SFTStageConfig = Field(default_factory=SFTStageConfig)
     """SFT cold start."""
     filter: FilterConfig = Field(default_factory=FilterConfig)
@@ -409,6 +411,18 @@ class TrainConfig(Section):
             ):
                 if value:
                     raise ValueError(f"{field}: backend.kind {self.backend.kind}: {why}")
+        if self.distributed.engine == "ray":
+            for field, value, why in (
+                ("backend.kind", self.backend.kind != "hf", "Ray rollout workers run the hf engine for now"),
+                ("algorithm.rollout", self.algorithm.rollout == "arpo", "ARPO's branching runs in the trainer process only"),
+                ("lora.enabled", self.lora.enabled, "rollout workers receive full weights; LoRA adapters are not shipped yet"),
+                ("algorithm.rollout_correction", self.distributed.max_staleness is not None and self.algorithm.rollout_correction == "none",
+                 "async mode samples from older weights: it needs a correction (auto, tis, mis, seq-tis, seq-mis or decoupled)"),
+            ):
+                if value:
+                    raise ValueError(f"{field}: distributed.engine ray: {why}")
+        elif self.distributed.max_staleness is not None:
+            raise ValueError("distributed.max_staleness: async mode needs distributed.engine ray (rollout workers beside the trainer)")
         if self.algorithm.advantage == "remax":
             raise ValueError("algorithm.advantage: remax needs a greedy baseline rollout per task, which the trainer does not run yet")
         if self.group_size == 1 and self.algorithm.advantage in ("grpo", "rloo", "mt-grpo", "gigpo", "opo", "grpo-passk"):

@@ -1,4 +1,5 @@
-"""The trainer's spread over processes (``trainer`` section of a training config)."""
+"""The trainer's spread over processes (``trainer`` section of a training config) and the
+rollout side's over a Ray cluster (``distributed`` section)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,26 @@ class TrainerConfig(Section):
     """Collectives wait at most this long: a rank that died or hangs ends the others with an error instead of a hang."""
 
 
+class DistributedConfig(Section):
+    """Where rollouts run: in the trainer's process (local), or on Ray rollout workers that own
+    envs, tool sandboxes and an engine, fed the trainer's weights after every step (ray)."""
+
+    engine: Literal["local", "ray"] = "local"
+    """local: rollouts in the trainer process; ray: on rollout worker actors of a Ray cluster (pip install 'agentic-rl[ray]')."""
+    ray_address: str | None = None
+    """The Ray cluster to join (e.g. 10.0.0.1:6379, or auto); default: the RAY_ADDRESS variable, else a local one-machine cluster."""
+    rollout_workers: int = Field(1, ge=1)
+    """Rollout worker actors; each owns an engine (a copy of the policy) and its envs."""
+    worker_cpus: float = Field(1.0, gt=0)
+    """CPUs Ray reserves per rollout worker (fractions allowed: 0.5 puts two on a core); also its torch threads (at least 1)."""
+    worker_gpus: float = Field(0.0, ge=0)
+    """GPUs Ray reserves per rollout worker (its engine runs on them)."""
+    worker_resources: dict[str, float] = Field(default_factory=dict)
+    """Custom Ray resources each rollout worker needs, to place workers on chosen nodes (e.g. {"rollout": 1} with `ray start --resources '{"rollout": 4}'` on the rollout nodes)."""
+    max_staleness: int | None = Field(None, ge=0)
+    """Async mode: rollouts for the next steps run while the trainer updates, sampled by weights at most this many steps old (older groups are dropped and counted); unset = sync mode (every step samples from the newest weights)."""
+
+
 def check_world_size(config, world_size: int) -> None:
     """What a training config (``TrainConfig``) cannot run on ``world_size`` processes yet:
     a ValueError, one line naming the setting."""
@@ -27,5 +48,7 @@ def check_world_size(config, world_size: int) -> None:
         return
     if config.trainer.strategy == "single":
         raise ValueError(f"trainer.strategy: 'single' runs one process; with {world_size} processes use ddp or fsdp2 (or auto)")
+    if config.distributed.engine == "ray":
+        raise ValueError("distributed.engine: ray runs one trainer process for now (drop --nproc; the rollout workers scale with distributed.rollout_workers)")
     if config.backend.kind in ("vllm", "sglang"):
         raise ValueError(f"backend.kind: {config.backend.kind} runs with one trainer process for now (drop --nproc or use backend.kind hf)")

@@ -57,7 +57,10 @@ class Completion:
     entropies: list[float] | None = None
     """Per-token entropy of the sampling distribution, when ``SamplingParams.return_entropy``."""
     weight_version: int = 0
-    """The engine's ``weight_version`` when this completion was sampled."""
+    """The engine's ``weight_version`` that sampled the first token."""
+    version_changes: list[tuple[int, int]] | None = None
+    """Partial rollouts: ``(offset, version)`` where new weights took over mid-completion
+    (tokens from ``offset`` on were sampled by ``version``); None or empty: one version."""
     error: str | None = None
     """Set when the engine failed to sample (a remote server died, a request timed out):
     the episode ends as an infrastructure error (masked from the loss, counted)."""

@@ -23,6 +23,7 @@ import torch
 from agentic_rl.accel import decoder_for, packed_weights
 from agentic_rl.engines.base import Completion, SamplingParams
 from agentic_rl.engines.kv_cache import SlotCache
+from agentic_rl.engines.staged import StagedWeights
 from agentic_rl.engines.sampling import entropy as sampling_entropy
 from agentic_rl.engines.sampling import sample
 
@@ -47,6 +48,8 @@ class _Sequence:
     slot: int | None = None
     last_token: int | None = None
     """The last sampled token: not yet encoded, it leads the next extension."""
+    version_changes: list[tuple[int, int, int]] = field(default_factory=list)
+    """(offset in the current turn, old version, new version) of each weight swap mid-turn."""
 
 
 class DecodeSession:
@@ -63,11 +66,17 @@ class DecodeSession:
     weights must not change until the block ends.
     """
 
-    def __init__(self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int, min_shared_prefix: int = 8, weight_version: int = 0) -> None:
+    def __init__(
+        self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int,
+        min_shared_prefix: int = 8, weight_version: int = 0, staged: StagedWeights | None = None,
+    ) -> None:
         from agentic_rl.models.anatomy import split_model
 
         self.model = model
         self.weight_version = weight_version
+        self.staged = staged
+        """New weights another thread staged: applied at the start of the next ``step()``."""
+        self._entered = False
         self.backbone, self.lm_head = split_model(model)
         self.sampling = sampling
         self.max_slots = max_slots
@@ -92,10 +101,12 @@ class DecodeSession:
         self._scope = contextlib.ExitStack()
         self._scope.enter_context(packed_weights(self.model))
         self._lean = decoder_for(self.model)
+        self._entered = True
         return self
 
     def __exit__(self, *exc_info) -> None:
         self._lean = None
+        self._entered = False
         self._scope.close()
 
     @property
@@ -139,6 +150,8 @@ class DecodeSession:
     @torch.no_grad()
     def step(self) -> list[tuple[Hashable, Completion]]:
         """Start waiting work, advance running sequences by one token; return finished turns."""
+        if self.staged is not None and self.staged.pending:
+            self._swap_weights()
         was_training = self.model.training
         self.model.eval()
         try:
@@ -150,6 +163,23 @@ class DecodeSession:
             return finished
         finally:
             self.model.train(was_training)
+
+    def _swap_weights(self) -> None:
+        """Load the staged weights between two decode steps (packed copies are rebuilt):
+        running sequences continue with them, and their turns record the offset."""
+        entered = self._entered
+        if entered:
+            self.__exit__(None, None, None)
+        version = self.staged.apply()
+        if entered:
+            self.__enter__()
+        if version is None or version == self.weight_version:
+            return
+        for sequence in self.owner[: self.running]:
+            offset = int(self.count[sequence.handle])
+            if offset > 0:  # mid-turn; a turn not yet sampling is all new weights
+                sequence.version_changes.append((offset, self.weight_version, version))
+        self.weight_version = version
 
     # ------------------------------------------------------------------ slots and buffers
 
@@ -260,7 +290,11 @@ class DecodeSession:
         tokens = self.out_tokens[sequence.handle, :n].tolist()
         stopped = bool(torch.isin(self.out_tokens[sequence.handle, n - 1], self.stops))
         entropies = self.out_entropy[sequence.handle, :n].tolist() if self.sampling.return_entropy else None
-        return Completion(token_ids=tokens, logprobs=self.out_logprobs[sequence.handle, :n].tolist(), finish_reason="stop" if stopped else "length", entropies=entropies, weight_version=self.weight_version)
+        changes, sequence.version_changes = sequence.version_changes, []
+        return Completion(
+            token_ids=tokens, logprobs=self.out_logprobs[sequence.handle, :n].tolist(), finish_reason="stop" if stopped else "length", entropies=entropies,
+            weight_version=changes[0][1] if changes else self.weight_version, version_changes=[(offset, new) for offset, _, new in changes],
+        )
 
     def _start_waiting(self, finished: list) -> None:
         """Admit waiting sequences that have (or can get) a slot, encode their pending

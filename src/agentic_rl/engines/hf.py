@@ -16,6 +16,7 @@ import torch
 
 from agentic_rl.engines.base import Completion, SamplingParams, SharedWeights
 from agentic_rl.engines.decode_session import DecodeSession
+from agentic_rl.engines.staged import StagedWeights
 from agentic_rl.models.copies import frozen_copy
 
 
@@ -42,6 +43,8 @@ class HFBackend(SharedWeights):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.staged = StagedWeights(self._load_version)
+        """Weights another thread handed over (``stage_weights``), applied between decode steps."""
 
     @property
     def separate_weights(self) -> bool:
@@ -58,15 +61,33 @@ class HFBackend(SharedWeights):
         as a sharded trainer gathers them; default the model given at construction) into
         the engine's copy, in place (no new allocation); count the update."""
         if self.separate_weights:
-            source = source if source is not None else self.trainer_model
-            with torch.no_grad():
-                if isinstance(source, Mapping):
-                    for name, target in self.model.named_parameters():
-                        target.copy_(source[name])
-                else:
-                    for target, value in zip(self.model.parameters(), source.parameters(), strict=True):
-                        target.copy_(value)
+            self._copy_weights(source if source is not None else self.trainer_model)
         return super().sync_weights(source)
+
+    def stage_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
+        """Thread-safe: the engine samples from ``weights`` (full tensors by parameter name) as
+        ``version`` from its next decode step on; sequences mid-turn continue with them
+        (engines/staged.py). ``apply_staged`` loads them at once when nothing decodes."""
+        self.staged.stage(weights, version)
+
+    def apply_staged(self) -> int | None:
+        """Load staged weights now (between rollouts); returns their version or None."""
+        return self.staged.apply()
+
+    def _load_version(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
+        self._copy_weights(weights)
+        self.weight_version = version
+
+    def _copy_weights(self, source) -> None:
+        """Copy ``source`` (a model, or full tensors by parameter name) into the engine's
+        model, in place (no new allocation)."""
+        with torch.no_grad():
+            if isinstance(source, Mapping):
+                for name, target in self.model.named_parameters():
+                    target.copy_(source[name])
+            else:
+                for target, value in zip(self.model.parameters(), source.parameters(), strict=True):
+                    target.copy_(value)
 
     @property
     def device(self) -> torch.device:
@@ -74,7 +95,7 @@ class HFBackend(SharedWeights):
 
     def session(self, sampling: SamplingParams, *, stop_token_ids: Sequence[int]) -> DecodeSession:
         """A continuous-batching session holding at most ``batch_size`` sequences at once."""
-        return DecodeSession(self.model, sampling=sampling, stop_token_ids=stop_token_ids, max_slots=self.batch_size, pad_token_id=self.pad_token_id, min_shared_prefix=self.min_shared_prefix, weight_version=self.weight_version)
+        return DecodeSession(self.model, sampling=sampling, stop_token_ids=stop_token_ids, max_slots=self.batch_size, pad_token_id=self.pad_token_id, min_shared_prefix=self.min_shared_prefix, weight_version=self.weight_version, staged=self.staged)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, *, stop_token_ids: list[int], max_new_tokens: list[int] | None = None) -> list[Completion]:
         """One completion per prompt, in input order. Row i draws from stream

@@ -1,5 +1,9 @@
 """``make(name, **kwargs)``: environments by name, so worker processes can rebuild them;
-``env_factory``: a validated zero-argument builder for the stages that make many."""
+``env_factory``: a validated zero-argument builder for the stages that make many.
+
+A name is a registered env, or an import path ``package.module:factory`` (a class or
+function returning an Env): the form to use for your own envs on rollout workers in other
+processes (Ray), which import it instead of relying on a ``register`` call made in yours."""
 
 from __future__ import annotations
 
@@ -39,21 +43,38 @@ def registered() -> list[EnvEntry]:
     return sorted(_REGISTRY.values(), key=lambda entry: entry.name)
 
 
+def _factory(name: str) -> Callable[..., Env]:
+    """The factory a registered name or an import path ``module:attribute`` names."""
+    if name in _REGISTRY:
+        return _REGISTRY[name].factory
+    if ":" in name:
+        import importlib
+
+        module_name, _, attribute = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as exc:
+            raise UnknownEnvError(f"env {name!r}: cannot import it: {type(exc).__name__}: {exc}") from None
+        if not callable(factory):
+            raise UnknownEnvError(f"env {name!r}: {attribute} is not a class or function")
+        return factory
+    import difflib
+
+    close = difflib.get_close_matches(name, _REGISTRY, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise UnknownEnvError(f"unknown env {name!r}{hint}; registered envs: {', '.join(sorted(_REGISTRY))} (or an import path package.module:Factory)")
+
+
 def accepts_option(name: str, option: str) -> bool:
     """Whether env ``name``'s factory takes ``option`` (e.g. "split")."""
-    parameters = inspect.signature(_REGISTRY[name].factory).parameters
+    parameters = inspect.signature(_factory(name)).parameters
     return option in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def make(name: str, **kwargs: Any) -> Env:
-    """Build a registered env; unknown names and unknown keyword arguments fail clearly."""
-    if name not in _REGISTRY:
-        import difflib
-
-        close = difflib.get_close_matches(name, _REGISTRY, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UnknownEnvError(f"unknown env {name!r}{hint}; registered envs: {', '.join(sorted(_REGISTRY))}")
-    factory = _REGISTRY[name].factory
+    """Build a registered env (or one named by import path); unknown names and unknown
+    keyword arguments fail clearly."""
+    factory = _factory(name)
     parameters = inspect.signature(factory).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         unknown = sorted(set(kwargs) - set(parameters))
@@ -62,11 +83,18 @@ def make(name: str, **kwargs: Any) -> Env:
     return factory(**kwargs)
 
 
+def _accepts_split(name: str) -> bool:
+    try:
+        return accepts_option(name, "split")
+    except UnknownEnvError:
+        return False  # make() below reports it
+
+
 def env_factory(name: str, options: dict[str, Any], *, split: str | None = None) -> Callable[[], Env]:
     """A zero-argument env builder, validated once up front so bad options fail (as a
     ``ConfigError``) before any sampling. ``split`` is passed to envs that take one, unless
     ``options`` already sets it."""
-    if split is not None and "split" not in options and name in _REGISTRY and accepts_option(name, "split"):
+    if split is not None and "split" not in options and (name in _REGISTRY or ":" in name) and _accepts_split(name):
         options = {**options, "split": split}
     try:
         make(name, **options)

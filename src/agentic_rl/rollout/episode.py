@@ -91,7 +91,10 @@ class Episode:
         self.stopped_last_turn = completion.finish_reason == "stop"
         self.hit_token_limit = len(trajectory.token_ids) >= self.limits.max_total_tokens
         text = self.renderer.response_text(completion.token_ids)
-        turn = Turn(assistant_text=text, response_start=start, response_end=len(trajectory.token_ids), finish_reason=completion.finish_reason, weight_version=completion.weight_version)
+        turn = Turn(
+            assistant_text=text, response_start=start, response_end=len(trajectory.token_ids), finish_reason=completion.finish_reason, weight_version=completion.weight_version,
+            version_changes=[(start + offset, version) for offset, version in completion.version_changes or ()],
+        )
         return turn, self._say(text)
 
     def take_reply(self, text: str, finish_reason: str, weight_version: int = 0) -> tuple[Turn, Message]:

@@ -14,6 +14,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import queue
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -69,21 +73,56 @@ def _raise_timeout():
     raise FutureTimeout()
 
 
-def run_continuous(episodes: list[Episode], backend, sampling: SamplingParams, pool: ThreadPoolExecutor) -> None:
-    """Run ``episodes`` (token level) to the end in one continuous-batching decode session."""
-    active = {key: episode for key, episode in enumerate(episodes) if not episode.finished}
-    if not active:
+def run_continuous(
+    episodes: list[Episode], backend, sampling: SamplingParams, pool: ThreadPoolExecutor, *, incoming: queue.Queue | None = None, stop: threading.Event | None = None,
+) -> None:
+    """Run ``episodes`` (token level) to the end in one continuous-batching decode session.
+
+    Service mode (a rollout worker): with ``incoming``, episodes put on that queue (seeds
+    set) join the running session as they arrive, and the session lives until ``stop`` is
+    set and nothing is left to do."""
+    active: dict[int, Episode] = {}
+    keys = itertools.count()
+    if not any(not e.finished for e in episodes) and incoming is None:
         return
-    renderer = next(iter(active.values())).renderer
-    with backend.session(sampling, stop_token_ids=renderer.stop_token_ids) as session:
-        for key, episode in active.items():
+    renderer = None
+    with contextlib.ExitStack() as scope:
+        session = None
+
+        def admit(episode: Episode) -> None:
+            nonlocal session, renderer
+            if episode.finished:
+                return
+            if session is None:
+                renderer = episode.renderer
+                session = scope.enter_context(backend.session(sampling, stop_token_ids=renderer.stop_token_ids))
+            key = next(keys)
+            active[key] = episode
             session.submit(key, episode.trajectory.token_ids, episode.budget(), episode.seed)
+
+        for episode in episodes:
+            admit(episode)
         stepping: dict[Future, tuple[int, object]] = {}
-        while session.busy or stepping:
-            if session.busy:
+        while True:
+            if incoming is not None:
+                while True:
+                    try:
+                        admit(incoming.get_nowait())
+                    except queue.Empty:
+                        break
+            busy = session is not None and session.busy
+            if not busy and not stepping:
+                if incoming is None or stop.is_set():
+                    return
+                try:  # idle: wait for work
+                    admit(incoming.get(timeout=0.05))
+                except queue.Empty:
+                    pass
+                continue
+            if busy:
                 for key, completion in session.step():
                     if completion.error is not None:  # the engine failed this turn: an infrastructure error
-                        active[key].fail(completion.error)
+                        active.pop(key).fail(completion.error)
                         session.release(key)
                         continue
                     turn, message = active[key].take_completion(completion)
@@ -92,8 +131,11 @@ def run_continuous(episodes: list[Episode], backend, sampling: SamplingParams, p
                 continue
             deadline = min(active[key].deadline for key, _ in stepping.values())
             # While others decode, only collect env steps that are done; otherwise sleep until
-            # one is, or until the earliest episode deadline.
-            done, _ = wait(list(stepping), timeout=0 if session.busy else max(deadline - time.monotonic(), 0.0), return_when=FIRST_COMPLETED)
+            # one is, or until the earliest episode deadline (briefly, when new work may arrive).
+            timeout = 0.0 if session.busy else max(deadline - time.monotonic(), 0.0)
+            if incoming is not None:
+                timeout = min(timeout, 0.05)
+            done, _ = wait(list(stepping), timeout=timeout, return_when=FIRST_COMPLETED)
             now = time.monotonic()
             for future in list(stepping):
                 key, turn = stepping[future]
@@ -104,4 +146,5 @@ def run_continuous(episodes: list[Episode], backend, sampling: SamplingParams, p
                 if episode.apply_step(turn, future.result if future in done else _raise_timeout):
                     session.extend(key, episode.trajectory.token_ids[turn.response_end :], episode.budget())
                 else:
+                    del active[key]
                     session.release(key)

@@ -41,6 +41,8 @@ def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tu
     world-size-th task (whole groups: the group advantage needs them together), as one
     process would sample it, and every rank receives all groups in task order."""
     config, dist = trainer.config, trainer.dist
+    if config.distributed.engine == "ray":  # rollout workers own the envs (distributed/ray_rollouts.py)
+        return trainer.backend.rollout(task_indices, group_size=config.group_size, seed=seed), {}
     if not dist.distributed:
         return rollout(trainer.backend, trainer.make_env, task_indices, group_size=config.group_size, config=config.rollout, seed=seed), {}
     mine = list(range(dist.rank, len(task_indices), dist.world_size))
@@ -108,6 +110,8 @@ class RLTrainer:
         )
         """The importance correction between sampler and trainer log-probs in use (none, tis, mis, seq-tis, seq-mis)."""
         self.step_index = 0
+        self.stream = None
+        """Async mode's stream of groups sampled ahead (distributed.max_staleness set; built at the first step)."""
         self.nonfinite = NonFiniteGuard(config.max_nonfinite_steps, hint="lower optim.lr or check the rewards")
         self.response_length_history: list[float] = []
 
@@ -192,6 +196,22 @@ class RLTrainer:
         self.step_index += 1
         return metrics, groups
 
+    def _stream(self):
+        """Async mode's group stream (started at the first step, after a resume restored the
+        task schedule and the weight version)."""
+        if self.stream is None:
+            config = self.config
+            self.stream = self.backend.stream(
+                lambda: self.task_schedule.next(1)[0], group_size=config.group_size, batch=config.tasks_per_step,
+                max_staleness=config.distributed.max_staleness, seed=config.seed,
+            )
+        return self.stream
+
+    def close(self) -> None:
+        """Stop sampling ahead (async mode)."""
+        if self.stream is not None:
+            self.stream.cancel()
+
     def score_groups(self, kept: list[TrajectoryGroup], groups: list[TrajectoryGroup] | None = None) -> tuple[ScoredBatch, list[float], float | None]:
         """Advantages of the ``kept`` groups (with the critic's values and the KL-in-reward
         term when the algorithm uses them) -> (scored batch, the shaped rewards of every
@@ -225,10 +245,13 @@ class RLTrainer:
         metrics: dict[str, float] = {}
         rounds = 0
         while rounds < algorithm.max_generation_rounds and len(kept) < config.tasks_per_step:
-            task_indices = self.task_schedule.next(config.tasks_per_step - len(kept))
-            # Round 0 keeps the seed a run without resampling uses; later rounds get fresh ones.
-            seed = derive_seed(config.seed, "rl-step", self.step_index, round=rounds)
-            groups, round_metrics = ROLLOUT_MODES[algorithm.rollout](self, task_indices, seed)
+            if config.distributed.max_staleness is not None:
+                groups, round_metrics = self._stream().take(config.tasks_per_step - len(kept), self.backend.weight_version)
+            else:
+                task_indices = self.task_schedule.next(config.tasks_per_step - len(kept))
+                # Round 0 keeps the seed a run without resampling uses; later rounds get fresh ones.
+                seed = derive_seed(config.seed, "rl-step", self.step_index, round=rounds)
+                groups, round_metrics = ROLLOUT_MODES[algorithm.rollout](self, task_indices, seed)
             for key, value in round_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + value
             sampled += groups

@@ -266,10 +266,34 @@ def run_rl(state: RunState) -> None:
     from agentic_rl.training.rl import RLTrainer
 
     config = state.config
+    rollouts = _ray_rollouts(state) if config.distributed.engine == "ray" else None
     try:
-        state.trainer = RLTrainer(config, state.model, state.tokenizer, state.backend, state.train_env, state.task_indices, dist=state.dist)
+        state.trainer = RLTrainer(config, state.model, state.tokenizer, rollouts or state.backend, state.train_env, state.task_indices, dist=state.dist)
     except ValueError as exc:  # a setting the trainer cannot run with (e.g. on several ranks)
+        if rollouts is not None:
+            rollouts.close()
         raise ConfigError(str(exc)) from None
+    try:
+        _run_rl_steps(state)
+    finally:
+        state.trainer.close()
+        if rollouts is not None:
+            rollouts.close()
+
+
+def _ray_rollouts(state: RunState):
+    """Rollout workers on Ray (distributed.engine: ray), loaded with the policy as it is now."""
+    from agentic_rl.distributed.ray_rollouts import RayRollouts
+    from agentic_rl.models.precision import compute_precision
+
+    settings = state.config.distributed
+    mode = "sync" if settings.max_staleness is None else f"async, max_staleness {settings.max_staleness}"
+    state.events.on_stage(f"starting {settings.rollout_workers} Ray rollout worker(s) ({mode})")
+    return RayRollouts(state.config, state.model, precision=compute_precision(state.model))
+
+
+def _run_rl_steps(state: RunState) -> None:
+    config = state.config
     if state.checkpoint is not None:
         _resume_trainer(state)
     elif config.checkpoint_every and (config.sft.enabled or config.filter.enabled or config.dpo.enabled):
