@@ -14,8 +14,8 @@ class ParityEnv:
 
     num_tasks = 64
 
-    def __init__(self, split: str = "train", slow_every: int = 0, slow_s: float = 0.0, step_s: float = 0.0) -> None:
-        self.slow_every, self.slow_s, self.step_s = slow_every, slow_s, step_s
+    def __init__(self, split: str = "train", slow_every: int = 0, slow_s: float = 0.0, step_s: float = 0.0, slow_tasks_every: int = 0) -> None:
+        self.slow_every, self.slow_s, self.step_s, self.slow_tasks_every = slow_every, slow_s, step_s, slow_tasks_every
         self.index = 0
 
     def reset(self, *, seed=None, options=None):
@@ -27,6 +27,8 @@ class ParityEnv:
         delay = self.step_s
         # The slow tail: one episode in slow_every (by its reply, so it is the same in every run) takes slow_s.
         if self.slow_every and zlib.crc32(content.encode()) % self.slow_every == 0:
+            delay = self.slow_s
+        if self.slow_tasks_every and self.index % self.slow_tasks_every == 0:  # a whole group slow
             delay = self.slow_s
         if delay:
             time.sleep(delay)

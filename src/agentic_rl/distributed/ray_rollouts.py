@@ -19,6 +19,7 @@ request carries the newest weights so it catches up before sampling.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +30,10 @@ from agentic_rl.distributed.async_stream import GroupStream
 from agentic_rl.distributed.rollout_worker import RolloutWorker, failed_group
 from agentic_rl.seeds import derive_seed, stream_seed
 from agentic_rl.types import TrajectoryGroup
+
+WORKER_RESTART_TIMEOUT_S = 300.0
+"""How long requests wait for a failed worker to come back (Ray restarts it) before its
+tasks count as infrastructure errors."""
 
 MAX_CONCURRENT_REQUESTS = 1024
 """Requests one worker holds at once (each waits in a thread while its episodes decode in the shared session)."""
@@ -82,6 +87,8 @@ class RayRollouts:
         self._publish(weights)
         self._load = [0] * len(self.workers)
         """Requests in flight per worker (async mode sends each group to the least loaded)."""
+        self._down: dict[int, Any] = {}
+        """Workers whose requests failed, with the liveness probe in flight (None: none yet)."""
 
     def _publish(self, source: torch.nn.Module | Mapping[str, torch.Tensor]) -> None:
         """Put the weights in the object store (once for every worker) and stage them on
@@ -102,18 +109,53 @@ class RayRollouts:
     def _request(self, worker: int, task_index: int, seeds: list[int]):
         return self.workers[worker].rollout_group.remote(task_index, seeds, self.weight_version, [self._weights_ref])
 
-    def rollout(self, task_indices: list[int], *, group_size: int, seed: int) -> list[TrajectoryGroup]:
-        """Sync mode: one group per task, in order, task position p on worker p mod n."""
+    def _healthy(self, worker: int) -> bool:
+        """Whether ``worker`` takes requests: not known to have failed, or answering again
+        (a non-blocking probe; Ray restarts a dead worker, requests sent meanwhile fail)."""
+        if worker not in self._down:
+            return True
         ray = import_ray()
+        probe = self._down[worker]
+        if probe is None:
+            probe = self._down[worker] = self.workers[worker].info.remote()
+        ready, _ = ray.wait([probe], timeout=0)
+        if not ready:
+            return False
+        try:
+            ray.get(probe)
+        except ray.exceptions.RayError:
+            self._down[worker] = None  # still restarting: probe again
+            return False
+        self._down.pop(worker, None)
+        return True
+
+    def _wait_healthy(self, worker: int) -> bool:
+        deadline = time.monotonic() + WORKER_RESTART_TIMEOUT_S
+        while not self._healthy(worker):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
+
+    def rollout(self, task_indices: list[int], *, group_size: int, seed: int) -> list[TrajectoryGroup]:
+        """Sync mode: one group per task, in order, task position p on worker p mod n. The
+        requests a failing worker held come back as infrastructure-error groups."""
+        ray = import_ray()
+        workers = len(self.workers)
+        ready = {worker: self._wait_healthy(worker) for worker in sorted({p % workers for p in range(len(task_indices))})}
         refs = [
-            self._request(position % len(self.workers), task, [stream_seed(seed, position * group_size + j) for j in range(group_size)])
+            self._request(position % workers, task, [stream_seed(seed, position * group_size + j) for j in range(group_size)]) if ready[position % workers] else None
             for position, task in enumerate(task_indices)
         ]
         groups = []
-        for task, ref in zip(task_indices, refs):
+        for position, (task, ref) in enumerate(zip(task_indices, refs)):
+            if ref is None:
+                groups.append(failed_group(task, group_size, f"rollout worker {position % workers} did not come back within {WORKER_RESTART_TIMEOUT_S:g} s"))
+                continue
             try:
                 groups.append(ray.get(ref))
             except ray.exceptions.RayError as error:
+                self._down.setdefault(position % workers, None)
                 groups.append(failed_group(task, group_size, worker_error(error)))
         return groups
 
@@ -122,10 +164,12 @@ class RayRollouts:
         base = stream_seed(derive_seed(seed, "async-rollouts"), self.weight_version)
 
         def submit(task: int, ordinal: int, version: int):
-            worker = min(range(len(self.workers)), key=self._load.__getitem__)
+            while not (healthy := [w for w in range(len(self.workers)) if self._healthy(w)]):
+                time.sleep(0.2)  # every worker is restarting
+            worker = min(healthy, key=self._load.__getitem__)
             self._load[worker] += 1
             future = self._request(worker, task, [stream_seed(base, ordinal * group_size + j) for j in range(group_size)]).future()
-            future.add_done_callback(lambda _, worker=worker: self._done(worker))
+            future.add_done_callback(lambda future, worker=worker: self._done(worker, future))
             return future
 
         return GroupStream(
@@ -133,8 +177,10 @@ class RayRollouts:
             on_error=lambda task, error: failed_group(task, group_size, worker_error(error)),
         )
 
-    def _done(self, worker: int) -> None:
+    def _done(self, worker: int, future) -> None:
         self._load[worker] -= 1
+        if not future.cancelled() and future.exception() is not None:
+            self._down.setdefault(worker, None)
 
     def info(self) -> list[dict[str, Any]]:
         """Each worker's process id, node and weight version."""
