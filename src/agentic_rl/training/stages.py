@@ -289,7 +289,14 @@ def _ray_rollouts(state: RunState):
     settings = state.config.distributed
     mode = "sync" if settings.max_staleness is None else f"async, max_staleness {settings.max_staleness}"
     state.events.on_stage(f"starting {settings.rollout_workers} Ray rollout worker(s) ({mode})")
-    return RayRollouts(state.config, state.model, precision=compute_precision(state.model))
+    rollouts = RayRollouts(state.config, state.model, precision=compute_precision(state.model))
+    try:
+        nodes = sorted({worker["node"] for worker in rollouts.info()})  # waits until every worker has loaded its engine
+    except Exception as error:
+        rollouts.close()
+        raise ConfigError(f"distributed: a rollout worker failed to start: {type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}") from None
+    state.events.on_stage(f"rollout workers ready on {', '.join(nodes)}")
+    return rollouts
 
 
 def _run_rl_steps(state: RunState) -> None:
