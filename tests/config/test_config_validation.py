@@ -64,6 +64,13 @@ def test_cli_prints_a_bad_name_in_one_line(capsys) -> None:
         ({"algorithm": {"kl_cov_coef": -1}}, "algorithm.kl_cov_coef: input should be greater than or equal to 0 (got -1)"),
         ({"tracking": {"sinks": ["tensorbored"]}}, "tracking.sinks: unknown metric sink 'tensorbored'; choose from jsonl, tensorboard, wandb, mlflow"),
         ({"dpo": {"train": {"loss_type": "ipo", "label_smoothing": 0.1}}}, "dpo.train.label_smoothing: only the sigmoid (DPO) loss uses it"),
+        ({"distributed": {"max_staleness": 1}}, "distributed.max_staleness: async mode needs distributed.engine ray (rollout workers beside the trainer)"),
+        ({"distributed": {"engine": "ray"}, "backend": {"kind": "vllm"}}, "backend.kind: distributed.engine ray: Ray rollout workers run the hf engine for now"),
+        ({"distributed": {"engine": "ray"}, "algorithm": {"rollout": "arpo"}}, "algorithm.rollout: distributed.engine ray: ARPO's branching runs in the trainer process only"),
+        ({"distributed": {"engine": "ray", "max_staleness": 1}, "algorithm": {"rollout_correction": "none"}},
+         "algorithm.rollout_correction: distributed.engine ray: async mode samples from older weights: it needs a correction (auto, tis, mis, seq-tis, seq-mis or decoupled)"),
+        ({"distributed": {"engine": "ray", "max_staleness": -1}}, "distributed.max_staleness: input should be greater than or equal to 0 (got -1)"),
+        ({"distributed": {"engine": "ray", "worker_cpus": 0}}, "distributed.worker_cpus: input should be greater than 0 (got 0)"),
     ],
 )
 def test_validator_errors_name_the_dotted_key(data, message) -> None:

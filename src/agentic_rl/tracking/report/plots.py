@@ -20,6 +20,10 @@ PLOTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tool calls per episode", ("tool_calls_per_episode",)),
     ("tool success", ("tool_success_rate", "malformed_call_rate")),
     ("collapse diagnostics", ("repeated_token_ratio", "identical_answer_ratio", "frac_zero_std_groups")),
+    ("async: staleness (versions behind)", ("staleness_mean", "staleness_max")),
+    ("async: fraction of groups by staleness", ("staleness_0", "staleness_1", "staleness_2", "staleness_3")),
+    ("async: groups dropped, failed, sampling during the update", ("stale_dropped", "rollout_failed_groups", "groups_in_flight")),
+    ("seconds per step", ("step_time_s", "rollout_time_s", "update_time_s", "rollout_wait_s")),
 )
 """(title, metrics.jsonl keys); a plot whose keys are all missing is left out."""
 
