@@ -54,8 +54,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.nproc < 1 or args.max_restarts < 0:
         raise ConfigError("--nproc: expected at least 1 process (and --max-restarts at least 0)")
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        _check_launch(args)  # one clear line here, not a failure inside every process
-        return _launch(args)
+        config = _check_launch(args)  # one clear line here, not a failure inside every process
+        return _launch(args, config)
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     if restarted and args.output_dir and not args.resume:  # torch elastic restarted the processes: continue the run
         args.resume, args.set, args.output_dir, args.recipe = args.output_dir, None, None, "default"
@@ -99,7 +99,7 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_launch(args: argparse.Namespace) -> None:
+def _check_launch(args: argparse.Namespace):
     from agentic_rl.config import ConfigError, TrainConfig, apply_assignments, build, check_world_size, resume_config
     from agentic_rl.recipes import load_recipe
     from agentic_rl.training.run_dir import RunDirectory
@@ -112,14 +112,28 @@ def _check_launch(args: argparse.Namespace) -> None:
         check_world_size(config, args.nproc)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if config.distributed.engine == "ray" and args.max_restarts:
+        raise ConfigError("--max-restarts: with distributed.engine ray the trainer ranks are Ray actors; rerun with --resume RUN_DIR after a failure")
+    return config
 
 
-def _launch(args: argparse.Namespace) -> int:
-    """Run this same command on ``--nproc`` processes under torchrun (standalone rendezvous
-    on this machine; for several machines start ``torchrun -m agentic_rl train ...`` on each)."""
+def _launch(args: argparse.Namespace, config) -> int:
+    """Run this same command on ``--nproc`` processes: under torchrun (standalone rendezvous
+    on this machine; for several machines start ``torchrun -m agentic_rl train ...`` on
+    each), or as Ray actors with ``distributed.engine: ray`` (anywhere on the cluster)."""
     import subprocess
+    import time
 
-    from agentic_rl.distributed.launch import torchrun_command
+    from agentic_rl.distributed.launch import strip_launch_flags, torchrun_command
+
+    if config.distributed.engine == "ray":
+        from agentic_rl.distributed.ray_trainers import launch_trainers
+
+        argv = strip_launch_flags(args.argv)
+        if not args.output_dir and not args.resume:  # every rank must write into the same run
+            name = Path(args.recipe).stem if args.recipe.endswith((".yaml", ".yml")) else args.recipe
+            argv += ["--output-dir", str(Path("runs").resolve() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")]
+        return launch_trainers(argv, args.nproc, config.distributed)
 
     fixed = bool(args.max_restarts) and not args.output_dir and not args.resume
     return subprocess.run(torchrun_command(args.argv, nproc=args.nproc, max_restarts=args.max_restarts, recipe=args.recipe, fixed_output_dir=fixed)).returncode

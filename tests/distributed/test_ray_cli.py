@@ -103,3 +103,22 @@ def test_async_run_reports_staleness(tmp_path) -> None:
     assert all(step["staleness_max"] <= 1 and "stale_dropped" in step and "groups_in_flight" in step for step in steps)
     assert steps[0]["staleness_max"] == 0  # nothing trained yet
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_trainer_group_of_two_ray_ranks_equals_one_process(tmp_path) -> None:
+    """`--nproc 2` with distributed.engine ray: two trainer ranks as Ray actors (DDP, gloo),
+    rank 0 asking the rollout worker and broadcasting the groups; the same samples and,
+    to float32 reduction order, the same weights as one trainer process."""
+    recipe = _recipe(tmp_path / "recipe.yaml", trainer_cpus=0.5, worker_cpus=0.5)
+    _wait(_cli("train", str(recipe), "--output-dir", str(tmp_path / "one")))
+    output = _wait(_cli("train", str(recipe), "--nproc", "2", "--output-dir", str(tmp_path / "two")))
+    assert "rollout workers ready" in output and "TrainerRank" in output  # rank 0's output, through Ray
+    one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    assert len(two) == STEPS
+    for expected, got in zip(one, two):
+        assert got["reward_mean"] == expected["reward_mean"] and got["response_length"] == expected["response_length"]
+        assert got["loss"] == pytest.approx(expected["loss"], rel=1e-4, abs=1e-6)
+    single, ranks = load_file(tmp_path / "one" / "final" / "model.safetensors"), load_file(tmp_path / "two" / "final" / "model.safetensors")
+    for name in single:
+        torch.testing.assert_close(ranks[name].float(), single[name].float(), rtol=0, atol=5e-5)

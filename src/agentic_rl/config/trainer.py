@@ -37,6 +37,10 @@ class DistributedConfig(Section):
     """GPUs Ray reserves per rollout worker (its engine runs on them)."""
     worker_resources: dict[str, float] = Field(default_factory=dict)
     """Custom Ray resources each rollout worker needs, to place workers on chosen nodes (e.g. {"rollout": 1} with `ray start --resources '{"rollout": 4}'` on the rollout nodes)."""
+    trainer_cpus: float = Field(1.0, gt=0)
+    """With --nproc N: CPUs Ray reserves per trainer rank (the trainer group: N actors in one placement group)."""
+    trainer_gpus: float = Field(0.0, ge=0)
+    """With --nproc N: GPUs Ray reserves per trainer rank (1 for nccl training, one GPU each)."""
     max_staleness: int | None = Field(None, ge=0)
     """Async mode: rollouts for the next steps run while the trainer updates, sampled by weights at most this many steps old (older groups are dropped and counted); unset = sync mode (every step samples from the newest weights)."""
 
@@ -48,7 +52,5 @@ def check_world_size(config, world_size: int) -> None:
         return
     if config.trainer.strategy == "single":
         raise ValueError(f"trainer.strategy: 'single' runs one process; with {world_size} processes use ddp or fsdp2 (or auto)")
-    if config.distributed.engine == "ray":
-        raise ValueError("distributed.engine: ray runs one trainer process for now (drop --nproc; the rollout workers scale with distributed.rollout_workers)")
     if config.backend.kind in ("vllm", "sglang"):
         raise ValueError(f"backend.kind: {config.backend.kind} runs with one trainer process for now (drop --nproc or use backend.kind hf)")

@@ -9,10 +9,8 @@ from pathlib import Path
 _OWN_FLAGS = ("--nproc", "--max-restarts")
 
 
-def torchrun_command(argv: list[str], *, nproc: int, max_restarts: int, recipe: str, fixed_output_dir: bool) -> list[str]:
-    """``python -m torch.distributed.run --standalone ... -m agentic_rl`` + ``argv`` without
-    the launcher's own flags. ``fixed_output_dir``: add ``--output-dir runs/<recipe>-<time>``,
-    so that processes restarted after a failure find the run they continue."""
+def strip_launch_flags(argv: list[str]) -> list[str]:
+    """``argv`` without the launcher's own flags (--nproc, --max-restarts)."""
     rest, skip = [], False
     for item in argv:
         if skip:
@@ -21,6 +19,14 @@ def torchrun_command(argv: list[str], *, nproc: int, max_restarts: int, recipe: 
             skip = True
         elif not item.startswith(tuple(f"{flag}=" for flag in _OWN_FLAGS)):
             rest.append(item)
+    return rest
+
+
+def torchrun_command(argv: list[str], *, nproc: int, max_restarts: int, recipe: str, fixed_output_dir: bool) -> list[str]:
+    """``python -m torch.distributed.run --standalone ... -m agentic_rl`` + ``argv`` without
+    the launcher's own flags. ``fixed_output_dir``: add ``--output-dir runs/<recipe>-<time>``,
+    so that processes restarted after a failure find the run they continue."""
+    rest = strip_launch_flags(argv)
     if fixed_output_dir:
         name = Path(recipe).stem if recipe.endswith((".yaml", ".yml")) else recipe
         rest += ["--output-dir", str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")]

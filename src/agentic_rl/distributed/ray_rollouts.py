@@ -28,6 +28,7 @@ import torch
 from agentic_rl.config import ConfigError, TrainConfig
 from agentic_rl.distributed.async_stream import GroupStream
 from agentic_rl.distributed.rollout_worker import RolloutWorker, failed_group
+from agentic_rl.engines.base import SharedWeights
 from agentic_rl.seeds import derive_seed, stream_seed
 from agentic_rl.types import TrajectoryGroup
 
@@ -48,15 +49,16 @@ def import_ray():
     return ray
 
 
-def connect(address: str | None) -> bool:
+def connect(address: str | None, *, log_to_driver: bool = False) -> bool:
     """Join the Ray cluster at ``address`` (None: RAY_ADDRESS, else start one on this
-    machine) unless this process already did; returns whether this call started Ray."""
+    machine) unless this process already did (or runs inside a Ray actor); returns whether
+    this call started Ray. ``log_to_driver``: show the actors' output here (trainer ranks)."""
     ray = import_ray()
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING", configure_logging=True)
+        ray.init(address=address, include_dashboard=False, log_to_driver=log_to_driver, logging_level="WARNING", configure_logging=True)
     except ConnectionError as error:
         raise ConfigError(f"distributed.ray_address: cannot join the Ray cluster at {address}: {error}") from None
     return True
@@ -194,6 +196,15 @@ class RayRollouts:
         self.workers = []
         if self._owns_ray:
             ray.shutdown()
+
+
+class RolloutsOnRankZero(SharedWeights):
+    """What trainer ranks other than 0 hold in place of the rollout workers: rank 0 asks the
+    workers and broadcasts the groups; the weight version is counted in step with rank 0's
+    (every rank calls ``sync_weights``: under FSDP2 gathering the full weights is collective)."""
+
+    interface = "tokens"
+    separate_weights = True
 
 
 def worker_error(error: BaseException) -> str:

@@ -41,8 +41,8 @@ def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tu
     world-size-th task (whole groups: the group advantage needs them together), as one
     process would sample it, and every rank receives all groups in task order."""
     config, dist = trainer.config, trainer.dist
-    if config.distributed.engine == "ray":  # rollout workers own the envs (distributed/ray_rollouts.py)
-        return trainer.backend.rollout(task_indices, group_size=config.group_size, seed=seed), {}
+    if config.distributed.engine == "ray":  # rollout workers own the envs (distributed/ray_rollouts.py); rank 0 asks them
+        return dist.broadcast_object(trainer.backend.rollout(task_indices, group_size=config.group_size, seed=seed) if dist.is_main else None), {}
     if not dist.distributed:
         return rollout(trainer.backend, trainer.make_env, task_indices, group_size=config.group_size, config=config.rollout, seed=seed), {}
     mine = list(range(dist.rank, len(task_indices), dist.world_size))
@@ -245,8 +245,9 @@ class RLTrainer:
         metrics: dict[str, float] = {}
         rounds = 0
         while rounds < algorithm.max_generation_rounds and len(kept) < config.tasks_per_step:
-            if config.distributed.max_staleness is not None:
-                groups, round_metrics = self._stream().take(config.tasks_per_step - len(kept), self.backend.weight_version)
+            if config.distributed.max_staleness is not None:  # async: rank 0 takes from the stream, every rank gets the groups
+                taken = self._stream().take(config.tasks_per_step - len(kept), self.backend.weight_version) if self.dist.is_main else None
+                groups, round_metrics = self.dist.broadcast_object(taken)
             else:
                 task_indices = self.task_schedule.next(config.tasks_per_step - len(kept))
                 # Round 0 keeps the seed a run without resampling uses; later rounds get fresh ones.

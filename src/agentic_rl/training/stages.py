@@ -282,10 +282,13 @@ def run_rl(state: RunState) -> None:
 
 
 def _ray_rollouts(state: RunState):
-    """Rollout workers on Ray (distributed.engine: ray), loaded with the policy as it is now."""
-    from agentic_rl.distributed.ray_rollouts import RayRollouts
+    """Rollout workers on Ray (distributed.engine: ray), loaded with the policy as it is now;
+    with several trainer ranks, rank 0 holds them (the others receive its groups)."""
+    from agentic_rl.distributed.ray_rollouts import RayRollouts, RolloutsOnRankZero
     from agentic_rl.models.precision import compute_precision
 
+    if not state.dist.is_main:
+        return RolloutsOnRankZero()
     settings = state.config.distributed
     mode = "sync" if settings.max_staleness is None else f"async, max_staleness {settings.max_staleness}"
     state.events.on_stage(f"starting {settings.rollout_workers} Ray rollout worker(s) ({mode})")
