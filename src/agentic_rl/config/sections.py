@@ -413,7 +413,8 @@ class TrainConfig(Section):
                     raise ValueError(f"{field}: backend.kind {self.backend.kind}: {why}")
         if self.distributed.engine == "ray":
             for field, value, why in (
-                ("backend.kind", self.backend.kind != "hf", "Ray rollout workers run the hf engine for now"),
+                ("backend.kind", self.backend.kind not in ("hf", "vllm"), "Ray rollout workers run the hf engine or a managed vLLM server each"),
+                ("backend.base_url", self.backend.kind == "vllm" and self.backend.base_url is not None, "each rollout worker starts and feeds its own vLLM server (drop base_url)"),
                 ("algorithm.rollout", self.algorithm.rollout == "arpo", "ARPO's branching runs in the trainer process only"),
                 ("lora.enabled", self.lora.enabled, "rollout workers receive full weights; LoRA adapters are not shipped yet"),
                 ("algorithm.rollout_correction", self.distributed.max_staleness is not None and self.algorithm.rollout_correction == "none",

@@ -24,6 +24,7 @@ import torch
 from agentic_rl.engines.base import Completion, SamplingParams
 from agentic_rl.engines.http import BackendError, json_body, post_json
 from agentic_rl.seeds import stream_seed
+from agentic_rl.engines.staged import StagedWeights
 
 WEIGHTS_FILE = "model.safetensors"
 SCRATCH_PREFIX = "agentic-rl-engine-"
@@ -119,6 +120,9 @@ class RemoteTokenBackend:
         self.infra_errors = 0
         """Requests that failed for good (their episodes ended as infrastructure errors)."""
         self.client = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency))
+        self.staged = StagedWeights(self._load_version)
+        """Weights another thread handed over (``stage_weights``): a session pushes them into
+        the server once its requests in flight have finished (turn boundaries)."""
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix=f"{self.name}-request")
 
     # ------------------------------------------------------------------ what a subclass defines
@@ -195,6 +199,20 @@ class RemoteTokenBackend:
         self.weight_version += 1
         return self.weight_version
 
+    def stage_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
+        """Thread-safe: push ``weights`` as ``version`` at the next point where no request is
+        in flight (a session holds new requests meanwhile): every turn is sampled by one
+        version, and episodes continue with the new weights from their next turn."""
+        self.staged.stage(weights, version)
+
+    def apply_staged(self) -> int | None:
+        """Push staged weights now (nothing may be in flight); returns their version or None."""
+        return self.staged.apply()
+
+    def _load_version(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
+        self.sync_weights(weights)
+        self.weight_version = version
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.client.close()
@@ -221,6 +239,8 @@ class RequestSession:
         self.seeds: dict[Hashable, int] = {}
         self.turns: dict[Hashable, int] = {}
         self.in_flight: dict[Future, Hashable] = {}
+        self.held: list[tuple[Hashable, int]] = []
+        """Requests held back while staged weights wait for the requests in flight to finish."""
 
     def __enter__(self) -> RequestSession:
         return self
@@ -231,9 +251,12 @@ class RequestSession:
 
     @property
     def busy(self) -> bool:
-        return bool(self.in_flight)
+        return bool(self.in_flight or self.held)
 
     def _launch(self, key: Hashable, max_new_tokens: int) -> None:
+        if self.backend.staged.pending:
+            self.held.append((key, max_new_tokens))
+            return
         seed = stream_seed(self.seeds[key], self.turns[key])
         body = self.backend.request_body(self.contexts[key], self.sampling, stop_token_ids=self.stop_token_ids, max_new_tokens=max(int(max_new_tokens), 1), seed=seed)
         self.in_flight[self.backend.submit(body)] = key
@@ -247,7 +270,7 @@ class RequestSession:
         self._launch(key, max_new_tokens)
 
     def extend(self, key: Hashable, token_ids: Sequence[int], max_new_tokens: int) -> None:
-        if key in self.in_flight.values():
+        if key in self.in_flight.values() or any(key == held for held, _ in self.held):
             raise ValueError(f"sequence {key!r} is not paused after a finished turn")
         self.contexts[key].extend(token_ids)
         self._launch(key, max_new_tokens)
@@ -255,8 +278,17 @@ class RequestSession:
     def release(self, key: Hashable) -> None:
         for mapping in (self.contexts, self.seeds, self.turns):
             mapping.pop(key, None)
+        self.held = [(held, budget) for held, budget in self.held if held != key]
 
     def step(self) -> list[tuple[Hashable, Completion]]:
+        if self.backend.staged.pending and not self.in_flight:
+            self.backend.apply_staged()  # between turns: nothing in flight samples across versions
+        if self.held and not self.backend.staged.pending:
+            held, self.held = self.held, []
+            for key, budget in held:
+                self._launch(key, budget)
+        if not self.in_flight:
+            return []
         done, _ = wait(list(self.in_flight), timeout=self.POLL_S, return_when=FIRST_COMPLETED)
         finished = []
         for future in done:
