@@ -285,6 +285,34 @@ def _retriever_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from agentic_rl.config import ConfigError
+    from agentic_rl.engines.hf import HFBackend
+    from agentic_rl.gateway.server import TOKEN_VARIABLE, GatewayServer
+    from agentic_rl.models import load
+    from agentic_rl.tracking.display import console
+
+    name = args.model
+    if (Path(name) / "final").is_dir():  # a run directory: its trained model
+        name = str(Path(name) / "final")
+    token = os.environ.get(TOKEN_VARIABLE) or None
+    try:
+        model, tokenizer = load(name, device=args.device)
+        server = GatewayServer(
+            HFBackend(model, tokenizer, batch_size=args.batch_size), model_name=args.model_name or args.model, parser=args.parser,
+            host=args.host, port=args.port, allow_remote=token is not None, token=token, max_context=args.max_context,
+        )
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+    console.print(f"serving {name} at {server.url}/v1 (OpenAI chat completions; an episode's calls under {server.url}/episodes/ID/v1); Ctrl-C stops")
+    try:
+        server.serve_forever()
+    finally:
+        server.service.close()
+        server.server_close()
+    return 0
+
+
 def _data_gsm8k_to_sft(args: argparse.Namespace) -> int:
     from agentic_rl.config import ConfigError
     from agentic_rl.envs.math_python import gsm8k_to_sft
@@ -387,6 +415,17 @@ def build_parser() -> argparse.ArgumentParser:
     retriever_serve.add_argument("--port", type=int, default=8000)
     retriever_serve.add_argument("--cache-size", type=int, default=10_000, help="cached (query, k) results")
     retriever_serve.set_defaults(run=_retriever_serve)
+
+    serve = commands.add_parser("serve", help="serve a model (or a run's final model) as an OpenAI-compatible API that records the exact tokens per episode")
+    serve.add_argument("model", help="built-in name, local folder, or a run directory (its final/ model)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1); beyond loopback only with a bearer token in $AGENTIC_RL_GATEWAY_TOKEN")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--parser", default="hermes", help="the model's tool-call format (hermes, retool, search-r1)")
+    serve.add_argument("--model-name", help="the model id clients send and /v1/models lists (default: the model argument)")
+    serve.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    serve.add_argument("--batch-size", type=int, default=64, help="most sequences decoded at once")
+    serve.add_argument("--max-context", type=int, default=8192, help="most prompt + completion tokens per call")
+    serve.set_defaults(run=_serve)
 
     data = commands.add_parser("data", help="dataset conversion").add_subparsers(dest="data_command", required=True)
     gsm8k = data.add_parser("gsm8k-to-sft", help="turn GSM8K's <<expr=result>> annotations into tool-use SFT conversations")

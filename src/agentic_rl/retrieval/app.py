@@ -6,7 +6,6 @@
 """
 
 import asyncio
-import hmac
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agentic_rl.http_server import install_guard
 from agentic_rl.retrieval.base import Document, Retriever
 
 MAX_QUERIES = 1024
@@ -36,29 +36,11 @@ def create_app(retriever: Retriever, *, token: str | None = None, allowed_hosts:
     most ``max_body_bytes``; the body must arrive within ``read_timeout_s``. Errors are
     JSON ``{"error": "..."}`` with 4xx statuses; a retriever failure is a 500."""
     app = FastAPI(title="agentic-rl retrieval", docs_url=None, redoc_url=None, openapi_url=None)
-    hosts = {h.lower() for h in allowed_hosts}
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status)
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        host = (request.headers.get("host") or "").rsplit(":", 1)[0].strip("[]").lower()
-        if "*" not in hosts and host not in hosts:
-            return error(400, f"Host {host!r} is not served here")
-        if token is not None:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return error(401, "a bearer token is required (Authorization: Bearer <token>)")
-        if request.method == "POST":
-            length = request.headers.get("content-length")
-            if length is None:
-                return error(411, "Content-Length is required")
-            if not length.isdigit():
-                return error(400, f"Content-Length must be a non-negative integer, got {length!r}")
-            if int(length) > max_body_bytes:
-                return error(413, f"request body too large ({length} bytes; at most {max_body_bytes})")
-        return await call_next(request)
+    install_guard(app, token=token, allowed_hosts=allowed_hosts, max_body_bytes=max_body_bytes, error=error)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -11,13 +11,11 @@ only the Host names it is bound to.
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
+from agentic_rl.http_server import ASGIServer
 from agentic_rl.retrieval.base import Document, Retriever
 
 __all__ = ["HTTPRetriever", "RetrievalServer", "serve"]
@@ -36,75 +34,23 @@ def _parse_document(item: dict[str, Any]) -> Document:
     return Document(id=str(body.get("id", "")), title=str(title), text=str(text), score=float(item.get("score", 0.0)))
 
 
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
-class RetrievalServer:
-    """Serves one retriever with uvicorn. ``port=0`` picks a free port (see ``.url``).
-
-    Loopback by default, answering only loopback Host names; binding beyond loopback
-    needs ``allow_remote=True`` and a bearer ``token`` (every request must carry it).
-    ``max_concurrency`` bounds the connections served at once (more get HTTP 503)."""
+class RetrievalServer(ASGIServer):
+    """Serves one retriever with uvicorn (http_server.ASGIServer: loopback by default,
+    ``allow_remote=True`` and a bearer ``token`` beyond it). ``port=0`` picks a free port."""
 
     def __init__(
         self, retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, *, allow_remote: bool = False, token: str | None = None,
         verbose: bool = False, max_concurrency: int = 64, read_timeout_s: float = 30.0,
     ) -> None:
-        import socket
-
-        import uvicorn
-
-        loopback = _is_loopback(host)
-        if not loopback and not allow_remote:
-            raise ValueError(f"host {host!r} is not a loopback address; pass allow_remote=True (and a token) to expose the index")
-        if not loopback and not token:
-            raise ValueError(f"host {host!r}: serving beyond loopback requires a bearer token")
-        self.retriever = retriever
-        allowed = LOOPBACK_NAMES + (host,) if loopback else ("*",)
         from agentic_rl.retrieval.app import create_app
 
-        app = create_app(retriever, token=token, allowed_hosts=allowed, read_timeout_s=read_timeout_s)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.socket = socket.socket(family, socket.SOCK_STREAM)
-        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.socket.bind((host, port))
-        self.server_address = self.socket.getsockname()
-        config = uvicorn.Config(app, log_level="info" if verbose else "warning", access_log=verbose, limit_concurrency=max_concurrency, timeout_keep_alive=5)
-        self._server = uvicorn.Server(config)
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-    def serve_forever(self) -> None:
-        self._server.run(sockets=[self.socket])
-
-    def start(self) -> threading.Thread:
-        """Serve in a daemon thread (tests, notebooks) until ``shutdown()``; returns once it accepts requests."""
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True, name="retrieval-server")
-        self._thread.start()
-        while not self._server.started and self._thread.is_alive():
-            time.sleep(0.01)
-        return self._thread
-
-    def shutdown(self) -> None:
-        self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def server_close(self) -> None:
-        self.socket.close()
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        self.retriever = retriever
+        super().__init__(
+            lambda allowed: create_app(retriever, token=token, allowed_hosts=allowed, read_timeout_s=read_timeout_s), host, port,
+            allow_remote=allow_remote, token=token, verbose=verbose, max_concurrency=max_concurrency, what="the index", name="retrieval-server",
+        )
 
 
 def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, *, allow_remote: bool = False, token: str | None = None, verbose: bool = True) -> None:

@@ -1,0 +1,107 @@
+"""OpenAI chat messages <-> the model's own tool-call text, through the project's parser.
+
+Requests carry OpenAI-format history: assistant messages with ``tool_calls``, ``tool``
+messages with ``tool_call_id``, ``tools`` as function schemas, content as a string or a
+list of text parts. The model reads and writes its parser's format (hermes by default):
+the tools are described in the system prompt (``format_tools_prompt``), earlier calls are
+written back as the model would write them (``format_call``), tool results are framed as
+observations (``format_result``). A reply is parsed back into OpenAI ``tool_calls``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from agentic_rl.parsers.base import ToolCallParser
+from agentic_rl.types import Message, ToolCall, ToolResult
+
+
+class RequestError(ValueError):
+    """A request the gateway cannot serve: a 400 naming the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def _text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise RequestError(f"{where}.content: only text parts are supported", where)
+            parts.append(part["text"])
+        return "".join(parts)
+    raise RequestError(f"{where}.content: expected a string or a list of text parts", where)
+
+
+def tool_schemas(tools: Any) -> list[dict]:
+    """The function schemas of an OpenAI ``tools`` list."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise RequestError("tools: expected a list of {type: function, function: {...}}", "tools")
+    schemas = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or tool.get("type", "function") != "function":
+            raise RequestError(f"tools[{i}]: expected {{type: function, function: {{name, description, parameters}}}}", "tools")
+        schemas.append(function)
+    return schemas
+
+
+def to_model_messages(messages: Any, schemas: list[dict], parser: ToolCallParser) -> list[Message]:
+    """OpenAI request ``messages`` -> the messages the chat template renders (tools in the
+    system prompt, earlier calls and results in the parser's text format)."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages: expected a non-empty list", "messages")
+    out: list[Message] = []
+    call_names: dict[str, str] = {}
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict) or message.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+            raise RequestError(f"{where}.role: expected system, developer, user, assistant or tool", where)
+        role = "system" if message["role"] == "developer" else message["role"]
+        text = _text(message.get("content"), where)
+        if role == "assistant":
+            for call in message.get("tool_calls") or []:
+                try:
+                    function = call["function"]
+                    arguments = json.loads(function.get("arguments") or "{}")
+                    call_names[call.get("id", "")] = function["name"]
+                    text += ("\n" if text else "") + parser.format_call(ToolCall(function["name"], arguments, call.get("id", "")))
+                except (KeyError, TypeError, json.JSONDecodeError):
+                    raise RequestError(f"{where}.tool_calls: expected [{{id, type: function, function: {{name, arguments: JSON string}}}}]", where) from None
+            out.append({"role": "assistant", "content": text})
+        elif role == "tool":
+            name = message.get("name") or call_names.get(message.get("tool_call_id", ""), "tool")
+            out.append(parser.format_result(ToolResult(name=name, content=text, call_id=message.get("tool_call_id", ""))))
+        else:
+            out.append({"role": role, "content": text})
+    if schemas:
+        prompt = parser.format_tools_prompt(schemas)
+        if out[0]["role"] == "system":
+            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{prompt}".strip()}
+        else:
+            out.insert(0, {"role": "system", "content": prompt})
+    return out
+
+
+def reply_message(text: str, parser: ToolCallParser | None) -> tuple[dict[str, Any], bool]:
+    """The OpenAI assistant message for a reply's ``text`` (tool calls parsed when the
+    request offered tools) and whether it calls tools."""
+    if parser is not None:
+        parsed = parser.parse(text)
+        if parsed.calls:
+            calls = [
+                {"id": call.id or f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+                for call in parsed.calls
+            ]
+            return {"role": "assistant", "content": parsed.content or None, "tool_calls": calls}, True
+    return {"role": "assistant", "content": text}, False

@@ -1,0 +1,46 @@
+"""The gateway served with uvicorn (http_server.ASGIServer: loopback by default, a bearer
+token beyond it), over any token engine."""
+
+from __future__ import annotations
+
+from agentic_rl.gateway.service import CompletionService
+from agentic_rl.gateway.traces import EpisodeStore
+from agentic_rl.http_server import ASGIServer
+from agentic_rl.parsers.base import get_parser
+from agentic_rl.rollout.chat import ChatRenderer
+
+TOKEN_VARIABLE = "AGENTIC_RL_GATEWAY_TOKEN"
+"""The environment variable ``agentic-rl serve`` reads the bearer token from."""
+
+
+class GatewayServer(ASGIServer):
+    """OpenAI-compatible chat completions from ``backend`` (gateway/app.py). ``parser``: the
+    model's tool-call format; ``model_name``: the id clients name; ``port=0`` picks a free
+    port (``.url``; clients use ``.url + "/v1"`` or an episode's ``episode_url``)."""
+
+    def __init__(
+        self, backend, *, model_name: str, parser: str = "hermes", host: str = "127.0.0.1", port: int = 8000, allow_remote: bool = False,
+        token: str | None = None, max_context: int = 8192, max_concurrency: int = 256, verbose: bool = False,
+    ) -> None:
+        from agentic_rl.gateway.app import create_app
+
+        renderer = ChatRenderer(backend.tokenizer)
+        self.service = CompletionService(backend, stop_token_ids=renderer.stop_token_ids)
+        self.store = EpisodeStore()
+        tool_parser = get_parser(parser)
+        try:
+            super().__init__(
+                lambda allowed: create_app(self.service, renderer, tool_parser, model_name=model_name, store=self.store, max_context=max_context, token=token, allowed_hosts=allowed),
+                host, port, allow_remote=allow_remote, token=token, verbose=verbose, max_concurrency=max_concurrency, what="the policy", name="gateway",
+            )
+        except BaseException:
+            self.service.close()
+            raise
+
+    def episode_url(self, episode_id: str) -> str:
+        """The ``base_url`` that puts an OpenAI client's calls into episode ``episode_id``."""
+        return f"{self.url}/episodes/{episode_id}/v1"
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self.service.close()

@@ -1,0 +1,113 @@
+"""Completions for concurrent requests, batched: one service thread steps a decode session
+per sampling setting (temperature, top_p) of the requests in flight, so requests that
+arrive while others decode join the same batch (continuous batching, engines/decode_session.py).
+
+Each request is one completion of a token prompt; its result is the engine's
+``Completion`` (token ids exactly as sampled, their log-probs, the weight version). New
+weights are staged with ``stage_weights`` and taken over between decode steps, as in a
+rollout worker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from agentic_rl.engines.base import SamplingParams
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    max_tokens: int
+    seed: int
+    temperature: float
+    top_p: float
+    future: Future
+
+
+class CompletionService:
+    """``submit(prompt_ids, ...) -> Future[Completion]`` over ``backend`` (a token engine with
+    decode sessions: the in-process HF engine, a vLLM server). ``stop_token_ids``: the chat
+    template's end-of-turn tokens."""
+
+    IDLE_WAIT_S = 0.05
+
+    def __init__(self, backend, *, stop_token_ids: Sequence[int]) -> None:
+        if backend.interface != "tokens" or not callable(getattr(backend, "session", None)):
+            raise ValueError("the gateway needs a token engine with decode sessions (backend.kind hf or vllm)")
+        self.backend = backend
+        self.stop_token_ids = list(stop_token_ids)
+        self._incoming: queue.Queue[_Request] = queue.Queue()
+        self._stop = threading.Event()
+        self._keys = itertools.count()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._serve, name="gateway-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt: Sequence[int], *, max_tokens: int, seed: int, temperature: float = 1.0, top_p: float = 1.0) -> Future:
+        """One completion of ``prompt``; draws depend only on ``seed`` and the position."""
+        future: Future = Future()
+        if self._failure is not None or not self._thread.is_alive():
+            future.set_exception(RuntimeError(f"the gateway's engine stopped: {self._failure!r}"))
+            return future
+        self._incoming.put(_Request(list(prompt), int(max_tokens), int(seed), float(temperature), float(top_p), future))
+        return future
+
+    def stage_weights(self, weights, version: int) -> None:
+        """New weights, taken over between two decode steps (requests in flight continue)."""
+        self.backend.stage_weights(weights, version)
+
+    @property
+    def weight_version(self) -> int:
+        return self.backend.weight_version
+
+    def _serve(self) -> None:
+        sessions: dict[tuple[float, float], tuple[object, dict[int, Future]]] = {}
+        try:
+            while not self._stop.is_set():
+                self._admit(sessions, block=not sessions)
+                for setting in list(sessions):
+                    session, futures = sessions[setting]
+                    if session.busy:
+                        for key, completion in session.step():
+                            session.release(key)
+                            futures.pop(key).set_result(completion)
+                    if not session.busy:  # idle: free its packed weights and cache
+                        session.__exit__(None, None, None)
+                        del sessions[setting]
+        except BaseException as error:  # every waiting request must learn of it
+            self._failure = error
+            for _, futures in sessions.values():
+                for future in futures.values():
+                    future.set_exception(error)
+            raise
+
+    def _admit(self, sessions: dict, *, block: bool) -> None:
+        """Start the waiting requests (waiting briefly for one when nothing runs)."""
+        while True:
+            try:
+                request = self._incoming.get(timeout=self.IDLE_WAIT_S) if block else self._incoming.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            if request.future.cancelled():
+                continue
+            setting = (request.temperature, request.top_p)
+            if setting not in sessions:
+                sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, max_new_tokens=request.max_tokens)
+                session = self.backend.session(sampling, stop_token_ids=self.stop_token_ids)
+                sessions[setting] = (session.__enter__(), {})
+            session, futures = sessions[setting]
+            key = next(self._keys)
+            futures[key] = request.future
+            session.submit(key, request.prompt, request.max_tokens, request.seed)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
