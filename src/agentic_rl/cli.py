@@ -313,6 +313,35 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_agent(args: argparse.Namespace) -> int:
+    from agentic_rl import agents
+    from agentic_rl.config import ConfigError, TrainConfig, apply_assignments, build
+    from agentic_rl.data.conversations import read_jsonl
+    from agentic_rl.imports import ImportPathError, import_object
+    from agentic_rl.tracking.display import console, print_step
+
+    sys.path.insert(0, os.getcwd())  # the agent's module may sit in the working directory, as with python -m
+    try:
+        agent = import_object(args.agent, "agent")
+        reward = import_object(args.reward, "--reward") if args.reward else None
+    except ImportPathError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        tasks = read_jsonl(args.tasks)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--tasks: {exc}") from None
+    data = apply_assignments({"output_dir": args.output_dir} if args.output_dir else {}, args.set or [])
+    config = build(TrainConfig, data)
+    console.print(f"training {args.agent} on {len(tasks)} tasks through the gateway: {config.steps} steps x {config.tasks_per_step} tasks x {config.group_size} episodes")
+    try:
+        result = agents.train(agent, tasks, reward, config, on_agent_error=args.on_agent_error, on_step=lambda metrics: print_step(metrics, config.steps))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if result.output_dir is not None:
+        console.print(f"run directory: {result.output_dir}  (final model: {result.output_dir / 'final'})")
+    return 0
+
+
 def _data_gsm8k_to_sft(args: argparse.Namespace) -> int:
     from agentic_rl.config import ConfigError
     from agentic_rl.envs.math_python import gsm8k_to_sft
@@ -426,6 +455,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--batch-size", type=int, default=64, help="most sequences decoded at once")
     serve.add_argument("--max-context", type=int, default=8192, help="most prompt + completion tokens per call")
     serve.set_defaults(run=_serve)
+
+    train_agent = commands.add_parser("train-agent", help="RL on an agent program that calls the policy through the OpenAI API (via the gateway)")
+    train_agent.add_argument("agent", help="import path of agent(task, client), e.g. my_agents:calculator (the working directory is importable)")
+    train_agent.add_argument("--tasks", required=True, help="JSONL file, one task object per line (passed to the agent and the reward)")
+    train_agent.add_argument("--reward", help="import path of reward(task, result) -> float (or the agent posts /episodes/{id}/reward)")
+    train_agent.add_argument("--on-agent-error", choices=("infra", "zero"), default="infra", help="an exception in the agent: an infrastructure error (masked) or reward 0")
+    train_agent.add_argument("--output-dir", help="write metrics.jsonl and final/ here")
+    train_agent.add_argument("--set", action="append", metavar="KEY=VALUE", help="any training config key, e.g. steps=20 or model.name=tiny-random")
+    train_agent.set_defaults(run=_train_agent)
 
     data = commands.add_parser("data", help="dataset conversion").add_subparsers(dest="data_command", required=True)
     gsm8k = data.add_parser("gsm8k-to-sft", help="turn GSM8K's <<expr=result>> annotations into tool-use SFT conversations")

@@ -14,6 +14,7 @@ from typing import Any
 
 from agentic_rl.envs.base import Env
 from agentic_rl.errors import ConfigError
+from agentic_rl.imports import ImportPathError, import_object
 
 
 @dataclass(frozen=True)
@@ -48,16 +49,10 @@ def _factory(name: str) -> Callable[..., Env]:
     if name in _REGISTRY:
         return _REGISTRY[name].factory
     if ":" in name:
-        import importlib
-
-        module_name, _, attribute = name.partition(":")
         try:
-            factory = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as exc:
-            raise UnknownEnvError(f"env {name!r}: cannot import it: {type(exc).__name__}: {exc}") from None
-        if not callable(factory):
-            raise UnknownEnvError(f"env {name!r}: {attribute} is not a class or function")
-        return factory
+            return import_object(name, "env")
+        except ImportPathError as exc:
+            raise UnknownEnvError(str(exc)) from None
     import difflib
 
     close = difflib.get_close_matches(name, _REGISTRY, n=1)

@@ -156,6 +156,8 @@ def create_app(
         room = max_context - len(prompt)
         if room < 1:
             raise RequestError(f"messages: the prompt is {len(prompt)} tokens; this server allows {max_context} in all", "messages")
+        if seed is None and episode_id:
+            seed = store.request_seed(episode_id)
         base = seed if seed is not None else random.getrandbits(62)
         futures = [service.submit(prompt, max_tokens=min(limit, room), seed=stream_seed(base, i), temperature=temperature, top_p=top_p) for i in range(n)]
         try:

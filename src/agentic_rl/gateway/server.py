@@ -20,7 +20,7 @@ class GatewayServer(ASGIServer):
 
     def __init__(
         self, backend, *, model_name: str, parser: str = "hermes", host: str = "127.0.0.1", port: int = 8000, allow_remote: bool = False,
-        token: str | None = None, max_context: int = 8192, max_concurrency: int = 256, verbose: bool = False,
+        token: str | None = None, max_context: int = 8192, default_max_tokens: int = 512, max_concurrency: int = 256, verbose: bool = False,
     ) -> None:
         from agentic_rl.gateway.app import create_app
 
@@ -30,7 +30,10 @@ class GatewayServer(ASGIServer):
         tool_parser = get_parser(parser)
         try:
             super().__init__(
-                lambda allowed: create_app(self.service, renderer, tool_parser, model_name=model_name, store=self.store, max_context=max_context, token=token, allowed_hosts=allowed),
+                lambda allowed: create_app(
+                    self.service, renderer, tool_parser, model_name=model_name, store=self.store, max_context=max_context,
+                    default_max_tokens=default_max_tokens, token=token, allowed_hosts=allowed,
+                ),
                 host, port, allow_remote=allow_remote, token=token, verbose=verbose, max_concurrency=max_concurrency, what="the policy", name="gateway",
             )
         except BaseException:

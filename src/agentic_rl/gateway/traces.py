@@ -54,6 +54,10 @@ class EpisodeTrace:
     calls: list[Call] = field(default_factory=list)
     reward: float | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    """The episode's random stream (set by a trainer): calls without a seed of their own
+    draw from ``stream_seed(seed, request number)``, so a seeded run repeats."""
+    requests: int = 0
 
 
 def _calls_key(message: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -103,6 +107,20 @@ class EpisodeStore:
             if call.tools == tools and len(messages) > n + 1 and messages[:n] == call.messages and same_reply(messages[n], call.reply):
                 return call, n + 1
         return None
+
+    def open(self, episode_id: str, *, seed: int | None = None) -> None:
+        """Start episode ``episode_id`` (optionally with its random stream)."""
+        with self._lock:
+            self._episode(episode_id).seed = seed
+
+    def request_seed(self, episode_id: str) -> int | None:
+        """The seed for the episode's next call that names none (None: unseeded episode)."""
+        from agentic_rl.seeds import stream_seed
+
+        with self._lock:
+            episode = self._episode(episode_id)
+            episode.requests += 1
+            return None if episode.seed is None else stream_seed(episode.seed, episode.requests - 1)
 
     def record(self, episode_id: str, call: Call) -> None:
         with self._lock:

@@ -73,8 +73,14 @@ ROLLOUT_MODES = {"group": _sample_groups, "arpo": _sample_arpo}
 class RLTrainer:
     """Owns the policy, its optimizer and the task schedule; ``step()`` runs one RL step."""
 
-    def __init__(self, config: TrainConfig, model, tokenizer, backend, make_env: Callable[[], Env], task_indices: list[int], *, dist: DistContext | None = None) -> None:
+    def __init__(
+        self, config: TrainConfig, model, tokenizer, backend, make_env: Callable[[], Env] | None, task_indices: list[int], *,
+        dist: DistContext | None = None, sampler: Callable | None = None,
+    ) -> None:
         self.config = config
+        self.sampler = sampler
+        """How a step samples its groups in place of ``algorithm.rollout``'s mode (same signature
+        as ``ROLLOUT_MODES``' functions): e.g. agent programs through the gateway."""
         self.model = model
         self.tokenizer = tokenizer
         self.backend = backend
@@ -252,7 +258,7 @@ class RLTrainer:
                 task_indices = self.task_schedule.next(config.tasks_per_step - len(kept))
                 # Round 0 keeps the seed a run without resampling uses; later rounds get fresh ones.
                 seed = derive_seed(config.seed, "rl-step", self.step_index, round=rounds)
-                groups, round_metrics = ROLLOUT_MODES[algorithm.rollout](self, task_indices, seed)
+                groups, round_metrics = (self.sampler or ROLLOUT_MODES[algorithm.rollout])(self, task_indices, seed)
             for key, value in round_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + value
             sampled += groups

@@ -1,0 +1,99 @@
+"""Training agent programs through the gateway: each step runs G episodes per task of a
+plain Python function that talks to the policy with the official ``openai`` client, and
+turns what the gateway served into trajectories (gateway/traces.py).
+
+``agent(task, client)`` gets a task (a dict) and an ``openai.OpenAI`` client whose
+``base_url`` is its episode's (so every call it makes is recorded); it returns whatever it
+likes. ``reward(task, result) -> float`` scores the episode (or the agent posts it to
+``/episodes/{id}/reward``; a posted reward wins). An exception in the agent's code is an
+infrastructure error by default (masked from the loss, counted); ``on_agent_error:
+"zero"`` scores the episode 0 instead, keeping what it sampled.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from agentic_rl.gateway.server import GatewayServer
+from agentic_rl.gateway.traces import calls_to_trajectories
+from agentic_rl.seeds import stream_seed
+from agentic_rl.training.scoring import EPISODE_KEY
+from agentic_rl.types import Trajectory, TrajectoryGroup
+
+Agent = Callable[[dict, Any], Any]
+Reward = Callable[[dict, Any], float]
+ON_AGENT_ERROR = ("infra", "zero")
+
+
+class AgentSampler:
+    """The RL trainer's sampler (``RLTrainer(sampler=...)``) for an agent program: G
+    concurrent episodes per task through ``server``; ``concurrency`` episodes run at once."""
+
+    def __init__(self, server: GatewayServer, agent: Agent, tasks: Sequence[dict], reward: Reward | None, *, concurrency: int = 16, on_agent_error: str = "infra", timeout_s: float = 600.0) -> None:
+        if on_agent_error not in ON_AGENT_ERROR:
+            raise ValueError(f"on_agent_error: expected one of {', '.join(ON_AGENT_ERROR)}, got {on_agent_error!r}")
+        self.server, self.agent, self.tasks, self.reward = server, agent, tasks, reward
+        self.on_agent_error, self.timeout_s = on_agent_error, timeout_s
+        self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent")
+
+    def __call__(self, trainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+        group_size = trainer.config.group_size
+        groups = [TrajectoryGroup(task_id=str(index), group_id=uuid.uuid4().hex[:12]) for index in task_indices]
+        jobs = [
+            (group, index, self.pool.submit(self._episode, index, group.group_id, stream_seed(seed, position * group_size + j)))
+            for position, (group, index) in enumerate(zip(groups, task_indices)) for j in range(group_size)
+        ]
+        episodes = errors = calls = 0
+        for group, _, future in jobs:
+            samples, failed, made = future.result()
+            group.trajectories.extend(samples)
+            episodes, errors, calls = episodes + 1, errors + failed, calls + made
+        samples = sum(len(g.trajectories) for g in groups)
+        return groups, {"agent_errors": errors / max(episodes, 1), "calls_per_episode": calls / max(episodes, 1), "samples_per_episode": samples / max(episodes, 1)}
+
+    def _episode(self, index: int, group_id: str, seed: int) -> tuple[list[Trajectory], int, int]:
+        """One episode -> (its samples, whether the agent failed, the calls it made)."""
+        import openai
+
+        task = self.tasks[index]
+        episode_id = f"{group_id}-{uuid.uuid4().hex[:8]}"
+        self.server.store.open(episode_id, seed=seed)
+        client = openai.OpenAI(base_url=self.server.episode_url(episode_id), api_key="agentic-rl", max_retries=0, timeout=self.timeout_s)
+        error = None
+        try:
+            result = self.agent(task, client)
+        except Exception as exc:  # the agent's own code failed: not the policy's doing by default
+            error, result = f"agent raised {type(exc).__name__}: {exc}"[:500], None
+        finally:
+            client.close()
+        trace = self.server.store.pop(episode_id)
+        calls = trace.calls if trace else []
+        task_id = str(task.get("id", index)) if isinstance(task, dict) else str(index)
+        if error is not None and self.on_agent_error == "infra":
+            return [Trajectory(task_id=task_id, group_id=group_id, infra_error=error, termination_reason="error")], 1, len(calls)
+        try:
+            reward = 0.0 if error is not None else self._reward(task, result, trace)
+        except Exception as exc:  # a reward function that fails is infrastructure too
+            return [Trajectory(task_id=task_id, group_id=group_id, infra_error=f"reward raised {type(exc).__name__}: {exc}"[:500], termination_reason="error")], 1, len(calls)
+        samples = calls_to_trajectories(calls, reward=reward, task_id=task_id, group_id=group_id)
+        if not samples:  # the agent never called the model: nothing to learn from
+            return [Trajectory(task_id=task_id, group_id=group_id, infra_error="the agent made no model call", termination_reason="error")], int(error is not None), 0
+        for sample in samples:
+            sample.info[EPISODE_KEY] = episode_id
+            sample.correct = reward > 0
+            if error is not None:
+                sample.info["agent_error"] = error
+        return samples, int(error is not None), len(calls)
+
+    def _reward(self, task: dict, result: Any, trace) -> float:
+        if trace is not None and trace.reward is not None:
+            return float(trace.reward)
+        if self.reward is None:
+            raise ValueError("no reward: pass reward(task, result) or POST it to /episodes/{id}/reward")
+        return float(self.reward(task, result))
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
