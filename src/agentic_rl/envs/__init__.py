@@ -6,6 +6,9 @@ from agentic_rl.envs.registry import UnknownEnvError, accepts_option, env_factor
 from agentic_rl.envs.tool_env import INVALID_CALL, ToolEnv
 from agentic_rl.envs.math_python import make_gsm8k_env, make_math_python_env
 from agentic_rl.envs.search_qa import make_search_qa_env
+from agentic_rl.envs.frozenlake import make_frozenlake_env
+from agentic_rl.envs.sokoban import make_sokoban_env
+from agentic_rl.envs.gym_adapter import make_gymnasium_env
 
 register(
     "arithmetic",
@@ -19,6 +22,9 @@ register(
 )
 register("math-python", make_math_python_env, "Math word problems from any JSONL (env.path), sandboxed python tool (hermes or ReTool <code> tags), math-verify reward.")
 register("gsm8k", make_gsm8k_env, "GSM8K from env.path (#### answers), sandboxed python tool (hermes or ReTool <code> tags), math-verify reward.")
+register("frozenlake", make_frozenlake_env, "FrozenLake text game (RAGEN style): generated lakes with a guaranteed path, one move per turn in <answer></answer>.")
+register("sokoban", make_sokoban_env, "Sokoban text game (RAGEN style): generated rooms solvable by reverse play, one move per turn in <answer></answer>.")
+register("gymnasium", make_gymnasium_env, "Any Gymnasium env with a Discrete action space (env_id, env_kwargs), ansi text observations, named actions; needs the [gym] extra.")
 
 __all__ = [
     "ArithmeticTasks",

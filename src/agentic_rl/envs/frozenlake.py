@@ -1,0 +1,153 @@
+"""``frozenlake``: walk from the start to the goal on a procedurally generated frozen lake
+without falling into a hole; one move per assistant turn.
+
+Follows RAGEN's FrozenLake text env (ragen/env/frozen_lake: random map with a guaranteed
+path, symbols P _ O G, reward 1 on reaching the goal, 0 for a hole), without the slippery
+ice: moves are deterministic. Holes end the episode with reward 0. The outcome ``reward``
+is 1 on success; a small per-step penalty and the invalid-action penalty are process
+rewards (``info["turn_reward"]``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+
+from agentic_rl.envs.gym_adapter import DiscreteTextGame, LevelTasks, Move
+
+ACTIONS = ("Up", "Down", "Left", "Right")
+DELTAS = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
+SYSTEM_PROMPT = (
+    "You are solving the FrozenLake puzzle: walk from your position to the goal without "
+    "falling into a hole.\n"
+    "Symbols: P you | _ frozen ice | O hole | G goal | X you in a hole | √ you on the goal.\n"
+    "Moving off the grid leaves you where you are. Answer with one move per turn, e.g. "
+    "<answer>Left</answer> (Up, Down, Left or Right)."
+)
+
+Cell = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Lake:
+    size: int
+    start: Cell
+    goal: Cell
+    holes: frozenset[Cell]
+
+
+def render(lake: Lake, player: Cell | None = None) -> str:
+    """Rows of space-separated symbols (spaces keep one cell per token for small models)."""
+    player = lake.start if player is None else player
+    rows = []
+    for r in range(lake.size):
+        cells = []
+        for c in range(lake.size):
+            cell = (r, c)
+            if cell == player:
+                cells.append("X" if cell in lake.holes else "√" if cell == lake.goal else "P")
+            else:
+                cells.append("O" if cell in lake.holes else "G" if cell == lake.goal else "_")
+        rows.append(" ".join(cells))
+    return "\n".join(rows)
+
+
+def step_cell(size: int, cell: Cell, action: str) -> Cell:
+    dr, dc = DELTAS[action]
+    r, c = cell[0] + dr, cell[1] + dc
+    return (r, c) if 0 <= r < size and 0 <= c < size else cell
+
+
+def shortest_path(lake: Lake) -> list[str] | None:
+    """The moves of a shortest hole-free path from start to goal (BFS), or None."""
+    previous: dict[Cell, tuple[Cell, str] | None] = {lake.start: None}
+    queue = deque([lake.start])
+    while queue:
+        cell = queue.popleft()
+        if cell == lake.goal:
+            path = []
+            while previous[cell] is not None:
+                cell, action = previous[cell]
+                path.append(action)
+            return path[::-1]
+        for action in ACTIONS:
+            nxt = step_cell(lake.size, cell, action)
+            if nxt not in previous and nxt not in lake.holes:
+                previous[nxt] = (cell, action)
+                queue.append(nxt)
+    return None
+
+
+def generator(size: int, num_holes: int):
+    def generate(rng: random.Random) -> Lake:
+        # Rejection sampling. The goal is at least ``size - 1`` moves away (for size > 2), so
+        # the lake is a plan and not a one-move guess: random play scores near 0.
+        while True:
+            cells = rng.sample([(r, c) for r in range(size) for c in range(size)], num_holes + 2)
+            lake = Lake(size, cells[0], cells[1], frozenset(cells[2:]))
+            path = shortest_path(lake)
+            if path is not None and len(path) >= min(size - 1, 2 * size - 4):
+                return lake
+
+    return generate
+
+
+class FrozenLakeEnv(DiscreteTextGame):
+    metric_prefix = "frozenlake"
+
+    def __init__(self, tasks: LevelTasks, *, step_penalty: float, success_reward: float, **game) -> None:
+        super().__init__(actions=ACTIONS, **game)
+        self.tasks, self.step_penalty, self.success_reward = tasks, step_penalty, success_reward
+        self.lake: Lake | None = None
+        self.player: Cell = (0, 0)
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.tasks)
+
+    def start(self, index: int) -> str:
+        task = self.tasks[index]
+        self.lake, self.player = task.metadata["level"], task.metadata["level"].start
+        return task.id
+
+    def move(self, action: int) -> Move:
+        assert self.lake is not None
+        self.player = step_cell(self.lake.size, self.player, ACTIONS[action])
+        if self.player in self.lake.holes:
+            return Move(turn_reward=-self.step_penalty, terminated=True, note="You fell into a hole.")
+        if self.player == self.lake.goal:
+            return Move(reward=self.success_reward, turn_reward=-self.step_penalty, terminated=True, solved=True)
+        return Move(turn_reward=-self.step_penalty)
+
+    def render(self) -> str:
+        assert self.lake is not None
+        return render(self.lake, self.player)
+
+
+def make_frozenlake_env(
+    *,
+    split: str = "train",
+    seed: int = 0,
+    num_tasks: int | None = None,
+    size: int = 4,
+    num_holes: int = 3,
+    max_turns: int = 12,
+    step_penalty: float = 0.01,
+    invalid_penalty: float = 0.1,
+    success_reward: float = 1.0,
+    system_prompt: str = SYSTEM_PROMPT,
+) -> FrozenLakeEnv:
+    """Build the frozenlake env: a ``size`` x ``size`` lake with ``num_holes`` holes and a
+    guaranteed path of at least ``size - 1`` moves; level i of each split is the same on every machine."""
+    if not 2 <= size <= 16:
+        raise ValueError(f"size: expected an int in [2, 16], got {size}")
+    if not 0 <= num_holes <= size * size // 2:
+        raise ValueError(f"num_holes: expected an int in [0, {size * size // 2}] for size {size}, got {num_holes}")
+    if step_penalty < 0:
+        raise ValueError(f"step_penalty: expected a number >= 0, got {step_penalty}")
+    tasks = LevelTasks("frozenlake", generator(size, num_holes), render, split=split, seed=seed, num_tasks=num_tasks)
+    return FrozenLakeEnv(
+        tasks, step_penalty=step_penalty, success_reward=success_reward,
+        system_prompt=system_prompt, max_turns=max_turns, invalid_penalty=invalid_penalty,
+    )

@@ -1,0 +1,149 @@
+"""frozenlake and sokoban: the Env contract, seeded disjoint levels, solvability, an oracle
+that solves them, a random policy that does not, invalid actions and option errors."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from agentic_rl.envs import check_env, make
+from agentic_rl.envs.frozenlake import shortest_path
+from agentic_rl.envs.gym_adapter import parse_action
+from agentic_rl.envs.sokoban import push, solve
+
+GAMES = ("frozenlake", "sokoban")
+SOLVERS = {"frozenlake": shortest_path, "sokoban": solve}
+
+
+def reply(action: str) -> dict:
+    return {"role": "assistant", "content": f"Thinking... <answer>{action}</answer>"}
+
+
+def play(env, index: int, policy) -> tuple[float, float, bool, dict]:
+    """Run one episode; (outcome return, process return, solved, last info)."""
+    env.reset(options={"task_index": index})
+    outcome = process = 0.0
+    for turn in range(env.max_turns):
+        _, reward, terminated, truncated, info = env.step(reply(policy(turn)))
+        outcome, process = outcome + reward, process + info["turn_reward"]
+        if terminated or truncated:
+            return outcome, process, info["correct"], info
+    raise AssertionError("the episode outlived max_turns")
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_check_env_passes(name) -> None:
+    check_env(make(name))
+    check_env(make(name, split="test"))
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_same_index_same_level_and_splits_are_disjoint(name) -> None:
+    first, second = make(name), make(name)
+    assert all(first.reset(options={"task_index": i}) == second.reset(options={"task_index": i}) for i in range(20))
+    train = {task.prompt for task in make(name).tasks[:2000]}
+    test = {task.prompt for task in make(name, split="test").tasks[:500]}
+    assert len(train) > 1000 and len(test) > 250  # levels vary
+    assert not train & test
+    assert {task.prompt for task in make(name, seed=1).tasks[:50]} != {task.prompt for task in first.tasks[:50]}
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_oracle_solves_every_level_and_random_policy_does_not(name) -> None:
+    env = make(name, split="test")
+    oracle, rand = [], []
+    for index in range(100):
+        plan = SOLVERS[name](env.tasks[index].metadata["level"])
+        outcome, process, solved, _ = play(env, index, plan.__getitem__)
+        oracle.append(outcome)
+        assert solved and outcome == 1.0 and process < 1.0
+        assert env.episode_metrics() == {f"{name}/success": 1.0, f"{name}/invalid_action_rate": 0.0, f"{name}/steps": float(len(plan))}
+        moves = random.Random(index).choices(["Up", "Down", "Left", "Right"], k=env.max_turns)
+        rand.append(play(env, index, moves.__getitem__)[0])
+    assert sum(oracle) / len(oracle) == 1.0
+    assert sum(rand) / len(rand) < 0.15
+
+
+def test_sokoban_levels_are_solvable_within_the_cap_and_need_pushes() -> None:
+    env = make("sokoban", num_boxes=2)
+    for index in range(50):
+        room = env.tasks[index].metadata["level"]
+        plan = solve(room)
+        assert plan is not None and 4 <= len(plan) <= 8
+        assert not room.boxes <= room.targets
+        player, boxes = room.player, room.boxes
+        for action in plan:
+            player, boxes = push(room.walls, player, boxes, action)
+        assert boxes == room.targets
+
+
+@pytest.mark.parametrize("size", [3, 4, 8])
+def test_frozenlake_paths_exist_and_are_not_one_move_guesses(size) -> None:
+    env = make("frozenlake", size=size, num_holes=size * size // 4)
+    for index in range(50):
+        lake = env.tasks[index].metadata["level"]
+        assert len(lake.holes) == size * size // 4 and len(shortest_path(lake)) >= size - 1
+
+
+def test_sokoban_push_rules() -> None:
+    walls = frozenset({(0, 3)})
+    assert push(walls, (0, 0), frozenset({(0, 1)}), "Right") == ((0, 1), frozenset({(0, 2)}))
+    assert push(walls, (0, 1), frozenset({(0, 2)}), "Right") == ((0, 1), frozenset({(0, 2)}))  # box against a wall
+    assert push(walls, (0, 0), frozenset({(0, 1), (0, 2)}), "Right") == ((0, 0), frozenset({(0, 1), (0, 2)}))  # two boxes
+
+
+def test_frozenlake_hole_ends_the_episode_with_reward_zero() -> None:
+    env = make("frozenlake", num_holes=6)
+    for index in range(200):
+        lake = env.tasks[index].metadata["level"]
+        for action, (dr, dc) in {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}.items():
+            if (lake.start[0] + dr, lake.start[1] + dc) in lake.holes:
+                env.reset(options={"task_index": index})
+                observations, reward, terminated, truncated, info = env.step(reply(action))
+                assert (observations, reward, terminated, truncated, info["correct"]) == ([], 0.0, True, False, False)
+                return
+    raise AssertionError("no level with a hole next to the start")
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_invalid_actions_are_penalised_and_the_episode_goes_on(name) -> None:
+    env = make(name, max_turns=3)
+    env.reset(options={"task_index": 0})
+    for turn in range(3):
+        observations, reward, terminated, truncated, info = env.step({"role": "assistant", "content": "I go north-west"})
+        assert reward == 0.0 and info["turn_reward"] == -0.1 and info["invalid_action"] and not terminated
+        assert truncated == (turn == 2)
+        if not truncated:
+            assert "Invalid action" in observations[0]["content"]
+    assert env.episode_metrics()[f"{name}/invalid_action_rate"] == 1.0
+    with pytest.raises(RuntimeError):
+        env.step(reply("Up"))
+
+
+def test_parse_action() -> None:
+    names = ["Up", "Down", "Left", "Right"]
+    assert parse_action("<answer>left</answer>", names) == 2
+    assert parse_action("<answer>Up</answer> then <answer> RIGHT </answer>", names) == 3
+    assert parse_action("Down", names) == 1
+    assert parse_action("<answer>Left Left</answer>", names) is None
+    assert parse_action("go Left", names) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "field"),
+    [
+        ("frozenlake", {"size": 1}, "size"),
+        ("frozenlake", {"num_holes": 9}, "num_holes"),
+        ("frozenlake", {"split": "valid"}, "split"),
+        ("frozenlake", {"max_turns": 0}, "max_turns"),
+        ("sokoban", {"width": 4}, "width"),
+        ("sokoban", {"num_boxes": 0}, "num_boxes"),
+        ("sokoban", {"num_tasks": 0}, "num_tasks"),
+        ("sokoban", {"max_solution_steps": 0}, "max_solution_steps"),
+        ("sokoban", {"invalid_penalty": -1}, "invalid_penalty"),
+    ],
+)
+def test_bad_options_raise_value_error_naming_the_option(name, options, field) -> None:
+    with pytest.raises(ValueError, match=f"^{field}:"):
+        make(name, **options)
