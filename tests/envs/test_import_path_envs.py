@@ -22,8 +22,8 @@ def test_import_path_builds_the_same_env_as_the_registered_name() -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("no_such_module_xyz:Env", "env 'no_such_module_xyz:Env': cannot import it: ModuleNotFoundError"),
-        ("agentic_rl.envs.arithmetic:NoSuchEnv", "env 'agentic_rl.envs.arithmetic:NoSuchEnv': cannot import it: AttributeError"),
+        ("no_such_module_xyz:Env", "env: cannot import 'no_such_module_xyz:Env': ModuleNotFoundError"),
+        ("agentic_rl.envs.arithmetic:NoSuchEnv", "env: cannot import 'agentic_rl.envs.arithmetic:NoSuchEnv': AttributeError"),
         ("agentic_rl.envs.arithmetic:__doc__", "is not a class or function"),
         ("arithmetc", "did you mean 'arithmetic'?"),
     ],

@@ -9,7 +9,7 @@ import pytest
 
 from agentic_rl.envs import check_env, make
 from agentic_rl.envs.frozenlake import shortest_path
-from agentic_rl.envs.gym_adapter import parse_action
+from agentic_rl.envs.text_game import parse_action
 from agentic_rl.envs.sokoban import push, solve
 
 GAMES = ("frozenlake", "sokoban")

@@ -121,4 +121,4 @@ def test_the_example_agent_and_the_train_agent_command(tmp_path) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1 and (tmp_path / "run" / "final").is_dir()
     bad = subprocess.run([sys.executable, "-m", "agentic_rl", "train-agent", "nowhere:agent", "--tasks", str(tasks)], env=env, capture_output=True, text=True, timeout=120)
-    assert bad.returncode != 0 and "agent 'nowhere:agent': cannot import it" in bad.stderr + bad.stdout and "Traceback" not in bad.stderr
+    assert bad.returncode != 0 and "agent: cannot import 'nowhere:agent'" in bad.stderr + bad.stdout and "Traceback" not in bad.stderr

@@ -52,7 +52,7 @@ def _factory(name: str) -> Callable[..., Env]:
         try:
             return import_object(name, "env")
         except ImportPathError as exc:
-            raise UnknownEnvError(str(exc)) from None
+            raise UnknownEnvError(exc.reason) from None
     import difflib
 
     close = difflib.get_close_matches(name, _REGISTRY, n=1)

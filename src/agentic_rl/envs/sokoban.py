@@ -19,7 +19,7 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from agentic_rl.envs.gym_adapter import DiscreteTextGame, LevelTasks, Move
+from agentic_rl.envs.text_game import DiscreteTextGame, LevelTasks, Move
 
 ACTIONS = ("Up", "Down", "Left", "Right")
 DELTAS = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
