@@ -70,9 +70,20 @@ class RunState:
 # --- evaluation ----------------------------------------------------------------------
 
 
+def eval_env_options(config: TrainConfig) -> dict:
+    """The held-out env's options: the training env's with ``eval.env`` on top; the default
+    ``few_shot: 0`` (zero-shot evaluation) only for envs that take demonstrations."""
+    from agentic_rl import envs
+
+    options = {**config.env.options, **config.eval.env}
+    if options.get("few_shot") == 0 and "few_shot" not in config.env.options and not envs.accepts_option(config.env.name, "few_shot"):
+        del options["few_shot"]
+    return options
+
+
 def eval_config(config: TrainConfig, output: Path) -> EvalConfig:
     """The held-out evaluation a training run does: test split, ``eval`` section's options."""
-    options = {**config.env.options, **config.eval.env}
+    options = eval_env_options(config)
     return EvalConfig(
         model=config.model,
         env=EnvConfig(name=config.env.name, **options),
