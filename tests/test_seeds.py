@@ -37,6 +37,7 @@ def test_derive_seed_keeps_each_stage_formula() -> None:
     assert derive_seed(5, "turn", 4) == 9
     assert derive_seed(5, "arpo-round", 2) == 5 + 2 * 7919
     assert derive_seed(5, "arpo-fill") == 5 + 104_729
-    assert set(STREAMS) == {"run", "rl-step", "filter", "dpo-pairs", "turn", "arpo-round", "arpo-fill"}
+    assert derive_seed(5, "async-rollouts") == 5 + 13
+    assert set(STREAMS) == {"run", "rl-step", "filter", "dpo-pairs", "turn", "arpo-round", "arpo-fill", "async-rollouts"}
     with pytest.raises(ValueError, match="unknown seed stream 'rl_step'"):
         derive_seed(5, "rl_step")
