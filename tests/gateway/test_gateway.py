@@ -228,3 +228,30 @@ def test_stage_weights_reach_the_next_completion(tiny) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_one_choice_streams_token_by_token(client) -> None:
+    whole = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=12, seed=8)
+    chunks = list(client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=12, seed=8, stream=True))
+    contents = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(contents) > 1  # sent as sampled, not in one piece
+    assert "".join(contents) == whole.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_slot(server) -> None:
+    """Reading a few chunks of a long streamed completion and closing the connection: the
+    engine stops that sequence at once (nothing left decoding), and no call is recorded."""
+    import time
+
+    body = {"model": "tiny", "messages": HELLO, "max_tokens": 4000, "seed": 1, "stream": True}
+    with httpx.stream("POST", f"{server.url}/episodes/leaver/v1/chat/completions", json=body, timeout=60) as response:
+        lines = response.iter_lines()
+        received = [next(lines) for _ in range(6)]
+    assert any(line.startswith("data: ") for line in received)
+    deadline = time.monotonic() + 2  # the whole completion takes over 10 s here
+    while server.service.active and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.service.active == 0
+    trace = server.store.get("leaver")
+    assert trace is None or trace.calls == []

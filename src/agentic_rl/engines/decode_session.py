@@ -147,6 +147,26 @@ class DecodeSession:
             self.owner[sequence.slot] = None
         self.free_handles.append(sequence.handle)
 
+    def cancel(self, key: Hashable) -> None:
+        """Stop a sequence wherever it is (mid-turn included: its client went away) and free
+        its slot; unknown keys are ignored."""
+        sequence = self.sequences.get(key)
+        if sequence is None:
+            return
+        if sequence.slot is not None and sequence.slot < self.running:
+            self._sync_running()
+            self._move(sequence, self.running - 1)  # the running range stays contiguous
+            self.running -= 1
+            self._rebuild_running()
+        self.release(key)
+
+    def sampled(self, key: Hashable) -> list[int]:
+        """The tokens sampled so far in the sequence's current turn (streaming)."""
+        sequence = self.sequences[key]
+        if sequence in self.waiting or not hasattr(self, "out_tokens"):
+            return []
+        return self.out_tokens[sequence.handle, : int(self.count[sequence.handle])].tolist()
+
     @torch.no_grad()
     def step(self) -> list[tuple[Hashable, Completion]]:
         """Start waiting work, advance running sequences by one token; return finished turns."""

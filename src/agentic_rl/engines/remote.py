@@ -275,6 +275,18 @@ class RequestSession:
         self.contexts[key].extend(token_ids)
         self._launch(key, max_new_tokens)
 
+    def cancel(self, key: Hashable) -> None:
+        """Drop a sequence's request in flight (its client went away) and forget it."""
+        for future, owner in list(self.in_flight.items()):
+            if owner == key:
+                future.cancel()
+                del self.in_flight[future]
+        self.release(key)
+
+    def sampled(self, key: Hashable) -> list[int]:
+        """A server returns whole turns: nothing is visible before the turn ends."""
+        return []
+
     def release(self, key: Hashable) -> None:
         for mapping in (self.contexts, self.seeds, self.turns):
             mapping.pop(key, None)

@@ -159,6 +159,12 @@ def create_app(
         if seed is None and episode_id:
             seed = store.request_seed(episode_id)
         base = seed if seed is not None else random.getrandbits(62)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        parse_tools = bool(schemas) and tool_choice != "none"
+        if stream and n == 1 and not parse_tools and not stops:  # token by token (tool calls and stop strings need the whole text)
+            record = (lambda call: store.record(episode_id, Call(**call, messages=list(messages), tools=tools_key))) if episode_id else None
+            options = {"max_tokens": min(limit, room), "seed": stream_seed(base, 0), "temperature": temperature, "top_p": top_p}
+            return StreamingResponse(_live_stream(service, renderer, prompt, options, model_name, record, include_usage), media_type="text/event-stream")
         futures = [service.submit(prompt, max_tokens=min(limit, room), seed=stream_seed(base, i), temperature=temperature, top_p=top_p) for i in range(n)]
         try:
             completions = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
@@ -172,7 +178,7 @@ def create_app(
                 return error_response(500, f"the engine failed: {completion.error}")
             ids, text, stopped_by_string = _cut_at_stop(renderer, completion.token_ids, stops)
             logprobs = completion.logprobs[: len(ids)]
-            message, calls = reply_message(text, parser if schemas and tool_choice != "none" else None)
+            message, calls = reply_message(text, parser if parse_tools else None)
             finish = "tool_calls" if calls else ("length" if completion.finish_reason == "length" and not stopped_by_string else "stop")
             if episode_id:
                 store.record(episode_id, Call(prompt, ids, logprobs, completion.weight_version, "stop" if finish != "length" else "length",
@@ -188,7 +194,7 @@ def create_app(
             "system_fingerprint": f"weights-v{completions[0].weight_version}",
         }
         if stream:
-            return StreamingResponse(_sse(response, include_usage=bool((body.get("stream_options") or {}).get("include_usage"))), media_type="text/event-stream")
+            return StreamingResponse(_sse(response, include_usage=include_usage), media_type="text/event-stream")
         return response
 
     @app.post("/v1/chat/completions")
@@ -229,14 +235,57 @@ def _token_logprob(renderer: ChatRenderer, token: int, logprob: float) -> dict[s
     return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8")), "top_logprobs": []}
 
 
-async def _sse(response: dict[str, Any], *, include_usage: bool):
-    """The completed response as OpenAI's stream of chunks (role, content, tool calls,
-    finish), then ``[DONE]``."""
+def _chunk(response_id: str, created: int, model: str, index: int, delta: dict, finish: str | None = None, **extra) -> str:
+    body = {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra}
+    return f"data: {json.dumps(body)}\n\n"
 
-    def chunk(index: int, delta: dict, finish: str | None = None, **extra) -> str:
-        body = {"id": response["id"], "object": "chat.completion.chunk", "created": response["created"], "model": response["model"],
-                "choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra}
-        return f"data: {json.dumps(body)}\n\n"
+
+async def _live_stream(service: CompletionService, renderer: ChatRenderer, prompt: list[int], options: dict, model: str, record, include_usage: bool):
+    """One completion streamed as it is sampled (server-sent events). A client that goes
+    away cancels the request: the engine frees its slot at the next decode step."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    future = service.submit(prompt, on_tokens=lambda ids: loop.call_soon_threadsafe(queue.put_nowait, ids), **options)
+    future.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, None))  # after the last tokens
+    response_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    try:
+        yield _chunk(response_id, created, model, 0, {"role": "assistant", "content": ""})
+        ids: list[int] = []
+        sent = ""
+        while (item := await queue.get()) is not None:
+            ids += item
+            text = renderer.response_text(ids)
+            if len(text) > len(sent) and not text.endswith("\ufffd"):  # not in the middle of a multi-byte character
+                yield _chunk(response_id, created, model, 0, {"content": text[len(sent) :]})
+                sent = text
+        completion = future.result()
+        if completion.error is not None:
+            yield f"data: {json.dumps({'error': {'message': f'the engine failed: {completion.error}', 'type': 'server_error', 'param': None, 'code': None}})}\n\n"
+            return
+        text = renderer.response_text(completion.token_ids)
+        if len(text) > len(sent):
+            yield _chunk(response_id, created, model, 0, {"content": text[len(sent) :]})
+        finish = "length" if completion.finish_reason == "length" else "stop"
+        if record is not None:
+            record({"prompt_ids": prompt, "completion_ids": completion.token_ids, "logprobs": completion.logprobs, "weight_version": completion.weight_version,
+                    "finish_reason": finish, "reply": {"role": "assistant", "content": text}})
+        yield _chunk(response_id, created, model, 0, {}, finish)
+        if include_usage:
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": len(completion.token_ids), "total_tokens": len(prompt) + len(completion.token_ids)}
+            yield f"data: {json.dumps({'id': response_id, 'object': 'chat.completion.chunk', 'created': created, 'model': model, 'choices': [], 'usage': usage})}\n\n"
+        yield "data: [DONE]\n\n"
+    finally:
+        future.cancel()  # no-op once done; otherwise the client left mid-stream
+
+
+async def _sse(response: dict[str, Any], *, include_usage: bool):
+    """A completed response as OpenAI's stream of chunks (role, content, tool calls,
+    finish), then ``[DONE]``: for several choices, tool calls and stop strings, which need
+    the whole text."""
+
+    def chunk(index: int, delta: dict, finish: str | None = None) -> str:
+        return _chunk(response["id"], response["created"], response["model"], index, delta, finish)
 
     for choice in response["choices"]:
         message, index = choice["message"], choice["index"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -28,6 +28,9 @@ class _Request:
     temperature: float
     top_p: float
     future: Future
+    on_tokens: Callable[[list[int]], None] | None = None
+    sent: int = 0
+    """Tokens already handed to ``on_tokens``."""
 
 
 class CompletionService:
@@ -46,17 +49,29 @@ class CompletionService:
         self._stop = threading.Event()
         self._keys = itertools.count()
         self._failure: BaseException | None = None
+        self._active = 0
         self._thread = threading.Thread(target=self._serve, name="gateway-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, prompt: Sequence[int], *, max_tokens: int, seed: int, temperature: float = 1.0, top_p: float = 1.0) -> Future:
-        """One completion of ``prompt``; draws depend only on ``seed`` and the position."""
+    def submit(
+        self, prompt: Sequence[int], *, max_tokens: int, seed: int, temperature: float = 1.0, top_p: float = 1.0,
+        on_tokens: Callable[[list[int]], None] | None = None,
+    ) -> Future:
+        """One completion of ``prompt``; draws depend only on ``seed`` and the position.
+        ``on_tokens(new_ids)`` (called on the service thread) streams the tokens as they are
+        sampled, where the engine shows them (in-process HF; a server's turn comes whole).
+        Cancelling the future stops the sequence and frees its slot."""
         future: Future = Future()
         if self._failure is not None or not self._thread.is_alive():
             future.set_exception(RuntimeError(f"the gateway's engine stopped: {self._failure!r}"))
             return future
-        self._incoming.put(_Request(list(prompt), int(max_tokens), int(seed), float(temperature), float(top_p), future))
+        self._incoming.put(_Request(list(prompt), int(max_tokens), int(seed), float(temperature), float(top_p), future, on_tokens))
         return future
+
+    @property
+    def active(self) -> int:
+        """Requests being decoded now."""
+        return self._active
 
     def stage_weights(self, weights, version: int) -> None:
         """New weights, taken over between two decode steps (requests in flight continue)."""
@@ -67,25 +82,43 @@ class CompletionService:
         return self.backend.weight_version
 
     def _serve(self) -> None:
-        sessions: dict[tuple[float, float], tuple[object, dict[int, Future]]] = {}
+        sessions: dict[tuple[float, float], tuple[object, dict[int, _Request]]] = {}
         try:
             while not self._stop.is_set():
                 self._admit(sessions, block=not sessions)
                 for setting in list(sessions):
-                    session, futures = sessions[setting]
+                    session, requests = sessions[setting]
+                    for key, request in list(requests.items()):
+                        if request.future.cancelled():  # the client went away: free its slot now
+                            session.cancel(key)
+                            del requests[key]
                     if session.busy:
                         for key, completion in session.step():
                             session.release(key)
-                            futures.pop(key).set_result(completion)
+                            request = requests.pop(key)
+                            self._stream(request, completion.token_ids)
+                            if not request.future.cancelled():
+                                request.future.set_result(completion)
+                        for key, request in requests.items():
+                            if request.on_tokens is not None:
+                                self._stream(request, session.sampled(key))
                     if not session.busy:  # idle: free its packed weights and cache
                         session.__exit__(None, None, None)
                         del sessions[setting]
+                self._active = sum(len(requests) for _, requests in sessions.values())
         except BaseException as error:  # every waiting request must learn of it
             self._failure = error
-            for _, futures in sessions.values():
-                for future in futures.values():
-                    future.set_exception(error)
+            for _, requests in sessions.values():
+                for request in requests.values():
+                    if not request.future.done():
+                        request.future.set_exception(error)
             raise
+
+    @staticmethod
+    def _stream(request: _Request, tokens: list[int]) -> None:
+        if request.on_tokens is not None and len(tokens) > request.sent:
+            request.on_tokens(tokens[request.sent :])
+            request.sent = len(tokens)
 
     def _admit(self, sessions: dict, *, block: bool) -> None:
         """Start the waiting requests (waiting briefly for one when nothing runs)."""
@@ -102,9 +135,9 @@ class CompletionService:
                 sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, max_new_tokens=request.max_tokens)
                 session = self.backend.session(sampling, stop_token_ids=self.stop_token_ids)
                 sessions[setting] = (session.__enter__(), {})
-            session, futures = sessions[setting]
+            session, requests = sessions[setting]
             key = next(self._keys)
-            futures[key] = request.future
+            requests[key] = request
             session.submit(key, request.prompt, request.max_tokens, request.seed)
 
     def close(self) -> None:
