@@ -9,6 +9,7 @@ from agentic_rl.envs.search_qa import make_search_qa_env
 from agentic_rl.envs.frozenlake import make_frozenlake_env
 from agentic_rl.envs.sokoban import make_sokoban_env
 from agentic_rl.envs.gym_adapter import make_gymnasium_env
+from agentic_rl.envs.code import make_code_env
 
 register(
     "arithmetic",
@@ -24,6 +25,7 @@ register("math-python", make_math_python_env, "Math word problems from any JSONL
 register("gsm8k", make_gsm8k_env, "GSM8K from env.path (#### answers), sandboxed python tool (hermes or ReTool <code> tags), math-verify reward.")
 register("frozenlake", make_frozenlake_env, "FrozenLake text game (RAGEN style): generated lakes with a guaranteed path, one move per turn in <answer></answer>.")
 register("sokoban", make_sokoban_env, "Sokoban text game (RAGEN style): generated rooms solvable by reverse play, one move per turn in <answer></answer>.")
+register("code", make_code_env, "Write a Python function that passes unit tests (procedural tasks, HumanEval or a JSONL), sandboxed python tool; tests run in a fresh sandbox.")
 register("gymnasium", make_gymnasium_env, "Any Gymnasium env with a Discrete action space (env_id, env_kwargs), ansi text observations, named actions; needs the [gym] extra.")
 
 __all__ = [

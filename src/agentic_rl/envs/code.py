@@ -1,0 +1,137 @@
+"""``code``: write a Python function that passes hidden unit tests.
+
+The model may run code with the sandboxed ``python`` tool first; a turn without tool
+calls is the final answer, whose last ```python fenced block is scored by running the
+task's tests in a fresh sandboxed process (:mod:`agentic_rl.rewards.unit_tests`, which
+documents the reward-hacking guards). Reward 1 when every test passes, else 0; with
+``partial_credit`` the fraction of tests passed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agentic_rl.envs.base import Task
+from agentic_rl.envs.code_tasks import ProceduralCodeTasks, load_humaneval, load_jsonl_tasks
+from agentic_rl.envs.tool_env import ToolEnv
+from agentic_rl.parsers import get_parser
+from agentic_rl.rewards.unit_tests import run_unit_tests
+from agentic_rl.tools import ToolRegistry
+from agentic_rl.tools.python_tool import make_python_tool
+from agentic_rl.types import INVALID_CALL, Message, ToolResult
+
+DATASETS = ("procedural", "humaneval")
+SYSTEM_PROMPT = (
+    "You write Python functions. You may run code with the python tool to try your solution. "
+    "When you are done, reply without tool calls and put the complete function (with any imports it needs) "
+    "in a final ```python code block."
+)
+FENCE = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def extract_code(text: str) -> str | None:
+    """The last ```python fenced block of ``text`` (None when there is none)."""
+    blocks = FENCE.findall(text)
+    return blocks[-1] if blocks else None
+
+
+class CodeEnv(ToolEnv):
+    """A ``ToolEnv`` whose answer is the last python block of the first turn without tool calls."""
+
+    def __init__(self, tasks, tools, *, partial_credit: bool = False, timeout_s: float = 10.0, memory_mb: int = 512, **kwargs: Any) -> None:
+        super().__init__(tasks, tools, **kwargs)
+        self.partial_credit = partial_credit
+        self.test_timeout_s = timeout_s
+        self.test_memory_mb = memory_mb
+
+    def score_answer(self, answer: str | None) -> tuple[float, bool, dict[str, Any]]:
+        task: Task = self.task  # type: ignore[assignment]
+        if not answer or not answer.strip():
+            return 0.0, False, {"tests_passed": 0, "tests_total": 0}
+        meta = task.metadata
+        report = run_unit_tests(answer, prompt=meta["prompt"], test=meta["test"], entry_point=meta["entry_point"], timeout_s=self.test_timeout_s, memory_mb=self.test_memory_mb)
+        reward = 1.0 if report.all_passed else (report.fraction if self.partial_credit else 0.0)
+        return reward, report.all_passed, {"tests_passed": report.passed, "tests_total": report.total}
+
+    def step(self, assistant_message: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        if self.task is None:
+            raise RuntimeError("step() called before reset()")
+        self.turn += 1
+        text = assistant_message.get("content") or ""
+        parsed = self.parser.parse(text) if len(self.tools) else None
+        if parsed is None or not parsed.has_calls:
+            answer = extract_code(text)
+            reward, correct, extra = self.score_answer(answer)
+            return [], reward, True, False, {"answer": answer, "correct": correct, "tool_results": [], **extra}
+        results = [ToolResult(name=INVALID_CALL, content=f"Error: {error}", ok=False, malformed=True) for error in parsed.errors]
+        call_results = self._run_tools(parsed.calls)
+        results += call_results
+        self.record_calls(parsed.calls, call_results, results)
+        observations = [self.parser.format_result(result) for result in results]
+        return observations, 0.0, False, self.turn >= self.max_turns, {"answer": None, "correct": False, "tool_results": results}
+
+
+_CACHE: dict = {}
+
+
+def _tasks(dataset: str, path: str | None, split: str | None, num_tasks: int | None, seed: int):
+    if path:
+        key = ("path", path, num_tasks)
+        if key not in _CACHE:  # envs are built per trajectory: read the file once
+            _CACHE[key] = load_jsonl_tasks(path, num_tasks=num_tasks)
+        return _CACHE[key]
+    if dataset == "humaneval":
+        if ("humaneval", num_tasks) not in _CACHE:
+            _CACHE["humaneval", num_tasks] = load_humaneval(num_tasks)
+        return _CACHE["humaneval", num_tasks]
+    # A test split of procedural tasks draws from another seed stream than train.
+    return ProceduralCodeTasks(num_tasks or 10000, seed=seed + (1_000_003 if split == "test" else 0))
+
+
+def make_code_env(
+    *,
+    dataset: str | None = None,
+    path: str | None = None,
+    split: str | None = None,
+    num_tasks: int | None = None,
+    seed: int = 0,
+    partial_credit: bool = False,
+    tools: tuple[str, ...] | list[str] = ("python",),
+    parser: str = "hermes",
+    max_turns: int = 4,
+    system_prompt: str | None = None,
+    timeout_s: float = 5.0,
+    test_timeout_s: float = 10.0,
+    memory_mb: int = 512,
+    max_output_chars: int = 1024,
+) -> CodeEnv:
+    """Function-writing tasks scored by unit tests in the sandbox; optional python tool.
+
+    ``dataset``: ``procedural`` (seeded generated tasks; the default, except for split
+    test) or ``humaneval`` (the 164 HumanEval problems, needs the ``[code]`` extra; the
+    default for split test); ``path``: a JSONL file in HumanEval's shape instead.
+    ``timeout_s`` bounds each tool call, ``test_timeout_s`` the whole test run.
+    """
+    if dataset is not None and dataset not in DATASETS:
+        raise ValueError(f"dataset: expected one of {', '.join(DATASETS)}, got {dataset!r}")
+    if dataset is not None and path:
+        raise ValueError("path: give either dataset or path, not both")
+    if set(tools) - {"python"}:
+        raise ValueError(f"tools: only 'python' is offered, got {list(tools)!r}")
+    if parser not in ("hermes", "retool"):
+        raise ValueError(f"parser: expected hermes or retool, got {parser!r}")
+    if test_timeout_s <= 0:
+        raise ValueError(f"test_timeout_s: expected a positive number, got {test_timeout_s}")
+    chosen = dataset or ("humaneval" if split == "test" else "procedural")
+    registry = ToolRegistry(make_python_tool(timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars) for _ in tools)
+    return CodeEnv(
+        _tasks(chosen, path, split, num_tasks, seed),
+        registry,
+        parser=get_parser(parser, max_calls_per_turn=1 if parser == "retool" else 4),
+        max_turns=max_turns,
+        system_prompt=SYSTEM_PROMPT if system_prompt is None else system_prompt,
+        partial_credit=partial_credit,
+        timeout_s=test_timeout_s,
+        memory_mb=memory_mb,
+    )
