@@ -96,10 +96,22 @@ class Trajectory:
     """Set when the environment or a tool crashed; such trajectories leave the loss."""
     info: dict[str, Any] = field(default_factory=dict)
     wall_time_s: float = 0.0
+    segments: list[Trajectory] = field(default_factory=list)
+    """Earlier samples of the same episode, when its context was rebuilt rather than extended
+    (a context policy that drops or folds history, an agent program that rewrites its
+    history): each token-exact for what the model saw then. This trajectory is the last
+    segment and carries the episode's outcome; training gives every segment the episode's
+    advantage."""
 
     @property
     def num_turns(self) -> int:
-        return len(self.turns)
+        """Assistant turns of the whole episode (segments included)."""
+        return len(self.turns) + sum(len(s.turns) for s in self.segments)
+
+    @property
+    def samples(self) -> list[Trajectory]:
+        """The episode's training samples: its segments, then itself."""
+        return [*self.segments, self]
 
     @property
     def weight_versions(self) -> list[int]:
@@ -112,7 +124,8 @@ class Trajectory:
 
     @property
     def tool_results(self) -> list[ToolResult]:
-        return [r for turn in self.turns for r in turn.tool_results]
+        """Tool results of the whole episode (segments included)."""
+        return [r for sample in self.samples for turn in sample.turns for r in turn.tool_results]
 
     def append(self, token_ids: list[int], mask: int, logprobs: list[float] | None = None) -> None:
         """Append tokens with one mask value; logprobs default to 0.0 (not sampled)."""
@@ -139,6 +152,7 @@ class Trajectory:
             ],
             "wall_time_s": self.wall_time_s,
             "weight_versions": self.weight_versions,
+            "segments": len(self.segments) + 1,
         }
 
 

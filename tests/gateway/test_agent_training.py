@@ -19,7 +19,7 @@ pytest.importorskip("openai")
 
 from agentic_rl import agents  # noqa: E402
 from agentic_rl.config import AlgorithmConfig, TrainConfig  # noqa: E402
-from agentic_rl.training.scoring import EPISODE_KEY, score  # noqa: E402
+from agentic_rl.training.scoring import score  # noqa: E402
 from agentic_rl.types import Trajectory, TrajectoryGroup  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -88,21 +88,21 @@ def test_agent_exceptions_are_infra_errors_or_zero_reward(tiny) -> None:
 
 
 def test_episode_level_advantages_by_hand() -> None:
-    """GRPO over episodes, not samples: episode a (reward 1) has two samples, b (reward 0)
-    one; a's samples both get a's advantage, and b counts once."""
+    """GRPO over episodes, not samples: episode a (reward 1) has two samples (one earlier
+    segment), b (reward 0) one; a's samples both get a's advantage, and b counts once."""
 
-    def sample(episode: str, reward: float) -> Trajectory:
-        t = Trajectory(task_id="x", group_id="g", token_ids=[1, 2, 3], loss_mask=[0, 1, 1], sampler_logprobs=[0.0, -1.0, -1.0], reward=reward)
-        t.info[EPISODE_KEY] = episode
-        return t
+    def sample(reward: float) -> Trajectory:
+        return Trajectory(task_id="x", group_id="g", token_ids=[1, 2, 3], loss_mask=[0, 1, 1], sampler_logprobs=[0.0, -1.0, -1.0], reward=reward)
 
-    group = TrajectoryGroup(task_id="x", group_id="g", trajectories=[sample("a", 1.0), sample("a", 1.0), sample("b", 0.0)])
+    a, b = sample(1.0), sample(0.0)
+    a.segments = [sample(1.0)]
+    group = TrajectoryGroup(task_id="x", group_id="g", trajectories=[a, b])
     scored = score([group], AlgorithmConfig(preset="grpo"), max_total_tokens=512)
-    alone = score([TrajectoryGroup(task_id="x", group_id="g", trajectories=[Trajectory(task_id="x", group_id="g", token_ids=[1, 2, 3], loss_mask=[0, 1, 1], reward=r) for r in (1.0, 0.0)])],
-                  AlgorithmConfig(preset="grpo"), max_total_tokens=512)
-    a, b = alone.advantages[0][1], alone.advantages[1][1]
-    assert a > 0 > b
-    assert scored.advantages == [[0.0, a, a], [0.0, a, a], [0.0, b, b]]
+    alone = score([TrajectoryGroup(task_id="x", group_id="g", trajectories=[sample(1.0), sample(0.0)])], AlgorithmConfig(preset="grpo"), max_total_tokens=512)
+    up, down = alone.advantages[0][1], alone.advantages[1][1]
+    assert up > 0 > down
+    assert scored.trajectories == [a.segments[0], a, b]
+    assert scored.advantages == [[0.0, up, up], [0.0, up, up], [0.0, down, down]]
     with pytest.raises(ValueError, match="one advantage per episode"):
         score([group], AlgorithmConfig(preset="grpo", advantage="gigpo"), max_total_tokens=512)
 

@@ -85,6 +85,10 @@ class RolloutConfig(Section):
     timeout_s: float = Field(1800.0, gt=0)
     """Wall-clock limit per trajectory, from its reset (checked between turns and while its env
     steps; in a batched engine it includes waiting for the batch: a backstop for hung episodes)."""
+    context: Literal["full", "window", "fold"] = "full"
+    """What each turn's prompt shows (agentic_rl.rollout.context): full = the whole episode; window = the opening messages and the last context_turns turns; fold = the whole episode with tool outputs older than context_turns turns replaced by a stub. window and fold start a new segment (a new exact sample, sharing the episode's advantage) whenever they cut what the model saw."""
+    context_turns: int = Field(2, ge=1)
+    """Turns that window keeps, and that fold leaves whole."""
     continuous_batching: bool = True
     """With an engine that offers decode sessions (HF): each trajectory decodes on its own schedule and keeps its KV cache across turns; false: one batched generate per turn (the reference path, same tokens for the same seed)."""
 
@@ -424,6 +428,15 @@ class TrainConfig(Section):
                     raise ValueError(f"{field}: distributed.engine ray: {why}")
         elif self.distributed.max_staleness is not None:
             raise ValueError("distributed.max_staleness: async mode needs distributed.engine ray (rollout workers beside the trainer)")
+        if self.rollout.context != "full":
+            for field, value, why in (
+                ("algorithm.rollout", self.algorithm.rollout == "arpo", "ARPO branches within one growing context"),
+                ("algorithm.advantage", self.algorithm.advantage not in ("grpo", "rloo", "opo", "grpo-passk"), "segments share one advantage per episode: grpo, rloo, opo or grpo-passk"),
+                ("algorithm.critic", self.algorithm.critic != "none", "a critic's values need one growing context"),
+                ("algorithm.aggregation", self.algorithm.aggregation.startswith("seq-mean"), "sequence-mean aggregation would count each segment as a sequence (long episodes would weigh more); use token-mean"),
+            ):
+                if value:
+                    raise ValueError(f"{field}: rollout.context {self.rollout.context}: {why}")
         if self.algorithm.advantage == "remax":
             raise ValueError("algorithm.advantage: remax needs a greedy baseline rollout per task, which the trainer does not run yet")
         if self.group_size == 1 and self.algorithm.advantage in ("grpo", "rloo", "mt-grpo", "gigpo", "opo", "grpo-passk"):

@@ -20,7 +20,6 @@ from typing import Any
 from agentic_rl.gateway.server import GatewayServer
 from agentic_rl.gateway.traces import calls_to_trajectories
 from agentic_rl.seeds import stream_seed
-from agentic_rl.training.scoring import EPISODE_KEY
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 Agent = Callable[[dict, Any], Any]
@@ -48,14 +47,15 @@ class AgentSampler:
         ]
         episodes = errors = calls = 0
         for group, _, future in jobs:
-            samples, failed, made = future.result()
-            group.trajectories.extend(samples)
+            episode, failed, made = future.result()
+            group.trajectories.append(episode)
             episodes, errors, calls = episodes + 1, errors + failed, calls + made
-        samples = sum(len(g.trajectories) for g in groups)
+        samples = sum(len(t.samples) for g in groups for t in g.trajectories)
         return groups, {"agent_errors": errors / max(episodes, 1), "calls_per_episode": calls / max(episodes, 1), "samples_per_episode": samples / max(episodes, 1)}
 
-    def _episode(self, index: int, group_id: str, seed: int) -> tuple[list[Trajectory], int, int]:
-        """One episode -> (its samples, whether the agent failed, the calls it made)."""
+    def _episode(self, index: int, group_id: str, seed: int) -> tuple[Trajectory, int, int]:
+        """One episode -> (its trajectory, earlier samples in ``segments``; whether the agent
+        failed; the calls it made)."""
         import openai
 
         task = self.tasks[index]
@@ -73,20 +73,21 @@ class AgentSampler:
         calls = trace.calls if trace else []
         task_id = str(task.get("id", index)) if isinstance(task, dict) else str(index)
         if error is not None and self.on_agent_error == "infra":
-            return [Trajectory(task_id=task_id, group_id=group_id, infra_error=error, termination_reason="error")], 1, len(calls)
+            return Trajectory(task_id=task_id, group_id=group_id, infra_error=error, termination_reason="error"), 1, len(calls)
         try:
             reward = 0.0 if error is not None else self._reward(task, result, trace)
         except Exception as exc:  # a reward function that fails is infrastructure too
-            return [Trajectory(task_id=task_id, group_id=group_id, infra_error=f"reward raised {type(exc).__name__}: {exc}"[:500], termination_reason="error")], 1, len(calls)
+            return Trajectory(task_id=task_id, group_id=group_id, infra_error=f"reward raised {type(exc).__name__}: {exc}"[:500], termination_reason="error"), 1, len(calls)
         samples = calls_to_trajectories(calls, reward=reward, task_id=task_id, group_id=group_id)
         if not samples:  # the agent never called the model: nothing to learn from
-            return [Trajectory(task_id=task_id, group_id=group_id, infra_error="the agent made no model call", termination_reason="error")], int(error is not None), 0
+            return Trajectory(task_id=task_id, group_id=group_id, infra_error="the agent made no model call", termination_reason="error"), int(error is not None), 0
         for sample in samples:
-            sample.info[EPISODE_KEY] = episode_id
             sample.correct = reward > 0
             if error is not None:
                 sample.info["agent_error"] = error
-        return samples, int(error is not None), len(calls)
+        episode = samples[-1]
+        episode.segments = samples[:-1]  # calls that rewrote the history: samples sharing the episode's advantage
+        return episode, int(error is not None), len(calls)
 
     def _reward(self, task: dict, result: Any, trace) -> float:
         if trace is not None and trace.reward is not None:

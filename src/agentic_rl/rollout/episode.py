@@ -9,6 +9,7 @@ episode samples and steps; what a turn or a step does to the trajectory lives he
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -41,6 +42,13 @@ class Episode:
     stopped_last_turn: bool = True
     hit_token_limit: bool = False
     """The last sampled turn filled ``max_total_tokens``."""
+    history: list[Message] | None = None
+    """Every message of the episode (with a context policy other than full; None: the
+    trajectory's own messages are the whole episode)."""
+    opening: int = 0
+    """How many of the history's first messages the reset gave (kept by every policy)."""
+    new_segment: bool = False
+    """The last step started a new segment (the scheduler re-submits instead of extending)."""
 
     @classmethod
     def reset(cls, make_env: Callable[[], Env], task_index: int, group: TrajectoryGroup, *, limits: RolloutConfig, renderer: ChatRenderer | None, on_finish: OnFinish | None) -> Episode:
@@ -63,6 +71,8 @@ class Episode:
             trajectory.prompt_length = len(trajectory.token_ids)
         group.trajectories.append(trajectory)
         episode = cls(trajectory, env, limits, renderer, on_finish, started)
+        if limits.context != "full" and renderer:
+            episode.history, episode.opening = list(messages), len(messages)
         if renderer and len(trajectory.token_ids) >= limits.max_total_tokens:
             episode.finish("max_tokens")  # the prompt alone fills the budget: nothing to sample
         return episode
@@ -106,6 +116,8 @@ class Episode:
     def _say(self, text: str) -> Message:
         message = {"role": "assistant", "content": text}
         self.trajectory.messages.append(message)
+        if self.history is not None:
+            self.history.append(message)
         return message
 
     def apply_step(self, turn: Turn, result: StepResult) -> bool:
@@ -134,7 +146,10 @@ class Episode:
             trajectory.answer = info["answer"]
         trajectory.correct = bool(info.get("correct", trajectory.correct))
         reason = self._termination(turn, terminated, truncated)
-        if reason is None and self.renderer:
+        shown = self._next_context(observations) if reason is None else None
+        if shown is not None:  # the policy cut what the model saw: a new segment, rendered afresh
+            reason = self._start_segment(shown, observations)
+        elif reason is None and self.renderer:
             obs_ids = self.renderer.observation_ids(observations, stopped=self.stopped_last_turn)
             if len(trajectory.token_ids) + len(obs_ids) >= self.limits.max_total_tokens:
                 reason = "max_tokens"
@@ -144,13 +159,42 @@ class Episode:
         if reason is not None:
             self.finish(reason)
             return False
-        trajectory.messages.extend(observations)
+        if shown is None:
+            trajectory.messages.extend(observations)
+            if self.history is not None:
+                self.history.extend(observations)
         return True
+
+    def _next_context(self, observations: list[Message]) -> list[Message] | None:
+        """The next prompt's messages when the context policy cuts what the current segment
+        showed; None when the prompt simply grows."""
+        if self.history is None:
+            return None
+        from agentic_rl.rollout.context import context_messages
+
+        shown = context_messages(self.limits.context, [*self.history, *observations], opening=self.opening, turns=self.limits.context_turns)
+        return None if shown == [*self.trajectory.messages, *observations] else shown
+
+    def _start_segment(self, shown: list[Message], observations: list[Message]) -> str | None:
+        """Continue in a new segment whose prompt is ``shown`` rendered with the chat
+        template; the finished segment moves to ``trajectory.segments`` (the trajectory
+        object stays the one its group holds: it is always the episode's last segment).
+        Returns a termination reason when even the new prompt fills the token budget."""
+        trajectory = self.trajectory
+        self.history.extend(observations)
+        finished = dataclasses.replace(trajectory, segments=[], info={k: v for k, v in trajectory.info.items() if k != "turn_entropies"})
+        trajectory.segments = [*trajectory.segments, finished]
+        trajectory.messages, trajectory.turns = list(shown), []
+        trajectory.token_ids, trajectory.loss_mask, trajectory.sampler_logprobs = [], [], []
+        trajectory.append(self.renderer.prompt_ids(shown), 0)
+        trajectory.prompt_length = len(trajectory.token_ids)
+        self.new_segment = True
+        return "max_tokens" if len(trajectory.token_ids) >= self.limits.max_total_tokens else None
 
     def _termination(self, turn: Turn, terminated: bool, truncated: bool) -> str | None:
         if terminated:
             return "max_tokens" if turn.finish_reason == "length" else "answered"
-        if truncated or len(self.trajectory.turns) >= self.limits.max_turns:
+        if truncated or len(self.trajectory.turns) + sum(len(s.turns) for s in self.trajectory.segments) >= self.limits.max_turns:
             return "max_turns"
         if self.hit_token_limit:
             return "max_tokens"
@@ -169,6 +213,9 @@ class Episode:
         trajectory = self.trajectory
         trajectory.termination_reason = reason
         trajectory.wall_time_s = time.monotonic() - self.started
+        for segment in trajectory.segments:  # every sample carries the episode's outcome
+            segment.reward, segment.correct, segment.answer = trajectory.reward, trajectory.correct, trajectory.answer
+            segment.termination_reason, segment.infra_error, segment.wall_time_s = reason, trajectory.infra_error, trajectory.wall_time_s
         self._record_episode_metrics()
         close = getattr(self.env, "close", None)
         if callable(close):  # release per-trajectory resources (sandbox sessions)

@@ -144,7 +144,12 @@ def run_continuous(
                     continue
                 del stepping[future]
                 if episode.apply_step(turn, future.result if future in done else _raise_timeout):
-                    session.extend(key, episode.trajectory.token_ids[turn.response_end :], episode.budget())
+                    if episode.new_segment:  # the context was rebuilt: a new sequence, its prompt encoded afresh
+                        episode.new_segment = False
+                        session.release(key)
+                        session.submit(key, episode.trajectory.token_ids, episode.budget(), episode.seed)
+                    else:
+                        session.extend(key, episode.trajectory.token_ids[turn.response_end :], episode.budget())
                 else:
                     del active[key]
                     session.release(key)

@@ -16,24 +16,9 @@ from agentic_rl.training.credit import build_advantage_inputs
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 
-EPISODE_KEY = "episode_id"
-"""``Trajectory.info`` key naming the episode a sample belongs to, when an episode yields
-several samples (an agent program that rewrote its history: gateway/traces.py)."""
-
 EPISODE_LEVEL_ADVANTAGES = ("grpo", "rloo", "opo", "grpo-passk")
-"""Estimators whose advantage is one number per episode: the ones that work when an episode
-has several samples (each sample gets its episode's)."""
-
-
-def episode_representatives(trajectories: list[Trajectory]) -> list[int] | None:
-    """For each trajectory, the index of its episode's first sample (by ``info["episode_id"]``);
-    None when every episode has one sample (the usual case)."""
-    first: dict[object, int] = {}
-    reps = []
-    for index, trajectory in enumerate(trajectories):
-        key = trajectory.info.get(EPISODE_KEY)
-        reps.append(first.setdefault((trajectory.group_id, key), index) if key is not None else index)
-    return reps if len(set(reps)) < len(reps) else None
+"""Estimators whose advantage is one number per episode: the ones that work when episodes
+have several samples (``Trajectory.segments``; each sample gets its episode's)."""
 
 
 @dataclass
@@ -96,9 +81,8 @@ def score(
         rewards = shaped_rewards(usable, algorithm, max_total_tokens=max_total_tokens)
     group_of = {g.group_id: i for i, g in enumerate(groups)}
     group_index = torch.tensor([group_of[t.group_id] for t in usable])
-    reps = episode_representatives(usable)
-    if reps is not None:
-        return _score_by_episode(usable, rewards, group_index, reps, algorithm, excluded=excluded)
+    if any(t.segments for t in usable):
+        return _score_with_segments(usable, rewards, group_index, algorithm, excluded=excluded)
     inputs = build_advantage_inputs(
         usable, rewards, group_index, tool_turn_reward=algorithm.tool_turn_reward,
         token_kl=token_kl if algorithm.kl_in_reward else None, kl_coef=algorithm.kl_coef, token_values=token_values,
@@ -115,25 +99,27 @@ def score(
     return scored
 
 
-def _score_by_episode(usable: list[Trajectory], rewards: torch.Tensor, group_index: torch.Tensor, reps: list[int], algorithm: AlgorithmConfig, *, excluded: int) -> ScoredBatch:
-    """Advantages when episodes have several samples: the estimator sees one member per
-    episode (its first sample, with the episode's reward), so an episode counts once in its
-    group's statistics whatever its sample count; every sample gets its episode's advantage
-    on its sampled tokens."""
+def _score_with_segments(usable: list[Trajectory], rewards: torch.Tensor, group_index: torch.Tensor, algorithm: AlgorithmConfig, *, excluded: int) -> ScoredBatch:
+    """Advantages when episodes have several samples (``Trajectory.segments``): the
+    estimator sees one member per episode (its last sample, which carries the outcome), so
+    an episode counts once in its group's statistics whatever its segment count; every
+    sample of the episode gets the episode's advantage on its sampled tokens."""
     if algorithm.advantage not in EPISODE_LEVEL_ADVANTAGES or algorithm.kl_in_reward or algorithm.critic != "none":
         raise ValueError(
             f"algorithm.advantage: episodes with several samples need one advantage per episode ({', '.join(EPISODE_LEVEL_ADVANTAGES)}; "
             f"no critic, no KL in the reward), got {algorithm.advantage}"
         )
-    members = sorted(set(reps))
-    inputs = build_advantage_inputs([usable[i] for i in members], rewards[members], group_index[members])
+    inputs = build_advantage_inputs(usable, rewards, group_index)
     advantages = compute_advantages(algorithm.advantage, inputs, **algorithm.advantage_params())
-    per_episode = {}
-    for row, index in enumerate(members):
+    samples, rows, sample_rewards = [], [], []
+    for row, episode in enumerate(usable):
         sampled = inputs.response_mask[row].nonzero()
-        per_episode[index] = float(advantages[row, sampled[0, 0]]) if len(sampled) else 0.0
-    rows = [[per_episode[rep] * mask for mask in t.loss_mask] for t, rep in zip(usable, reps)]
-    return ScoredBatch(usable, rewards, rows, excluded, zero_std_group_fraction(rewards[members], group_index[members]))
+        value = float(advantages[row, sampled[0, 0]]) if len(sampled) else 0.0
+        for sample in episode.samples:
+            samples.append(sample)
+            rows.append([value * mask for mask in sample.loss_mask])
+            sample_rewards.append(float(rewards[row]))
+    return ScoredBatch(samples, torch.tensor(sample_rewards), rows, excluded, zero_std_group_fraction(rewards, group_index))
 
 
 def keep_groups(groups: list[TrajectoryGroup], algorithm: AlgorithmConfig) -> list[TrajectoryGroup]:
