@@ -120,7 +120,8 @@ class Trajectory:
 
     @property
     def response_tokens(self) -> int:
-        return int(sum(self.loss_mask))
+        """Sampled tokens of the whole episode (segments included)."""
+        return int(sum(sum(sample.loss_mask) for sample in self.samples))
 
     @property
     def tool_results(self) -> list[ToolResult]:
