@@ -85,12 +85,12 @@ class RolloutWorker:
         """Sample from ``weights`` (full tensors by name, or ``[ObjectRef]`` of them) as
         ``version`` from the next decode step on, episodes in flight included. Returns
         the newest version the worker has."""
-        with self._lock:
+        with self._lock:  # held while fetching: a request must not start sampling before its weights are staged
             if version <= self._newest:
                 return self._newest
+            self.backend.stage_weights(_resolve(weights), int(version))
             self._newest = int(version)
-        self.backend.stage_weights(_resolve(weights), int(version))
-        return self._newest
+            return self._newest
 
     def rollout_group(self, task_index: int, seeds: list[int], min_version: int = 0, weights: Any = None) -> TrajectoryGroup:
         """``len(seeds)`` episodes of ``task_index`` (episode j draws from stream
