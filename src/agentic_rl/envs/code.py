@@ -19,7 +19,7 @@ from agentic_rl.parsers import get_parser
 from agentic_rl.rewards.unit_tests import run_unit_tests
 from agentic_rl.tools import ToolRegistry
 from agentic_rl.tools.python_tool import make_python_tool
-from agentic_rl.types import INVALID_CALL, Message, ToolResult
+from agentic_rl.types import Message
 
 DATASETS = ("procedural", "humaneval")
 SYSTEM_PROMPT = (
@@ -64,12 +64,7 @@ class CodeEnv(ToolEnv):
             answer = extract_code(text)
             reward, correct, extra = self.score_answer(answer)
             return [], reward, True, False, {"answer": answer, "correct": correct, "tool_results": [], **extra}
-        results = [ToolResult(name=INVALID_CALL, content=f"Error: {error}", ok=False, malformed=True) for error in parsed.errors]
-        call_results = self._run_tools(parsed.calls)
-        results += call_results
-        self.record_calls(parsed.calls, call_results, results)
-        observations = [self.parser.format_result(result) for result in results]
-        return observations, 0.0, False, self.turn >= self.max_turns, {"answer": None, "correct": False, "tool_results": results}
+        return self.tool_turn(parsed)
 
 
 _CACHE: dict = {}

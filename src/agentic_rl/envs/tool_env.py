@@ -114,6 +114,11 @@ class ToolEnv:
             # reward only ever depends on the answer the model committed to.
             reward, correct, extra = self.score_answer(answer)
             return [], reward, True, False, {"answer": answer, "correct": correct, "tool_results": [], **extra}
+        return self.tool_turn(parsed)
+
+    def tool_turn(self, parsed) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        """The step of a turn that called tools: run them (malformed calls answered with
+        their error), record them, and show the results; truncated at ``max_turns``."""
         results = [ToolResult(name=INVALID_CALL, content=f"Error: {error}", ok=False, malformed=True) for error in parsed.errors]
         call_results = self._run_tools(parsed.calls)
         results += call_results
