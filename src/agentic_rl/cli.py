@@ -153,19 +153,22 @@ def _collect(args: argparse.Namespace) -> int:
     from agentic_rl.envs import env_factory
     from agentic_rl.engines.factory import build_backend
     from agentic_rl.tracking.display import console, trajectory_progress
-    from agentic_rl.training.collect import collect_successful
+    from agentic_rl.training.collect import collect_expert, collect_successful
 
     overrides = apply_assignments({}, args.set or [])
     env_options = overrides.pop("env", {})
     config = build(CollectConfig, {**{k: v for k, v in vars(args).items() if k in CollectConfig.model_fields and v is not None}, **overrides})
     env_factory(args.env, env_options, split="train")  # fail on bad options before loading the model
-    backend = build_backend(BackendConfig(), ModelConfig(name=args.model))
-    with trajectory_progress(config.num_tasks * config.samples_per_task, "collect") as on_finish:
-        result = collect_successful(backend, args.env, env_options, config, seed=args.seed, on_trajectory=on_finish)
+    if config.source == "expert":
+        result = collect_expert(args.env, env_options, config)
+    else:
+        backend = build_backend(BackendConfig(), ModelConfig(name=args.model))
+        with trajectory_progress(config.num_tasks * config.samples_per_task, "collect") as on_finish:
+            result = collect_successful(backend, args.env, env_options, config, seed=args.seed, on_trajectory=on_finish)
     if not result.examples:
-        raise ConfigError("no successful trajectories; try more --num-tasks or --few-shot")
+        raise ConfigError("no correct trajectories; try more --num-tasks or --few-shot")
     write_jsonl(args.output, result.examples)
-    console.print(f"kept {len(result.examples)} conversations ({result.successful} successful of {result.attempted}) -> {args.output}")
+    console.print(f"kept {len(result.examples)} conversations ({result.successful} correct of {result.attempted}) -> {args.output}")
     return 0
 
 
@@ -392,13 +395,14 @@ def build_parser() -> argparse.ArgumentParser:
     recipes = commands.add_parser("recipes", help="list built-in recipes")
     recipes.set_defaults(run=_recipes)
 
-    collect = commands.add_parser("collect", help="build SFT data from the model's own successful rollouts")
+    collect = commands.add_parser("collect", help="build SFT data from the model's own correct rollouts (or an env's expert)")
     collect.add_argument("--model", default="smollm2-135m")
     collect.add_argument("--env", default="arithmetic")
     collect.add_argument("--output", required=True, help="JSONL file to write (OpenAI messages with tool calls)")
     collect.add_argument("--num-tasks", type=int, help="training tasks to attempt (default 256)")
     collect.add_argument("--samples-per-task", type=int, help="attempts per task (default 2)")
     collect.add_argument("--few-shot", type=int, help="demonstrations shown while sampling (default 4; not stored)")
+    collect.add_argument("--source", choices=("model", "expert"), help="model: the model's own correct rollouts (default); expert: the env's scripted expert (e.g. search-qa)")
     collect.add_argument("--seed", type=int, default=0)
     collect.add_argument("--set", action="append", metavar="KEY=VALUE", help="collect options (e.g. temperature=0.7) or env.<option>=VALUE")
     collect.set_defaults(run=_collect)

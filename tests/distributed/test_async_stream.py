@@ -30,13 +30,34 @@ class Workers:
         self.held = set(held)
         self.versions = versions or {}
 
+        self.submitted = threading.Condition()
+
     def submit(self, task: int, ordinal: int, version: int) -> Future:
-        self.requests.append((task, ordinal, version))
         future: Future = Future()
-        self.futures.append(future)
+        with self.submitted:
+            self.requests.append((task, ordinal, version))
+            self.futures.append(future)
+            self.submitted.notify_all()
         if ordinal not in self.held:
             self.finish(ordinal)
         return future
+
+    def finish_once_requested(self, *ordinals: int, error: Exception | None = None) -> threading.Thread:
+        """Finish (or fail) held requests from another thread as soon as they have been made:
+        a fixed delay raced the stream's submissions on a loaded machine."""
+
+        def run() -> None:
+            with self.submitted:
+                assert self.submitted.wait_for(lambda: len(self.futures) > max(ordinals), timeout=30)
+            for ordinal in ordinals:
+                if error is None:
+                    self.finish(ordinal)
+                else:
+                    self.futures[ordinal].set_exception(error)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
 
     def finish(self, index: int, versions: list[int] | None = None) -> None:
         task, _, version = self.requests[index]
@@ -77,7 +98,7 @@ def test_sync_bound_never_samples_ahead() -> None:
     """max_staleness 0: nothing is requested while the trainer updates."""
     workers = Workers(held={0, 1})
     stream = _stream(workers, max_staleness=0)
-    threading.Timer(0.05, lambda: (workers.finish(0), workers.finish(1))).start()
+    workers.finish_once_requested(0, 1)
     groups, metrics = stream.take(2, 0)
     assert len(groups) == 2 and len(workers.requests) == 2 and metrics["groups_in_flight"] == 0
     assert metrics["staleness_0"] == 1.0
@@ -104,7 +125,7 @@ def test_stale_groups_are_dropped_counted_and_replaced() -> None:
 def test_failed_request_becomes_an_infra_group() -> None:
     workers = Workers(held={0})
     stream = _stream(workers, batch=1, max_staleness=0)
-    threading.Timer(0.05, lambda: workers.futures[0].set_exception(RuntimeError("worker died"))).start()
+    workers.finish_once_requested(0, error=RuntimeError("worker died"))
     groups, metrics = stream.take(1, 0)
     assert metrics["rollout_failed_groups"] == 1.0
     assert groups[0].task_id == "0" and groups[0].trajectories == []
@@ -117,17 +138,23 @@ def test_staleness_never_exceeds_the_bound_over_many_steps(max_staleness: int) -
     workers = Workers(held=range(1000))
     stream = _stream(workers, batch=3, max_staleness=max_staleness)
 
-    def finish_pending() -> None:
-        pending = [i for i, f in enumerate(workers.futures) if not f.done()]
-        for i in reversed(pending):  # newest first: old requests are overtaken
-            workers.finish(i)
+    stop = threading.Event()
 
-    for version in range(8):
-        finish_pending()
-        timer = threading.Timer(0.02, finish_pending)  # and what the take requests
-        timer.start()
-        groups, metrics = stream.take(3, version)
-        timer.join()
+    def finish_pending() -> None:  # whatever the takes request, finished newest first: old requests are overtaken
+        while not stop.wait(0.005):
+            with workers.submitted:
+                pending = [i for i, f in enumerate(workers.futures) if not f.done()]
+            for i in reversed(pending):
+                workers.finish(i)
+
+    finisher = threading.Thread(target=finish_pending, daemon=True)
+    finisher.start()
+    try:
+        results = [stream.take(3, version) for version in range(8)]
+    finally:
+        stop.set()
+        finisher.join()
+    for version, (groups, metrics) in enumerate(results):
         assert len(groups) == 3
         assert all(group_staleness(g, version) <= max_staleness for g in groups)
         assert metrics["staleness_max"] <= max_staleness

@@ -45,10 +45,30 @@ def test_tasks_are_deterministic_and_cover_types_and_hops():
     assert [t.prompt for t in tasks[:50]] == [t.prompt for t in again[:50]]
     sample = tasks[:200]
     assert {t.metadata["template"] for t in sample} == set(QUESTION_TYPES)
-    assert {t.metadata["hops"] for t in sample} == {2, 3}
-    assert {t.metadata["question_type"] for t in sample} == {"bridge", "comparison"}
+    assert {t.metadata["hops"] for t in sample} == {1, 2, 3}
+    assert {t.metadata["question_type"] for t in sample} == {"lookup", "bridge", "comparison"}
     for task in sample:  # the answer is never given away by the question
         assert task.answer.lower() not in task.prompt.lower()
+
+
+def test_hops_filter_one_hop_lookups_and_lists():
+    one = SearchQATasks(split="test", hops=1)[:60]
+    assert {t.metadata["hops"] for t in one} == {1} and {t.metadata["question_type"] for t in one} == {"lookup"}
+    assert {t.metadata["template"] for t in one} == {"founder", "hq_city", "birth_city", "designer", "city_country"}
+    assert {t.metadata["hops"] for t in SearchQATasks(split="test", hops=[1, 2])[:60]} == {1, 2}
+    # Appending the lookup types left the tasks of the existing filters as they were.
+    assert SearchQATasks(split="test", hops=2)[0].prompt == "In which city was the founder of Thugend Holdings born?"
+    for bad in (4, [], [1, 5], True, "2"):
+        with pytest.raises(ValueError, match="hops"):
+            SearchQATasks(hops=bad)
+
+
+def test_oracle_answers_every_one_hop_lookup():
+    env = make("search-qa", split="test", hops=1)
+    for index in range(60):
+        reward, _ = run_episode(env, oracle_policy("hermes"), index)
+        assert reward == 1.0 and len(env.queries) == 1
+        assert env.episode_metrics()["search/em_1hop"] == 1.0
 
 
 def test_train_and_test_worlds_are_disjoint():
@@ -120,6 +140,7 @@ def test_f1_and_format_rewards():
     env = make("search-qa", split="test", reward="f1", format_reward=0.2)
     env.reset(options={"task_index": 0})
     gold = env.task.answer
+    env.step({"role": "assistant", "content": oracle_reply(env.task, [], env.parser)})  # the format term needs a search
     _, reward, terminated, _, info = env.step({"role": "assistant", "content": f"<answer>{gold} and more</answer>"})
     # F1 of (gold + 2 extra tokens) vs gold with a 1-token gold: P=1/3, R=1 -> 0.5
     assert terminated and info["em"] == 0.0 and info["f1"] == pytest.approx(0.5)
@@ -128,6 +149,46 @@ def test_f1_and_format_rewards():
     env.reset(options={"task_index": 0})
     _, reward, _, _, info = env.step({"role": "assistant", "content": "no answer tag"})
     assert reward == 0.0 and info["answer"] is None
+
+
+def test_answering_without_a_search_never_pays_more_than_searching():
+    """The shortcut GRPO found: with the format term paid for any well-formed answer, a
+    policy that skips the search earned reward for nothing. Pinned on the shipped recipe's env."""
+    from agentic_rl.recipes import load_recipe
+
+    _, recipe = load_recipe("search-qa")
+    options = {k: v for k, v in recipe["env"].items() if k != "name"}
+    assert options["format_reward"] > 0
+    env = make("search-qa", split="test", **options)
+    searcher = oracle_policy(options.get("parser", "hermes"))
+    for index in range(40):
+        env.reset(options={"task_index": index})
+        gold = env.task.answer
+        skip_wrong = run_episode(env, lambda t, o: "<answer>unknown</answer>", index)[0]
+        skip_right = run_episode(env, lambda t, o: f"<answer>{gold}</answer>", index)[0]  # a lucky guess
+        search_wrong = run_episode(env, lambda t, o: searcher(t, o) if not o else "<answer>unknown</answer>", index)[0]
+        search_right = run_episode(env, searcher, index)[0]
+        assert skip_wrong == 0.0
+        assert search_wrong == pytest.approx(options["format_reward"])
+        assert search_right == 1.0 and skip_right == pytest.approx(1.0 - options["format_reward"])
+        assert max(skip_wrong, skip_right) < search_right
+
+
+def test_expert_reply_plays_the_oracle_and_refuses_custom_questions(tmp_path):
+    env = make("search-qa", split="test", hops=[1, 2])
+    for index in range(10):
+        env.reset(options={"task_index": index})
+        while True:
+            _, reward, terminated, truncated, info = env.step({"role": "assistant", "content": env.expert_reply()})
+            if terminated or truncated:
+                break
+        assert terminated and info["correct"] and len(env.queries) == env.task.metadata["hops"]
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"question": "Who?", "answers": ["x"]}) + "\n")
+    custom = make("search-qa", qa_path=str(qa))
+    custom.reset(options={"task_index": 0})
+    with pytest.raises(ValueError, match="built-in questions"):
+        custom.expert_reply()
 
 
 def test_malformed_search_calls_hermes():
@@ -221,7 +282,7 @@ def _scripted_oracle(tokenizer, env):
 
 
 def test_engine_oracle_masks_information_and_reports_search_metrics(tokenizer):
-    make_env = lambda: make("search-qa", split="test", num_tasks=6)  # noqa: E731
+    make_env = lambda: make("search-qa", split="test", num_tasks=6, hops=[2, 3])  # noqa: E731
     backend = ScriptedBackend(tokenizer, _scripted_oracle(tokenizer, make_env()))
     groups = rollout(backend, make_env, range(6), group_size=1, config=RolloutConfig(max_total_tokens=4096))
     trajectories = [t for g in groups for t in g.trajectories]
@@ -233,7 +294,8 @@ def test_engine_oracle_masks_information_and_reports_search_metrics(tokenizer):
             assert trajectory.loss_mask[turn.response_end : turn.observation_end] == [0] * len(observation)
             assert "Doc 1(Title:" in tokenizer.decode(observation)
             assert trajectory.loss_mask[turn.response_start : turn.response_end] == [1] * (turn.response_end - turn.response_start)
-        assert set(trajectory.info["episode_metrics"]) == {"search/searches", "search/answer_recall", "search/repeated_queries", "search/em", "search/f1"}
+        hops = trajectory.info["episode_metrics"].keys() - {"search/searches", "search/answer_recall", "search/repeated_queries", "search/em", "search/f1"}
+        assert len(hops) == 1 and hops.pop() in {"search/em_1hop", "search/em_2hop", "search/em_3hop"}
     metrics = aggregate_metrics([g.trajectories for g in groups], k=1)
     assert metrics["avg@1"] == 1.0
     assert metrics["search/answer_recall"] == 1.0 and metrics["search/em"] == 1.0

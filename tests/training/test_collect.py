@@ -98,3 +98,57 @@ def test_demonstration_count_follows_few_shot(tokenizer, few_shot):
     result, trajectories = collect(tokenizer, few_shot=few_shot, num_tasks=1)
     assert len(trajectories[0].messages) == 2 + 4 * few_shot + 3  # system, demos, user, episode
     assert len(result.examples[0]["messages"]) == 5
+
+
+# --------------------------------------------------------------------------- what counts as success
+
+
+def test_rewarded_but_wrong_episodes_are_not_kept(tokenizer):
+    """search-qa's format term pays a wrong answer given after a search (reward 0.1): such an
+    episode is rewarded but not correct, and the cold start must not learn from it."""
+    from agentic_rl.training.collect import collect_successful
+
+    def search_then_guess(prompt_ids: list[int], call_index: int) -> str:
+        episode = tokenizer.decode(prompt_ids)
+        episode = episode[episode.rindex("<|im_start|>user\n") :]
+        if "<tool_response>" not in episode:
+            return PARSER.format_call(ToolCall(name="search", arguments={"query": "headquarters"}))
+        return "<answer>nowhere</answer>"
+
+    trajectories = []
+    config = CollectConfig(num_tasks=3, samples_per_task=1, few_shot=0)
+    backend = ScriptedBackend(tokenizer, search_then_guess)
+    result = collect_successful(backend, "search-qa", {"format_reward": 0.1, "hops": 1}, config, on_trajectory=trajectories.append)
+    assert [t.reward for t in trajectories] == pytest.approx([0.1] * 3)
+    assert not any(t.correct for t in trajectories)
+    assert (result.attempted, result.successful, result.examples) == (3, 0, [])
+
+
+def test_expert_source_plays_each_task_through_the_env(tokenizer):
+    from agentic_rl.envs.search_data import SearchQATasks
+    from agentic_rl.training.collect import collect_expert
+
+    options = {"hops": [1, 2], "top_k": 2, "max_doc_chars": 160}
+    result = collect_expert("search-qa", options, CollectConfig(source="expert", num_tasks=12, task_offset=30))
+    tasks = SearchQATasks(split="train", hops=[1, 2])
+    assert (result.attempted, result.successful, len(result.examples)) == (12, 12, 12)
+    assert [e["metadata"]["task_id"] for e in result.examples] == [tasks[30 + i].id for i in range(12)]
+    renderer = ChatRenderer(tokenizer)
+    for example, index in zip(result.examples, range(30, 42)):
+        task, messages = tasks[index], example["messages"]
+        calls = [m for m in messages if m["role"] == "assistant" and m.get("tool_calls")]
+        assert len(calls) == task.metadata["hops"]  # one search per hop, each answered by the env's tool
+        assert sum(m["role"] == "tool" for m in messages) == len(calls)
+        assert messages[1] == {"role": "user", "content": task.prompt}  # no demonstrations stored
+        assert messages[-1] == {"role": "assistant", "content": f"<answer>{task.answer}</answer>"}
+        ids, mask = render_example(messages, renderer, PARSER)
+        trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+        assert task.answer in trained and "search" in trained and "Doc 1" not in trained  # results are not trained on
+
+
+def test_expert_source_needs_an_env_with_an_expert():
+    from agentic_rl.config import ConfigError
+    from agentic_rl.training.collect import collect_expert
+
+    with pytest.raises(ConfigError, match="sft.collect.source"):
+        collect_expert("arithmetic", {}, CollectConfig(source="expert", num_tasks=2))

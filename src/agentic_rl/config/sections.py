@@ -217,8 +217,13 @@ class _TaskSampling(Section):
 
 
 class CollectConfig(_TaskSampling):
-    """Cold-start data from the model's own successful rollouts (with demonstrations)."""
+    """Cold-start data: the model's own correct rollouts (with demonstrations), or an env's expert."""
 
+    source: Literal["model", "expert"] = "model"
+    """model: the model's own correct rollouts, sampled with ``few_shot`` demonstrations; expert:
+    one episode per task played by the env's scripted expert (envs with ``expert_reply``, e.g.
+    search-qa), for a model too weak to find the behaviour in its own samples
+    (``samples_per_task``, ``temperature``, ``few_shot`` and ``max_per_task`` do not apply)."""
     few_shot: int = Field(4, ge=0)
     """Demonstrations shown while collecting (removed from the stored data)."""
     max_per_task: int = Field(1, ge=1)

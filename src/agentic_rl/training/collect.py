@@ -1,8 +1,11 @@
-"""Cold-start SFT data from the model's own successful rollouts.
+"""Cold-start SFT data: the model's own successful rollouts, or an env's expert.
 
-The model attempts training tasks with few-shot demonstrations in its prompt; the
-successful episodes are stored without the demonstrations, so SFT teaches the behaviour
-on the plain prompt that RL and evaluation use.
+``source: model``: the model attempts training tasks with few-shot demonstrations in its
+prompt; the correct episodes are stored without the demonstrations, so SFT teaches the
+behaviour on the plain prompt that RL and evaluation use. ``source: expert``: an env that
+has a scripted expert (``expert_reply``) plays each training task itself, through the
+env's own tools and scoring: teacher trajectories for a model too weak to find the
+behaviour in its own samples.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agentic_rl import envs
-from agentic_rl.config import CollectConfig, RolloutConfig
+from agentic_rl.config import CollectConfig, ConfigError, RolloutConfig
 from agentic_rl.data.conversations import trajectory_to_example
 from agentic_rl.distributed import DistContext
 from agentic_rl.rollout.engine import rollout
@@ -25,7 +28,7 @@ class CollectResult:
     attempted: int = 0
     """Trajectories sampled."""
     successful: int = 0
-    """Trajectories with reward > 0 and no infrastructure error (before the per-task cap)."""
+    """Correct trajectories with no infrastructure error (before the per-task cap)."""
     tasks_with_success: int = 0
     wall_time_s: float = 0.0
 
@@ -69,7 +72,9 @@ def collect_successful(
     result = CollectResult()
     for group in groups:
         result.attempted += len(group.trajectories)
-        good = [t for t in group.trajectories if t.reward > 0 and t.infra_error is None]
+        # Correct, not merely rewarded: a partial term (a format reward) pays wrong answers too,
+        # and fine-tuning on those teaches exactly the shortcut it pays for.
+        good = [t for t in group.trajectories if t.correct and t.infra_error is None]
         result.successful += len(good)
         result.tasks_with_success += bool(good)
         for trajectory in good[: config.max_per_task]:
@@ -81,3 +86,45 @@ def collect_successful(
 def collect_positions(config: CollectConfig, dist: DistContext) -> list[int]:
     """The positions (0 .. num_tasks - 1) of the collection tasks this rank samples."""
     return list(range(dist.rank, config.num_tasks, dist.world_size))
+
+
+def collect_expert(env_name: str, env_options: dict, config: CollectConfig) -> CollectResult:
+    """One expert episode per training task (``config.num_tasks`` from ``task_offset``),
+    played by the env's ``expert_reply()`` through ``step`` so its tool results and scoring
+    are the env's own; the correct ones are kept as SFT examples. Deterministic and cheap,
+    so every rank builds the whole set itself."""
+    started = time.monotonic()
+    options = dict(env_options)
+    if envs.accepts_option(env_name, "split"):
+        options["split"] = "train"
+    if envs.accepts_option(env_name, "few_shot"):
+        options["few_shot"] = 0  # the expert needs no demonstrations; none are stored either
+    env = envs.make(env_name, **options)
+    if not callable(getattr(env, "expert_reply", None)):
+        raise ConfigError(f"sft.collect.source: 'expert' needs an env with a scripted expert (expert_reply); {env_name} has none, use source: model")
+    parser = getattr(env, "parser", None) or "hermes"
+    max_turns = getattr(env, "max_turns", 16)
+    result = CollectResult()
+    try:
+        for position in range(config.num_tasks):
+            index = config.task_offset + position
+            messages, reset_info = env.reset(options={"task_index": index})
+            messages = list(messages)
+            info: dict = {}
+            reward = 0.0
+            for _ in range(max_turns):
+                reply = {"role": "assistant", "content": env.expert_reply()}
+                observations, reward, terminated, truncated, info = env.step(reply)
+                messages += [reply, *observations]
+                if terminated or truncated:
+                    break
+            trajectory = Trajectory(task_id=str(reset_info.get("task_id", index)), group_id=f"expert-{index}", messages=messages, reward=float(reward), correct=bool(info.get("correct")), answer=info.get("answer"))
+            result.attempted += 1
+            if trajectory.correct:
+                result.successful += 1
+                result.tasks_with_success += 1
+                result.examples.append(trajectory_to_example(trajectory, parser))
+    finally:
+        env.close()
+    result.wall_time_s = time.monotonic() - started
+    return result

@@ -123,13 +123,20 @@ def evaluation(label: str) -> tuple[Callable[[RunState], None], Callable[[RunSta
 
 def run_sft(state: RunState) -> None:
     from agentic_rl.data import read_jsonl, write_jsonl
-    from agentic_rl.training.collect import collect_positions, collect_successful
+    from agentic_rl.training.collect import collect_expert, collect_positions, collect_successful
     from agentic_rl.training.sft import train_sft
 
     config, events = state.config, state.events
     if config.sft.data:
         examples = read_jsonl(config.sft.data)
         events.on_stage(f"SFT data: {len(examples)} conversations from {config.sft.data}")
+    elif config.sft.collect.source == "expert":
+        collect = config.sft.collect
+        events.on_stage(f"collecting cold-start data: the env's expert on {collect.num_tasks} tasks")
+        result = collect_expert(config.env.name, config.env.options, collect)
+        examples = result.examples
+        write_jsonl(state.run.file("sft_data.jsonl"), examples)
+        events.on_stage(f"kept {result.successful} correct expert episodes of {result.attempted} -> {len(examples)} conversations")
     else:
         collect = config.sft.collect
         events.on_stage(f"collecting cold-start data: {collect.num_tasks} tasks x {collect.samples_per_task} samples with {collect.few_shot} demonstrations")
@@ -140,7 +147,7 @@ def run_sft(state: RunState) -> None:
             )
         examples = result.examples
         write_jsonl(state.run.file("sft_data.jsonl"), examples)
-        events.on_stage(f"kept {result.successful} successful of {result.attempted} ({result.tasks_with_success} tasks) -> {len(examples)} conversations")
+        events.on_stage(f"kept {result.successful} correct of {result.attempted} ({result.tasks_with_success} tasks) -> {len(examples)} conversations")
     if not examples:
         raise ConfigError("sft: no successful trajectories to fine-tune on; raise sft.collect.num_tasks or few_shot")
     parser = config.env.options.get("parser", "hermes")
