@@ -152,3 +152,36 @@ def test_disk_full_mid_run_stops_the_run_with_one_line(tmp_path, tiny, monkeypat
     with pytest.raises(TrainingStopped, match="checkpoint step 3 not written: the disk is full"):
         _checkpoint(state)
     assert list((tmp_path / "checkpoints").iterdir()) == []
+
+
+def _write_sharded(root, model, step: int, dist=None):
+    from agentic_rl.distributed import DistContext
+    from agentic_rl.training.sharded_checkpoint import save_sharded_checkpoint
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return save_sharded_checkpoint(root, step, model=model, optimizer=optimizer, trainer_state={"step": step}, info={"tracking": {}}, keep=3, dist=dist or DistContext())
+
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("where", ["shards", "trainer.pt"])
+def test_disk_full_while_writing_a_sharded_checkpoint(tmp_path, tiny, monkeypatch, where) -> None:
+    # One process (world size 1) runs the same DCP save as each rank of an FSDP2 run.
+    import torch.distributed.checkpoint.filesystem as dcp_filesystem
+
+    from agentic_rl.training.sharded_checkpoint import is_sharded
+
+    model, _ = tiny
+    assert is_sharded(_write_sharded(tmp_path, model, 1))
+    if where == "shards":
+        monkeypatch.setattr(dcp_filesystem, "_write_item", _enospc)  # every tensor's write into a shard file
+    else:
+        monkeypatch.setattr(checkpoint_module.torch, "save", _enospc)
+    with pytest.raises(CheckpointError) as raised:
+        _write_sharded(tmp_path, model, 2)
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("checkpoint step 2 not written: the disk is full") and "step-000001 is kept" in message
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000001"]  # no temporary folder left
+    assert usable_checkpoint(tmp_path).name == "step-000001"
