@@ -19,8 +19,8 @@ from agentic_rl import sandbox
 ISOLATION = sandbox.isolation()
 needs_net_ns = pytest.mark.skipif(not ISOLATION.net_ns, reason=f"no network namespace here: {ISOLATION.describe()}")
 needs_pid_ns = pytest.mark.skipif(not ISOLATION.pid_ns, reason=f"no PID namespace here: {ISOLATION.describe()}")
-# Root without a mount namespace: the code runs as nobody, and an interpreter under a 0700
-# /root is unreadable to it (only preloaded modules import; isolation().notes says so).
+# Root without a mount namespace: the code runs as an unprivileged uid, and an interpreter
+# under a 0700 /root is unreadable to it (only preloaded modules import; isolation().notes says so).
 needs_imports = pytest.mark.skipif(any("not readable by uid" in note for note in ISOLATION.notes), reason="; ".join(ISOLATION.notes))
 
 

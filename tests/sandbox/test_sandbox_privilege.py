@@ -1,4 +1,4 @@
-"""Hardening (issue 21): the code is an unprivileged nobody in an empty box.
+"""Hardening (issue 21): the code is an unprivileged uid (its worker's own) in an empty box.
 
 Host knobs are probed with ``os.access`` only: nothing here writes a kernel knob, a cgroup
 file or a device node, and no test attempts a real escape. Cases that need a feature are
@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from agentic_rl import sandbox
+from agentic_rl.sandbox.uids import uid_range
 
 ISOLATION = sandbox.isolation()
 ROOT_HOST = os.geteuid() == 0 and not ISOLATION.user_ns
@@ -37,11 +38,16 @@ def _writable_inside(run, paths: list[str]) -> dict:
 UID_CODE = "import os\ntry:\n    os.setresuid(0, 0, 0)\n    back = True\nexcept OSError:\n    back = False\nprint(os.getresuid(), os.getresgid(), os.getgroups(), back)"
 
 
+def _dropped_to(uid: int) -> str:
+    """UID_CODE's line for code that runs as ``uid`` (its gid too), no groups, no way back."""
+    return f"({uid}, {uid}, {uid}) ({uid}, {uid}, {uid}) [] False\n"
+
+
 @pytest.mark.skipif(not ROOT_HOST, reason="the uid is dropped when the sandbox starts as root outside a user namespace")
-def test_the_code_runs_as_nobody_with_no_way_back(pool):
-    assert ISOLATION.uid == 65534 and ISOLATION.unprivileged and ISOLATION.rlimit_nproc
+def test_the_code_runs_as_an_unprivileged_uid_with_no_way_back(pool):
+    assert ISOLATION.uid in uid_range() and ISOLATION.unprivileged and ISOLATION.rlimit_nproc
     result = pool.execute(UID_CODE)
-    assert result.stdout == "(65534, 65534, 65534) (65534, 65534, 65534) [] False\n", result
+    assert pool.isolation.uid in uid_range() and result.stdout == _dropped_to(pool.isolation.uid), result
 
 
 def test_host_knobs_cgroup_files_and_devices_are_not_writable(pool):
@@ -117,8 +123,8 @@ def test_sysv_shared_memory_dies_with_the_call(pool):
 def test_process_mode_is_unprivileged_too():
     limits = sandbox.Limits(timeout_s=5.0)
     with sandbox.SandboxWorker(namespaces=False, cgroups=False, isolation="best-effort") as worker:
-        assert worker.isolation.level == "process" and worker.isolation.uid == 65534 and worker.isolation.rlimit_nproc
-        assert worker.run(UID_CODE, limits).stdout == "(65534, 65534, 65534) (65534, 65534, 65534) [] False\n"
+        assert worker.isolation.level == "process" and worker.isolation.uid in uid_range() and worker.isolation.rlimit_nproc
+        assert worker.run(UID_CODE, limits).stdout == _dropped_to(worker.isolation.uid)
         assert _writable_inside(lambda code: worker.run(code, limits), KNOBS) == {path: False for path in KNOBS}
         # No cgroups: RLIMIT_NPROC (it bites once the uid is not root's) stops a fork bomb of
         # memory-hungry children, and RLIMIT_AS caps each of them (10 MB held, 1 GB refused).

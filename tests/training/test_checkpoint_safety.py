@@ -100,6 +100,54 @@ def test_resume_falls_back_past_a_corrupt_newest_checkpoint(tmp_path, tiny, capl
     assert checkpoint.name == "step-000001" and "step-000002 is unusable" in caplog.text
 
 
+def _open_run_on(run, model, caplog):
+    from agentic_rl.distributed import DistContext
+    from agentic_rl.training.pipeline import _open_run
+
+    with caplog.at_level(logging.WARNING):
+        return _open_run(None, "custom", run, None, DistContext())[3]
+
+
+def _run_with_checkpoints(tmp_path, model):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("recipe: custom\nsteps: 3\nmodel: {name: tiny-random, device: cpu}\n")
+    _write(run / "checkpoints", model)
+    return run
+
+
+def test_every_file_has_a_checksum_written_before_the_completion_mark(tmp_path, tiny) -> None:
+    import hashlib
+
+    model, _ = tiny
+    _write(tmp_path, model, steps=(1,))
+    folder = tmp_path / "step-000001"
+    lines = (folder / "SHA256SUMS").read_text().splitlines()
+    # sha256sum's format: ``cd step-N && sha256sum -c SHA256SUMS`` checks a checkpoint by hand.
+    assert lines == [f"{hashlib.sha256((folder / name).read_bytes()).hexdigest()}  {name}" for name in ("model.safetensors", "state.json", "trainer.pt")]
+
+
+def test_a_flipped_bit_in_the_newest_weights_falls_back_to_the_previous_checkpoint(tmp_path, tiny, caplog) -> None:
+    model, _ = tiny
+    run = _run_with_checkpoints(tmp_path, model)
+    path = run / "checkpoints" / "step-000002" / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit of a weight, mid-file: the size and the header stay valid
+    path.write_bytes(bytes(data))
+    assert checkpoint_module._check_safetensors(path) is None  # the truncation check cannot see it
+    assert _open_run_on(run, model, caplog).name == "step-000001"
+    assert "checkpoint step-000002 is unusable (model.safetensors does not match its checksum" in caplog.text and "falling back" in caplog.text
+    load_checkpoint(run / "checkpoints" / "step-000001", model=model)
+
+
+def test_a_checkpoint_from_before_checksums_loads_unverified(tmp_path, tiny, caplog) -> None:
+    model, _ = tiny
+    run = _run_with_checkpoints(tmp_path, model)
+    for folder in complete_checkpoints(run / "checkpoints"):
+        (folder / "SHA256SUMS").unlink()
+    assert _open_run_on(run, model, caplog).name == "step-000002" and "unusable" not in caplog.text
+
+
 def test_disk_full_keeps_the_previous_checkpoint_and_removes_the_temp_folder(tmp_path, tiny, monkeypatch) -> None:
     model, _ = tiny
     _write(tmp_path, model, steps=(1,))
@@ -134,7 +182,7 @@ def test_every_file_and_folder_is_fsynced(tmp_path, tiny, monkeypatch) -> None:
     real = checkpoint_module._fsync
     monkeypatch.setattr(checkpoint_module, "_fsync", lambda path: (synced.append(path.name), real(path)))
     _write(tmp_path, model, steps=(1,))
-    assert {"model.safetensors", "trainer.pt", "state.json", "COMPLETE"} <= set(synced)
+    assert {"model.safetensors", "trainer.pt", "state.json", "SHA256SUMS", "COMPLETE"} <= set(synced)
     assert synced[-2:] == [".tmp-step-000001-" + synced[-2].rsplit("-", 1)[-1], tmp_path.name]  # the folder, then the rename
 
 
@@ -152,3 +200,40 @@ def test_disk_full_mid_run_stops_the_run_with_one_line(tmp_path, tiny, monkeypat
     with pytest.raises(TrainingStopped, match="checkpoint step 3 not written: the disk is full"):
         _checkpoint(state)
     assert list((tmp_path / "checkpoints").iterdir()) == []
+
+
+def _write_sharded(root, model, step: int, dist=None):
+    from agentic_rl.distributed import DistContext
+    from agentic_rl.training.sharded_checkpoint import save_sharded_checkpoint
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return save_sharded_checkpoint(root, step, model=model, optimizer=optimizer, trainer_state={"step": step}, info={"tracking": {}}, keep=3, dist=dist or DistContext())
+
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("where", ["shards", "trainer.pt"])
+def test_disk_full_while_writing_a_sharded_checkpoint(tmp_path, tiny, monkeypatch, where) -> None:
+    # One process (world size 1) runs the same DCP save as each rank of an FSDP2 run.
+    import torch.distributed.checkpoint.filesystem as dcp_filesystem
+
+    from agentic_rl.training.sharded_checkpoint import is_sharded
+
+    model, _ = tiny
+    first = _write_sharded(tmp_path, model, 1)
+    assert is_sharded(first)
+    # The manifest covers the shards too (each rank's, and DCP's metadata).
+    named = {line.split("  ", 1)[1] for line in (first / "SHA256SUMS").read_text().splitlines()}
+    assert {"sharded/.metadata", "trainer.pt", "state.json"} <= named and any(name.endswith(".distcp") for name in named)
+    if where == "shards":
+        monkeypatch.setattr(dcp_filesystem, "_write_item", _enospc)  # every tensor's write into a shard file
+    else:
+        monkeypatch.setattr(checkpoint_module.torch, "save", _enospc)
+    with pytest.raises(CheckpointError) as raised:
+        _write_sharded(tmp_path, model, 2)
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("checkpoint step 2 not written: the disk is full") and "step-000001 is kept" in message
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000001"]  # no temporary folder left
+    assert usable_checkpoint(tmp_path).name == "step-000001"

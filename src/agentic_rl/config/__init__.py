@@ -34,7 +34,7 @@ from agentic_rl.config.sections import (
 )
 from agentic_rl.config.sinks import SINK_PACKAGES, check_sink_names
 from agentic_rl.config.resume import RESUMABLE_KEYS, resume_config
-from agentic_rl.config.secrets import REDACTED, drop_redacted, is_secret_key, redact_secrets
+from agentic_rl.config.secrets import REDACTED, drop_redacted, is_secret_key, redact_secrets, redact_url
 
 __all__ = [
     "ARPOConfig",
@@ -72,5 +72,6 @@ __all__ = [
     "is_secret_key",
     "parse_assignment",
     "redact_secrets",
+    "redact_url",
     "resume_config",
 ]

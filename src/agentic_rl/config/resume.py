@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 from agentic_rl.config.base import ConfigError, build
-from agentic_rl.config.secrets import is_secret_key
+from agentic_rl.config.secrets import holds_redacted_url, is_secret_key, redact_secrets
 from agentic_rl.config.sections import TrainConfig
 
 RESUMABLE_KEYS: tuple[str, ...] = (
@@ -59,13 +59,32 @@ def resume_config(saved: dict[str, Any], overrides: dict[str, Any] | None) -> tu
     (nested, as ``apply_assignments`` builds them) on top, and one ``key: old -> new`` line
     per changed value. Raises ConfigError naming the first key that may not change mid-run
     (after unknown keys and bad values, which ``build`` reports as for a new run)."""
+    saved_flat, given = _dotted(saved), _dotted(overrides or {})
+    # A URL saved with its credentials as *** (config/secrets.py) may be given again in full
+    # on --resume, whatever its key: the same URL, only its hidden parts differ.
+    restored = {key for key, value in given.items() if holds_redacted_url(saved_flat.get(key)) and redact_secrets(value) == saved_flat[key]}
+    lost = [key for key, value in saved_flat.items() if holds_redacted_url(value) and key not in given]
+    if lost:
+        raise ConfigError(f"--resume: {lost[0]} was saved with its credentials as *** (run files never hold them); give it again: --set {lost[0]}=URL")
     before = build(TrainConfig, saved)
     if not overrides:
         return before, []
     config = build(TrainConfig, _merge(saved, overrides))
-    for key in _dotted(overrides):
-        if not _resumable(key):
+    for key in given:
+        if key not in restored and holds_redacted_url(saved_flat.get(key)):
+            raise ConfigError(f"--set on --resume: {key} must be the URL the run started with ({saved_flat[key]}, credentials as ***)")
+        if not _resumable(key) and key not in restored:
             raise ConfigError(f"--set on --resume: {key} cannot change mid-run (allowed: {', '.join(RESUMABLE_KEYS)})")
     old, new = _dotted(before.model_dump()), _dotted(config.model_dump())
-    changed = [f"{key}: changed (not shown)" if is_secret_key(key.rsplit(".", 1)[-1]) else f"{key}: {old.get(key)!r} -> {new[key]!r}" for key in new if new[key] != old.get(key)]
+    changed = [_change(key, old.get(key), new[key]) for key in new if new[key] != old.get(key)]
     return config, changed
+
+
+def _change(key: str, old: Any, new: Any) -> str:
+    """One ``key: old -> new`` line, with no secret in it (the line reaches the terminal and logs)."""
+    if is_secret_key(key.rsplit(".", 1)[-1]):
+        return f"{key}: changed (not shown)"
+    old, new = redact_secrets(old), redact_secrets(new)
+    if old == new:
+        return f"{key}: credentials given again (not shown)"
+    return f"{key}: {old!r} -> {new!r}"

@@ -4,7 +4,7 @@
 process with rlimits, a private temporary work dir, a scrubbed environment, an outside wall
 timeout and capped output; network, PID and mount namespaces and cgroups are added where
 the kernel allows (``isolation()`` says which are active), and as root the code runs as
-uid 65534 in an empty box. ``sandbox.isolation`` (``set_isolation_mode``: required,
+an unprivileged uid of its worker's own (``sandbox/uids.py``) in an empty box. ``sandbox.isolation`` (``set_isolation_mode``: required,
 best-effort, auto) decides whether a sandbox lacking any of that may run at all.
 ``SandboxPool`` keeps warm fork-server workers; ``PythonSession`` keeps variables across calls.
 """

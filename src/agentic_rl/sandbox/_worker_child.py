@@ -61,7 +61,9 @@ def _set_limits(request: dict, nproc: int | None) -> None:
 def _scrub_environment() -> None:
     """Only a fixed environment (the work dir as home and temp dir); fresh std streams on fds 0-2."""
     os.environ.clear()
-    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.getcwd(), "TMPDIR": os.getcwd()})
+    # USER / LOGNAME: the worker's uid has no passwd entry, and getpass.getuser() (which
+    # libraries call for cache dirs) reads them before it asks pwd.
+    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.getcwd(), "TMPDIR": os.getcwd(), "USER": "sandbox", "LOGNAME": "sandbox"})
     import io
 
     sys.stdin = open(0, "r", closefd=False)

@@ -35,10 +35,6 @@ SCRUBBED_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_A
 _counter = itertools.count()
 
 
-SANDBOX_UID = 65534
-"""The uid (and gid) the code runs as when the sandbox starts as root: nobody."""
-
-
 _HIDDEN: set[str] = set()
 
 
@@ -97,6 +93,7 @@ class SandboxWorker:
         self.proc: subprocess.Popen | None = None
         self.dead = False
         self.had_session = False
+        self.uid_claim = None  # the uid this worker's calls run as (root only): see sandbox/uids.py
         try:
             self._start(memory_mb, max_processes, disk_mb, namespaces, cgroups, start_timeout_s)
             if isolation != "report":  # ``isolation()`` only reports
@@ -133,9 +130,15 @@ class SandboxWorker:
             path = cgroup_v2_create(f"agentic_rl_sandbox_{os.getpid()}_{next(_counter)}", memory_mb, max_processes)
             if path is not None:
                 self.cgroup_paths = {"memory": path, "pids": path}
-        # Root on the host drops the calls to SANDBOX_UID; in a user namespace the calls stay
-        # its uid 0, which is the (unprivileged) host uid of this process.
-        uid = SANDBOX_UID if root and not user_ns else None
+        # Root on the host drops the calls to a uid of this worker's own (RLIMIT_NPROC counts
+        # per uid: a shared one let one worker's fork bomb starve the others); in a user
+        # namespace the calls stay its uid 0, which is the (unprivileged) host uid of this process.
+        uid = None
+        if root and not user_ns:
+            from agentic_rl.sandbox.uids import claim_uid  # POSIX only, and only as root
+
+            self.uid_claim = claim_uid()
+            uid = self.uid_claim.uid
         # RLIMIT_NPROC counts every process of the real uid on the machine, so the limit
         # is what exists now plus the sandbox's share (a backstop behind the pids cgroup;
         # with RLIMIT_AS it bounds a fork bomb's memory at about nproc x memory_mb).
@@ -186,6 +189,7 @@ class SandboxWorker:
         self.isolation.unprivileged = host_uid is not None and host_uid != 0
         # Only a non-root (host) uid is counted against RLIMIT_NPROC (root is exempt).
         self.isolation.rlimit_nproc = self.isolation.unprivileged
+        self.isolation.notes.extend(self.uid_claim.notes if self.uid_claim is not None else [])
         if hello.get("uid_error"):
             self.isolation.notes.append(f"could not drop to uid {uid}: {hello['uid_error']}")
         if uid is not None and not self.isolation.mount_ns and not _readable_by_others(sys.base_prefix):
@@ -340,6 +344,8 @@ class SandboxWorker:
                     time.sleep(0.01)
         self.cgroup_paths = {}
         shutil.rmtree(self.base, ignore_errors=True)
+        if self.uid_claim is not None:
+            self.uid_claim.release()  # last, once kill() has ended the processes running as it
 
     def __enter__(self) -> "SandboxWorker":
         return self

@@ -4,7 +4,10 @@ A checkpoint is written into a temporary folder, marked complete, fsynced (every
 folder), then renamed into place and the rename fsynced, so neither a crash nor a power
 loss mid-write leaves a folder that looks usable. Retention deletes old checkpoints only
 after the new one is complete; a write that fails (a full disk) removes its temporary
-folder and keeps the previous checkpoints. trainer.pt holds tensors and plain values only
+folder and keeps the previous checkpoints. A SHA256SUMS manifest of every file is written
+(and fsynced) before the rename and verified when a run picks the checkpoint to resume
+from: a file that changed on disk afterwards (a flipped bit, not just a truncation) makes
+the run fall back to the checkpoint before it. trainer.pt holds tensors and plain values only
 and is loaded with ``weights_only=True``: a checkpoint cannot run code. A checkpoint loads
 onto the device of the model it is restored into, whichever device wrote it (CUDA -> CPU
 and back).
@@ -13,6 +16,7 @@ and back).
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -33,6 +37,12 @@ from safetensors.torch import load_file, save_file
 from agentic_rl.models import source_dtype
 
 COMPLETE = "COMPLETE"
+MANIFEST = "SHA256SUMS"
+"""Every other file's sha256, in ``sha256sum`` format (``cd step-N && sha256sum -c SHA256SUMS``).
+sha256 over blake2b: measured on a 270 MB safetensors file (bf16 SmolLM2-135M) on this
+project's 2-core AMD EPYC (shared, loaded), sha256 hashed 1.4 GB/s (0.19 s), blake2b 0.7 GB/s, md5 0.6 GB/s:
+CPUs with SHA extensions (x86 since Zen / Ice Lake, ARMv8) run sha256 fastest of hashlib's,
+and the manifest checks with the standard tool. About a second per GB at save and resume."""
 
 logger = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -143,6 +153,7 @@ def publish_checkpoint(tmp: Path, final: Path, *, step: int, trainer_state: dict
     with writing_checkpoint(tmp, step):
         torch.save({**trainer_state, "rng": rng_state()}, tmp / "trainer.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, **info}, indent=2))
+        write_manifest(tmp)  # after every other file (a sharded checkpoint's shards too)
         (tmp / COMPLETE).write_text("ok\n")
         _fsync_tree(tmp)  # durable before the rename publishes it
         if final.exists():
@@ -171,10 +182,43 @@ def _fsync_tree(folder: Path) -> None:
         _fsync(Path(current))
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as handle:
+        buffer = bytearray(1 << 20)
+        view = memoryview(buffer)
+        while count := handle.readinto(buffer):
+            digest.update(view[:count])
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """``folder/SHA256SUMS``: the sha256 of every file under ``folder`` but the completion mark."""
+    files = sorted(path for path in folder.rglob("*") if path.is_file() and path.name not in (MANIFEST, COMPLETE))
+    (folder / MANIFEST).write_text("".join(f"{_sha256(path)}  {path.relative_to(folder).as_posix()}\n" for path in files))
+
+
+def _manifest_problem(folder: Path) -> str | None:
+    """The first file of ``folder`` that is missing or differs from its SHA256SUMS entry;
+    None when all match, or when there is no manifest (written before checksums were)."""
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        return None
+    for line in manifest.read_text().splitlines():
+        digest, separator, name = line.partition("  ")
+        if not separator or name.startswith("/") or ".." in Path(name).parts:
+            return f"{MANIFEST} is malformed ({line[:80]!r})"
+        if not (folder / name).is_file():
+            return f"{name} is missing"
+        if _sha256(folder / name) != digest:
+            return f"{name} does not match its checksum (it changed on disk after it was written)"
+    return None
+
+
 def usable_checkpoint(root: Path) -> Path | None:
-    """The newest complete checkpoint under ``root`` whose files are whole, warning about
-    each newer one skipped (truncated or unreadable: e.g. the disk failed after the
-    rename); None when there is none."""
+    """The newest complete checkpoint under ``root`` whose files are whole and match their
+    checksums, warning about each newer one skipped (truncated, corrupt or unreadable: e.g.
+    the disk failed after the rename); None when there is none."""
     for folder in reversed(complete_checkpoints(root)):
         problem = checkpoint_problem(folder)
         if problem is None:
@@ -186,7 +230,8 @@ def usable_checkpoint(root: Path) -> Path | None:
 def checkpoint_problem(folder: Path) -> str | None:
     """Why the checkpoint ``folder`` cannot be loaded, found without loading it: a file
     missing, a safetensors file shorter than its header says, a trainer.pt whose zip
-    records or checksums are broken, a state.json that does not parse; None when whole."""
+    records or checksums are broken, a state.json that does not parse, a file whose sha256
+    differs from the manifest's; None when whole."""
     try:
         json.loads((folder / "state.json").read_text())
         for path in sorted(folder.glob("*.safetensors")):
@@ -197,9 +242,10 @@ def checkpoint_problem(folder: Path) -> str | None:
             bad = archive.testzip()  # reads every record, checking its CRC
         if bad is not None:
             return f"trainer.pt: {bad} is corrupt"
+        # Last: the cheap checks above name a truncation more precisely than a checksum does.
+        return _manifest_problem(folder)
     except (OSError, ValueError, zipfile.BadZipFile, struct.error) as error:
         return str(error) or type(error).__name__
-    return None
 
 
 def _check_safetensors(path: Path) -> None:

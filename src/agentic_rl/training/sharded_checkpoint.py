@@ -6,17 +6,20 @@ the checkpoint folder; rank 0 adds ``trainer.pt`` (the trainer's other state and
 states), ``state.json`` and the completion mark, and renames the folder into place: the
 same folder layout and atomicity as the one-process checkpoints (training/checkpoint.py).
 torch.distributed.checkpoint reshards on load, so such a checkpoint resumes on any number
-of ranks, and in one process.
+of ranks, and in one process. A write that fails on any rank (a full disk) stops every
+rank with the same one-line CheckpointError, removes the temporary folder and keeps the
+previous checkpoints, as in one process.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agentic_rl.distributed import DistContext
-from agentic_rl.training.checkpoint import publish_checkpoint
+from agentic_rl.training.checkpoint import CheckpointError, publish_checkpoint, writing_checkpoint
 
 SHARDED = "sharded"
 
@@ -44,16 +47,41 @@ def save_sharded_checkpoint(root: Path, step: int, *, model, optimizer, trainer_
 
     final = root / f"step-{step:06d}"
     tmp = root / f".tmp-step-{step:06d}-sharded"
-    if dist.is_main:
-        root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-    dist.barrier()
-    dcp.save(_states(model, optimizer, critic), checkpoint_id=str(tmp / SHARDED))
-    if dist.is_main:
-        publish_checkpoint(tmp, final, step=step, trainer_state=trainer_state, info=info, keep=keep)
-    dist.barrier()
+
+    def prepare() -> None:
+        with writing_checkpoint(tmp, step):
+            root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+
+    _on_main(dist, prepare)  # the other ranks write into tmp only once it exists
+    with writing_checkpoint(tmp, step):
+        try:
+            dcp.save(_states(model, optimizer, critic), checkpoint_id=str(tmp / SHARDED))
+        except dcp.CheckpointException as failed:
+            # DCP gathers each rank's write error into this exception, raised on every rank
+            # (a BaseException, with a multi-line traceback as its text): any rank's OSError
+            # becomes the same one-line CheckpointError everywhere.
+            os_errors = [error for error, _ in failed.failures.values() if isinstance(error, OSError)]
+            if not os_errors:
+                raise
+            raise os_errors[0] from None
+    _on_main(dist, lambda: publish_checkpoint(tmp, final, step=step, trainer_state=trainer_state, info=info, keep=keep))
     return final
+
+
+def _on_main(dist: DistContext, action: Callable[[], Any]) -> None:
+    """Run ``action`` on rank 0; its CheckpointError stops every rank with the same line
+    (the others would otherwise wait for rank 0 at the next collective until the timeout)."""
+    error = None
+    if dist.is_main:
+        try:
+            action()
+        except CheckpointError as failed:
+            error = str(failed)
+    error = dist.broadcast_object(error)  # also the barrier the next step needs
+    if error is not None:
+        raise CheckpointError(error)
 
 
 def load_sharded_weights(folder: Path, *, model, optimizer, critic=None) -> None:
