@@ -206,3 +206,40 @@ def test_sample_follows_the_distribution_and_top_p() -> None:
     tokens, logprobs = sample(logits, temperature=0.5, top_p=1.0, seeds=torch.full((n,), 6), positions=torch.arange(n))
     assert (torch.bincount(tokens, minlength=4).float() / n - sharp).abs().max() < 0.015
     assert torch.allclose(logprobs, sharp.log()[tokens], atol=1e-5)
+
+
+def test_a_long_cache_and_a_long_prompt_admitted_together(tiny) -> None:
+    """A resumed sequence with a long cache and a new one with a long prompt are encoded in
+    one right-padded pass that reaches further than either reserved: the cache grows, and
+    both continue exactly as each does alone (it used to fail in attention, or write past a
+    slot's capacity into the next head's cache)."""
+    model, tokenizer = tiny
+    backend = HFBackend(model, tokenizer)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=1, seed=0)
+    generator = torch.Generator().manual_seed(0)
+    history = torch.randint(3, 200, (200,), generator=generator).tolist()
+    observation = torch.randint(3, 200, (5,), generator=generator).tolist()
+    prompt = torch.randint(3, 200, (410,), generator=generator).tolist()  # past twice the first capacity: no slack from doubling
+
+    def run(together: bool) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        with backend.session(greedy, stop_token_ids=[]) as session:
+            session.submit("a", history, 1, 0)
+            while session.busy:
+                for key, completion in session.step():
+                    out[key] = completion.token_ids
+            session.extend("a", observation, 4)
+            if together:
+                session.submit("b", prompt, 4, 0)
+            while session.busy:
+                for key, completion in session.step():
+                    out[key] = out.get(key, []) + completion.token_ids
+        if not together:
+            with backend.session(greedy, stop_token_ids=[]) as session:
+                session.submit("b", prompt, 4, 0)
+                while session.busy:
+                    out.update(session.step())
+            out["b"] = out["b"].token_ids
+        return out
+
+    assert run(together=True) == run(together=False)

@@ -276,6 +276,10 @@ class DecodeSession:
         q = input_ids.shape[1]
         positions = lengths[:, None] + torch.arange(q, device=self.device)
         width = int(lengths.max()) + q
+        # Right padding writes every row up to its length + q: the longest cache plus another
+        # row's longest pending can pass what any one row reserved, and a position past the
+        # capacity would land in the next head's cache (or fail the attention's shapes).
+        self.cache.reserve(self.cache.slots, width)
         # Query j of a row sees its cached tokens and its own new tokens up to j.
         mask = (torch.arange(width, device=self.device)[None, None, :] <= positions[:, :, None])[:, None]
         self.cache.bind(lo, hi, positions, width)
