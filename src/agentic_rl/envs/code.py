@@ -64,11 +64,9 @@ class CodeEnv(ToolEnv):
             return self.answer_turn(extract_code(text))
         return self.tool_turn(parsed)
 
-    def feedback_message(self, answer: str | None) -> Message:
+    def verdict(self, answer: str | None) -> str:
         """After a failed attempt (``attempts`` > 1): that it failed, never the tests."""
-        told = "Your reply had no ```python code block." if not answer or not answer.strip() else "Your code does not pass the tests."
-        ask = " First write a short critique of what went wrong, then try again." if self.self_critique else " Try again."
-        return {"role": "user", "content": told + ask}
+        return "Your reply had no ```python code block." if not answer or not answer.strip() else "Your code does not pass the tests."
 
 
 _CACHE: dict = {}

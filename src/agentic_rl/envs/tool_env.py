@@ -186,16 +186,19 @@ class ToolEnv:
         return [], reward, True, False, info
 
     def feedback_message(self, answer: str | None) -> Message:
-        """The user message after an incorrect attempt. It quotes the model's own answer
-        (when short) and nothing of the task's gold answer."""
-        if answer is None or not answer.strip():
-            told = f"You did not give a final answer inside <{self.answer_tag}></{self.answer_tag}>."
-        else:
-            shown = answer.strip()
-            quotable = len(shown) <= MAX_QUOTED_ANSWER_CHARS and "\n" not in shown
-            told = f"Your answer {shown} is incorrect." if quotable else "Your answer is incorrect."
+        """The user message after an incorrect attempt: the verdict, then the request to
+        try again (with ``self_critique``, after a short critique)."""
         ask = " First write a short critique of what went wrong, then try again." if self.self_critique else " Try again."
-        return {"role": "user", "content": told + ask}
+        return {"role": "user", "content": self.verdict(answer) + ask}
+
+    def verdict(self, answer: str | None) -> str:
+        """What the feedback says of an incorrect answer: it quotes the model's own answer
+        (when short) and nothing of the task's gold answer. Envs with other answers override it."""
+        if answer is None or not answer.strip():
+            return f"You did not give a final answer inside <{self.answer_tag}></{self.answer_tag}>."
+        shown = answer.strip()
+        quotable = len(shown) <= MAX_QUOTED_ANSWER_CHARS and "\n" not in shown
+        return f"Your answer {shown} is incorrect." if quotable else "Your answer is incorrect."
 
     def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
         """``reflection/attempts_used`` (answers given), ``reflection/correct_at_1`` (the first
