@@ -93,12 +93,18 @@ def make_arithmetic_env(
     parser: str = "hermes",
     max_calls_per_turn: int = 4,
     max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
+    attempts: int = 1,
+    attempt_discount: float = 1.0,
+    self_critique: bool = False,
+    memory: str | dict | bool | None = None,
 ) -> ToolEnv:
     """Build the arithmetic env.
 
     ``few_shot`` solved demonstrations (from the ``demo`` split) precede the question;
     ``demo_style`` defaults to "tool" when a tool is available, else "answer".
     ``tools=[]`` removes the calculator (to measure what the model does in its head).
+    ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``
+    (``episode`` or ``shared`` memory tools; hermes format only): see :class:`ToolEnv`.
     """
     if few_shot < 0 or few_shot > DEFAULT_NUM_TASKS["demo"]:
         raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")
@@ -118,4 +124,8 @@ def make_arithmetic_env(
         max_turns=max_turns,
         system_prompt=system_prompt,
         demonstrations=demos,
+        attempts=attempts,
+        attempt_discount=attempt_discount,
+        self_critique=self_critique,
+        memory=memory,
     )

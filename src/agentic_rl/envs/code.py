@@ -61,10 +61,12 @@ class CodeEnv(ToolEnv):
         text = assistant_message.get("content") or ""
         parsed = self.parser.parse(text) if len(self.tools) else None
         if parsed is None or not parsed.has_calls:
-            answer = extract_code(text)
-            reward, correct, extra = self.score_answer(answer)
-            return [], reward, True, False, {"answer": answer, "correct": correct, "tool_results": [], **extra}
+            return self.answer_turn(extract_code(text))
         return self.tool_turn(parsed)
+
+    def verdict(self, answer: str | None) -> str:
+        """After a failed attempt (``attempts`` > 1): that it failed, never the tests."""
+        return "Your reply had no ```python code block." if not answer or not answer.strip() else "Your code does not pass the tests."
 
 
 _CACHE: dict = {}
@@ -100,6 +102,10 @@ def make_code_env(
     test_timeout_s: float = 10.0,
     memory_mb: int = 512,
     max_output_chars: int = 1024,
+    attempts: int = 1,
+    attempt_discount: float = 1.0,
+    self_critique: bool = False,
+    memory: str | dict | bool | None = None,
 ) -> CodeEnv:
     """Function-writing tasks scored by unit tests in the sandbox; optional python tool.
 
@@ -107,6 +113,8 @@ def make_code_env(
     test) or ``humaneval`` (the 164 HumanEval problems, needs the ``[code]`` extra; the
     default for split test); ``path``: a JSONL file in HumanEval's shape instead.
     ``timeout_s`` bounds each tool call, ``test_timeout_s`` the whole test run.
+    ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``: see
+    :class:`~agentic_rl.envs.tool_env.ToolEnv`.
     """
     if dataset is not None and dataset not in DATASETS:
         raise ValueError(f"dataset: expected one of {', '.join(DATASETS)}, got {dataset!r}")
@@ -129,4 +137,8 @@ def make_code_env(
         partial_credit=partial_credit,
         timeout_s=test_timeout_s,
         memory_mb=memory_mb,
+        attempts=attempts,
+        attempt_discount=attempt_discount,
+        self_critique=self_critique,
+        memory=memory,
     )

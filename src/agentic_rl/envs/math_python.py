@@ -90,6 +90,10 @@ def make_math_python_env(
     memory_mb: int = 512,
     max_output_chars: int = 1024,
     name: str = "math",
+    attempts: int = 1,
+    attempt_discount: float = 1.0,
+    self_critique: bool = False,
+    memory: str | dict | bool | None = None,
 ) -> ToolEnv:
     """Math word problems from a JSONL file, with a sandboxed stateful ``python`` tool.
 
@@ -100,7 +104,8 @@ def make_math_python_env(
     ``few_shot`` (at most 4) solved demonstrations precede the question, with real tool
     calls and outputs of the first tool among python / calculator (or, without tools,
     the reasoning alone). ``split`` is accepted for the eval harness and ignored: the file
-    is the split.
+    is the split. ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and
+    ``memory`` (memory tools; hermes format only): see :class:`ToolEnv`.
     """
     if not path:
         raise ValueError(f"{name}: set env.path to a JSONL file (this package ships no data)")
@@ -126,6 +131,10 @@ def make_math_python_env(
         system_prompt=SYSTEM_PROMPTS[demo_tool] if system_prompt is None else system_prompt,
         # Fresh dicts per env: the cached demonstrations are shared by every env of the process.
         demonstrations=[[dict(message) for message in demo] for demo in _demonstrations(few_shot, demo_tool, parser, limit, max_output_chars)],
+        attempts=attempts,
+        attempt_discount=attempt_discount,
+        self_critique=self_critique,
+        memory=memory,
     )
 
 
@@ -185,12 +194,16 @@ def make_gsm8k_env(
     timeout_s: float = 5.0,
     memory_mb: int = 512,
     max_output_chars: int = 1024,
+    attempts: int = 1,
+    attempt_discount: float = 1.0,
+    self_critique: bool = False,
+    memory: str | dict | bool | None = None,
 ) -> ToolEnv:
     """GSM8K (``question`` / ``answer`` with ``#### N``) from a path you give, with the python tool."""
     return make_math_python_env(
         path=path, split=split, num_tasks=num_tasks, tools=tools, parser=parser, max_calls_per_turn=max_calls_per_turn,
         max_argument_chars=max_argument_chars, few_shot=few_shot, max_turns=max_turns, system_prompt=system_prompt, timeout_s=timeout_s, memory_mb=memory_mb,
-        max_output_chars=max_output_chars, name="gsm8k",
+        max_output_chars=max_output_chars, name="gsm8k", attempts=attempts, attempt_discount=attempt_discount, self_critique=self_critique, memory=memory,
     )
 
 

@@ -210,7 +210,8 @@ class SearchQAEnv(ToolEnv):
         return oracle_reply(self.task, self.retrieved, self.parser)
 
     def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
-        """Per-episode search metrics (averaged over episodes by ``aggregate_metrics``)."""
+        """Per-episode search metrics (averaged over episodes by ``aggregate_metrics``), and
+        ToolEnv's reflection and memory metrics when those are on."""
         golds = _golds(self.task) if self.task is not None else []
         metrics = {
             "search/searches": float(len(self.queries)),
@@ -222,6 +223,7 @@ class SearchQAEnv(ToolEnv):
         hops = self.task.metadata.get("hops") if self.task is not None else None
         if hops:  # per hop count (averaged over the episodes that have it): 1-hop and 2-hop EM apart
             metrics[f"search/em_{hops}hop"] = self.final["em"]
+        metrics.update(super().episode_metrics(trajectory))  # reflection/*, memory/*
         return metrics
 
 
@@ -271,6 +273,10 @@ def make_search_qa_env(
     system_prompt: str | None = None,
     max_calls_per_turn: int | None = None,
     max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
+    attempts: int = 1,
+    attempt_discount: float = 1.0,
+    self_critique: bool = False,
+    memory: str | dict | bool | None = None,
 ) -> SearchQAEnv:
     """Multi-hop QA with a search tool (hermes ``search(query)`` or Search-R1 ``<search>`` tags).
 
@@ -278,6 +284,8 @@ def make_search_qa_env(
     split) replaces the built-in questions; ``corpus_path`` / ``index_path`` / ``server_url``
     replace the built-in corpus. ``top_k`` documents per search, each cut to
     ``max_doc_chars`` characters. ``few_shot`` oracle demonstrations (built-in questions only).
+    ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``
+    (``episode`` or ``shared`` memory tools; hermes format only): see :class:`ToolEnv`.
     """
     if top_k < 1:
         raise ValueError(f"top_k: expected a positive int, got {top_k}")
@@ -307,4 +315,8 @@ def make_search_qa_env(
         demonstrations=demos,
         reward=reward,
         format_reward=format_reward,
+        attempts=attempts,
+        attempt_discount=attempt_discount,
+        self_critique=self_critique,
+        memory=memory,
     )

@@ -1,4 +1,5 @@
-"""``ToolEnv``: a task, a set of tools, a call format, a reward and a turn limit."""
+"""``ToolEnv``: a task, a set of tools, a call format, a reward and a turn limit; optionally
+memory tools (``memory``) and reflection: more attempts after a wrong answer (``attempts``)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,28 @@ from agentic_rl.envs.base import Task
 from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.rewards import extract_tag, numeric_match
 from agentic_rl.tools import ToolRegistry
-from agentic_rl.types import INVALID_CALL, Message, ToolResult
+from agentic_rl.tools.memory import MemoryTools, memory_tools
+from agentic_rl.types import INVALID_CALL, Message, ToolCall, ToolResult
 
 RewardFn = Callable[[str | None, Task], float]
 
 
 def numeric_reward(answer: str | None, task: Task) -> float:
     return 1.0 if numeric_match(answer, task.answer) else 0.0
+
+
+MAX_QUOTED_ANSWER_CHARS = 100
+"""Feedback quotes a wrong answer up to this long (on one line); a longer one is not quoted."""
+
+
+def check_reflection_options(attempts: Any, attempt_discount: Any, self_critique: Any) -> None:
+    """ValueError naming the first bad reflection option."""
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        raise ValueError(f"attempts: expected a positive int, got {attempts!r}")
+    if not isinstance(attempt_discount, (int, float)) or isinstance(attempt_discount, bool) or not 0.0 < attempt_discount <= 1.0:
+        raise ValueError(f"attempt_discount: expected a number in (0, 1], got {attempt_discount!r}")
+    if not isinstance(self_critique, bool):
+        raise ValueError(f"self_critique: expected true or false, got {self_critique!r}")
 
 
 class ToolEnv:
@@ -27,6 +43,19 @@ class ToolEnv:
     and the episode goes on) or answers inside ``<answer_tag>`` (the episode terminates
     and the reward is scored). A reply with neither also ends the episode, scored as a
     missing answer. Reaching ``max_turns`` truncates.
+
+    Reflection: with ``attempts`` > 1, a final reply that is not correct (a wrong or a
+    missing answer) does not end the episode while attempts and turns remain: the step
+    returns reward 0 and a user message saying the answer is incorrect (never the gold
+    answer; with ``self_critique``, asking for a short critique first), and the agent tries
+    again. The episode's reward is the last attempt's, times ``attempt_discount`` to the
+    power (attempts used - 1); ``correct`` is the last attempt's. ``attempts=1`` is the
+    plain episode.
+
+    Memory: ``memory`` (``"episode"``, ``"shared"``, a mapping, or a
+    :class:`~agentic_rl.tools.memory.MemoryTools`) adds ``memory_write``, ``memory_read`` and
+    ``memory_search`` to the tools. :meth:`episode_metrics` reports ``reflection/*`` (with
+    attempts > 1) and ``memory/*`` (with memory) counters.
     """
 
     def __init__(
@@ -40,12 +69,26 @@ class ToolEnv:
         system_prompt: str = "",
         demonstrations: Sequence[Sequence[Message]] = (),
         answer_tag: str = "answer",
+        attempts: int = 1,
+        attempt_discount: float = 1.0,
+        self_critique: bool = False,
+        memory: MemoryTools | str | dict | bool | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns: expected a positive int, got {max_turns}")
+        check_reflection_options(attempts, attempt_discount, self_critique)
         self.tasks = tasks
-        self.tools = tools
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
+        self.memory = memory_tools(memory)
+        if self.memory is not None:
+            self._check_parser_calls_memory()
+            tools = ToolRegistry([*tools, *self.memory.tools])
+        self.tools = tools
+        self.attempts = attempts
+        self.attempt_discount = float(attempt_discount)
+        self.self_critique = self_critique
+        self.attempt_results: list[bool] = []
+        """Whether each answer given in this episode was correct, in order."""
         self.reward_fn = reward_fn
         self.max_turns = max_turns
         self.answer_tag = answer_tag
@@ -54,6 +97,17 @@ class ToolEnv:
         self.system_prompt = "\n\n".join(part for part in (system_prompt, tools_prompt) if part)
         self.task: Task | None = None
         self.turn = 0
+
+    def _check_parser_calls_memory(self) -> None:
+        """Tag formats that call one fixed tool (``search_r1``, ``retool``) cannot call the
+        memory tools: refuse the combination instead of offering tools the model cannot use."""
+        call = ToolCall(name="memory_read", arguments={"key": "k"}, id="call_0")
+        try:
+            parsed = self.parser.parse(self.parser.format_call(call)).calls
+        except Exception:
+            parsed = []
+        if not parsed or parsed[0].name != call.name or parsed[0].arguments != call.arguments:
+            raise ValueError(f"memory: the {self.parser.name or type(self.parser).__name__} call format cannot call the memory tools; use parser hermes")
 
     @property
     def num_tasks(self) -> int:
@@ -77,6 +131,9 @@ class ToolEnv:
         else:
             self.task = self.tasks[random.Random(seed).randrange(len(self.tasks))]
         self.turn = 0
+        self.attempt_results = []
+        if self.memory is not None:
+            self.memory.reset()
         return self.opening_messages(self.task), {"task_id": self.task.id}
 
     def close(self) -> None:
@@ -110,11 +167,52 @@ class ToolEnv:
         answer = extract_tag(text, self.answer_tag)
         parsed = self.parser.parse(text) if len(self.tools) else None
         if answer is not None or parsed is None or not parsed.has_calls:
-            # An answer ends the episode even if the same turn also calls a tool: the
+            # An answer ends the attempt even if the same turn also calls a tool: the
             # reward only ever depends on the answer the model committed to.
-            reward, correct, extra = self.score_answer(answer)
-            return [], reward, True, False, {"answer": answer, "correct": correct, "tool_results": [], **extra}
+            return self.answer_turn(answer)
         return self.tool_turn(parsed)
+
+    def answer_turn(self, answer: str | None) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        """The step of a final reply: scored, and the end of the episode, unless it is not
+        correct and attempts and turns remain (then reward 0 and a feedback message)."""
+        reward, correct, extra = self.score_answer(answer)
+        self.attempt_results.append(correct)
+        attempt = len(self.attempt_results)
+        info = {"answer": answer, "correct": correct, "tool_results": [], **extra}
+        if not correct and attempt < self.attempts and self.turn < self.max_turns:
+            return [self.feedback_message(answer)], 0.0, False, False, info
+        if attempt > 1:
+            reward *= self.attempt_discount ** (attempt - 1)
+        return [], reward, True, False, info
+
+    def feedback_message(self, answer: str | None) -> Message:
+        """The user message after an incorrect attempt: the verdict, then the request to
+        try again (with ``self_critique``, after a short critique)."""
+        ask = " First write a short critique of what went wrong, then try again." if self.self_critique else " Try again."
+        return {"role": "user", "content": self.verdict(answer) + ask}
+
+    def verdict(self, answer: str | None) -> str:
+        """What the feedback says of an incorrect answer: it quotes the model's own answer
+        (when short) and nothing of the task's gold answer. Envs with other answers override it."""
+        if answer is None or not answer.strip():
+            return f"You did not give a final answer inside <{self.answer_tag}></{self.answer_tag}>."
+        shown = answer.strip()
+        quotable = len(shown) <= MAX_QUOTED_ANSWER_CHARS and "\n" not in shown
+        return f"Your answer {shown} is incorrect." if quotable else "Your answer is incorrect."
+
+    def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
+        """``reflection/attempts_used`` (answers given), ``reflection/correct_at_1`` (the first
+        answer was correct) and ``reflection/correct_at_final`` (the last one was) when
+        attempts > 1; the memory tools' ``memory/*`` counters when memory is on."""
+        metrics: dict[str, float] = {}
+        if self.attempts > 1:
+            results = self.attempt_results
+            metrics["reflection/attempts_used"] = float(len(results))
+            metrics["reflection/correct_at_1"] = float(bool(results) and results[0])
+            metrics["reflection/correct_at_final"] = float(bool(results) and results[-1])
+        if self.memory is not None:
+            metrics.update(self.memory.metrics())
+        return metrics
 
     def tool_turn(self, parsed) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         """The step of a turn that called tools: run them (malformed calls answered with

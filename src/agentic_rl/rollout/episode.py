@@ -228,12 +228,14 @@ class Episode:
 
     def _record_episode_metrics(self) -> None:
         """Envs may expose ``episode_metrics(trajectory) -> dict[str, float]``; the numbers go to
-        ``trajectory.info["episode_metrics"]`` (``aggregate_metrics`` averages them by name)."""
+        ``trajectory.info["episode_metrics"]`` (``aggregate_metrics`` averages them by name);
+        an empty dict (e.g. a ToolEnv without reflection or memory) records nothing."""
         hook = getattr(self.env, "episode_metrics", None)
         if not callable(hook):
             return
         try:
-            metrics = hook(self.trajectory)
-            self.trajectory.info["episode_metrics"] = {str(key): float(value) for key, value in dict(metrics).items()}
+            metrics = {str(key): float(value) for key, value in dict(hook(self.trajectory)).items()}
+            if metrics:
+                self.trajectory.info["episode_metrics"] = metrics
         except Exception as exc:  # a metrics bug must not fail the episode
             self.trajectory.info["episode_metrics_error"] = f"{type(exc).__name__}: {exc}"
