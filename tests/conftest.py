@@ -41,3 +41,24 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "# Tools\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}Call one with <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n"
+    "{% elif messages[0]['role'] == 'system' %}<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n{% endif %}"
+    "{% for message in messages %}{% if not (loop.first and message['role'] == 'system') %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A ChatML template that describes ``tools`` itself (as Qwen's does), for the tokenizer below."""
+
+
+@pytest.fixture(scope="session")
+def tools_tokenizer(tokenizer):
+    """The SmolLM2 tokenizer with a chat template that renders ``tools`` (no download)."""
+    import copy
+
+    tools = copy.deepcopy(tokenizer)
+    tools.chat_template = TOOLS_TEMPLATE
+    return tools

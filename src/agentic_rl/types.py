@@ -17,6 +17,12 @@ Message = dict[str, Any]
 TERMINATION_REASONS: tuple[str, ...] = ("answered", "max_turns", "max_tokens", "timeout", "error")
 
 
+def openai_tools(schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tools in OpenAI's form ``{"type": "function", "function": {name, description,
+    parameters}}``, from that form (``Tool.schema()``) or from bare function schemas."""
+    return [dict(s) if s.get("type") == "function" and isinstance(s.get("function"), dict) else {"type": "function", "function": s} for s in schemas]
+
+
 @dataclass
 class ToolCall:
     """One call the model asked for."""
@@ -154,7 +160,15 @@ class Trajectory:
             "wall_time_s": self.wall_time_s,
             "weight_versions": self.weight_versions,
             "segments": len(self.segments) + 1,
+            **({"tools": self.template_tools} if self.template_tools else {}),
         }
+
+    @property
+    def template_tools(self) -> list[dict] | None:
+        """The function schemas the chat template described (the env left them out of its
+        messages, ``info["tools_prompt"] == "template"``); None when the messages hold the
+        tools' description themselves (or there are no tools)."""
+        return self.info.get("tools") if self.info.get("tools_prompt") == "template" else None
 
 
 @dataclass

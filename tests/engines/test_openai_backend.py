@@ -33,6 +33,8 @@ class FakeServer(ThreadingHTTPServer):
         self.content_is_none = False
         self.in_flight = 0
         self.max_in_flight = 0
+        self.reject_tools = False
+        self.tool_reply = None  # (name, arguments JSON string): answer requests with tools with this call
 
     @property
     def base_url(self) -> str:
@@ -69,6 +71,15 @@ class FakeHandler(BaseHTTPRequestHandler):
                 return self._send(srv.fail_status, {"error": {"message": "server exploded"}})
             if srv.reject_logprobs and "logprobs" in body:
                 return self._send(400, {"error": {"message": "logprobs are not supported by this server"}})
+            if srv.reject_tools and "tools" in body:
+                return self._send(400, {"error": {"message": "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set"}})
+            if srv.tool_reply is not None and "tools" in body:
+                if body["messages"][-1]["role"] == "tool":  # the result is back: answer with it
+                    message = {"role": "assistant", "content": f"<answer>{body['messages'][-1]['content']}</answer>"}
+                else:
+                    name, arguments = srv.tool_reply
+                    message = {"role": "assistant", "content": None, "tool_calls": [{"id": "chatcmpl-tool-1", "type": "function", "function": {"name": name, "arguments": arguments}}]}
+                return self._send(200, {"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]})
             last_user = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
             time.sleep(srv.delays.get(last_user, 0.0))
             text = f"echo: {last_user}"
@@ -245,3 +256,92 @@ def test_connection_refused_raises_backend_error() -> None:
 
 def test_kind_is_chat() -> None:
     assert OpenAIChatBackend.interface == "chat"
+
+
+# --- tools ------------------------------------------------------------------------
+
+ADD = {"name": "add", "description": "a + b", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}
+
+
+def test_tools_are_sent_and_parsed_calls_come_back_in_the_parser_format(server: FakeServer) -> None:
+    """A server that parses tool calls (vLLM with a tool parser) returns them structured;
+    the reply's text is the call written in the env's format, which the env's parser reads
+    back to the same call."""
+    from agentic_rl.parsers import get_parser
+
+    server.tool_reply = ("add", '{"a": 2, "b": 3}')
+    with make_backend(server) as backend:
+        [reply] = backend.chat([user("2+3?")], tools=[[ADD]], **SAMPLING)
+    body = server.requests[0]["body"]
+    assert body["tools"] == [{"type": "function", "function": ADD}]
+    assert reply.text == '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    assert [(c.name, c.arguments, c.id) for c in reply.tool_calls] == [("add", {"a": 2, "b": 3}, "chatcmpl-tool-1")]
+    [call] = get_parser("hermes").parse(reply.text).calls
+    assert (call.name, call.arguments) == ("add", {"a": 2, "b": 3})
+    assert reply.finish_reason == "stop"
+
+
+def test_history_goes_out_structured_when_tools_are_sent(server: FakeServer) -> None:
+    conversation = [
+        *user("2+3?"),
+        {"role": "assistant", "content": 'Adding.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'},
+        {"role": "tool", "name": "add", "content": "<tool_response>\n5\n</tool_response>"},
+        {"role": "assistant", "content": "<tool_call>\nnot json\n</tool_call>"},
+        {"role": "tool", "content": "<tool_response>\nError: invalid JSON\n</tool_response>"},
+        {"role": "user", "content": "go on"},
+    ]
+    with make_backend(server) as backend:
+        backend.chat([conversation], tools=[[ADD]], **SAMPLING)
+    messages = server.requests[0]["body"]["messages"]
+    assert messages[2] == {"role": "assistant", "content": "Adding.", "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]}
+    assert messages[3] == {"role": "tool", "tool_call_id": "call_0", "content": "5"}
+    # A malformed call stays text, and its error (no call to answer) goes back as a user message.
+    assert messages[4] == {"role": "assistant", "content": "<tool_call>\nnot json\n</tool_call>"}
+    assert messages[5] == {"role": "user", "content": "<tool_response>\nError: invalid JSON\n</tool_response>"}
+    assert messages[6] == {"role": "user", "content": "go on"}
+
+
+def test_plain_content_is_the_fallback(server: FakeServer) -> None:
+    with make_backend(server) as backend:
+        [reply] = backend.chat([user("<tool_call>as text</tool_call>")], tools=[[ADD]], **SAMPLING)
+    assert reply.text == "echo: <tool_call>as text</tool_call>" and reply.tool_calls == []
+    assert "tools" in server.requests[0]["body"]
+
+
+def test_a_server_that_refuses_tools_gets_plain_text_from_then_on(server: FakeServer) -> None:
+    server.reject_tools = True
+    conversation = [*user("2+3?"), {"role": "assistant", "content": "<tool_call>\n{\"name\": \"add\", \"arguments\": {}}\n</tool_call>"},
+                    {"role": "tool", "name": "add", "content": "<tool_response>\n5\n</tool_response>"}, {"role": "user", "content": "and?"}]
+    with make_backend(server, max_retries=0) as backend:
+        [first] = backend.chat([conversation], tools=[[ADD]], **SAMPLING)
+        [second] = backend.chat([user("b")], tools=[[ADD]], **SAMPLING)
+    assert first.text == "echo: and?" and second.text == "echo: b"
+    assert ["tools" in r["body"] for r in server.requests] == [True, False, False]
+    assert server.requests[1]["body"]["messages"] == [{k: m[k] for k in ("role", "content", "name") if k in m} for m in conversation]
+
+
+def test_no_tools_no_tools_field(server: FakeServer) -> None:
+    with make_backend(server) as backend:
+        backend.chat([user("a"), user("b")], tools=[None, []], **SAMPLING)
+    assert all("tools" not in r["body"] for r in server.requests)
+
+
+def test_a_rollout_through_a_tool_parsing_server_runs_the_env_tools(server: FakeServer) -> None:
+    """The rollout engine sends the env's tool schemas; the server's structured call reaches
+    the env as text in its format, the calculator runs, and its result goes back as a tool
+    message tied to the call."""
+    from agentic_rl import envs
+    from agentic_rl.config import RolloutConfig
+    from agentic_rl.rollout.engine import rollout
+
+    server.tool_reply = ("calculator", '{"expression": "2 + 3"}')
+    with make_backend(server) as backend:
+        [group] = rollout(backend, lambda: envs.make("arithmetic"), [0], config=RolloutConfig(max_turns=3))
+    [trajectory] = group.trajectories
+    calculator_schema = envs.make("arithmetic").tools.schemas()
+    assert server.requests[0]["body"]["tools"] == calculator_schema and calculator_schema[0]["function"]["name"] == "calculator"
+    [call_turn, answer_turn] = trajectory.turns
+    assert call_turn.assistant_text.startswith("<tool_call>") and [r.ok for r in call_turn.tool_results] == [True]
+    result = call_turn.tool_results[0].content
+    assert server.requests[1]["body"]["messages"][-1] == {"role": "tool", "tool_call_id": "call_0", "content": result}
+    assert answer_turn.assistant_text == f"<answer>{result}</answer>" and trajectory.termination_reason == "answered"

@@ -9,6 +9,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import torch
 import pytest
 
 openai = pytest.importorskip("openai")
@@ -135,10 +136,11 @@ def test_the_episode_header_joins_an_episode_on_the_plain_routes(server) -> None
 
 
 class _ScriptedSession:
-    """A decode session that answers every prompt with the same scripted tokens."""
+    """A decode session that answers with scripted tokens, one token per step (streams see
+    them as they are "sampled"); the n-th request gets the n-th reply (cycling)."""
 
-    def __init__(self, reply_ids: list[int]) -> None:
-        self.reply_ids, self.queued = reply_ids, []
+    def __init__(self, engine: _ScriptedEngine) -> None:
+        self.engine, self.running = engine, {}
 
     def __enter__(self):
         return self
@@ -148,14 +150,30 @@ class _ScriptedSession:
 
     @property
     def busy(self) -> bool:
-        return bool(self.queued)
+        return bool(self.running)
 
     def submit(self, key, token_ids, max_new_tokens, seed) -> None:
-        self.queued.append(key)
+        self.engine.prompts.append(list(token_ids))
+        self.running[key] = [self.engine.replies[self.engine.submitted % len(self.engine.replies)], 0, max_new_tokens]
+        self.engine.submitted += 1
 
     def step(self):
-        done, self.queued = self.queued, []
-        return [(key, Completion(list(self.reply_ids), [-0.5] * len(self.reply_ids), "stop")) for key in done]
+        done = []
+        for key, state in list(self.running.items()):
+            state[1] += 1
+            reply, position, budget = state
+            if position >= min(len(reply), budget):
+                ids = reply[:position]
+                done.append((key, Completion(ids, [-0.5] * len(ids), "stop" if position == len(reply) else "length")))
+                del self.running[key]
+        return done
+
+    def sampled(self, key) -> list[int]:
+        reply, position, _ = self.running[key]
+        return reply[:position]
+
+    def cancel(self, key) -> None:
+        self.running.pop(key, None)
 
     def release(self, key) -> None:
         return None
@@ -165,12 +183,14 @@ class _ScriptedEngine:
     interface = "tokens"
     weight_version = 0
 
-    def __init__(self, tokenizer, text: str) -> None:
+    def __init__(self, tokenizer, *texts: str) -> None:
         self.tokenizer = tokenizer
-        self.reply_ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.replies = [tokenizer(text, add_special_tokens=False)["input_ids"] + [end] for text in texts]
+        self.submitted, self.prompts = 0, []
 
     def session(self, sampling, *, stop_token_ids):
-        return _ScriptedSession(self.reply_ids)
+        return _ScriptedSession(self)
 
 
 def test_tool_calls_come_back_as_openai_tool_calls_and_results_go_in(tiny) -> None:
@@ -255,3 +275,167 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(server) -> None:
     assert server.service.active == 0
     trace = server.store.get("leaver")
     assert trace is None or trace.calls == []
+
+
+# --- top_logprobs, several choices streamed, tool calls in streams -------------------
+
+
+def _forward_logprobs(model, ids: list[int], start: int, temperature: float) -> torch.Tensor:
+    """Log-probs [len(ids) - start, V] of each position from ``start`` on, from one forward pass."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, start - 1 : len(ids) - 1].float()
+    return torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), -1)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_top_logprobs_are_the_engines_distribution(server, tiny, temperature) -> None:
+    """Each sampled token's alternatives are the k most likely tokens of the distribution its
+    log-prob comes from: they match a direct forward pass on the same prefix, and the top one
+    is at least the sampled token's (the sampled token itself when greedy)."""
+    model, tokenizer = tiny
+    episode = openai.OpenAI(base_url=server.episode_url(f"top-{temperature}"), api_key="unused", max_retries=0)
+    response = episode.chat.completions.create(model="tiny", messages=HELLO, max_tokens=6, seed=2, temperature=temperature, logprobs=True, top_logprobs=5)
+    [call] = server.store.get(f"top-{temperature}").calls
+    reference = _forward_logprobs(model, call.prompt_ids + call.completion_ids, len(call.prompt_ids), temperature)
+    content = response.choices[0].logprobs.content
+    assert len(content) == len(call.completion_ids) == response.usage.completion_tokens
+    for position, (entry, token) in enumerate(zip(content, call.completion_ids)):
+        values, ids = reference[position].topk(5)
+        assert [alt.token for alt in entry.top_logprobs] == [tokenizer.decode([i]) for i in ids.tolist()]
+        assert [alt.logprob for alt in entry.top_logprobs] == pytest.approx(values.tolist(), abs=1e-4)
+        assert entry.logprob == pytest.approx(reference[position, token].item(), abs=1e-4)
+        assert entry.top_logprobs[0].logprob >= entry.logprob
+        if temperature == 0:
+            assert (entry.top_logprobs[0].token, entry.top_logprobs[0].logprob) == (entry.token, entry.logprob)
+
+
+def test_top_logprobs_bounds_and_without_logprobs(server) -> None:
+    for body, message in [({"logprobs": True, "top_logprobs": 21}, "[0, 20]"), ({"top_logprobs": 2}, "logprobs: true")]:
+        response = httpx.post(f"{server.url}/v1/chat/completions", json={"model": "tiny", "messages": HELLO, **body})
+        assert response.status_code == 400 and response.json()["error"]["param"] == "top_logprobs" and message in response.json()["error"]["message"]
+    plain = httpx.post(f"{server.url}/v1/chat/completions", json={"model": "tiny", "messages": HELLO, "max_tokens": 2, "logprobs": True, "top_logprobs": 0}).json()
+    assert all(entry["top_logprobs"] == [] for entry in plain["choices"][0]["logprobs"]["content"])
+
+
+def _accumulated(stream) -> openai.types.chat.ChatCompletion:
+    """The SDK's accumulation of a chat stream (without its parsing step, which refuses
+    finish_reason length)."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+
+    state = ChatCompletionStreamState()
+    chunks = []
+    for chunk in stream:
+        chunks.append(chunk)
+        state.handle_chunk(chunk)
+    return state.current_completion_snapshot, chunks
+
+
+def test_several_choices_stream_interleaved_and_add_up_to_the_response(client) -> None:
+    """n=2 streams both choices as they are sampled, each chunk with its own index; what the
+    SDK accumulates (content, log-probs with alternatives, finish reasons) is the
+    non-streamed response of the same seed."""
+    request = {"model": "tiny", "messages": HELLO, "max_tokens": 12, "seed": 11, "n": 2, "logprobs": True, "top_logprobs": 2}
+    whole = client.chat.completions.create(**request)
+    snapshot, chunks = _accumulated(client.chat.completions.create(**request, stream=True))
+    order = [c.choices[0].index for c in chunks if c.choices and c.choices[0].delta.content]
+    assert order.index(1) < len(order) - 1 - order[::-1].index(0)  # choice 1 started before choice 0 ended
+    for mine, theirs in zip(sorted(snapshot.choices, key=lambda c: c.index), whole.choices):
+        assert mine.message.content == theirs.message.content and mine.finish_reason == theirs.finish_reason
+        assert mine.logprobs.model_dump() == theirs.logprobs.model_dump()
+
+
+CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+ADD_TOOLS = [{"type": "function", "function": {"name": "add", "description": "a + b", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]
+
+
+def test_a_tool_call_streams_as_openai_tool_call_deltas(tiny) -> None:
+    """Choice 0 writes some text, then a call: the text streams as it is sampled (the
+    whitespace before the call and the call itself are held), the call comes as
+    ``delta.tool_calls`` (index, id, type, name, then arguments) with finish_reason
+    tool_calls. Choice 1's text only looks like the start of a call. The SDK's stream
+    accumulation equals the non-streamed message, and the streamed reply continues the
+    episode like a non-streamed one."""
+    _, tokenizer = tiny
+    engine = _ScriptedEngine(tokenizer, f"Let me add.  \n{CALL}", "Plain <tool text, no call.")
+    server = GatewayServer(engine, model_name="scripted", port=0)
+    server.start()
+    try:
+        client = openai.OpenAI(base_url=server.episode_url("streamed-tools"), api_key="unused", max_retries=0)
+        request = {"model": "scripted", "messages": [{"role": "user", "content": "2+3?"}], "tools": ADD_TOOLS, "n": 2}
+        whole = client.chat.completions.create(**request)
+        with client.chat.completions.stream(**request) as stream:
+            chunks = [event.chunk for event in stream if event.type == "chunk"]
+            final = stream.get_final_completion()
+        for mine, theirs in zip(final.choices, whole.choices):
+            assert mine.message.content == theirs.message.content and mine.finish_reason == theirs.finish_reason
+            assert [(c.id, c.type, c.function.name, c.function.arguments) for c in mine.message.tool_calls or []] == \
+                [(c.id, c.type, c.function.name, c.function.arguments) for c in theirs.message.tool_calls or []]
+        assert whole.choices[0].message.content == "Let me add." and whole.choices[0].finish_reason == "tool_calls"
+        [tool_call] = final.choices[0].message.tool_calls
+        assert (tool_call.type, tool_call.function.name, json.loads(tool_call.function.arguments)) == ("function", "add", {"a": 2, "b": 3})
+        assert whole.choices[1].message.content == "Plain <tool text, no call." and whole.choices[1].message.tool_calls is None
+        deltas = [(c.choices[0].index, c.choices[0].delta) for c in chunks if c.choices]
+        texts = [d.content for i, d in deltas if i == 0 and d.content]
+        first_call = next(n for n, (i, d) in enumerate(deltas) if d.tool_calls)
+        assert len(texts) > 1 and "".join(texts) == "Let me add." and not any("<" in t for t in texts)
+        assert any(d.content for i, d in deltas[:first_call] if i == 1)  # choice 1 streamed while choice 0 was held
+        opening, arguments = deltas[first_call][1].tool_calls[0], deltas[first_call + 1][1].tool_calls[0]
+        assert (opening.index, opening.id, opening.type, opening.function.name, opening.function.arguments) == (0, tool_call.id, "function", "add", "")
+        assert (arguments.index, arguments.id, arguments.function.arguments) == (0, None, tool_call.function.arguments)
+        # The streamed reply continues the episode exactly like the non-streamed one.
+        message = final.choices[0].message.model_dump(exclude_none=True, exclude={"parsed"})
+        for call in message["tool_calls"]:
+            call["function"].pop("parsed_arguments", None)
+        history = [{"role": "user", "content": "2+3?"}, message, {"role": "tool", "tool_call_id": tool_call.id, "content": "5"}]
+        client.chat.completions.create(model="scripted", messages=history, tools=ADD_TOOLS)
+        calls = server.store.get("streamed-tools").calls
+        [streamed] = [call for call in calls[2:4] if call.reply.get("tool_calls")]  # the streamed request's choice 0
+        follow = calls[-1]
+        assert follow.prompt_ids[: len(streamed.prompt_ids) + len(streamed.completion_ids)] == streamed.prompt_ids + streamed.completion_ids
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_chat_template_that_renders_tools_describes_them(tools_tokenizer) -> None:
+    """With a template that renders ``tools`` (as Qwen's), the gateway passes the request's
+    tools to it instead of writing the parser's tools prompt into the system message."""
+    server = GatewayServer(_ScriptedEngine(tools_tokenizer, CALL), model_name="scripted", port=0)
+    server.start()
+    try:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        response = client.chat.completions.create(model="scripted", messages=[{"role": "system", "content": "Be exact."}, {"role": "user", "content": "2+3?"}], tools=ADD_TOOLS)
+        assert response.choices[0].finish_reason == "tool_calls"
+        prompt = tools_tokenizer.decode(server.service.backend.prompts[0])
+        assert prompt.startswith("<|im_start|>system\nBe exact.\n\n# Tools\n" + json.dumps(ADD_TOOLS[0]) + "\n")
+        assert "You can call these tools" not in prompt
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_streams_with_stop_strings_and_tools_add_up_to_the_response(client) -> None:
+    """The tiny model's real tokens with tools offered and stop strings: what is held back
+    while sampling (a possible stop string or call, trailing whitespace) is settled at the
+    end, so each streamed choice is the non-streamed one."""
+    request = {"model": "tiny", "messages": HELLO, "max_tokens": 16, "seed": 4, "n": 3, "stop": ["e", "<"], "tools": ADD_TOOLS}
+    whole = client.chat.completions.create(**request)
+    snapshot, _ = _accumulated(client.chat.completions.create(**request, stream=True))
+    assert any(choice.finish_reason == "stop" for choice in whole.choices)
+    for mine, theirs in zip(sorted(snapshot.choices, key=lambda c: c.index), whole.choices):
+        assert (mine.message.content, mine.finish_reason) == (theirs.message.content, theirs.finish_reason)
+
+
+def test_an_engine_without_alternatives_refuses_top_logprobs(tiny) -> None:
+    server = GatewayServer(_ScriptedEngine(tiny[1], "hi"), model_name="scripted", port=0)
+    server.start()
+    try:
+        chat = httpx.post(f"{server.url}/v1/chat/completions", json={"model": "scripted", "messages": HELLO, "logprobs": True, "top_logprobs": 2})
+        text = httpx.post(f"{server.url}/v1/completions", json={"model": "scripted", "prompt": "x", "logprobs": 2})
+        assert (chat.status_code, chat.json()["error"]["param"]) == (400, "top_logprobs")
+        assert (text.status_code, text.json()["error"]["param"]) == (400, "logprobs")
+        plain = httpx.post(f"{server.url}/v1/completions", json={"model": "scripted", "prompt": "x", "logprobs": 0}).json()
+        assert plain["choices"][0]["logprobs"]["token_logprobs"] == [-0.5] * plain["usage"]["completion_tokens"]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,7 +1,8 @@
 """OpenAI-format conversations with tool calls, to and from tokens.
 
 Stored SFT data is portable OpenAI chat format (structured ``tool_calls``, raw ``tool``
-results). ``render_example`` turns it back into tokens exactly the way the rollout engine
+results; ``tools`` beside ``messages`` when a chat template described the tools, as in
+OpenAI's fine-tuning files). ``render_example`` turns it back into tokens exactly the way the rollout engine
 builds a trajectory (prompt, sampled turns, observations rendered once), so supervised
 training sees the same token layout the model sees at inference.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentic_rl.parsers import ToolCallParser, get_parser
-from agentic_rl.types import Message, ToolCall, ToolResult, Trajectory
+from agentic_rl.types import Message, ToolCall, ToolResult, Trajectory, openai_tools
 
 if TYPE_CHECKING:  # only annotations: importing rollout here would make data <-> envs circular
     from agentic_rl.rollout.chat import ChatRenderer
@@ -101,19 +102,12 @@ def _assistant_message(text: str, parser: ToolCallParser, exact: bool) -> tuple[
     return {"role": "assistant", "content": parsed.content, "tool_calls": calls}, [c["id"] for c in calls]
 
 
-def trajectory_to_example(trajectory: Trajectory, parser: ToolCallParser | str, *, skip_messages: int = 0, exact: bool = True) -> dict[str, Any]:
-    """A stored SFT example ``{"messages": [...], "metadata": {...}}`` from a trajectory.
-
-    ``skip_messages`` messages right after the system message (the few-shot
-    demonstrations) are dropped. ``exact`` (default) keeps an assistant turn as raw text
-    (no ``tool_calls``) when structuring it would change its text, so ``render_example``
-    always reproduces what the model wrote; ``exact=False`` always structures well-formed
-    calls (canonicalizing their formatting).
-    """
+def openai_messages(messages: list[Message], parser: ToolCallParser | str, *, exact: bool = True) -> list[Message]:
+    """Text-form messages (as an env exchanges them) as OpenAI messages: an assistant turn's
+    well-formed calls become ``tool_calls`` (``exact``: only where that keeps its text, see
+    ``trajectory_to_example``), tool results are unwrapped and tied to those calls' ids in
+    order."""
     parser = _parser(parser)
-    messages = list(trajectory.messages)
-    start = 1 if messages and messages[0].get("role") == "system" else 0
-    messages = messages[:start] + messages[start + skip_messages :]
     out: list[Message] = []
     pending: list[str] = []  # ids of the last assistant turn's calls, matched to results in order
     for message in messages:
@@ -131,6 +125,23 @@ def trajectory_to_example(trajectory: Trajectory, parser: ToolCallParser | str, 
             out.append(converted)
         else:
             out.append({"role": role, "content": message.get("content") or ""})
+    return out
+
+
+def trajectory_to_example(trajectory: Trajectory, parser: ToolCallParser | str, *, skip_messages: int = 0, exact: bool = True) -> dict[str, Any]:
+    """A stored SFT example ``{"messages": [...], "metadata": {...}}`` from a trajectory.
+
+    ``skip_messages`` messages right after the system message (the few-shot
+    demonstrations) are dropped. ``exact`` (default) keeps an assistant turn as raw text
+    (no ``tool_calls``) when structuring it would change its text, so ``render_example``
+    always reproduces what the model wrote; ``exact=False`` always structures well-formed
+    calls (canonicalizing their formatting).
+    """
+    parser = _parser(parser)
+    messages = list(trajectory.messages)
+    start = 1 if messages and messages[0].get("role") == "system" else 0
+    messages = messages[:start] + messages[start + skip_messages :]
+    out = openai_messages(messages, parser, exact=exact)
     metadata = {
         "task_id": trajectory.task_id,
         "reward": trajectory.reward,
@@ -139,7 +150,10 @@ def trajectory_to_example(trajectory: Trajectory, parser: ToolCallParser | str, 
         "num_turns": trajectory.num_turns,
         "termination_reason": trajectory.termination_reason,
     }
-    return {"messages": out, "metadata": metadata}
+    example: dict[str, Any] = {"messages": out, "metadata": metadata}
+    if trajectory.template_tools:  # the chat template described them: the messages do not
+        example["tools"] = openai_tools(trajectory.template_tools)
+    return example
 
 
 # --- validation ------------------------------------------------------------------
@@ -178,6 +192,24 @@ def validate_example(example: Any, index: int | None = None) -> None:
                 raise ValueError(f"{field}.tool_calls[{j}].function.arguments: {error}") from None
     if not any(m["role"] == "assistant" for m in messages):
         raise ValueError(f"{where}: no assistant message (nothing to train on)")
+    try:
+        example_tools(example.get("tools"))
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
+def example_tools(tools: Any) -> list[dict]:
+    """An example's ``tools``, checked: OpenAI's ``[{"type": "function", "function": {name,
+    ...}}]`` (None: none)."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise ValueError(f"tools: expected a list, got {type(tools).__name__}")
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or tool.get("type") != "function":
+            raise ValueError(f"tools[{i}]: expected {{type: function, function: {{name, description, parameters}}}}")
+    return list(tools)
 
 
 def _call_arguments(arguments: Any) -> dict[str, Any]:
@@ -224,16 +256,22 @@ def text_messages(messages: list[Message], parser: ToolCallParser | str) -> list
     return [_text_message(m, parser) for m in messages]
 
 
-def render_example(messages: list[Message], renderer: ChatRenderer, parser: ToolCallParser | str) -> tuple[list[int], list[int]]:
+def render_example(messages: list[Message], renderer: ChatRenderer, parser: ToolCallParser | str, tools: list[dict] | None = None) -> tuple[list[int], list[int]]:
     """Token ids and loss mask (1 on assistant content + end-of-turn token), built exactly
     as the rollout engine builds a trajectory. Messages after the last assistant turn carry
-    no loss and are dropped."""
+    no loss and are dropped. ``tools`` (an example's ``tools``): described by the chat
+    template where it renders tools for this format, else in the system message as
+    ``ToolEnv`` writes them."""
     parser = _parser(parser)
-    validate_example({"messages": messages})
+    validate_example({"messages": messages, "tools": tools})
     texts = [_text_message(m, parser) for m in messages]
     assistant_at = [i for i, m in enumerate(texts) if m["role"] == "assistant"]
     eot = end_of_turn_id(renderer)
-    ids = renderer.prompt_ids(texts[: assistant_at[0]])
+    opening, offered = texts[: assistant_at[0]], example_tools(tools)
+    if offered and renderer.render_tools(parser):
+        ids = renderer.prompt_ids(opening, tools=offered)
+    else:
+        ids = renderer.prompt_ids(parser.with_tools_prompt(opening, offered))
     mask = [0] * len(ids)
     for i, next_i in zip(assistant_at, assistant_at[1:] + [None]):
         turn = renderer.encode_text(texts[i]["content"]) + [eot]

@@ -31,6 +31,10 @@ class SamplingParams:
     row_seeds: list[int] | None = None
     """One random stream per prompt (backends that support it; overrides ``seed``): a
     token's draw then depends only on its stream and position, not on the batch."""
+    top_logprobs: int = 0
+    """Also return, per sampled position, the this-many most likely tokens and their
+    log-probs (``Completion.top_logprobs``; engines with ``supports_top_logprobs``). 0: off,
+    and sampling does no extra work."""
 
     def seeds_for(self, count: int) -> list[int]:
         """The stream of each of ``count`` prompts: ``row_seeds`` if given, else one derived
@@ -61,6 +65,10 @@ class Completion:
     version_changes: list[tuple[int, int]] | None = None
     """Partial rollouts: ``(offset, version)`` where new weights took over mid-completion
     (tokens from ``offset`` on were sampled by ``version``); None or empty: one version."""
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    """Per sampled token, the ``SamplingParams.top_logprobs`` most likely tokens ``(id,
+    log-prob)``, most likely first, from the distribution ``logprobs`` are taken from: the
+    first entry's log-prob is at least the sampled token's (equal when it is that token)."""
     error: str | None = None
     """Set when the engine failed to sample (a remote server died, a request timed out):
     the episode ends as an infrastructure error (masked from the loss, counted)."""

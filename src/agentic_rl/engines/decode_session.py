@@ -26,6 +26,7 @@ from agentic_rl.engines.kv_cache import SlotCache
 from agentic_rl.engines.staged import StagedWeights
 from agentic_rl.engines.sampling import entropy as sampling_entropy
 from agentic_rl.engines.sampling import sample
+from agentic_rl.engines.sampling import top_logprobs as sampling_top_logprobs
 
 
 SHARED_PREFIX_MIN_SAVED = 64
@@ -223,10 +224,14 @@ class DecodeSession:
                 "out_logprobs": torch.zeros((rows, cols), dtype=torch.float32, device=self.device),
                 "out_entropy": torch.zeros((rows, cols), dtype=torch.float32, device=self.device),
             }
+            k = self.sampling.top_logprobs
+            if k > 0:  # only sessions that were asked for alternatives hold them
+                grown["out_top_ids"] = torch.zeros((rows, cols, k), dtype=torch.long, device=self.device)
+                grown["out_top_logprobs"] = torch.zeros((rows, cols, k), dtype=torch.float32, device=self.device)
             for name, tensor in grown.items():
                 if hasattr(self, name):
                     old = getattr(self, name)
-                    tensor[: old.shape[0], : old.shape[1]] = old
+                    tensor[: old.shape[0], : old.shape[1], ...] = old
                 setattr(self, name, tensor)
             counts = torch.zeros(rows, dtype=torch.long, device=self.device)
             budgets = torch.zeros(rows, dtype=torch.long, device=self.device)
@@ -297,15 +302,21 @@ class DecodeSession:
     def _sample(self, logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor):
         tokens, logprobs = sample(logits, temperature=self.sampling.temperature, top_p=self.sampling.top_p, seeds=seeds, positions=positions)
         entropies = sampling_entropy(logits, self.sampling.temperature) if self.sampling.return_entropy else None
-        return tokens, logprobs, entropies
+        alternatives = sampling_top_logprobs(logits, temperature=self.sampling.temperature, k=self.sampling.top_logprobs) if self.sampling.top_logprobs > 0 else None
+        return tokens, logprobs, entropies, alternatives
 
-    def _record(self, handles: torch.Tensor, tokens: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor | None) -> torch.Tensor:
+    def _record(self, handles: torch.Tensor, tokens: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor | None, alternatives=None) -> torch.Tensor:
         """Store one sampled token per row; return which rows finished their turn."""
         column = self.count[handles]
         self.out_tokens[handles, column] = tokens
         self.out_logprobs[handles, column] = logprobs
         if entropies is not None:
             self.out_entropy[handles, column] = entropies
+        if alternatives is not None:
+            ids, values = alternatives
+            self._top_width = ids.shape[1]  # k, or the vocabulary when that is smaller
+            self.out_top_ids[handles, column, : ids.shape[1]] = ids
+            self.out_top_logprobs[handles, column, : ids.shape[1]] = values
         self.count[handles] = column + 1
         return torch.isin(tokens, self.stops) | (column + 1 >= self.budget[handles])
 
@@ -314,10 +325,15 @@ class DecodeSession:
         tokens = self.out_tokens[sequence.handle, :n].tolist()
         stopped = bool(torch.isin(self.out_tokens[sequence.handle, n - 1], self.stops))
         entropies = self.out_entropy[sequence.handle, :n].tolist() if self.sampling.return_entropy else None
+        alternatives = None
+        if self.sampling.top_logprobs > 0:
+            k = self._top_width
+            ids, values = self.out_top_ids[sequence.handle, :n, :k].tolist(), self.out_top_logprobs[sequence.handle, :n, :k].tolist()
+            alternatives = [list(zip(row_ids, row_values)) for row_ids, row_values in zip(ids, values)]
         changes, sequence.version_changes = sequence.version_changes, []
         return Completion(
             token_ids=tokens, logprobs=self.out_logprobs[sequence.handle, :n].tolist(), finish_reason="stop" if stopped else "length", entropies=entropies,
-            weight_version=changes[0][1] if changes else self.weight_version, version_changes=[(offset, new) for offset, _, new in changes],
+            weight_version=changes[0][1] if changes else self.weight_version, version_changes=[(offset, new) for offset, _, new in changes], top_logprobs=alternatives,
         )
 
     def _start_waiting(self, finished: list) -> None:
@@ -374,9 +390,9 @@ class DecodeSession:
         logits = logits[rows]
         seeds = torch.tensor([s.seed for s in ordered], dtype=torch.long, device=self.device)
         positions = torch.tensor([s.length for s in ordered], dtype=torch.long, device=self.device)
-        tokens, logprobs, entropies = self._sample(logits, seeds, positions)
+        tokens, logprobs, entropies, alternatives = self._sample(logits, seeds, positions)
         handles = torch.tensor([s.handle for s in ordered], dtype=torch.long, device=self.device)
-        done = self._record(handles, tokens, logprobs, entropies).tolist()
+        done = self._record(handles, tokens, logprobs, entropies, alternatives).tolist()
         for sequence, token in zip(ordered, tokens.tolist()):
             sequence.last_token = token
         # Those still going join the running range; the others pause right away.
@@ -426,9 +442,9 @@ class DecodeSession:
         n = self.running
         hidden = self._forward(0, n, self.run_last[:, None], self.run_length)[:, -1]
         self.run_length += 1
-        tokens, logprobs, entropies = self._sample(self._logits(hidden), self.run_seed, self.run_length)
+        tokens, logprobs, entropies, alternatives = self._sample(self._logits(hidden), self.run_seed, self.run_length)
         self.run_last = tokens
-        done = self._record(self.run_handle, tokens, logprobs, entropies)
+        done = self._record(self.run_handle, tokens, logprobs, entropies, alternatives)
         if not bool(done.any()):
             return
         self._sync_running()

@@ -30,6 +30,8 @@ class HFBackend(SharedWeights):
     engine reads the trainer's model itself."""
 
     interface = "tokens"
+    supports_top_logprobs = True
+    """Completions carry the most likely alternatives per token when ``SamplingParams.top_logprobs`` asks."""
 
     min_shared_prefix = 8
     """Shared prompt prefixes at least this long (e.g. a system prompt) are encoded once per

@@ -71,6 +71,21 @@ def sample(
     return chosen, full.gather(-1, chosen[:, None]).squeeze(-1).log()
 
 
+def top_logprobs(logits: torch.Tensor, *, temperature: float, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` most likely tokens [N, k] and their log-probs [N, k] (most likely first) under
+    the distribution :func:`sample` reports log-probs of: softmax at the temperature, before
+    top-p; temperature 1 when greedy. Computed exactly as ``sample`` computes the sampled
+    token's, so the first entry is never below the sampled token's log-prob and equals it
+    when that token is the most likely one. A pass over [N, vocabulary] that sampling
+    without alternatives does not pay."""
+    k = min(int(k), logits.shape[-1])
+    if temperature <= 0:
+        values, ids = torch.log_softmax(logits, -1).topk(k, -1)
+        return ids, values
+    values, ids = torch.softmax(_tempered(logits, temperature), -1).topk(k, -1)
+    return ids, values.log()
+
+
 _BLOCK = 256
 
 

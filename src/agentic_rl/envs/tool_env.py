@@ -56,6 +56,13 @@ class ToolEnv:
     :class:`~agentic_rl.tools.memory.MemoryTools`) adds ``memory_write``, ``memory_read`` and
     ``memory_search`` to the tools. :meth:`episode_metrics` reports ``reflection/*`` (with
     attempts > 1) and ``memory/*`` (with memory) counters.
+
+    The tools are described in the system message in the parser's format. A renderer
+    whose chat template describes tools itself resets with ``options["tools_prompt"] =
+    "template"``: where the parser's format fits a template's description
+    (``parser.template_tools``) the system message then leaves them out. The reset info
+    says which was done: ``info["tools"]`` (the tools' schemas) and
+    ``info["tools_prompt"]`` ("text" or "template").
     """
 
     def __init__(
@@ -93,6 +100,8 @@ class ToolEnv:
         self.max_turns = max_turns
         self.answer_tag = answer_tag
         self.demonstrations = [list(demo) for demo in demonstrations]
+        self.instructions = system_prompt
+        """The system prompt without the tools' description."""
         tools_prompt = self.parser.format_tools_prompt(tools.schemas()) if len(tools) else ""
         self.system_prompt = "\n\n".join(part for part in (system_prompt, tools_prompt) if part)
         self.task: Task | None = None
@@ -113,8 +122,11 @@ class ToolEnv:
     def num_tasks(self) -> int:
         return len(self.tasks)
 
-    def opening_messages(self, task: Task) -> list[Message]:
-        messages: list[Message] = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+    def opening_messages(self, task: Task, *, describe_tools: bool = True) -> list[Message]:
+        """The reset's messages; ``describe_tools=False`` leaves the tools' description out
+        of the system message (a chat template describes them)."""
+        system = self.system_prompt if describe_tools else self.instructions
+        messages: list[Message] = [{"role": "system", "content": system}] if system else []
         for demo in self.demonstrations:
             messages.extend(demo)
         messages.append({"role": "user", "content": task.prompt})
@@ -122,7 +134,8 @@ class ToolEnv:
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
         """Start an episode on ``options["task_index"]`` (or ``options["task"]``), else on a
-        task drawn with ``seed``."""
+        task drawn with ``seed``. ``options["tools_prompt"] = "template"``: leave the tools'
+        description to the chat template where the format allows (see the class docstring)."""
         options = options or {}
         if "task" in options:
             self.task = options["task"]
@@ -134,7 +147,13 @@ class ToolEnv:
         self.attempt_results = []
         if self.memory is not None:
             self.memory.reset()
-        return self.opening_messages(self.task), {"task_id": self.task.id}
+        info: dict[str, Any] = {"task_id": self.task.id}
+        in_template = False
+        if len(self.tools):
+            in_template = options.get("tools_prompt") == "template" and self.parser.template_tools
+            info["tools"] = self.tools.schemas()
+            info["tools_prompt"] = "template" if in_template else "text"
+        return self.opening_messages(self.task, describe_tools=not in_template), info
 
     def close(self) -> None:
         """Release per-episode tool resources (e.g. python sessions); safe to call twice."""

@@ -3,7 +3,8 @@
 Requests carry OpenAI-format history: assistant messages with ``tool_calls``, ``tool``
 messages with ``tool_call_id``, ``tools`` as function schemas, content as a string or a
 list of text parts. The model reads and writes its parser's format (hermes by default):
-the tools are described in the system prompt (``format_tools_prompt``), earlier calls are
+the tools are described in the system prompt (``format_tools_prompt``; by the chat
+template itself where it renders tools, ``ChatRenderer.render_tools``), earlier calls are
 written back as the model would write them (``format_call``), tool results are framed as
 observations (``format_result``). A reply is parsed back into OpenAI ``tool_calls``.
 """
@@ -56,9 +57,10 @@ def tool_schemas(tools: Any) -> list[dict]:
     return schemas
 
 
-def to_model_messages(messages: Any, schemas: list[dict], parser: ToolCallParser) -> list[Message]:
+def to_model_messages(messages: Any, schemas: list[dict], parser: ToolCallParser, *, describe_tools: bool = True) -> list[Message]:
     """OpenAI request ``messages`` -> the messages the chat template renders (tools in the
-    system prompt, earlier calls and results in the parser's text format)."""
+    system prompt unless ``describe_tools`` is False (the template describes them), earlier
+    calls and results in the parser's text format)."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages: expected a non-empty list", "messages")
     out: list[Message] = []
@@ -84,18 +86,16 @@ def to_model_messages(messages: Any, schemas: list[dict], parser: ToolCallParser
             out.append(parser.format_result(ToolResult(name=name, content=text, call_id=message.get("tool_call_id", ""))))
         else:
             out.append({"role": role, "content": text})
-    if schemas:
-        prompt = parser.format_tools_prompt(schemas)
-        if out[0]["role"] == "system":
-            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{prompt}".strip()}
-        else:
-            out.insert(0, {"role": "system", "content": prompt})
-    return out
+    return parser.with_tools_prompt(out, schemas) if describe_tools else out
 
 
 def reply_message(text: str, parser: ToolCallParser | None) -> tuple[dict[str, Any], bool]:
     """The OpenAI assistant message for a reply's ``text`` (tool calls parsed when the
-    request offered tools) and whether it calls tools."""
+    request offered tools) and whether it calls tools.
+
+    With calls, the content is the text before the first call (trailing whitespace
+    dropped, leading kept) then, on a new line, the text between and after the calls: a
+    stream can send the text before the call as it is sampled and still add up to this."""
     if parser is not None:
         parsed = parser.parse(text)
         if parsed.calls:
@@ -103,5 +103,10 @@ def reply_message(text: str, parser: ToolCallParser | None) -> tuple[dict[str, A
                 {"id": call.id or f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
                 for call in parsed.calls
             ]
-            return {"role": "assistant", "content": parsed.content or None, "tool_calls": calls}, True
+            cut = text.find(parser.call_open_tag) if parser.call_open_tag else -1
+            if cut >= 0:
+                content = "\n".join(part for part in (text[:cut].rstrip(), parser.parse(text[cut:]).content) if part)
+            else:
+                content = parsed.content
+            return {"role": "assistant", "content": content or None, "tool_calls": calls}, True
     return {"role": "assistant", "content": text}, False

@@ -1,5 +1,5 @@
 """Completions for concurrent requests, batched: one service thread steps a decode session
-per sampling setting (temperature, top_p) of the requests in flight, so requests that
+per sampling setting (temperature, top_p, top_logprobs) of the requests in flight, so requests that
 arrive while others decode join the same batch (continuous batching, engines/decode_session.py).
 
 Each request is one completion of a token prompt; its result is the engine's
@@ -27,6 +27,7 @@ class _Request:
     seed: int
     temperature: float
     top_p: float
+    top_logprobs: int
     future: Future
     on_tokens: Callable[[list[int]], None] | None = None
     sent: int = 0
@@ -44,6 +45,8 @@ class CompletionService:
         if backend.interface != "tokens" or not callable(getattr(backend, "session", None)):
             raise ValueError("the gateway needs a token engine with decode sessions (backend.kind hf or vllm)")
         self.backend = backend
+        self.supports_top_logprobs = bool(getattr(backend, "supports_top_logprobs", False))
+        """Whether completions can carry the most likely alternatives per token (``top_logprobs``)."""
         self.stop_token_ids = list(stop_token_ids)
         self._incoming: queue.Queue[_Request] = queue.Queue()
         self._stop = threading.Event()
@@ -54,10 +57,12 @@ class CompletionService:
         self._thread.start()
 
     def submit(
-        self, prompt: Sequence[int], *, max_tokens: int, seed: int, temperature: float = 1.0, top_p: float = 1.0,
+        self, prompt: Sequence[int], *, max_tokens: int, seed: int, temperature: float = 1.0, top_p: float = 1.0, top_logprobs: int = 0,
         on_tokens: Callable[[list[int]], None] | None = None,
     ) -> Future:
         """One completion of ``prompt``; draws depend only on ``seed`` and the position.
+        ``top_logprobs``: also the this-many most likely tokens per position (engines with
+        ``supports_top_logprobs``; such requests decode in a session of their own).
         ``on_tokens(new_ids)`` (called on the service thread) streams the tokens as they are
         sampled, where the engine shows them (in-process HF; a server's turn comes whole).
         Cancelling the future stops the sequence and frees its slot."""
@@ -65,7 +70,9 @@ class CompletionService:
         if self._failure is not None or not self._thread.is_alive():
             future.set_exception(RuntimeError(f"the gateway's engine stopped: {self._failure!r}"))
             return future
-        self._incoming.put(_Request(list(prompt), int(max_tokens), int(seed), float(temperature), float(top_p), future, on_tokens))
+        if top_logprobs and not self.supports_top_logprobs:
+            raise ValueError(f"top_logprobs: {type(self.backend).__name__} does not return alternatives")
+        self._incoming.put(_Request(list(prompt), int(max_tokens), int(seed), float(temperature), float(top_p), int(top_logprobs), future, on_tokens))
         return future
 
     @property
@@ -82,7 +89,7 @@ class CompletionService:
         return self.backend.weight_version
 
     def _serve(self) -> None:
-        sessions: dict[tuple[float, float], tuple[object, dict[int, _Request]]] = {}
+        sessions: dict[tuple[float, float, int], tuple[object, dict[int, _Request]]] = {}
         try:
             while not self._stop.is_set():
                 self._admit(sessions, block=not sessions)
@@ -130,9 +137,9 @@ class CompletionService:
             block = False
             if request.future.cancelled():
                 continue
-            setting = (request.temperature, request.top_p)
+            setting = (request.temperature, request.top_p, request.top_logprobs)
             if setting not in sessions:
-                sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, max_new_tokens=request.max_tokens)
+                sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, max_new_tokens=request.max_tokens, top_logprobs=request.top_logprobs)
                 session = self.backend.session(sampling, stop_token_ids=self.stop_token_ids)
                 sessions[setting] = (session.__enter__(), {})
             session, requests = sessions[setting]

@@ -40,11 +40,14 @@ class Call:
     """The assistant message the gateway returned."""
     tools: str = ""
     """The request's tools (canonical JSON): a continuation must offer the same ones."""
+    kind: str = "chat"
+    """"chat" (``/v1/chat/completions``) or "completion" (``/v1/completions``: a raw prompt,
+    no messages; a chat call never continues one by its messages)."""
     created: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "prompt_ids": self.prompt_ids, "completion_ids": self.completion_ids, "logprobs": self.logprobs,
+            "kind": self.kind, "prompt_ids": self.prompt_ids, "completion_ids": self.completion_ids, "logprobs": self.logprobs,
             "weight_version": self.weight_version, "finish_reason": self.finish_reason, "created": self.created,
         }
 
@@ -104,7 +107,7 @@ class EpisodeStore:
             calls = list(episode.calls) if episode else []
         for call in reversed(calls):
             n = len(call.messages)
-            if call.tools == tools and len(messages) > n + 1 and messages[:n] == call.messages and same_reply(messages[n], call.reply):
+            if call.kind == "chat" and call.tools == tools and len(messages) > n + 1 and messages[:n] == call.messages and same_reply(messages[n], call.reply):
                 return call, n + 1
         return None
 

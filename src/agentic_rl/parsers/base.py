@@ -41,6 +41,14 @@ class ToolCallParser(abc.ABC):
     """One tool-call text format. Subclasses set ``name`` and implement the abstract methods."""
 
     name: ClassVar[str] = ""
+    call_open_tag: ClassVar[str | None] = None
+    """The text that opens a call (hermes: ``<tool_call>``): a stream holds text back from
+    there until the turn is parsed. None: unknown (a stream holds the whole turn)."""
+    template_tools: ClassVar[bool] = False
+    """Whether a chat template's own tool description fits this format (JSON function
+    calls): then a template that renders ``tools`` describes them (``ChatRenderer``),
+    instead of ``format_tools_prompt`` in the system message. Tag formats (``<search>``,
+    ``<code>``) describe themselves."""
 
     @abc.abstractmethod
     def parse(self, text: str) -> ParseResult:
@@ -53,6 +61,18 @@ class ToolCallParser(abc.ABC):
     @abc.abstractmethod
     def format_call(self, call: ToolCall) -> str:
         """The exact text a model writes for ``call``; ``parse`` must read it back."""
+
+    def with_tools_prompt(self, messages: list[Message], schemas: list[dict]) -> list[Message]:
+        """``messages`` with the tools described in the system message (``ToolEnv``'s layout:
+        the system text, a blank line, the tools prompt; a system message of its own when
+        there is none)."""
+        prompt = self.format_tools_prompt(schemas) if schemas else ""
+        if not prompt:
+            return list(messages)
+        if messages and messages[0].get("role") == "system":
+            system = "\n\n".join(part for part in (messages[0].get("content") or "", prompt) if part)
+            return [{**messages[0], "content": system}, *messages[1:]]
+        return [{"role": "system", "content": prompt}, *messages]
 
     def wrap_observation(self, text: str) -> str:
         """How tool output is framed for the model (override per format)."""

@@ -25,6 +25,8 @@ class HermesParser(ToolCallParser):
     """
 
     name = "hermes"
+    call_open_tag = OPEN_TAG
+    template_tools = True
 
     def __init__(self, max_calls_per_turn: int = 4, max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> None:
         if max_calls_per_turn < 1:

@@ -44,6 +44,7 @@ class RetoolParser(ToolCallParser):
     """
 
     name = "retool"
+    call_open_tag = OPEN_TAG
 
     def __init__(self, max_calls_per_turn: int = 1, tool_name: str = "python", max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> None:
         if max_calls_per_turn < 1:

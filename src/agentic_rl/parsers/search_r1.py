@@ -26,6 +26,7 @@ class SearchR1Parser(ToolCallParser):
     """
 
     name = "search_r1"
+    call_open_tag = OPEN_TAG
 
     def __init__(self, max_calls_per_turn: int = 1, tool_name: str = "search", max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> None:
         if max_calls_per_turn < 1:

@@ -229,7 +229,8 @@ def branch_from(parent: Trajectory, turn_index: int, make_env: Callable[[], Env]
 def _replay(env: Env, parent: Trajectory, turn_index: int, task_index: int):
     """Step ``env`` through the parent's first ``turn_index + 1`` turns, checking each
     observation and reward; (messages consumed, reset info, answer, correct) or None."""
-    messages, reset_info = env.reset(options={"task_index": task_index})
+    options = {"task_index": task_index, **({"tools_prompt": "template"} if parent.template_tools else {})}  # as the parent was reset
+    messages, reset_info = env.reset(options=options)
     if list(messages) != parent.messages[: len(messages)]:
         return None
     cursor = len(messages)

@@ -5,6 +5,11 @@ each observation is rendered once, as the text the chat template would put betwe
 end of the assistant's content and the start of the next assistant turn. History is
 never re-tokenized, so the trained-on tokens are exactly the sampled ones.
 
+Tools are described by the chat template itself (``apply_chat_template(..., tools=...)``)
+when the template renders ``tools`` and the tool-call format is one a template's
+description fits (``render_tools``); otherwise the parser's own prompt goes into the
+system message, as for SmolLM2, whose template knows no tools.
+
 Observation text (tool output, tool names, feedback) is untrusted: it is tokenized as
 plain text, so a tool output containing ``<|im_end|>`` cannot end the turn or open a
 fake assistant turn; only the template's own markup yields special tokens.
@@ -14,11 +19,25 @@ from __future__ import annotations
 
 import re
 
-from agentic_rl.types import Message
+from typing import TYPE_CHECKING
+
+from agentic_rl.types import Message, openai_tools
+
+if TYPE_CHECKING:
+    from agentic_rl.parsers.base import ToolCallParser
 
 _PROBE = "\u2063PROBE\u2063"  # text that never occurs in a template, to locate content
 _SLOT = re.compile("\u2063SLOT(\\d+)\u2063")  # stands in for one untrusted field while rendering
 _UNTRUSTED_FIELDS = ("content", "name")  # names too: an unknown tool's name is the model's text
+_TOOLS_VARIABLE = re.compile(r"\btools\b")
+
+
+def template_renders_tools(tokenizer) -> bool:
+    """Whether the tokenizer's chat template (any of them, when it has several) uses a
+    ``tools`` variable, i.e. describes tools passed to ``apply_chat_template``."""
+    template = getattr(tokenizer, "chat_template", None)
+    sources = template.values() if isinstance(template, dict) else [template]
+    return any(isinstance(source, str) and _TOOLS_VARIABLE.search(source) for source in sources)
 
 
 class ChatRenderer:
@@ -26,6 +45,8 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("tokenizer has no chat template; multi-turn rollouts need one")
+        self.template_tools = template_renders_tools(tokenizer)
+        """The chat template describes tools passed to it (see ``render_tools``)."""
         self.stop_token_ids = self._stop_token_ids()
         specials = {token.content for token in getattr(tokenizer, "added_tokens_decoder", {}).values() if token.special}
         specials |= set(tokenizer.all_special_tokens)
@@ -44,15 +65,28 @@ class ChatRenderer:
                 ids.add(token_id)
         return sorted(i for i in ids if i is not None)
 
-    def _render(self, messages: list[Message], *, add_generation_prompt: bool) -> str:
+    def render_tools(self, parser: ToolCallParser) -> bool:
+        """Whether tools offered in ``parser``'s format are described by the chat template
+        (``prompt_ids(..., tools=schemas)``) rather than by ``parser.format_tools_prompt``
+        in the system message: the template renders tools and the format is one that a
+        template's description fits (``parser.template_tools``)."""
+        return self.template_tools and parser.template_tools
+
+    def _render(self, messages: list[Message], *, add_generation_prompt: bool, tools: list[dict] | None = None) -> str:
+        if tools:
+            return self.tokenizer.apply_chat_template(messages, tools=openai_tools(tools), tokenize=False, add_generation_prompt=add_generation_prompt)
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     def encode_text(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def prompt_ids(self, messages: list[Message]) -> list[int]:
-        """Tokens of the opening conversation plus the assistant generation prompt."""
-        return self.encode_text(self._render(messages, add_generation_prompt=True))
+    def prompt_ids(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
+        """Tokens of the opening conversation plus the assistant generation prompt.
+        ``tools``: tool schemas (OpenAI's form, or bare functions) for the chat template to describe (only where
+        ``template_tools``; otherwise they are in the messages' text already)."""
+        if tools and not self.template_tools:
+            raise ValueError("this chat template does not render tools: describe them in the system message (parser.with_tools_prompt)")
+        return self.encode_text(self._render(messages, add_generation_prompt=True, tools=tools))
 
     def response_text(self, token_ids: list[int]) -> str:
         """The assistant content of sampled tokens (a trailing stop token is not content)."""

@@ -26,6 +26,16 @@ StepResult = Callable[[], tuple]
 (``concurrent.futures.TimeoutError`` when the step outlived the episode's deadline)."""
 
 
+def reset_options(task_index: int, renderer: ChatRenderer | None) -> dict:
+    """What an episode resets its env with: the task, and, where the chat template describes
+    tools itself, the request that the env leave its own description of them out (an env
+    that does says so in its reset info: ``Trajectory.template_tools``)."""
+    options: dict = {"task_index": task_index}
+    if renderer is not None and renderer.template_tools:
+        options["tools_prompt"] = "template"
+    return options
+
+
 @dataclass
 class Episode:
     """A trajectory in progress with its env, limits and finish callback."""
@@ -57,7 +67,7 @@ class Episode:
         started = time.monotonic()
         try:
             env = make_env()
-            messages, info = env.reset(options={"task_index": task_index})
+            messages, info = env.reset(options=reset_options(task_index, renderer))
         except Exception as exc:  # a broken env must not take the other episodes down
             trajectory = Trajectory(task_id=str(task_index), group_id=group.group_id, infra_error=f"reset failed: {type(exc).__name__}: {exc}")
             group.trajectories.append(trajectory)
@@ -67,7 +77,7 @@ class Episode:
         group.task_id = str(info.get("task_id", task_index))
         trajectory = Trajectory(task_id=group.task_id, group_id=group.group_id, messages=list(messages), info=dict(info))
         if renderer:
-            trajectory.append(renderer.prompt_ids(messages), 0)
+            trajectory.append(renderer.prompt_ids(messages, tools=trajectory.template_tools), 0)
             trajectory.prompt_length = len(trajectory.token_ids)
         group.trajectories.append(trajectory)
         episode = cls(trajectory, env, limits, renderer, on_finish, started)
@@ -186,7 +196,7 @@ class Episode:
         trajectory.segments = [*trajectory.segments, finished]
         trajectory.messages, trajectory.turns = list(shown), []
         trajectory.token_ids, trajectory.loss_mask, trajectory.sampler_logprobs = [], [], []
-        trajectory.append(self.renderer.prompt_ids(shown), 0)
+        trajectory.append(self.renderer.prompt_ids(shown, tools=trajectory.template_tools), 0)
         trajectory.prompt_length = len(trajectory.token_ids)
         self.new_segment = True
         return "max_tokens" if len(trajectory.token_ids) >= self.limits.max_total_tokens else None

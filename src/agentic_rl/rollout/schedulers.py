@@ -57,7 +57,11 @@ def run_per_turn(episodes: list[Episode], backend, sampling: SamplingParams, poo
             active = [episode for episode, _ in sampled]
             taken = [episode.take_completion(completion) for episode, completion in sampled]
         else:
-            replies = backend.chat([e.trajectory.messages for e in active], temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens, seed=seed)
+            # The env's tools go with each conversation (a server that parses calls returns
+            # them structured; the backend writes them back in the env's format).
+            tools = [e.trajectory.info.get("tools") for e in active]
+            parser = getattr(active[0].env, "parser", None)
+            replies = backend.chat([e.trajectory.messages for e in active], temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens, seed=seed, tools=tools, parser=parser)
             taken = [episode.take_reply(reply.text, reply.finish_reason, backend.weight_version) for episode, reply in zip(active, replies)]
         futures = [pool.submit(episode.env.step, message) for episode, (_, message) in zip(active, taken)]
         still_active = []

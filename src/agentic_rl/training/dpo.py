@@ -80,7 +80,7 @@ def validate_pair(pair, index: int | None = None) -> None:
         raise ValueError(f"{where}.prompt: the shared prompt must end before the first assistant turn")
     for key in ("chosen", "rejected"):
         try:
-            validate_example({"messages": pair["prompt"] + pair[key]})
+            validate_example({"messages": pair["prompt"] + pair[key], "tools": pair.get("tools")})
         except ValueError as error:
             raise ValueError(f"{where}.{key}: {str(error).removeprefix('example: ')}") from None
         if pair[key][0].get("role") != "assistant":
@@ -104,12 +104,13 @@ def pairs_from_groups(groups: Sequence[TrajectoryGroup], parser: ToolCallParser 
         rejected = trajectory_to_example(worst, parser, skip_messages=skip_messages)
         prompt, chosen_messages = _split(chosen["messages"])
         rejected_prompt, rejected_messages = _split(rejected["messages"])
-        if prompt != rejected_prompt:  # same task, so the same opening; never pair different prompts
+        if prompt != rejected_prompt or chosen.get("tools") != rejected.get("tools"):  # same task, so the same opening; never pair different prompts
             continue
         pairs.append({
             "prompt": prompt,
             "chosen": chosen_messages,
             "rejected": rejected_messages,
+            **({"tools": chosen["tools"]} if chosen.get("tools") else {}),
             "metadata": {"task_id": group.task_id, "chosen_reward": best.reward, "rejected_reward": worst.reward},
         })
     return pairs
@@ -127,6 +128,7 @@ def pairs_from_rollout_records(records: Sequence[dict], parser: ToolCallParser |
         group.trajectories.append(Trajectory(
             task_id=group.task_id, group_id=group.group_id, messages=record["messages"],
             reward=float(record["reward"]), infra_error=record.get("infra_error"),
+            info={"tools": record["tools"], "tools_prompt": "template"} if record.get("tools") else {},  # described by the chat template
         ))
     return pairs_from_groups(list(groups.values()), parser)
 
@@ -179,8 +181,8 @@ def tokenize_pairs(pairs: Sequence[dict], tokenizer, parser: ToolCallParser | st
     out, dropped = [], 0
     for index, pair in enumerate(pairs):
         validate_pair(pair, index)  # one clear line before any compute
-        chosen = render_example(pair["prompt"] + pair["chosen"], renderer, parser)
-        rejected = render_example(pair["prompt"] + pair["rejected"], renderer, parser)
+        chosen = render_example(pair["prompt"] + pair["chosen"], renderer, parser, tools=pair.get("tools"))
+        rejected = render_example(pair["prompt"] + pair["rejected"], renderer, parser, tools=pair.get("tools"))
         if max(len(chosen[0]), len(rejected[0])) > max_length:
             dropped += 1
         else:

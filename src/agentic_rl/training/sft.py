@@ -48,7 +48,7 @@ def tokenize_examples(examples: list[dict], tokenizer, parser: ToolCallParser | 
     sequences, dropped = [], 0
     for index, example in enumerate(examples):
         validate_example(example, index)  # one clear line before any compute
-        ids, mask = render_example(example["messages"], renderer, parser)
+        ids, mask = render_example(example["messages"], renderer, parser, tools=example.get("tools"))
         if len(ids) > max_length:
             dropped += 1
         else:
