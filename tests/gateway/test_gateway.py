@@ -24,21 +24,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 HELLO = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
 
 
-@pytest.fixture(scope="module")
-def server(tiny):
-    model, tokenizer = tiny
-    server = GatewayServer(HFBackend(copy.deepcopy(model), tokenizer), model_name="tiny", port=0)
-    server.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-
-
 def test_models_and_a_completion_validate_as_the_sdk_types(client) -> None:
     assert [m.id for m in client.models.list().data] == ["tiny"]
     response = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=8, seed=3, logprobs=True)

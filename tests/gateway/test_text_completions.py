@@ -5,7 +5,6 @@ traces whose calls chain by tokens."""
 
 from __future__ import annotations
 
-import copy
 
 import httpx
 import pytest
@@ -16,26 +15,10 @@ openai = pytest.importorskip("openai")
 from agentic_rl.engines.base import SamplingParams  # noqa: E402
 from agentic_rl.engines.hf import HFBackend  # noqa: E402
 from agentic_rl.gateway import calls_to_trajectories  # noqa: E402
-from agentic_rl.gateway.server import GatewayServer  # noqa: E402
 from agentic_rl.seeds import stream_seed  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPT = "The capital of France is"
-
-
-@pytest.fixture(scope="module")
-def server(tiny):
-    model, tokenizer = tiny
-    server = GatewayServer(HFBackend(copy.deepcopy(model), tokenizer), model_name="tiny", port=0)
-    server.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
 
 
 def engine_sample(tiny, prompt_ids: list[int], seed: int, max_tokens: int) -> list[int]:

@@ -176,6 +176,15 @@ def create_app(
                 future.cancel()
             raise
 
+    def envelope(id_prefix: str, kind: str, choices: list, prompt_tokens: int, completions: list) -> dict:
+        """The non-streamed response around ``(choice, completion tokens)`` pairs, with usage."""
+        used = sum(count for _, count in choices)
+        return {
+            "id": f"{id_prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()), "model": model_name,
+            "choices": [choice for choice, _ in choices], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": used, "total_tokens": prompt_tokens + used},
+            "system_fingerprint": f"weights-v{completions[0].weight_version}",
+        }
+
     async def respond(request: Request, episode_id: str | None, handler):
         try:
             body = await read_json(request)
@@ -243,13 +252,7 @@ def create_app(
         failed = next((c.error for c in completions if c.error is not None), None)
         if failed is not None:
             return error_response(500, f"the engine failed: {failed}")
-        choices = [finish(index, completion) for index, completion in enumerate(completions)]
-        usage = sum(count for _, count in choices)
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()), "model": model_name,
-            "choices": [choice for choice, _ in choices], "usage": {"prompt_tokens": len(prompt), "completion_tokens": usage, "total_tokens": len(prompt) + usage},
-            "system_fingerprint": f"weights-v{completions[0].weight_version}",
-        }
+        return envelope("chatcmpl", "chat.completion", [finish(index, completion) for index, completion in enumerate(completions)], len(prompt), completions)
 
     @app.post("/v1/chat/completions")
     async def chat_plain(request: Request):
@@ -329,13 +332,7 @@ def create_app(
         failed = next((c.error for c in completions if c.error is not None), None)
         if failed is not None:
             return error_response(500, f"the engine failed: {failed}")
-        choices = [finish(index, completion) for index, completion in enumerate(completions)]
-        usage = sum(count for _, count in choices)
-        return {
-            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": model_name,
-            "choices": [choice for choice, _ in choices], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": usage, "total_tokens": prompt_tokens + usage},
-            "system_fingerprint": f"weights-v{completions[0].weight_version}",
-        }
+        return envelope("cmpl", "text_completion", [finish(index, completion) for index, completion in enumerate(completions)], prompt_tokens, completions)
 
     @app.post("/v1/completions")
     async def text_plain(request: Request):
