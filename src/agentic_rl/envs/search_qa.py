@@ -154,6 +154,9 @@ def _normalize_query(query: str) -> str:
 class SearchQAEnv(ToolEnv):
     """A ``ToolEnv`` scored by EM / F1, recording what was searched and retrieved."""
 
+    search_tool_name = "search"
+    """The tool whose calls count as searches (queries, repeats, retrieved text)."""
+
     def __init__(self, tasks: Sequence[Task], tools: ToolRegistry, *, reward: Literal["em", "f1"] = "em", format_reward: float = 0.0, **kwargs: Any) -> None:
         if reward not in ("em", "f1"):
             raise ValueError(f"reward: expected 'em' or 'f1', got {reward!r}")
@@ -194,7 +197,7 @@ class SearchQAEnv(ToolEnv):
 
     def record_calls(self, calls, call_results: list[ToolResult], results: list[ToolResult]) -> None:
         for call, result in zip(calls, call_results):
-            if call.name == "search" and result.ok and isinstance(call.arguments, dict):
+            if call.name == self.search_tool_name and result.ok and isinstance(call.arguments, dict):
                 query = _normalize_query(str(call.arguments.get("query", "")))
                 if query in self.queries:
                     self.repeated_queries += 1
