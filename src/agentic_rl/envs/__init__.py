@@ -10,6 +10,7 @@ from agentic_rl.envs.frozenlake import make_frozenlake_env
 from agentic_rl.envs.sokoban import make_sokoban_env
 from agentic_rl.envs.gym_adapter import make_gymnasium_env
 from agentic_rl.envs.code import make_code_env
+from agentic_rl.envs.web_qa import make_web_qa_env
 
 register(
     "arithmetic",
@@ -26,6 +27,7 @@ register("gsm8k", make_gsm8k_env, "GSM8K from env.path (#### answers), sandboxed
 register("frozenlake", make_frozenlake_env, "FrozenLake text game (RAGEN style): generated lakes with a guaranteed path, one move per turn in <answer></answer>.")
 register("sokoban", make_sokoban_env, "Sokoban text game (RAGEN style): generated rooms solvable by reverse play, one move per turn in <answer></answer>.")
 register("code", make_code_env, "Write a Python function that passes unit tests (procedural tasks, HumanEval or a JSONL), sandboxed python tool; tests run in a fresh sandbox.")
+register("web-qa", make_web_qa_env, "Questions from a QA JSONL (env.qa_path) researched with web_search (Brave or Tavily API) and browse (main text of a page); EM/F1 reward.")
 register("gymnasium", make_gymnasium_env, "Any Gymnasium env with a Discrete action space (env_id, env_kwargs), ansi text observations, named actions; needs the [gym] extra.")
 
 __all__ = [

@@ -11,7 +11,8 @@ By default the questions and corpus are the built-in generated ones
 (:mod:`agentic_rl.envs.search_data`); any QA JSONL (``question``, ``answers``) plugs in
 with ``qa_path`` and any corpus with ``corpus_path`` (JSONL, indexed in memory),
 ``index_path`` (an ``agentic-rl index build`` folder) or ``server_url`` (a retrieval
-server).
+server); ``retriever: {kind: simulated, ...}`` replaces the corpus with ZeroSearch's
+simulated search engine (:mod:`agentic_rl.retrieval.simulated`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from agentic_rl.envs.tool_env import ToolEnv
 from agentic_rl.parsers import DEFAULT_MAX_ARGUMENT_CHARS, ToolCallParser, get_parser
 from agentic_rl.retrieval.base import Retriever, format_documents
 from agentic_rl.retrieval.cache import CachedRetriever
+from agentic_rl.retrieval.simulated import SimulatedSearch, SimulatedSearchEngine, SimulationConfig, simulated_engine
 from agentic_rl.rewards.qa import answer_in_text, best_exact_match, best_f1
 from agentic_rl.tools import Tool, ToolRegistry, tool
 from agentic_rl.types import Message, ToolCall, ToolResult
@@ -154,7 +156,13 @@ def _normalize_query(query: str) -> str:
 class SearchQAEnv(ToolEnv):
     """A ``ToolEnv`` scored by EM / F1, recording what was searched and retrieved."""
 
-    def __init__(self, tasks: Sequence[Task], tools: ToolRegistry, *, reward: Literal["em", "f1"] = "em", format_reward: float = 0.0, **kwargs: Any) -> None:
+    search_tool_name = "search"
+    """The tool whose calls count as searches (queries, repeats, retrieved text)."""
+
+    def __init__(
+        self, tasks: Sequence[Task], tools: ToolRegistry, *, reward: Literal["em", "f1"] = "em", format_reward: float = 0.0,
+        simulated_search: SimulatedSearch | None = None, **kwargs: Any,
+    ) -> None:
         if reward not in ("em", "f1"):
             raise ValueError(f"reward: expected 'em' or 'f1', got {reward!r}")
         if not 0.0 <= format_reward <= 1.0:
@@ -162,6 +170,9 @@ class SearchQAEnv(ToolEnv):
         super().__init__(tasks, tools, **kwargs)
         self.reward_kind = reward
         self.format_weight = format_reward
+        self.simulated_search = simulated_search
+        """ZeroSearch's simulated engine behind the search tool, told each episode's question,
+        answers and training step (``options["training_step"]``) at reset; None: a real corpus."""
         self._reset_episode()
 
     def _reset_episode(self) -> None:
@@ -173,7 +184,11 @@ class SearchQAEnv(ToolEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
         self._reset_episode()
-        return super().reset(seed=seed, options=options)
+        messages, info = super().reset(seed=seed, options=options)
+        if self.simulated_search is not None:
+            step = (options or {}).get("training_step")
+            self.simulated_search.begin_episode(question=self.task.prompt, answers=_golds(self.task), step=step, seed=seed)  # type: ignore[union-attr]
+        return messages, info
 
     def score(self, answer: str | None) -> tuple[float, dict[str, float]]:
         """(reward, {"em", "f1"}) of a final answer for the current task."""
@@ -194,7 +209,7 @@ class SearchQAEnv(ToolEnv):
 
     def record_calls(self, calls, call_results: list[ToolResult], results: list[ToolResult]) -> None:
         for call, result in zip(calls, call_results):
-            if call.name == "search" and result.ok and isinstance(call.arguments, dict):
+            if call.name == self.search_tool_name and result.ok and isinstance(call.arguments, dict):
                 query = _normalize_query(str(call.arguments.get("query", "")))
                 if query in self.queries:
                     self.repeated_queries += 1
@@ -220,6 +235,9 @@ class SearchQAEnv(ToolEnv):
             "search/em": self.final["em"],
             "search/f1": self.final["f1"],
         }
+        if self.simulated_search is not None:  # ZeroSearch: the noise level and how many searches got noise
+            metrics["search/noise_probability"] = self.simulated_search.noise
+            metrics["search/noisy_searches"] = float(self.simulated_search.noisy_searches)
         hops = self.task.metadata.get("hops") if self.task is not None else None
         if hops:  # per hop count (averaged over the episodes that have it): 1-hop and 2-hop EM apart
             metrics[f"search/em_{hops}hop"] = self.final["em"]
@@ -263,6 +281,7 @@ def make_search_qa_env(
     corpus_path: str | None = None,
     index_path: str | None = None,
     server_url: str | None = None,
+    retriever: dict | SimulatedSearchEngine | None = None,
     top_k: int = 3,
     max_doc_chars: int | None = 300,
     max_turns: int = 5,
@@ -282,7 +301,9 @@ def make_search_qa_env(
 
     ``qa_path`` (JSONL of ``question``/``answers``; ``{split}`` in the path is replaced by the
     split) replaces the built-in questions; ``corpus_path`` / ``index_path`` / ``server_url``
-    replace the built-in corpus. ``top_k`` documents per search, each cut to
+    replace the built-in corpus, and so does ``retriever``: ``{kind: simulated, model, ...}``
+    (:class:`~agentic_rl.retrieval.simulated.SimulationConfig`: ZeroSearch's LLM-simulated
+    search with a noise curriculum) or, in Python, a ``SimulatedSearchEngine``. ``top_k`` documents per search, each cut to
     ``max_doc_chars`` characters. ``few_shot`` oracle demonstrations (built-in questions only).
     ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``
     (``episode`` or ``shared`` memory tools; hermes format only): see :class:`ToolEnv`.
@@ -295,8 +316,13 @@ def make_search_qa_env(
         tasks: Sequence[Task] = QATasks(qa_path.replace("{split}", split), num_tasks=num_tasks)
     else:
         tasks = SearchQATasks(split=split, seed=seed, num_tasks=num_tasks, types=types, hops=hops)
-    retriever = get_retriever(seed=seed, corpus_path=corpus_path, index_path=index_path, server_url=server_url)
-    search_tool = make_search_tool(retriever, top_k=top_k, max_doc_chars=max_doc_chars)
+    simulated = _simulated_search(retriever, split) if retriever is not None else None
+    if simulated is not None and (corpus_path or index_path or server_url):
+        raise ValueError("retriever: a simulated search engine replaces the corpus; give it or corpus_path / index_path / server_url, not both")
+    if simulated is not None and few_shot:
+        raise ValueError("few_shot: the oracle demonstrations need a document collection, not a simulated search engine")
+    search = simulated if simulated is not None else get_retriever(seed=seed, corpus_path=corpus_path, index_path=index_path, server_url=server_url)
+    search_tool = make_search_tool(search, top_k=top_k, max_doc_chars=max_doc_chars)
     limit = max_calls_per_turn if max_calls_per_turn is not None else (1 if parser == "search_r1" else 4)
     call_parser = get_parser(parser, max_calls_per_turn=limit, max_argument_chars=max_argument_chars)
     if not 0 <= few_shot <= DEFAULT_NUM_TASKS["demo"]:
@@ -319,4 +345,18 @@ def make_search_qa_env(
         attempt_discount=attempt_discount,
         self_critique=self_critique,
         memory=memory,
+        simulated_search=simulated,
     )
+
+
+def _simulated_search(spec: Any, split: str) -> SimulatedSearch:
+    """This env's simulated search over the process-wide engine ``spec`` names; the gold
+    answer goes to the simulator in the train split unless ``with_answer`` says otherwise."""
+    if isinstance(spec, SimulatedSearchEngine):
+        engine = spec
+    elif isinstance(spec, dict):
+        engine = simulated_engine(SimulationConfig.parse(spec))
+    else:
+        raise ValueError(f"retriever: expected a mapping like {{kind: simulated, model: ...}}, got {type(spec).__name__}")
+    with_answer = engine.config.with_answer
+    return SimulatedSearch(engine, with_answer=split == "train" if with_answer is None else with_answer)
