@@ -10,6 +10,7 @@ from agentic_rl.envs.frozenlake import make_frozenlake_env
 from agentic_rl.envs.sokoban import make_sokoban_env
 from agentic_rl.envs.gym_adapter import make_gymnasium_env
 from agentic_rl.envs.code import make_code_env
+from agentic_rl.envs.mixed import MIX_ENV, MixedEnv, make_mixed_env, mixed_spec_of
 
 register(
     "arithmetic",
@@ -27,12 +28,15 @@ register("frozenlake", make_frozenlake_env, "FrozenLake text game (RAGEN style):
 register("sokoban", make_sokoban_env, "Sokoban text game (RAGEN style): generated rooms solvable by reverse play, one move per turn in <answer></answer>.")
 register("code", make_code_env, "Write a Python function that passes unit tests (procedural tasks, HumanEval or a JSONL), sandboxed python tool; tests run in a fresh sandbox.")
 register("gymnasium", make_gymnasium_env, "Any Gymnasium env with a Discrete action space (env_id, env_kwargs), ansi text observations, named actions; needs the [gym] extra.")
+register(MIX_ENV, make_mixed_env, "Several envs in one run (env.mix: [{name, weight, label, options...}]): tasks drawn by weight, metrics and eval tables per env.")
 
 __all__ = [
     "ArithmeticTasks",
     "Env",
     "EnvCheckError",
     "INVALID_CALL",
+    "MIX_ENV",
+    "MixedEnv",
     "Task",
     "ToolEnv",
     "UnknownEnvError",
@@ -41,6 +45,8 @@ __all__ = [
     "env_factory",
     "make",
     "make_arithmetic_env",
+    "make_mixed_env",
+    "mixed_spec_of",
     "register",
     "registered",
 ]

@@ -71,14 +71,21 @@ class RunState:
 
 
 def eval_env_options(config: TrainConfig) -> dict:
-    """The held-out env's options: the training env's with ``eval.env`` on top; the default
-    ``few_shot: 0`` (zero-shot evaluation) only for envs that take demonstrations."""
+    """The held-out env's options: the training env's with ``eval.env`` on top (for a mix, on
+    top of each entry's); the default ``few_shot: 0`` (zero-shot evaluation) only for envs
+    that take demonstrations."""
+    if config.env.is_mix:  # each entry's options, with eval.env on top of each
+        return {"mix": [_eval_options(entry["name"], entry, config.eval.env) for entry in config.env.options["mix"]]}
+    return _eval_options(config.env.name, config.env.options, config.eval.env)
+
+
+def _eval_options(name: str, options: dict, overrides: dict) -> dict:
     from agentic_rl import envs
 
-    options = {**config.env.options, **config.eval.env}
-    if options.get("few_shot") == 0 and "few_shot" not in config.env.options and not envs.accepts_option(config.env.name, "few_shot"):
-        del options["few_shot"]
-    return options
+    merged = {**options, **overrides}
+    if merged.get("few_shot") == 0 and "few_shot" not in options and not envs.accepts_option(name, "few_shot"):
+        del merged["few_shot"]
+    return merged
 
 
 def eval_config(config: TrainConfig, output: Path) -> EvalConfig:
@@ -281,12 +288,16 @@ def _resume_trainer(state: RunState) -> None:
 
 
 def run_rl(state: RunState) -> None:
+    from agentic_rl.envs import mixed_spec_of
     from agentic_rl.training.rl import RLTrainer
+    from agentic_rl.training.task_schedule import TaskPools
 
     config = state.config
+    mix = mixed_spec_of(state.train_env())
+    pools = TaskPools(mix.pools(state.task_indices), mix.weights) if mix is not None else None
     rollouts = _ray_rollouts(state) if config.distributed.engine == "ray" else None
     try:
-        state.trainer = RLTrainer(config, state.model, state.tokenizer, rollouts or state.backend, state.train_env, state.task_indices, dist=state.dist)
+        state.trainer = RLTrainer(config, state.model, state.tokenizer, rollouts or state.backend, state.train_env, state.task_indices, dist=state.dist, task_pools=pools)
     except ValueError as exc:  # a setting the trainer cannot run with (e.g. on several ranks)
         if rollouts is not None:
             rollouts.close()
