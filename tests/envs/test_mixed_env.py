@@ -94,12 +94,28 @@ def test_a_mix_config_round_trips_and_names_the_mix_env() -> None:
     assert build(EvalConfig, {"env": {"name": "mix", "mix": MIX}}).env.is_mix
 
 
-def test_collecting_from_a_mix_is_refused_in_one_line() -> None:
-    with pytest.raises(ConfigError, match=r"^sft.enabled: collecting from an env.mix is not supported yet"):
-        build(TrainConfig, {"env": {"mix": MIX}, "sft": {"enabled": True}})
+def test_what_a_mix_cannot_collect_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"^sft.collect.source: collecting this from an env.mix is not supported yet"):
+        build(TrainConfig, {"env": {"mix": MIX}, "sft": {"enabled": True, "collect": {"source": "expert"}}})
+    with pytest.raises(ConfigError, match=r"^dpo.enabled: collecting this from an env.mix is not supported yet"):
+        build(TrainConfig, {"env": {"mix": MIX}, "dpo": {"enabled": True}})
+    assert build(TrainConfig, {"env": {"mix": MIX}, "sft": {"enabled": True}}).sft.enabled  # the model's own rollouts, per entry
     with pytest.raises(ConfigError, match=r"^curriculum.by: env reweights the entries of an env.mix"):
         build(TrainConfig, {"curriculum": {"enabled": True, "by": "env"}})
 
 
 def test_mix_is_listed() -> None:
     assert "mix" in {entry.name for entry in envs.registered()}
+
+
+def test_the_mixed_recipe_builds_its_train_and_eval_envs() -> None:
+    from agentic_rl.recipes import load_recipe
+    from agentic_rl.training.stages import eval_env_options
+
+    config = build(TrainConfig, load_recipe("mixed")[1])
+    assert config.env.is_mix and config.curriculum.enabled and config.curriculum.by == "env"
+    train = env_factory(config.env.name, config.env.options, split="train")()
+    test = env_factory(config.env.name, eval_env_options(config), split="test")()
+    assert train.spec.labels == test.spec.labels == ["arithmetic", "frozenlake"]
+    assert test.spec.entries[0].options["few_shot"] == 0  # zero-shot evaluation where the env takes demonstrations
+    assert "few_shot" not in test.spec.entries[1].options

@@ -86,10 +86,13 @@ def test_eval_reports_each_env_and_the_weighted_mean(tokenizer) -> None:
     assert metrics["avg@1"] == pytest.approx(0.5)  # every task equal
     assert metrics["num_tasks@test-solved"] == 3 and metrics["num_tasks"] == 6
 
-    from agentic_rl.tracking.display import env_labels, env_table
+    from agentic_rl.tracking.display import env_labels, env_table, without_env_metrics
 
     assert env_labels(metrics, 1) == ["test-solved", "test-unsolved"]
     assert [column.header for column in env_table(metrics, 1).columns] == ["metric", "test-solved", "test-unsolved", "weighted", "overall"]
+    assert "num_tasks@weighted" not in metrics and metrics["mean_reward@weighted"] == pytest.approx(0.75)
+    overall = without_env_metrics(metrics, 1)
+    assert overall["avg@1"] == 0.5 and not any("@test-" in key or key.endswith("@weighted") for key in overall)
 
 
 def test_train_on_two_small_envs_with_a_curriculum_and_resume_to_the_same_draws(tmp_path) -> None:
@@ -121,3 +124,17 @@ def test_train_on_two_small_envs_with_a_curriculum_and_resume_to_the_same_draws(
     train(resume=run)
     again = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
     assert [(r["step"], r["task_id"]) for r in again] == straight
+
+
+def test_cold_start_collection_splits_a_mix_by_weight(tokenizer) -> None:
+    from agentic_rl.config import CollectConfig, ConfigError, build
+    from agentic_rl.training.collect import collect_successful_mix, mix_shares
+    from agentic_rl.training.stages import sft_parser
+
+    collect = CollectConfig(num_tasks=8, samples_per_task=2, few_shot=0, max_per_task=1)
+    assert [(name, share.num_tasks) for name, _, share in mix_shares(MIX, collect)] == [("test-solved", 6), ("test-unsolved", 2)]
+    result = collect_successful_mix(ScriptedBackend(tokenizer, ["hi"]), MIX, collect)
+    assert (result.attempted, result.successful, result.tasks_with_success, len(result.examples)) == (16, 12, 6, 6)
+    assert sft_parser(build(TrainConfig, {"env": {"mix": [{"name": "arithmetic"}, {"name": "frozenlake"}]}})) == "hermes"
+    with pytest.raises(ConfigError, match="env.mix: SFT renders every entry's conversations in one tool-call format; the entries use hermes, retool"):
+        sft_parser(build(TrainConfig, {"env": {"mix": [{"name": "arithmetic"}, {"name": "math-python", "parser": "retool"}]}}))

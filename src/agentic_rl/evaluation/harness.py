@@ -99,15 +99,22 @@ class PreparedEval:
 def per_env_eval_metrics(groups: list[TrajectoryGroup], tasks: dict[str, list[int]], weights: dict[str, float], *, k: int) -> dict[str, float]:
     """A mix's per-env table, flat: each env's ``aggregate_metrics`` with its label as suffix
     (``avg@1@arithmetic``), and ``<metric>@weighted``: the envs' values averaged with the mix
-    weights (for metrics every env has). The unsuffixed metrics weigh every task the same."""
+    weights (``WEIGHTED_METRICS``). The unsuffixed metrics weigh every task the same."""
     by_index = {g.task_index: g for g in groups}
     tables = {label: aggregate_metrics([by_index[i].trajectories for i in indices], k=k) for label, indices in tasks.items()}
     out = {f"{key}@{label}": value for label, table in tables.items() for key, value in table.items()}
     total = sum(weights[label] for label in tables)
-    shared = set.intersection(*(set(table) for table in tables.values()))
-    for key in sorted(shared):
-        out[f"{key}@weighted"] = sum(weights[label] * tables[label][key] for label in tables) / total
+    for key in (f"avg@{k}", f"pass@{k}", f"maj@{k}", *WEIGHTED_METRICS):
+        if all(key in table for table in tables.values()):
+            out[f"{key}@weighted"] = sum(weights[label] * tables[label][key] for label in tables) / total
     return out
+
+
+WEIGHTED_METRICS = (
+    "mean_reward", "tool_success_rate", "tool_calls_per_episode", "malformed_call_rate", "episodes_with_tool_call",
+    "correct_with_tool_call", "mean_turns", "mean_response_tokens", "infra_error_rate",
+)
+"""Besides avg/pass/maj@k, the per-episode rates and means a mix also reports weighted (counts are not)."""
 
 
 def prepare(config: EvalConfig | dict[str, Any] | None = None, *, loaded=None, backend=None) -> PreparedEval:

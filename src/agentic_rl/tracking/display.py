@@ -67,6 +67,12 @@ def env_labels(metrics: dict[str, float], k: int) -> list[str]:
     return [key[len(prefix):] for key in metrics if key.startswith(prefix) and key != f"{prefix}weighted"]
 
 
+def without_env_metrics(metrics: dict[str, float], k: int) -> dict[str, float]:
+    """``metrics`` less a mix's per-env and weighted copies (``env_table`` shows those)."""
+    suffixes = tuple(f"@{label}" for label in (*env_labels(metrics, k), "weighted"))
+    return {key: value for key, value in metrics.items() if not key.endswith(suffixes)} if len(suffixes) > 1 else dict(metrics)
+
+
 def env_table(metrics: dict[str, float], k: int, title: str = "per env") -> Table:
     """A mix's evaluation: one row per headline metric, one column per env, then the
     mix-weighted and the overall (every task equal) values."""
