@@ -138,3 +138,16 @@ def test_cold_start_collection_splits_a_mix_by_weight(tokenizer) -> None:
     assert sft_parser(build(TrainConfig, {"env": {"mix": [{"name": "arithmetic"}, {"name": "frozenlake"}]}})) == "hermes"
     with pytest.raises(ConfigError, match="env.mix: SFT renders every entry's conversations in one tool-call format; the entries use hermes, retool"):
         sft_parser(build(TrainConfig, {"env": {"mix": [{"name": "arithmetic"}, {"name": "math-python", "parser": "retool"}]}}))
+
+
+def test_a_run_on_a_mix_collects_its_cold_start_from_every_entry(tmp_path) -> None:
+    _, recipe = load_recipe("smoke")
+    recipe.update(
+        env={"mix": MIX}, rollout={"max_new_tokens": 4, "max_total_tokens": 128}, eval={"num_tasks": 2},
+        sft={"enabled": True, "collect": {"num_tasks": 4, "samples_per_task": 1, "few_shot": 0}, "train": {"epochs": 1, "batch_size": 2}},
+        steps=1, tracking={"report": False}, output_dir=str(tmp_path / "run"),
+    )
+    result = train(recipe, name="mixed")
+    examples = (result.run_dir / "sft_data.jsonl").read_text().splitlines()
+    assert len(examples) == 3  # 3 of the 4 tasks from the solved entry (weight 3 : 1), none from the unsolved one
+    assert result.evals["after_sft"]["avg@1@test-solved"] == 1.0 and result.evals["after_sft"]["avg@1@weighted"] == pytest.approx(0.75)
