@@ -16,7 +16,7 @@ from agentic_rl import __version__
 def _eval(args: argparse.Namespace) -> int:
     from agentic_rl.config import EvalConfig, apply_assignments, build
     from agentic_rl.evaluation.harness import prepare
-    from agentic_rl.tracking.display import console, metrics_table, trajectory_progress
+    from agentic_rl.tracking.display import console, env_labels, env_table, metrics_table, trajectory_progress, without_env_metrics
 
     data: dict = {"model": {"name": args.model}, "env": {"name": args.env}}
     for key in ("num_tasks", "k", "num_samples", "seed", "output"):
@@ -27,9 +27,11 @@ def _eval(args: argparse.Namespace) -> int:
     config = build(EvalConfig, apply_assignments(data, args.set or []))
     prepared = prepare(config)
     console.print(f"evaluating [bold]{config.model.name}[/] on [bold]{config.env.name}[/] ({config.num_tasks} tasks x {config.samples_per_task} samples)")
-    with trajectory_progress(config.num_tasks * config.samples_per_task, "eval") as on_finish:
+    with trajectory_progress(len(prepared.task_indices) * config.samples_per_task, "eval") as on_finish:
         result = prepared.run(on_finish)
-    console.print(metrics_table(result.metrics, config.k, title=f"{config.model.name} on {config.env.name} ({result.wall_time_s:.0f} s)"))
+    console.print(metrics_table(without_env_metrics(result.metrics, config.k), config.k, title=f"{config.model.name} on {config.env.name} ({result.wall_time_s:.0f} s)"))
+    if env_labels(result.metrics, config.k):
+        console.print(env_table(result.metrics, config.k))
     if config.output:
         console.print(f"wrote {config.output}")
     else:

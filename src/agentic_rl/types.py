@@ -160,6 +160,7 @@ class Trajectory:
             "wall_time_s": self.wall_time_s,
             "weight_versions": self.weight_versions,
             "segments": len(self.segments) + 1,
+            **({"env": self.info["env"]} if "env" in self.info else {}),  # a mix's entry
             **({"tools": self.template_tools} if self.template_tools else {}),
         }
 
@@ -178,6 +179,8 @@ class TrajectoryGroup:
     task_id: str
     group_id: str
     trajectories: list[Trajectory] = field(default_factory=list)
+    task_index: int | None = None
+    """The task index it was sampled for (None where no index names the task, e.g. imported pairs)."""
 
     @property
     def rewards(self) -> list[float]:

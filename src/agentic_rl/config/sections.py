@@ -38,15 +38,36 @@ class ModelConfig(Section):
 
 
 class EnvConfig(BaseModel):
-    """``name`` plus any options of that env's factory (e.g. ``few_shot``, ``digits``)."""
+    """``name`` plus any options of that env's factory (e.g. ``few_shot``, ``digits``); or
+    ``mix``: several envs in one run, ``[{name, weight, label, options...}]`` (then ``name``
+    is ``mix``; the entries are checked where the env is built, ``agentic_rl.envs.mixed``)."""
 
     model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
     name: str = "arithmetic"
     """Registered env name (see ``agentic-rl envs``)."""
 
+    @model_validator(mode="after")
+    def _mix_or_name(self) -> EnvConfig:
+        extra = self.model_extra or {}
+        if "mix" not in extra:
+            if self.name == "mix":
+                raise ValueError("mix: env.name mix needs the entries, e.g. env.mix: [{name: arithmetic, weight: 1}, {name: frozenlake, weight: 1}]")
+            return self
+        if "name" in self.model_fields_set and self.name != "mix":
+            raise ValueError(f"name: set either env.name (one env, here {self.name!r}) or env.mix (several), not both")
+        others = sorted(set(extra) - {"mix"})
+        if others:
+            raise ValueError(f"{others[0]}: with env.mix, options go into each entry (env.mix[i].{others[0]})")
+        self.name = "mix"
+        return self
+
     @property
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
+
+    @property
+    def is_mix(self) -> bool:
+        return "mix" in (self.model_extra or {})
 
 
 class BackendConfig(Section):
@@ -246,6 +267,23 @@ class FilterConfig(Section):
     """Keep tasks whose pass rate is strictly below this (default 1: drop tasks always solved)."""
 
 
+class CurriculumConfig(Section):
+    """Model-aware sampling during RL: pass rates re-estimated from the run's own rollouts
+    every ``every`` steps, and tasks (or a mix's envs) of middle difficulty drawn more often,
+    with weight ``max(p (1 - p), floor)``."""
+
+    enabled: bool = False
+    """Reweight the training tasks by their measured pass rates as RL runs."""
+    every: int = Field(4, ge=1)
+    """Re-estimate the pass rates, and the sampling weights, every N RL steps from the rollouts of those steps."""
+    by: Literal["task", "env"] = "task"
+    """task: each training task's own pass rate (suits task sets small enough for tasks to recur); env: each env.mix entry's pass rate scales its mix weight."""
+    floor: float = Field(0.01, gt=0.0, le=0.25)
+    """Smallest weight (p (1 - p) peaks at 0.25): tasks never or always solved are still drawn now and then, and re-measured."""
+    prior: float = Field(0.5, ge=0.0, le=1.0)
+    """Pass rate assumed for a task (or env) not measured yet (0.5: drawn as often as the most informative ones)."""
+
+
 class RunEvalConfig(Section):
     """The held-out evaluations a training run does (before, after SFT, after RL)."""
 
@@ -366,6 +404,8 @@ class TrainConfig(Section):
     """SFT cold start."""
     filter: FilterConfig = Field(default_factory=FilterConfig)
     """Difficulty filtering."""
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    """Model-aware task sampling during RL (off by default)."""
     dpo: DPOStageConfig = Field(default_factory=DPOStageConfig)
     """Offline DPO on preference pairs (collected best-vs-worst, or from a JSONL)."""
     eval: RunEvalConfig = Field(default_factory=RunEvalConfig)
@@ -445,6 +485,15 @@ class TrainConfig(Section):
             ):
                 if value:
                     raise ValueError(f"{field}: rollout.context {self.rollout.context}: {why}")
+        if self.env.is_mix:
+            for field, value in (
+                ("sft.collect.source", self.sft.enabled and not self.sft.data and self.sft.collect.source == "expert"),
+                ("dpo.enabled", self.dpo.enabled and not self.dpo.data),
+            ):
+                if value:
+                    raise ValueError(f"{field}: collecting this from an env.mix is not supported yet; give a data file ({field.split('.')[0]}.data) or train on one env")
+        elif self.curriculum.enabled and self.curriculum.by == "env":
+            raise ValueError("curriculum.by: env reweights the entries of an env.mix; with one env use by: task")
         if self.algorithm.advantage == "remax":
             raise ValueError("algorithm.advantage: remax needs a greedy baseline rollout per task, which the trainer does not run yet")
         if self.group_size == 1 and self.algorithm.advantage in ("grpo", "rloo", "mt-grpo", "gigpo", "opo", "grpo-passk"):

@@ -39,7 +39,7 @@ SERVICE_POLL_S = 1.0
 def failed_group(task_index: int, group_size: int, error: str) -> TrajectoryGroup:
     """The group of a request whose worker failed (died, or its service crashed): every
     trajectory an infrastructure error, so it leaves the loss and is counted."""
-    group = TrajectoryGroup(task_id=str(task_index), group_id=uuid.uuid4().hex[:12])
+    group = TrajectoryGroup(task_id=str(task_index), group_id=uuid.uuid4().hex[:12], task_index=task_index)
     group.trajectories = [
         Trajectory(task_id=str(task_index), group_id=group.group_id, infra_error=error, termination_reason="error") for _ in range(group_size)
     ]
@@ -100,7 +100,7 @@ class RolloutWorker:
             if weights is None:
                 raise ValueError(f"rollout worker has weights version {self._newest}, the request needs {min_version} and carries none")
             self.stage_weights(weights, min_version)
-        group = TrajectoryGroup(task_id=str(task_index), group_id=uuid.uuid4().hex[:12])
+        group = TrajectoryGroup(task_id=str(task_index), group_id=uuid.uuid4().hex[:12], task_index=task_index)
         remaining = [len(seeds)]
         done = threading.Event()
         counter = threading.Lock()

@@ -11,6 +11,7 @@ from agentic_rl.envs.sokoban import make_sokoban_env
 from agentic_rl.envs.gym_adapter import make_gymnasium_env
 from agentic_rl.envs.code import make_code_env
 from agentic_rl.envs.web_qa import make_web_qa_env
+from agentic_rl.envs.mixed import MIX_ENV, MixedEnv, make_mixed_env, mixed_spec_of
 
 register(
     "arithmetic",
@@ -29,12 +30,15 @@ register("sokoban", make_sokoban_env, "Sokoban text game (RAGEN style): generate
 register("code", make_code_env, "Write a Python function that passes unit tests (procedural tasks, HumanEval or a JSONL), sandboxed python tool; tests run in a fresh sandbox.")
 register("web-qa", make_web_qa_env, "Questions from a QA JSONL (env.qa_path) researched with web_search (Brave or Tavily API) and browse (main text of a page); EM/F1 reward.")
 register("gymnasium", make_gymnasium_env, "Any Gymnasium env with a Discrete action space (env_id, env_kwargs), ansi text observations, named actions; needs the [gym] extra.")
+register(MIX_ENV, make_mixed_env, "Several envs in one run (env.mix: [{name, weight, label, options...}]): tasks drawn by weight, metrics and eval tables per env.")
 
 __all__ = [
     "ArithmeticTasks",
     "Env",
     "EnvCheckError",
     "INVALID_CALL",
+    "MIX_ENV",
+    "MixedEnv",
     "Task",
     "ToolEnv",
     "UnknownEnvError",
@@ -43,6 +47,8 @@ __all__ = [
     "env_factory",
     "make",
     "make_arithmetic_env",
+    "make_mixed_env",
+    "mixed_spec_of",
     "register",
     "registered",
 ]

@@ -52,34 +52,69 @@ class PreparedEval:
     config: EvalConfig
     make_env: Callable[[], envs.Env]
     backend: Any
+    tasks: dict[str, list[int]] | None = None
+    """A mix's held-out task indices by env label (the first ``num_tasks`` of each entry);
+    None: one env's first ``num_tasks``."""
+    weights: dict[str, float] | None = None
+    """A mix's weights, by label (the ``@weighted`` metrics)."""
+
+    @property
+    def task_indices(self) -> list[int]:
+        if self.tasks is None:
+            return list(range(self.config.num_tasks))
+        return [index for indices in self.tasks.values() for index in indices]
 
     def run(self, on_trajectory: Callable[[Trajectory], None] | None = None, *, dist: DistContext | None = None) -> EvalResult:
         """Sample and score. ``dist``: data-parallel ranks each sample every world-size-th
         task (the samples one process would draw for it) and all get the whole result."""
         config, dist = self.config, dist or DistContext()
         started = time.monotonic()
-        mine = self.tasks_of(dist.rank, dist.world_size)
+        positions = self.tasks_of(dist.rank, dist.world_size)
+        every = self.task_indices
         groups = rollout(
             self.backend,
             self.make_env,
-            mine,
+            [every[p] for p in positions],
             group_size=config.samples_per_task,
             config=config.rollout,
             seed=config.seed,
             on_finish=on_trajectory,
-            task_positions=mine if dist.distributed else None,
+            task_positions=positions if dist.distributed else None,
         )
         if dist.distributed:
-            groups = dist.gather_by_position(mine, groups, config.num_tasks)
+            groups = dist.gather_by_position(positions, groups, len(every))
         metrics = aggregate_metrics([g.trajectories for g in groups], k=config.k)
+        if self.tasks is not None:
+            metrics.update(per_env_eval_metrics(groups, self.tasks, self.weights or {}, k=config.k))
         result = EvalResult(metrics=metrics, config=config.model_dump(), groups=groups, wall_time_s=time.monotonic() - started)
         if config.output:
             result.save(config.output)
         return result
 
     def tasks_of(self, rank: int, world_size: int) -> list[int]:
-        """The held-out task indices rank ``rank`` of ``world_size`` samples."""
-        return list(range(rank, self.config.num_tasks, world_size))
+        """The positions in ``task_indices`` of the held-out tasks rank ``rank`` of ``world_size`` samples."""
+        return list(range(rank, len(self.task_indices), world_size))
+
+
+def per_env_eval_metrics(groups: list[TrajectoryGroup], tasks: dict[str, list[int]], weights: dict[str, float], *, k: int) -> dict[str, float]:
+    """A mix's per-env table, flat: each env's ``aggregate_metrics`` with its label as suffix
+    (``avg@1@arithmetic``), and ``<metric>@weighted``: the envs' values averaged with the mix
+    weights (``WEIGHTED_METRICS``). The unsuffixed metrics weigh every task the same."""
+    by_index = {g.task_index: g for g in groups}
+    tables = {label: aggregate_metrics([by_index[i].trajectories for i in indices], k=k) for label, indices in tasks.items()}
+    out = {f"{key}@{label}": value for label, table in tables.items() for key, value in table.items()}
+    total = sum(weights[label] for label in tables)
+    for key in (f"avg@{k}", f"pass@{k}", f"maj@{k}", *WEIGHTED_METRICS):
+        if all(key in table for table in tables.values()):
+            out[f"{key}@weighted"] = sum(weights[label] * tables[label][key] for label in tables) / total
+    return out
+
+
+WEIGHTED_METRICS = (
+    "mean_reward", "tool_success_rate", "tool_calls_per_episode", "malformed_call_rate", "episodes_with_tool_call",
+    "correct_with_tool_call", "mean_turns", "mean_response_tokens", "infra_error_rate",
+)
+"""Besides avg/pass/maj@k, the per-episode rates and means a mix also reports weighted (counts are not)."""
 
 
 def prepare(config: EvalConfig | dict[str, Any] | None = None, *, loaded=None, backend=None) -> PreparedEval:
@@ -88,12 +123,14 @@ def prepare(config: EvalConfig | dict[str, Any] | None = None, *, loaded=None, b
         config = build(EvalConfig, config or {})
     make_env = envs.env_factory(config.env.name, config.env.options, split=config.split)
     _check_sandbox(config, make_env)
-    available = make_env().num_tasks
-    if config.num_tasks > available:
-        raise ConfigError(f"num_tasks: the env has {available} tasks in split {config.split!r}, asked for {config.num_tasks}")
+    probe = make_env()
+    mix = envs.mixed_spec_of(probe)
+    tasks = mix.first_tasks(config.num_tasks) if mix is not None else None  # a mix: num_tasks of each entry
+    if mix is None and config.num_tasks > probe.num_tasks:
+        raise ConfigError(f"num_tasks: the env has {probe.num_tasks} tasks in split {config.split!r}, asked for {config.num_tasks}")
     if backend is None:
         backend = build_backend(config.backend, config.model, loaded=loaded, precision=_sampling_precision(config, loaded))
-    return PreparedEval(config, make_env, backend)
+    return PreparedEval(config, make_env, backend, tasks=tasks, weights=mix.weights if mix is not None else None)
 
 
 def _check_sandbox(config: EvalConfig, make_env) -> None:

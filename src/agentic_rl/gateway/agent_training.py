@@ -40,7 +40,7 @@ class AgentSampler:
 
     def __call__(self, trainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         group_size = trainer.config.group_size
-        groups = [TrajectoryGroup(task_id=str(index), group_id=uuid.uuid4().hex[:12]) for index in task_indices]
+        groups = [TrajectoryGroup(task_id=str(index), group_id=uuid.uuid4().hex[:12], task_index=index) for index in task_indices]
         jobs = [
             (group, index, self.pool.submit(self._episode, index, group.group_id, stream_seed(seed, position * group_size + j)))
             for position, (group, index) in enumerate(zip(groups, task_indices)) for j in range(group_size)

@@ -55,7 +55,7 @@ def rollout(
     groups: list[TrajectoryGroup] = []
     episodes: list[Episode] = []
     for index in task_indices:
-        group = TrajectoryGroup(task_id="", group_id=uuid.uuid4().hex[:12])
+        group = TrajectoryGroup(task_id="", group_id=uuid.uuid4().hex[:12], task_index=index)
         for _ in range(group_size):
             episodes.append(Episode.reset(make_env, index, group, limits=config, renderer=renderer, on_finish=on_finish))
         groups.append(group)

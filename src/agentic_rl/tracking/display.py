@@ -61,6 +61,32 @@ def metrics_table(metrics: dict[str, float], k: int, title: str = "evaluation") 
     return table
 
 
+def env_labels(metrics: dict[str, float], k: int) -> list[str]:
+    """The env labels of a mix's per-env metrics (``avg@{k}@label``), in their order, without ``weighted``."""
+    prefix = f"avg@{k}@"
+    return [key[len(prefix):] for key in metrics if key.startswith(prefix) and key != f"{prefix}weighted"]
+
+
+def without_env_metrics(metrics: dict[str, float], k: int) -> dict[str, float]:
+    """``metrics`` less a mix's per-env and weighted copies (``env_table`` shows those)."""
+    suffixes = tuple(f"@{label}" for label in (*env_labels(metrics, k), "weighted"))
+    return {key: value for key, value in metrics.items() if not key.endswith(suffixes)} if len(suffixes) > 1 else dict(metrics)
+
+
+def env_table(metrics: dict[str, float], k: int, title: str = "per env") -> Table:
+    """A mix's evaluation: one row per headline metric, one column per env, then the
+    mix-weighted and the overall (every task equal) values."""
+    labels = env_labels(metrics, k)
+    table = Table(title=title, show_header=True, header_style="bold")
+    for column in ("metric", *labels, "weighted", "overall"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for key in (f"avg@{k}", f"pass@{k}", f"maj@{k}", *_HEADLINE):
+        cells = [metrics.get(f"{key}@{label}") for label in (*labels, "weighted")] + [metrics.get(key)]
+        if any(cell is not None for cell in cells):
+            table.add_row(key, *("-" if cell is None else f"{cell:.4f}" for cell in cells))
+    return table
+
+
 _STEP_KEYS = (("reward_mean", "reward"), ("accuracy", "acc"), ("tool_success_rate", "tool ok"), ("tool_calls_per_episode", "calls"), ("entropy", "ent"), ("kl", "kl"), ("clip_frac_high", "clip hi"), ("grad_norm", "|g|"), ("response_length", "len"), ("step_time_s", "s"))
 
 
@@ -77,6 +103,9 @@ def print_eval(label: str, metrics: dict[str, float], k: int) -> None:
     """One line per evaluation inside a training run."""
     keys = ((f"avg@{k}", f"avg@{k}"), ("tool_success_rate", "tool ok"), ("tool_calls_per_episode", "calls/episode"), ("malformed_call_rate", "malformed"), ("mean_turns", "turns"))
     console.print(f"[bold]eval {label}[/]: " + "  ".join(f"{name} {metrics[key]:.3f}" for key, name in keys))
+    labels = env_labels(metrics, k)
+    if labels:  # a mix: each env's accuracy and the mix-weighted one
+        console.print("  " + "  ".join(f"{name} {metrics[f'avg@{k}@{name}']:.3f}" for name in (*labels, "weighted")))
 
 
 def print_listing(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:

@@ -128,3 +128,28 @@ def collect_expert(env_name: str, env_options: dict, config: CollectConfig) -> C
         env.close()
     result.wall_time_s = time.monotonic() - started
     return result
+
+
+def mix_shares(mix: list[dict], config: CollectConfig) -> list[tuple[str, dict, CollectConfig]]:
+    """(env name, options, collection settings) per entry of ``env.mix``: ``num_tasks``
+    split in proportion to the weights (at least one task each)."""
+    from agentic_rl.envs.mixed import parse_mix
+
+    entries = parse_mix(mix)
+    total = sum(entry.weight for entry in entries)
+    return [(entry.name, entry.options, config.model_copy(update={"num_tasks": max(1, round(config.num_tasks * entry.weight / total))})) for entry in entries]
+
+
+def collect_successful_mix(backend, mix: list[dict], config: CollectConfig, **kwargs) -> CollectResult:
+    """``collect_successful`` on each entry of ``env.mix`` (``mix_shares``), the examples
+    and counts put together; ``kwargs`` as for ``collect_successful``."""
+    started = time.monotonic()
+    result = CollectResult()
+    for name, options, share in mix_shares(mix, config):
+        part = collect_successful(backend, name, options, share, **kwargs)
+        result.examples += part.examples
+        result.attempted += part.attempted
+        result.successful += part.successful
+        result.tasks_with_success += part.tasks_with_success
+    result.wall_time_s = time.monotonic() - started
+    return result

@@ -19,7 +19,7 @@ import torch
 
 from agentic_rl.config import ConfigError, TrainConfig, build, resume_config
 from agentic_rl.engines.factory import build_backend
-from agentic_rl.envs import env_factory
+from agentic_rl.envs import env_factory, mixed_spec_of
 from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distributed, shutdown
 from agentic_rl.models import load, resolve_device
 from agentic_rl.models.lora import apply_lora
@@ -183,7 +183,10 @@ def _train(config, name: str, events: RunEvents | None, loaded, resume, override
     run.write_json("precision.json", {"setting": config.precision, "precision": precision.precision, "reason": precision.reason})
     events.on_stage(f"precision: {precision.precision} ({precision.reason})")
     model = apply_lora(model, config.lora)
-    task_indices = list(range(config.task_offset, train_env().num_tasks))
+    probe = train_env()
+    mix = mixed_spec_of(probe)
+    # A mix's task_offset applies within each entry; its tasks are interleaved so the first N cover every entry.
+    task_indices = mix.task_indices(config.task_offset) if mix is not None else list(range(config.task_offset, probe.num_tasks))
     if not task_indices:
         raise ConfigError(f"task_offset: {config.task_offset} leaves no training tasks")
     # A sharded trainer's parameters cannot decode: its engine holds a full copy.

@@ -26,10 +26,11 @@ from agentic_rl.training.batch import TokenBatch, collate, length_buckets, paddi
 from agentic_rl.training.logprobs import PolicyLogprobs
 from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, optimizer_params, restart_schedule
 from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
-from agentic_rl.training.rl_metrics import UpdateTally, rollout_metrics
+from agentic_rl.training.rl_metrics import UpdateTally, per_env_metrics, rollout_metrics
 from agentic_rl.training.scoring import ScoredBatch, keep_groups, score, shaped_rewards, usable_trajectories
 from agentic_rl.training.speed import apply_speed_options
-from agentic_rl.training.task_schedule import TaskSchedule
+from agentic_rl.training.curriculum import Curriculum
+from agentic_rl.training.task_schedule import MixedTaskSchedule, TaskPools, TaskSchedule
 from agentic_rl.training.value import Critic
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
@@ -75,7 +76,7 @@ class RLTrainer:
 
     def __init__(
         self, config: TrainConfig, model, tokenizer, backend, make_env: Callable[[], Env] | None, task_indices: list[int], *,
-        dist: DistContext | None = None, sampler: Callable | None = None,
+        dist: DistContext | None = None, sampler: Callable | None = None, task_pools: TaskPools | None = None,
     ) -> None:
         self.config = config
         self.sampler = sampler
@@ -87,7 +88,18 @@ class RLTrainer:
         self.make_env = make_env
         self.dist = dist or DistContext()
         """The ranks this trainer spans (one process by default)."""
-        self.task_schedule = TaskSchedule(task_indices, seed=config.seed)
+        self.task_pools = task_pools
+        """A mix's tasks by env label and the envs' weights (None: one env): the schedule draws
+        envs by weight and the step's metrics get a per-env copy (``reward_mean@label``)."""
+        self.task_schedule: TaskSchedule | MixedTaskSchedule
+        self.curriculum: Curriculum | None = None
+        if task_pools is None and not config.curriculum.enabled:
+            self.task_schedule = TaskSchedule(task_indices, seed=config.seed)
+        else:
+            pools = task_pools or TaskPools({config.env.name: list(task_indices)}, {config.env.name: 1.0})
+            self.task_schedule = MixedTaskSchedule(pools.pools, pools.weights, seed=config.seed)
+            if config.curriculum.enabled:
+                self.curriculum = Curriculum(config.curriculum, self.task_schedule)
         algorithm = config.algorithm
         check_world_size(config, self.dist.world_size)
         apply_speed_options(model, gradient_checkpointing=config.gradient_checkpointing, compile=config.compile)
@@ -154,11 +166,15 @@ class RLTrainer:
         }
         if self.critic is not None:
             state["critic_optimizer"] = self.critic.optimizer.state_dict()
+        if self.curriculum is not None:
+            state["curriculum"] = self.curriculum.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
         self.step_index = int(state["step"])
         self.task_schedule.load_state_dict(state["task_schedule"])
+        if self.curriculum is not None and "curriculum" in state:
+            self.curriculum.load_state_dict(state["curriculum"])  # sets the schedule's weights as they were
         self.response_length_history = list(state.get("response_length_history", []))
         self.nonfinite.in_a_row = int(state.get("nonfinite_in_a_row", 0))
         if "optimizer" in state:  # a sharded checkpoint restores it with the weights
@@ -178,6 +194,12 @@ class RLTrainer:
         scored, rewards, reward_kl = self.score_groups(kept, groups)
         metrics = rollout_metrics(groups, rewards, excluded=scored.excluded)
         metrics.update(sampling_metrics)
+        if self.task_pools is not None:
+            metrics.update(per_env_metrics(groups, rewards, self._label_of, list(self.task_pools.pools)))
+        if self.curriculum is not None:
+            self.curriculum.observe(groups)
+            if self.curriculum.due(self.step_index + 1):
+                metrics.update(self.curriculum.update())  # the next step draws with the new weights
         if reward_kl is not None:
             metrics["reward_kl"] = reward_kl
         metrics.update(step_diagnostics([t for g in groups for t in g.trajectories], response_length_history=self.response_length_history))
@@ -201,6 +223,9 @@ class RLTrainer:
         metrics["tokens_per_s"] = sampled / max(rollout_time, 1e-9)
         self.step_index += 1
         return metrics, groups
+
+    def _label_of(self, group: TrajectoryGroup) -> str | None:
+        return self.task_schedule.pool_of(group.task_index) if group.task_index is not None else None
 
     def _stream(self):
         """Async mode's group stream (started at the first step, after a resume restored the

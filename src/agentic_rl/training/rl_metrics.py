@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -33,6 +34,24 @@ def rollout_metrics(groups: list[TrajectoryGroup], rewards: torch.Tensor, *, exc
         "frac_zero_std_groups": zero_std_group_fraction(rewards, torch.tensor([group_of[t.group_id] for t in usable])) if usable else 0.0,
         "infra_errors": float(excluded),
     }
+
+
+def per_env_metrics(groups: list[TrajectoryGroup], rewards: torch.Tensor, label_of: Callable[[TrajectoryGroup], str | None], labels: list[str]) -> dict[str, float]:
+    """``rollout_metrics`` of each env's groups, with the env's label as suffix
+    (``reward_mean@arithmetic``), and ``mix_share@label``: its share of the step's groups.
+    ``rewards`` as for ``rollout_metrics``; an env with no group this step has only its share."""
+    usable_labels = [label_of(g) for g in groups for t in g.trajectories if t.infra_error is None]
+    out: dict[str, float] = {}
+    for label in labels:
+        members = [g for g in groups if label_of(g) == label]
+        out[f"mix_share@{label}"] = len(members) / len(groups) if groups else 0.0
+        if not members:
+            continue
+        mask = torch.tensor([owner == label for owner in usable_labels], dtype=torch.bool)
+        excluded = sum(t.infra_error is not None for g in members for t in g.trajectories)
+        metrics = rollout_metrics(members, rewards[mask] if len(rewards) else rewards, excluded=excluded)
+        out.update({f"{key}@{label}": value for key, value in metrics.items()})
+    return out
 
 
 class UpdateTally:

@@ -71,14 +71,21 @@ class RunState:
 
 
 def eval_env_options(config: TrainConfig) -> dict:
-    """The held-out env's options: the training env's with ``eval.env`` on top; the default
-    ``few_shot: 0`` (zero-shot evaluation) only for envs that take demonstrations."""
+    """The held-out env's options: the training env's with ``eval.env`` on top (for a mix, on
+    top of each entry's); the default ``few_shot: 0`` (zero-shot evaluation) only for envs
+    that take demonstrations."""
+    if config.env.is_mix:  # each entry's options, with eval.env on top of each
+        return {"mix": [_eval_options(entry["name"], entry, config.eval.env) for entry in config.env.options["mix"]]}
+    return _eval_options(config.env.name, config.env.options, config.eval.env)
+
+
+def _eval_options(name: str, options: dict, overrides: dict) -> dict:
     from agentic_rl import envs
 
-    options = {**config.env.options, **config.eval.env}
-    if options.get("few_shot") == 0 and "few_shot" not in config.env.options and not envs.accepts_option(config.env.name, "few_shot"):
-        del options["few_shot"]
-    return options
+    merged = {**options, **overrides}
+    if merged.get("few_shot") == 0 and "few_shot" not in options and not envs.accepts_option(name, "few_shot"):
+        del merged["few_shot"]
+    return merged
 
 
 def eval_config(config: TrainConfig, output: Path) -> EvalConfig:
@@ -123,10 +130,11 @@ def evaluation(label: str) -> tuple[Callable[[RunState], None], Callable[[RunSta
 
 def run_sft(state: RunState) -> None:
     from agentic_rl.data import read_jsonl, write_jsonl
-    from agentic_rl.training.collect import collect_expert, collect_positions, collect_successful
+    from agentic_rl.training.collect import collect_expert, collect_positions, collect_successful, collect_successful_mix, mix_shares
     from agentic_rl.training.sft import train_sft
 
     config, events = state.config, state.events
+    parser = sft_parser(config)  # before collecting: a mix whose entries disagree fails first
     if config.sft.data:
         examples = read_jsonl(config.sft.data)
         events.on_stage(f"SFT data: {len(examples)} conversations from {config.sft.data}")
@@ -140,21 +148,35 @@ def run_sft(state: RunState) -> None:
     else:
         collect = config.sft.collect
         events.on_stage(f"collecting cold-start data: {collect.num_tasks} tasks x {collect.samples_per_task} samples with {collect.few_shot} demonstrations")
+        # A mix collects on each entry, num_tasks split by weight.
+        shares = [share for _, _, share in mix_shares(config.env.options["mix"], collect)] if config.env.is_mix else [collect]
         # With several ranks each samples its share of the tasks; the bar counts rank 0's.
-        with events.progress_bar(len(collect_positions(collect, state.dist)) * collect.samples_per_task, "collect") as on_finish:
-            result = collect_successful(
-                state.backend, config.env.name, config.env.options, collect, seed=derive_seed(config.seed, "run"), rollout_config=config.rollout, on_trajectory=on_finish, dist=state.dist,
-            )
+        with events.progress_bar(sum(len(collect_positions(share, state.dist)) for share in shares) * collect.samples_per_task, "collect") as on_finish:
+            settings = dict(seed=derive_seed(config.seed, "run"), rollout_config=config.rollout, on_trajectory=on_finish, dist=state.dist)
+            if config.env.is_mix:
+                result = collect_successful_mix(state.backend, config.env.options["mix"], collect, **settings)
+            else:
+                result = collect_successful(state.backend, config.env.name, config.env.options, collect, **settings)
         examples = result.examples
         write_jsonl(state.run.file("sft_data.jsonl"), examples)
         events.on_stage(f"kept {result.successful} correct of {result.attempted} ({result.tasks_with_success} tasks) -> {len(examples)} conversations")
     if not examples:
         raise ConfigError("sft: no successful trajectories to fine-tune on; raise sft.collect.num_tasks or few_shot")
-    parser = config.env.options.get("parser", "hermes")
     with JsonlWriter(state.run.file("sft_metrics.jsonl")) as log:
         result = train_sft(state.model, state.tokenizer, examples, config.sft.train, parser=parser, on_step=log.write, dist=state.dist)
     state.backend.sync_weights(state.model)
     events.on_stage(f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} ({result.wall_time_s:.0f} s)")
+
+
+def sft_parser(config: TrainConfig) -> str:
+    """The tool-call format SFT renders the conversations in: the env's ``parser`` option
+    (hermes by default); a mix's entries must agree on it."""
+    if not config.env.is_mix:
+        return config.env.options.get("parser", "hermes")
+    parsers = sorted({entry.get("parser", "hermes") for entry in config.env.options["mix"]})
+    if len(parsers) > 1:
+        raise ConfigError(f"env.mix: SFT renders every entry's conversations in one tool-call format; the entries use {', '.join(parsers)}")
+    return parsers[0]
 
 
 def run_filter(state: RunState) -> None:
@@ -281,12 +303,16 @@ def _resume_trainer(state: RunState) -> None:
 
 
 def run_rl(state: RunState) -> None:
+    from agentic_rl.envs import mixed_spec_of
     from agentic_rl.training.rl import RLTrainer
+    from agentic_rl.training.task_schedule import TaskPools
 
     config = state.config
+    mix = mixed_spec_of(state.train_env())
+    pools = TaskPools(mix.pools(state.task_indices), mix.weights) if mix is not None else None
     rollouts = _ray_rollouts(state) if config.distributed.engine == "ray" else None
     try:
-        state.trainer = RLTrainer(config, state.model, state.tokenizer, rollouts or state.backend, state.train_env, state.task_indices, dist=state.dist)
+        state.trainer = RLTrainer(config, state.model, state.tokenizer, rollouts or state.backend, state.train_env, state.task_indices, dist=state.dist, task_pools=pools)
     except ValueError as exc:  # a setting the trainer cannot run with (e.g. on several ranks)
         if rollouts is not None:
             rollouts.close()

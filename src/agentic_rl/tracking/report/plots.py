@@ -28,6 +28,16 @@ PLOTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 """(title, metrics.jsonl keys); a plot whose keys are all missing is left out."""
 
 
+PER_NAME_PLOTS: tuple[tuple[str, str], ...] = (
+    ("tool failure ratio per tool", "tool_failure_ratio/"),
+    ("reward per env (env.mix)", "reward_mean@"),
+    ("accuracy per env (env.mix)", "accuracy@"),
+    ("share of each step's tasks per env (env.mix)", "mix_share@"),
+    ("curriculum: probability of drawing each env", "curriculum/probability@"),
+)
+"""(title, key prefix): one curve per metrics.jsonl key with the prefix (a tool, a mix's env)."""
+
+
 def _png(figure) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
@@ -67,11 +77,11 @@ def training_plots(data: RunData) -> list[tuple[str, str]]:
         image = line_plot(title, data.steps, keys)
         if image:
             plots.append((title, image))
-    tools = sorted({key for row in data.steps for key in row if key.startswith("tool_failure_ratio/")})
-    if tools:
-        image = line_plot("tool failure ratio per tool", data.steps, tools)
+    for title, prefix in PER_NAME_PLOTS:
+        keys = sorted({key for row in data.steps for key in row if key.startswith(prefix)})
+        image = line_plot(title, data.steps, keys) if keys else None
         if image:
-            plots.append(("tool failure ratio per tool", image))
+            plots.append((title, image))
     if data.sft_steps:
         image = line_plot("SFT loss", data.sft_steps, ("loss",), zero_based=False)
         if image:
