@@ -191,7 +191,7 @@ def test_summarize_trains_on_exactly_what_the_engine_was_given_and_sampled(tiny,
     config = TrainConfig.model_validate({
         "model": {"name": "tiny-random", "device": "cpu"}, "env": {"name": "arithmetic"}, "precision": "fp32", "tasks_per_step": 2, "group_size": 2, "rollout": rollout_config,
     })
-    groups = rollout(backend, ToolEnv, [0, 1], group_size=2, config=config.rollout, seed=3)
+    groups = rollout(backend, ToolEnv, [0, 1], group_size=2, config=config.rollout, seed=7)
     trainer = RLTrainer(config, model, tokenizer, backend, ToolEnv, list(range(16)))
     scored, _, _ = trainer.score_groups(groups)
     batch = trainer._collate(scored, list(range(len(scored.trajectories))), None)
