@@ -14,6 +14,7 @@ from agentic_rl.engines.hf import HFBackend
 from agentic_rl.rollout.context import FOLD_STUB, SUMMARY_HEADER, SUMMARY_REQUEST, context_messages, summary_context, summary_request
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.rl import RLTrainer
+from agentic_rl.types import Trajectory
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -228,8 +229,7 @@ def test_summarize_trains_on_exactly_what_the_engine_was_given_and_sampled(tiny,
             assert scored.advantages[row] == pytest.approx([expected * m for m in sample.loss_mask])
 
 
-def _sample(mask: list[int], reward: float, group: str = "g") -> "Trajectory":
-    from agentic_rl.types import Trajectory
+def _sample(mask: list[int], reward: float, group: str = "g") -> Trajectory:
 
     return Trajectory(task_id="t", group_id=group, token_ids=list(range(len(mask))), loss_mask=list(mask), sampler_logprobs=[0.0] * len(mask), reward=reward)
 

@@ -277,6 +277,8 @@ def make_search_qa_env(
     attempt_discount: float = 1.0,
     self_critique: bool = False,
     memory: str | dict | bool | None = None,
+    plan_first: bool = False,
+    plan_reward: float = 0.0,
 ) -> SearchQAEnv:
     """Multi-hop QA with a search tool (hermes ``search(query)`` or Search-R1 ``<search>`` tags).
 
@@ -285,7 +287,8 @@ def make_search_qa_env(
     replace the built-in corpus. ``top_k`` documents per search, each cut to
     ``max_doc_chars`` characters. ``few_shot`` oracle demonstrations (built-in questions only).
     ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``
-    (``episode`` or ``shared`` memory tools; hermes format only): see :class:`ToolEnv`.
+    (``episode`` or ``shared`` memory tools; hermes format only), ``plan_first`` /
+    ``plan_reward`` (a plan as the first turn): see :class:`ToolEnv`.
     """
     if top_k < 1:
         raise ValueError(f"top_k: expected a positive int, got {top_k}")
@@ -319,4 +322,6 @@ def make_search_qa_env(
         attempt_discount=attempt_discount,
         self_critique=self_critique,
         memory=memory,
+        plan_first=plan_first,
+        plan_reward=plan_reward,
     )
