@@ -259,3 +259,13 @@ def test_segment_advantages_and_loss_weights_by_hand() -> None:
     weights = batch.loss_mask / batch.loss_mask.sum()  # token-mean: d loss / d (per-token loss)
     assert weights.sum(-1).tolist() == pytest.approx([3 / 6, 1 / 6, 0.0, 2 / 6])
     assert float(aggregate(batch.per_token["advantages"], batch.loss_mask, "token-mean")) == pytest.approx((4 * value - 2 * value) / 6)
+
+
+def test_summarize_budget_must_leave_room_below_the_token_limit() -> None:
+    from agentic_rl.config import ConfigError, build
+
+    with pytest.raises(ConfigError, match=r"rollout.context_tokens: with context summarize it must be below max_total_tokens \(1024\)"):
+        build(TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 1024, "max_total_tokens": 1024}})
+    with pytest.raises(ConfigError, match="algorithm.rollout: rollout.context summarize: ARPO"):
+        build(TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 512}, "algorithm": {"rollout": "arpo"}})
+    assert build(TrainConfig, {"rollout": {"context": "window", "context_tokens": 4096}}).rollout.context_tokens == 4096  # only summarize reads it
