@@ -110,6 +110,7 @@ def test_knobs_shape_the_expression(knobs, digits, count, allowed) -> None:
         ({"operators": ""}, "operators"),
         ({"operators": "+/"}, "operators"),
         ({"split": "validation"}, "split"),
+        ({"phrasing": "latex"}, "phrasing"),
         ({"num_tasks": 0}, "num_tasks"),
         ({"few_shot": -1}, "few_shot"),
         ({"few_shot": 17}, "few_shot"),
@@ -120,6 +121,49 @@ def test_knobs_shape_the_expression(knobs, digits, count, allowed) -> None:
 def test_invalid_knobs_raise_value_error_naming_the_field(knobs, field) -> None:
     with pytest.raises(ValueError, match=rf"^{field}\b"):
         make("arithmetic", **knobs)
+
+
+def _follow_the_words(prompt: str) -> int:
+    """Read a words-phrased problem step by step, independently of the generator."""
+    match = re.fullmatch(r"Start with (\d+), (.*)\. What is the result\?", prompt)
+    assert match, prompt
+    value = int(match.group(1))
+    for step in match.group(2).split(", then "):
+        n = int(step.split()[-1])
+        if step.startswith(("add", "increase")):
+            value += n
+        elif step.startswith("subtract it from"):
+            value = n - value
+        elif step.startswith(("subtract", "decrease")):
+            value -= n
+        else:
+            assert step.startswith("multiply"), step
+            value *= n
+    return value
+
+
+def test_words_phrasing_states_steps_whose_expression_gives_the_answer() -> None:
+    tasks = ArithmeticTasks(split="train", phrasing="words", num_operands=3)[:300]
+    assert tasks[0].prompt == "Start with 274, decrease it by 100, then multiply it by 603. What is the result?"
+    assert tasks[0].metadata["expression"] == "(274 - 100) * 603" and tasks[0].answer == "104922"
+    reversed_steps = 0
+    for task in tasks:
+        assert task.id.startswith("arithmetic-words-train-0-")
+        assert task.answer == str(_follow_the_words(task.prompt)) == str(eval(task.metadata["expression"]))  # noqa: S307
+        reversed_steps += "subtract it from" in task.prompt
+    assert reversed_steps > 20  # the order-reversing step occurs
+    # the symbols phrasing keeps its own tasks; the test split stays disjoint
+    assert ArithmeticTasks(split="train")[0].prompt == "What is 398 * 830 + 650?"
+    test = {t.prompt for t in ArithmeticTasks(split="test", phrasing="words")[:1000]}
+    assert not test & {t.prompt for t in ArithmeticTasks(split="train", phrasing="words")[:2000]}
+
+
+def test_words_demonstrations_call_the_calculator_with_the_parenthesized_expression() -> None:
+    env = make("arithmetic", phrasing="words", few_shot=2)
+    messages, _ = env.reset(options={"task_index": 0})
+    demo = ArithmeticTasks(split="demo", phrasing="words")[0]
+    assert messages[1]["content"] == demo.prompt
+    assert json.loads(messages[2]["content"].split("<tool_call>")[1].split("</tool_call>")[0])["arguments"] == {"expression": demo.metadata["expression"]}
 
 
 def test_num_tasks_limits_the_split() -> None:

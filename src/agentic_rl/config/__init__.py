@@ -4,13 +4,15 @@ Every field has a one-line docstring. Bad values fail with one line naming the k
 what was expected (``ConfigError``), which the CLI prints without a traceback.
 
 ``base``: the error type, the section base, shared knob types, building from dicts and
-``--set``; ``algorithm``: the RL objective (presets, registry names); ``sinks``: metric
+``--set``; ``algorithm``: the RL objective (presets, registry names); ``rewards``: episode-level
+reward terms (format, tool costs, two-stage schedule); ``sinks``: metric
 sink names; ``sections``: every other section and the roots ``TrainConfig``, ``EvalConfig``;
 ``resume``: what a resumed run may change; ``secrets``: keeping API keys out of run files.
 """
 
 from agentic_rl.config.algorithm import AlgorithmConfig
 from agentic_rl.config.base import ConfigError, Section, apply_assignments, build, format_validation_error, parse_assignment
+from agentic_rl.config.rewards import RewardConfig, TwoStageConfig
 from agentic_rl.config.trainer import DistributedConfig, TrainerConfig, check_world_size
 from agentic_rl.config.sections import (
     ARPOConfig,
@@ -53,6 +55,7 @@ __all__ = [
     "PairCollectConfig",
     "REDACTED",
     "RESUMABLE_KEYS",
+    "RewardConfig",
     "RolloutConfig",
     "RunEvalConfig",
     "SFTConfig",
@@ -62,6 +65,7 @@ __all__ = [
     "TrackingConfig",
     "TrainConfig",
     "TrainerConfig",
+    "TwoStageConfig",
     "DistributedConfig",
     "check_world_size",
     "apply_assignments",

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentic_rl.config.algorithm import AlgorithmConfig
+from agentic_rl.config.rewards import RewardConfig
 from agentic_rl.config.base import (
     BatchSize,
     Epochs,
@@ -359,6 +360,8 @@ class TrainConfig(Section):
     """Sampling and episode limits during RL."""
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     """The RL objective."""
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    """Terms added to every episode's reward: format, tool costs, the two-stage schedule."""
     arpo: ARPOConfig = Field(default_factory=ARPOConfig)
     """ARPO branching (when algorithm.rollout is arpo)."""
     optim: OptimConfig = Field(default_factory=OptimConfig)

@@ -27,12 +27,22 @@ DEFAULT_SYSTEM_PROMPT = (
     "then give the final answer as <answer>NUMBER</answer>."
 )
 DEFAULT_SYSTEM_PROMPT_NO_TOOLS = "You solve arithmetic problems. Give the final answer as <answer>NUMBER</answer>."
+PHRASINGS = ("symbols", "words")
+
+# ``words`` phrasing: one instruction per operation on a running value. The expression the
+# model must write is not a copy of the prompt: every step after the first wraps what came
+# before in parentheses, and "subtract it from N" reverses the operand order.
+_STEPS = {
+    "+": ("add {n}", "increase it by {n}"),
+    "-": ("subtract {n}", "decrease it by {n}", "subtract it from {n}"),
+    "*": ("multiply it by {n}", "multiply the result by {n}"),
+}
 
 
 class ArithmeticTasks(GeneratedTasks):
     """A lazy, seeded sequence of arithmetic tasks (task i is the same on every machine)."""
 
-    def __init__(self, *, split: str = "train", seed: int = 0, num_tasks: int | None = None, digits: int = 3, num_operands: int = 3, operators: str = "+-*") -> None:
+    def __init__(self, *, split: str = "train", seed: int = 0, num_tasks: int | None = None, digits: int = 3, num_operands: int = 3, operators: str = "+-*", phrasing: str = "symbols") -> None:
         if split not in SPLITS:
             raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
         if not 1 <= digits <= 12:
@@ -41,25 +51,49 @@ class ArithmeticTasks(GeneratedTasks):
             raise ValueError(f"num_operands: expected an int in [2, 8], got {num_operands}")
         if not operators or any(op not in "+-*" for op in operators):
             raise ValueError(f"operators: expected a non-empty string of '+', '-', '*', got {operators!r}")
-        self.split, self.seed, self.digits, self.num_operands = split, seed, digits, num_operands
+        if phrasing not in PHRASINGS:
+            raise ValueError(f"phrasing: expected one of {', '.join(PHRASINGS)}, got {phrasing!r}")
+        self.split, self.seed, self.digits, self.num_operands, self.phrasing = split, seed, digits, num_operands, phrasing
         self.operators = sorted(set(operators))
         self.size = DEFAULT_NUM_TASKS[split] if num_tasks is None else num_tasks
         if self.size < 1:
             raise ValueError(f"num_tasks: expected a positive int, got {num_tasks}")
 
     def generate(self, index: int) -> Task:
-        rng = random.Random(f"arithmetic:{self.split}:{self.seed}:{index}")
+        # The words phrasing draws from its own seed stream so that symbols tasks keep
+        # the ids and contents they always had.
+        tag = "arithmetic" if self.phrasing == "symbols" else f"arithmetic-{self.phrasing}"
+        rng = random.Random(f"{tag}:{self.split}:{self.seed}:{index}")
         low, high = 10 ** (self.digits - 1), 10**self.digits - 1
-        parts = [str(rng.randint(low, high))]
-        for _ in range(self.num_operands - 1):
-            parts += [rng.choice(self.operators), str(rng.randint(low, high))]
-        expression = " ".join(parts)
+        if self.phrasing == "words":
+            prompt, expression = _word_problem(rng, low, high, self.num_operands, self.operators)
+        else:
+            parts = [str(rng.randint(low, high))]
+            for _ in range(self.num_operands - 1):
+                parts += [rng.choice(self.operators), str(rng.randint(low, high))]
+            expression = " ".join(parts)
+            prompt = f"What is {expression}?"
+        suffix = "" if self.phrasing == "symbols" else f"-{self.phrasing}"
         return Task(
-            id=f"arithmetic-{self.split}-{self.seed}-{index}",
-            prompt=f"What is {expression}?",
+            id=f"arithmetic{suffix}-{self.split}-{self.seed}-{index}",
+            prompt=prompt,
             answer=calculator(expression),
             metadata={"expression": expression},
         )
+
+
+def _word_problem(rng: random.Random, low: int, high: int, num_operands: int, operators: Sequence[str]) -> tuple[str, str]:
+    """A step-by-step word problem and the one expression that computes it."""
+    start = rng.randint(low, high)
+    expression, steps = str(start), []
+    for _ in range(num_operands - 1):
+        op, n = rng.choice(operators), rng.randint(low, high)
+        template = rng.choice(_STEPS[op])
+        left = f"({expression})" if " " in expression else expression
+        expression = f"{n} - {left}" if "from {n}" in template else f"{left} {op} {n}"
+        steps.append(template.format(n=n))
+    body = ", then ".join(steps)
+    return f"Start with {start}, {body}. What is the result?", expression
 
 
 def demonstration(task: Task, style: Literal["tool", "answer"], parser) -> list[Message]:
@@ -77,6 +111,20 @@ def demonstration(task: Task, style: Literal["tool", "answer"], parser) -> list[
     ]
 
 
+class ArithmeticEnv(ToolEnv):
+    """The arithmetic ToolEnv with a scripted expert for cold-start data."""
+
+    def expert_reply(self) -> str:
+        """One calculator call with the task's expression, then the answer it returned
+        (the answer alone when the calculator is not offered) — ``sft.collect.source: expert``."""
+        if self.task is None:
+            raise RuntimeError("expert_reply() called before reset()")
+        if self.turn == 0 and "calculator" in self.tools:
+            call = ToolCall(name="calculator", arguments={"expression": self.task.metadata["expression"]}, id="call_0")
+            return self.parser.format_call(call)
+        return f"<{self.answer_tag}>{self.task.answer}</{self.answer_tag}>"
+
+
 def make_arithmetic_env(
     *,
     split: str = "train",
@@ -85,6 +133,7 @@ def make_arithmetic_env(
     digits: int = 3,
     num_operands: int = 3,
     operators: str = "+-*",
+    phrasing: str = "symbols",
     tools: Sequence[str] = ("calculator",),
     few_shot: int = 0,
     demo_style: Literal["tool", "answer"] | None = None,
@@ -99,9 +148,12 @@ def make_arithmetic_env(
     memory: str | dict | bool | None = None,
     plan_first: bool = False,
     plan_reward: float = 0.0,
-) -> ToolEnv:
+) -> ArithmeticEnv:
     """Build the arithmetic env.
 
+    ``phrasing="words"`` states each problem as steps on a running value ("Start with
+    347, multiply it by 28, then subtract it from 900"), so the model has to turn words
+    into one parenthesized expression rather than copy it.
     ``few_shot`` solved demonstrations (from the ``demo`` split) precede the question;
     ``demo_style`` defaults to "tool" when a tool is available, else "answer".
     ``tools=[]`` removes the calculator (to measure what the model does in its head).
@@ -111,7 +163,7 @@ def make_arithmetic_env(
     """
     if few_shot < 0 or few_shot > DEFAULT_NUM_TASKS["demo"]:
         raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")
-    knobs = dict(seed=seed, digits=digits, num_operands=num_operands, operators=operators)
+    knobs = dict(seed=seed, digits=digits, num_operands=num_operands, operators=operators, phrasing=phrasing)
     registry = ToolRegistry(get_tool(name) for name in tools)
     call_parser = get_parser(parser, max_calls_per_turn=max_calls_per_turn, max_argument_chars=max_argument_chars)
     style = demo_style or ("tool" if len(registry) else "answer")
@@ -120,7 +172,7 @@ def make_arithmetic_env(
     demos = [demonstration(task, style, call_parser) for task in ArithmeticTasks(split="demo", **knobs)[:few_shot]]
     if system_prompt is None:
         system_prompt = DEFAULT_SYSTEM_PROMPT if len(registry) else DEFAULT_SYSTEM_PROMPT_NO_TOOLS
-    return ToolEnv(
+    return ArithmeticEnv(
         ArithmeticTasks(split=split, num_tasks=num_tasks, **knobs),
         registry,
         parser=call_parser,

@@ -51,7 +51,8 @@ class Env(Protocol):
     Optional info keys the engine reads: ``tool_results``, ``answer``, ``correct``, and
     ``turn_reward``: a process reward for this turn (e.g. a tool call that ran), kept apart
     from the outcome ``reward`` and used by turn-level credit assignment (MT-GRPO, GiGPO,
-    per-turn returns for PPO / REINFORCE++).
+    per-turn returns for PPO / REINFORCE++); ``format_ok``: whether this step followed the
+    env's format (the ``reward.format_weight`` term needs every step that says to say true).
     """
 
     num_tasks: int

@@ -5,6 +5,13 @@ calls is the final answer, whose last ```python fenced block is scored by runnin
 task's tests in a fresh sandboxed process (:mod:`agentic_rl.rewards.unit_tests`, which
 documents the reward-hacking guards). Reward 1 when every test passes, else 0; with
 ``partial_credit`` the fraction of tests passed.
+
+Process reward (``test_progress_reward``): a python tool turn whose code (re)defines the
+entry point runs the task's tests, in a fresh sandbox, on every cell the episode has run
+without error so far (the session's definitions); the turn's ``info["turn_reward"]`` is the
+weight times the rise in the best fraction of tests passed so far. Running the same code
+again earns nothing, and the whole episode earns at most the weight. The tests' results
+are never shown to the model.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from agentic_rl.parsers import get_parser
 from agentic_rl.rewards.unit_tests import run_unit_tests
 from agentic_rl.tools import ToolRegistry
 from agentic_rl.tools.python_tool import make_python_tool
-from agentic_rl.types import Message
+from agentic_rl.types import Message, ToolResult
 
 DATASETS = ("procedural", "humaneval")
 SYSTEM_PROMPT = (
@@ -39,11 +46,48 @@ def extract_code(text: str) -> str | None:
 class CodeEnv(ToolEnv):
     """A ``ToolEnv`` whose answer is the last python block of the first turn without tool calls."""
 
-    def __init__(self, tasks, tools, *, partial_credit: bool = False, timeout_s: float = 10.0, memory_mb: int = 512, **kwargs: Any) -> None:
+    def __init__(self, tasks, tools, *, partial_credit: bool = False, timeout_s: float = 10.0, memory_mb: int = 512, test_progress_reward: float = 0.0, **kwargs: Any) -> None:
+        if test_progress_reward < 0:
+            raise ValueError(f"test_progress_reward: expected a number >= 0, got {test_progress_reward}")
         super().__init__(tasks, tools, **kwargs)
         self.partial_credit = partial_credit
         self.test_timeout_s = timeout_s
         self.test_memory_mb = memory_mb
+        self.test_progress_reward = float(test_progress_reward)
+        self._reset_progress()
+
+    def _reset_progress(self) -> None:
+        self.cells: list[str] = []
+        """Code of the python calls that ran without error this episode, in order."""
+        self.best_fraction = 0.0
+        """Best fraction of tests an intermediate run passed this episode."""
+        self.turn_reward = 0.0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+        self._reset_progress()
+        return super().reset(seed=seed, options=options)
+
+    def record_calls(self, calls, call_results: list[ToolResult], results: list[ToolResult]) -> None:
+        self.turn_reward = 0.0
+        defines = False
+        for call, result in zip(calls, call_results):
+            code = call.arguments.get("code") if call.name == "python" and isinstance(call.arguments, dict) else None
+            if isinstance(code, str) and result.ok:
+                self.cells.append(code)
+                defines = defines or _defines(code, self.task.metadata["entry_point"])  # type: ignore[union-attr]
+        if self.test_progress_reward and defines:
+            fraction = self._tests_fraction("\n\n".join(self.cells))
+            self.turn_reward = self.test_progress_reward * max(0.0, fraction - self.best_fraction)
+            self.best_fraction = max(self.best_fraction, fraction)
+
+    def process_reward(self, calls, call_results: list[ToolResult]) -> float:
+        """The rise in tests passed by this turn's run, times ``test_progress_reward``."""
+        return self.turn_reward
+
+    def _tests_fraction(self, code: str) -> float:
+        meta = self.task.metadata  # type: ignore[union-attr]
+        report = run_unit_tests(code, prompt=meta["prompt"], test=meta["test"], entry_point=meta["entry_point"], timeout_s=self.test_timeout_s, memory_mb=self.test_memory_mb)
+        return report.fraction
 
     def score_answer(self, answer: str | None) -> tuple[float, bool, dict[str, Any]]:
         task: Task = self.task  # type: ignore[assignment]
@@ -67,6 +111,11 @@ class CodeEnv(ToolEnv):
     def verdict(self, answer: str | None) -> str:
         """After a failed attempt (``attempts`` > 1): that it failed, never the tests."""
         return "Your reply had no ```python code block." if not answer or not answer.strip() else "Your code does not pass the tests."
+
+
+def _defines(code: str, entry_point: str) -> bool:
+    """Whether ``code`` has a ``def entry_point(`` line."""
+    return re.search(rf"^\s*(async\s+)?def\s+{re.escape(entry_point)}\s*\(", code, flags=re.MULTILINE) is not None
 
 
 _CACHE: dict = {}
@@ -94,6 +143,7 @@ def make_code_env(
     num_tasks: int | None = None,
     seed: int = 0,
     partial_credit: bool = False,
+    test_progress_reward: float = 0.0,
     tools: tuple[str, ...] | list[str] = ("python",),
     parser: str = "hermes",
     max_turns: int = 4,
@@ -113,6 +163,8 @@ def make_code_env(
     test) or ``humaneval`` (the 164 HumanEval problems, needs the ``[code]`` extra; the
     default for split test); ``path``: a JSONL file in HumanEval's shape instead.
     ``timeout_s`` bounds each tool call, ``test_timeout_s`` the whole test run.
+    ``test_progress_reward``: the per-turn process reward for tests newly passed by the
+    code the python tool ran (see the module docstring).
     ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``: see
     :class:`~agentic_rl.envs.tool_env.ToolEnv`.
     """
@@ -135,6 +187,7 @@ def make_code_env(
         max_turns=max_turns,
         system_prompt=SYSTEM_PROMPT if system_prompt is None else system_prompt,
         partial_credit=partial_credit,
+        test_progress_reward=test_progress_reward,
         timeout_s=test_timeout_s,
         memory_mb=memory_mb,
         attempts=attempts,

@@ -1,7 +1,9 @@
 """``math-python`` / ``gsm8k``: word problems from any JSONL, solved with a sandboxed
 ``python`` tool, scored by mathematical equivalence (``math-verify``).
 
-The package ships no data: pass ``path`` (e.g. GSM8K's ``train.jsonl``). GSM8K answers
+The package ships no data: pass ``path`` (e.g. GSM8K's ``train.jsonl``; or a Parquet /
+Arrow file or a ``save_to_disk`` folder, read through Hugging Face ``datasets``), or, in
+Python, ``dataset`` (a ``datasets.Dataset`` / ``DatasetDict``). GSM8K answers
 (reasoning, then ``#### N``) are understood: the gold answer is the part after ``####``.
 Calls use the hermes ``python(code)`` format or ReTool's ``<code>`` / ``<interpreter>``
 tags (``parser``); the answer is always ``<answer>...</answer>``. Few-shot demonstrations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from agentic_rl.data.conversations import read_jsonl, text_messages, write_jsonl
 from agentic_rl.data.gsm8k import ANNOTATION, TOOLS, ConversionStats, convert_example, convert_rows
+from agentic_rl.data.hf_datasets import FieldMap, check_columns, open_dataset, source_key
 from agentic_rl.envs.base import Task
 from agentic_rl.envs.tool_env import ToolEnv
 from agentic_rl.parsers import DEFAULT_MAX_ARGUMENT_CHARS, get_parser
@@ -59,24 +63,58 @@ def math_reward(answer: str | None, task: Task) -> float:
     return 1.0 if math_equivalent(answer, task.answer) else 0.0
 
 
-def load_math_tasks(path: str, *, question_field: str = "question", answer_field: str = "answer", name: str = "math", num_tasks: int | None = None) -> list[Task]:
-    rows = read_jsonl(path)
+FIELD_OPTIONS = {"prompt": "question_field", "answer": "answer_field", "id": "id_field", "metadata": "metadata_fields"}
+"""The math envs' options that map columns (error messages name them)."""
+
+
+def load_math_tasks(
+    source: Any,
+    *,
+    question_field: str = "question",
+    answer_field: str = "answer",
+    name: str = "math",
+    num_tasks: int | None = None,
+    split: str | None = None,
+    id_field: str | None = None,
+    metadata_fields: Sequence[str] = (),
+) -> list[Task]:
+    """Math tasks from ``source``: a JSONL path (read directly), any other path or a
+    ``datasets`` object (through :func:`agentic_rl.data.hf_datasets.open_dataset`; ``split``
+    picks a DatasetDict's split and fills ``{split}`` in a path). The gold answer is the
+    part after ``####`` of the answer column (``metadata["solution"]`` keeps it whole);
+    ``id_field`` names the id column (default ``{name}-{row}``), ``metadata_fields`` columns
+    to keep in the metadata."""
+    fields = FieldMap(prompt=question_field, answer=answer_field, id=id_field, metadata=tuple(metadata_fields))
+    if isinstance(source, (str, Path)) and "{split}" in str(source) and split is not None:
+        source = str(source).replace("{split}", split)
+    if isinstance(source, (str, Path)) and str(source).endswith(".jsonl"):
+        rows: Any = read_jsonl(source)[: num_tasks or None]
+        for index, row in enumerate(rows):
+            check_columns(list(row), fields, f"{source} row {index + 1}", option_names=FIELD_OPTIONS)
+    else:
+        rows = open_dataset(source, split=split)
+        check_columns(rows.column_names, fields, str(source) if isinstance(source, (str, Path)) else "the dataset", option_names=FIELD_OPTIONS)
+        if num_tasks:
+            rows = rows.select(range(min(num_tasks, len(rows))))
     tasks = []
-    for index, row in enumerate(rows[: num_tasks or None]):
-        if question_field not in row or answer_field not in row:
-            raise ValueError(f"{path}: row {index + 1} lacks {question_field!r} or {answer_field!r}; set question_field / answer_field")
+    for index, row in enumerate(rows):
         solution = str(row[answer_field])
-        tasks.append(Task(id=f"{name}-{index}", prompt=str(row[question_field]), answer=gold_answer(solution), metadata={"solution": solution}))
+        task_id = str(row[id_field]) if id_field else f"{name}-{index}"
+        metadata = {"solution": solution, **{column: row[column] for column in metadata_fields}}
+        tasks.append(Task(id=task_id, prompt=str(row[question_field]), answer=gold_answer(solution), metadata=metadata))
     if not tasks:
-        raise ValueError(f"{path}: no tasks")
+        raise ValueError(f"{source}: no tasks")
     return tasks
 
 
 def make_math_python_env(
     *,
     path: str | None = None,
+    dataset: Any = None,
     question_field: str = "question",
     answer_field: str = "answer",
+    id_field: str | None = None,
+    metadata_fields: Sequence[str] = (),
     split: str | None = None,
     num_tasks: int | None = None,
     tools: Sequence[str] = ("python",),
@@ -103,12 +141,18 @@ def make_math_python_env(
     ``max_output_chars`` keeps its head and tail around a visible truncation marker.
     ``few_shot`` (at most 4) solved demonstrations precede the question, with real tool
     calls and outputs of the first tool among python / calculator (or, without tools,
-    the reasoning alone). ``split`` is accepted for the eval harness and ignored: the file
-    is the split. ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and
+    the reasoning alone). ``path``: JSONL, Parquet, Arrow or a ``save_to_disk`` folder (the
+    last three through Hugging Face ``datasets``, the ``[data]`` extra); ``dataset``: a
+    ``datasets.Dataset`` or ``DatasetDict`` object instead (Python only). ``split`` picks a
+    DatasetDict's split and fills ``{split}`` in ``path``; a single file is the split
+    itself. Columns: ``question_field``, ``answer_field``, ``id_field`` (default
+    ``{name}-{row}``) and ``metadata_fields`` (kept in ``Task.metadata``). ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and
     ``memory`` (memory tools; hermes format only): see :class:`ToolEnv`.
     """
-    if not path:
-        raise ValueError(f"{name}: set env.path to a JSONL file (this package ships no data)")
+    if not path and dataset is None:
+        raise ValueError(f"{name}: set env.path to a JSONL / Parquet / Arrow file or a save_to_disk folder (this package ships no data)")
+    if path and dataset is not None:
+        raise ValueError("dataset: give either path or dataset, not both")
     if not 0 <= few_shot <= len(DEMO_PROBLEMS):
         raise ValueError(f"few_shot: expected an int in [0, {len(DEMO_PROBLEMS)}], got {few_shot}")
     if parser == "retool" and tools and "python" not in tools:
@@ -123,7 +167,7 @@ def make_math_python_env(
     if few_shot and tools and not demo_tool:
         raise ValueError("few_shot: demonstrations need the python or calculator tool (or no tools)")
     return ToolEnv(
-        _cached_tasks(path, question_field, answer_field, name, num_tasks),
+        _cached_tasks(path or dataset, question_field, answer_field, name, num_tasks, split, id_field, tuple(metadata_fields)),
         registry,
         parser=call_parser,
         reward_fn=math_reward,
@@ -141,10 +185,12 @@ def make_math_python_env(
 _CACHE: dict = {}
 
 
-def _cached_tasks(path, question_field, answer_field, name, num_tasks):
-    key = (path, question_field, answer_field, name, num_tasks)
-    if key not in _CACHE:  # envs are built per trajectory: parse the file once
-        _CACHE[key] = load_math_tasks(path, question_field=question_field, answer_field=answer_field, name=name, num_tasks=num_tasks)
+def _cached_tasks(source, question_field, answer_field, name, num_tasks, split, id_field, metadata_fields):
+    key = (source_key(source), question_field, answer_field, name, num_tasks, split, id_field, metadata_fields)
+    if key not in _CACHE:  # envs are built per trajectory: read the data once
+        _CACHE[key] = load_math_tasks(
+            source, question_field=question_field, answer_field=answer_field, name=name, num_tasks=num_tasks, split=split, id_field=id_field, metadata_fields=metadata_fields
+        )
     return _CACHE[key]
 
 
@@ -182,6 +228,7 @@ def _answer_only(rationale: str) -> str:
 def make_gsm8k_env(
     *,
     path: str | None = None,
+    dataset: Any = None,
     split: str | None = None,
     num_tasks: int | None = None,
     tools: Sequence[str] = ("python",),
@@ -199,9 +246,9 @@ def make_gsm8k_env(
     self_critique: bool = False,
     memory: str | dict | bool | None = None,
 ) -> ToolEnv:
-    """GSM8K (``question`` / ``answer`` with ``#### N``) from a path you give, with the python tool."""
+    """GSM8K (``question`` / ``answer`` with ``#### N``) from a path or dataset you give, with the python tool."""
     return make_math_python_env(
-        path=path, split=split, num_tasks=num_tasks, tools=tools, parser=parser, max_calls_per_turn=max_calls_per_turn,
+        path=path, dataset=dataset, split=split, num_tasks=num_tasks, tools=tools, parser=parser, max_calls_per_turn=max_calls_per_turn,
         max_argument_chars=max_argument_chars, few_shot=few_shot, max_turns=max_turns, system_prompt=system_prompt, timeout_s=timeout_s, memory_mb=memory_mb,
         max_output_chars=max_output_chars, name="gsm8k", attempts=attempts, attempt_discount=attempt_discount, self_critique=self_critique, memory=memory,
     )

@@ -61,20 +61,14 @@ class MultiSearchTasks(GeneratedTasks):
 class MultiSearchEnv(SearchQAEnv):
     """A :class:`SearchQAEnv` whose answer holds one answer per question; reward: the
     fraction right (``format_reward`` mixes in a well-formed answer after a search, as
-    in search-qa)."""
+    in search-qa); ``correct``: all right (search-qa's ``score_answer`` on this ``score``)."""
 
     def score(self, answer: str | None) -> tuple[float, dict[str, float]]:
         parts = self.task.metadata["parts"]  # type: ignore[union-attr]
         right = per_question_exact_match(answer, [part.metadata["answers"] for part in parts])
         fraction = sum(right) / len(right)
-        well_formed = answer is not None and self.malformed_calls == 0 and bool(self.queries)
-        reward = (1.0 - self.format_weight) * fraction + self.format_weight * float(well_formed)
+        reward = (1.0 - self.format_weight) * fraction + self.format_weight * float(self.well_formed(answer))
         return reward, {"em": fraction, "f1": fraction}
-
-    def score_answer(self, answer: str | None) -> tuple[float, bool, dict[str, Any]]:
-        reward, scores = self.score(answer)
-        self.final = scores
-        return reward, scores["em"] == 1.0, scores
 
     def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
         """search-qa's metrics with ``search/em`` the fraction of questions right, and

@@ -418,19 +418,44 @@ def _fill(template: str, variables: dict[str, str], *, regex: bool) -> str:
     return re.sub(r"\{(\w+)\}", value, template)
 
 
+def _compare_step(spec: dict[str, Any], variables: dict[str, str]) -> bool:
+    """Apply a comparison step to ``variables`` (in place); False when its inputs are missing."""
+    try:
+        keys = [int(variables[k]) for k in spec["keys"]]
+    except (KeyError, ValueError):
+        return False
+    best = (min if spec["pick"] == "min" else max)(range(len(keys)), key=keys.__getitem__)
+    variables[spec["into"]] = variables[spec["values"][best]]
+    return True
+
+
+def supporting_documents(task: Task, documents: Sequence[Document]) -> list[str]:
+    """Ids of the documents that hold the facts of a built-in question, one per search of
+    its plan, in order (the gold evidence StepSearch's information gain counts)."""
+    variables = dict(task.metadata["vars"])
+    found: list[str] = []
+    for step in task.metadata["plan"]:
+        if "compare" in step:
+            if not _compare_step(step["compare"], variables):
+                break
+            continue
+        pattern = re.compile(_fill(step["pattern"], variables, regex=True))
+        match = next(((doc, m) for doc in documents if (m := pattern.search(doc.text))), None)
+        if match is None:
+            break
+        found.append(match[0].id)
+        variables.update({name: value.strip() for name, value in match[1].groupdict().items()})
+    return found
+
+
 def _run_plan(metadata: dict[str, Any], observations: Sequence[str]) -> tuple[str | None, str | None]:
     """(next query, None) while searches remain, else (None, final answer or None)."""
     variables = dict(metadata["vars"])
     used = 0
     for step in metadata["plan"]:
         if "compare" in step:
-            spec = step["compare"]
-            try:
-                keys = [int(variables[k]) for k in spec["keys"]]
-            except (KeyError, ValueError):
+            if not _compare_step(step["compare"], variables):
                 return None, None
-            best = (min if spec["pick"] == "min" else max)(range(len(keys)), key=keys.__getitem__)
-            variables[spec["into"]] = variables[spec["values"][best]]
             continue
         if used == len(observations):
             try:

@@ -3,31 +3,42 @@
 The model calls a ``search(query)`` tool (hermes format) or writes Search-R1 tags
 (``<search> q </search>``, results in ``<information>``), then answers inside
 ``<answer></answer>``. Retrieved text is observation (loss_mask 0). The reward is
-exact match (SQuAD normalization) or token F1 against the gold answers, optionally
-mixed with a format reward. Per-episode search metrics (searches, answer recall,
-repeated queries, EM, F1) come from :meth:`SearchQAEnv.episode_metrics`.
+exact match (SQuAD normalization), token F1 against the gold answers or an LLM judge's
+score (``reward: judge``), optionally mixed with a format reward. Per-episode search
+metrics (searches, answer recall, repeated queries, EM, F1) come from
+:meth:`SearchQAEnv.episode_metrics`.
+
+Process rewards (StepSearch), per search turn in ``info["turn_reward"]``:
+``info_gain_reward`` times the fraction of the question's gold-supporting documents that
+the turn's searches retrieved for the first time in the episode, minus ``repeat_penalty``
+per query the episode had already searched (after lower-casing and collapsing spaces).
+The built-in questions know their supporting documents; a QA JSONL gives them as
+``supporting_docs`` (document ids or titles).
 
 By default the questions and corpus are the built-in generated ones
 (:mod:`agentic_rl.envs.search_data`); any QA JSONL (``question``, ``answers``) plugs in
 with ``qa_path`` and any corpus with ``corpus_path`` (JSONL, indexed in memory),
 ``index_path`` (an ``agentic-rl index build`` folder) or ``server_url`` (a retrieval
-server).
+server); ``retriever: {kind: simulated, ...}`` replaces the corpus with ZeroSearch's
+simulated search engine (:mod:`agentic_rl.retrieval.simulated`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from agentic_rl.data.conversations import read_jsonl
 from agentic_rl.envs.base import Task
-from agentic_rl.envs.search_data import DEFAULT_NUM_TASKS, SearchQATasks, demo_corpus, oracle_action
+from agentic_rl.envs.search_data import DEFAULT_NUM_TASKS, SearchQATasks, demo_corpus, oracle_action, supporting_documents
 from agentic_rl.envs.tool_env import ToolEnv
 from agentic_rl.parsers import DEFAULT_MAX_ARGUMENT_CHARS, ToolCallParser, get_parser
 from agentic_rl.retrieval.base import Retriever, format_documents
 from agentic_rl.retrieval.cache import CachedRetriever
+from agentic_rl.retrieval.simulated import SimulatedSearch, SimulatedSearchEngine, SimulationConfig, simulated_engine
+from agentic_rl.rewards.judge import LLMJudge, make_judge
 from agentic_rl.rewards.qa import answer_in_text, best_exact_match, best_f1
 from agentic_rl.tools import Tool, ToolRegistry, tool
 from agentic_rl.types import Message, ToolCall, ToolResult
@@ -116,7 +127,8 @@ def make_search_tool(retriever: Retriever, *, top_k: int = 3, max_doc_chars: int
 
 class QATasks(Sequence[Task]):
     """Tasks from a QA JSONL file: ``{"question": str, "answers": [str, ...]}`` per line
-    (``answers`` may be one string; ``answer`` is accepted too; ``id`` is optional)."""
+    (``answers`` may be one string; ``answer`` is accepted too; ``id`` is optional;
+    ``supporting_docs``, the ids or titles of the gold evidence, is optional)."""
 
     def __init__(self, path: str | Path, *, num_tasks: int | None = None) -> None:
         self.tasks: list[Task] = []
@@ -127,7 +139,10 @@ class QATasks(Sequence[Task]):
             if not isinstance(question, str) or not answers:
                 raise ValueError(f'{path}: row {number}: expected {{"question": str, "answers": [str, ...]}}')
             task_id = str(data.get("id", f"{Path(path).stem}-{len(self.tasks)}"))
-            self.tasks.append(Task(id=task_id, prompt=question, answer=str(answers[0]), metadata={"answers": [str(a) for a in answers]}))
+            metadata: dict[str, Any] = {"answers": [str(a) for a in answers]}
+            if data.get("supporting_docs") is not None:
+                metadata["supporting_docs"] = [str(d) for d in data["supporting_docs"]]
+            self.tasks.append(Task(id=task_id, prompt=question, answer=str(answers[0]), metadata=metadata))
         if num_tasks is not None:
             self.tasks = self.tasks[:num_tasks]
         if not self.tasks:
@@ -151,17 +166,61 @@ def _normalize_query(query: str) -> str:
     return " ".join(query.lower().split())
 
 
-class SearchQAEnv(ToolEnv):
-    """A ``ToolEnv`` scored by EM / F1, recording what was searched and retrieved."""
+GoldDocuments = Callable[[Task], Sequence[str]]
+"""A task's gold-supporting documents (ids or titles)."""
 
-    def __init__(self, tasks: Sequence[Task], tools: ToolRegistry, *, reward: Literal["em", "f1"] = "em", format_reward: float = 0.0, **kwargs: Any) -> None:
-        if reward not in ("em", "f1"):
-            raise ValueError(f"reward: expected 'em' or 'f1', got {reward!r}")
+
+def task_supporting_docs(task: Task) -> Sequence[str]:
+    """The ``supporting_docs`` a QA file gave the task (an error naming the task when it gave none)."""
+    if "supporting_docs" not in task.metadata:
+        raise ValueError(f"info_gain_reward: task {task.id} has no supporting_docs (add them to the QA file)")
+    return task.metadata["supporting_docs"]
+
+
+class SearchQAEnv(ToolEnv):
+    """A ``ToolEnv`` scored by EM / F1 / an LLM judge, recording what was searched and
+    retrieved; with ``info_gain_reward`` / ``repeat_penalty``, StepSearch's per-turn process
+    rewards (``gold_documents`` and ``retriever`` + ``top_k``: what the search tool ranks,
+    to see which documents a query returned)."""
+
+    search_tool_name = "search"
+    """The tool whose calls count as searches (queries, repeats, retrieved text)."""
+
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        tools: ToolRegistry,
+        *,
+        reward: Literal["em", "f1", "judge"] = "em",
+        format_reward: float = 0.0,
+        judge: LLMJudge | None = None,
+        info_gain_reward: float = 0.0,
+        repeat_penalty: float = 0.0,
+        gold_documents: GoldDocuments | None = None,
+        retriever: Retriever | None = None,
+        top_k: int = 3,
+        simulated_search: SimulatedSearch | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if reward not in ("em", "f1", "judge"):
+            raise ValueError(f"reward: expected 'em', 'f1' or 'judge', got {reward!r}")
+        if (reward == "judge") != (judge is not None):
+            raise ValueError("judge: reward 'judge' needs judge options, and judge options need reward 'judge'")
         if not 0.0 <= format_reward <= 1.0:
             raise ValueError(f"format_reward: expected a weight in [0, 1], got {format_reward}")
+        if info_gain_reward < 0 or repeat_penalty < 0:
+            raise ValueError(f"info_gain_reward, repeat_penalty: expected numbers >= 0, got {info_gain_reward}, {repeat_penalty}")
+        if info_gain_reward and (gold_documents is None or retriever is None):
+            raise ValueError("info_gain_reward: needs gold_documents and the retriever the search tool uses")
         super().__init__(tasks, tools, **kwargs)
         self.reward_kind = reward
+        self.judge = judge
         self.format_weight = format_reward
+        self.simulated_search = simulated_search
+        """ZeroSearch's simulated engine behind the search tool, told each episode's question,
+        answers and training step (``options["training_step"]``) at reset; None: a real corpus."""
+        self.info_gain_reward, self.repeat_penalty = float(info_gain_reward), float(repeat_penalty)
+        self.gold_documents, self.retriever, self.top_k = gold_documents, retriever, top_k
         self._reset_episode()
 
     def _reset_episode(self) -> None:
@@ -170,37 +229,73 @@ class SearchQAEnv(ToolEnv):
         self.repeated_queries = 0
         self.malformed_calls = 0
         self.final: dict[str, float] = {"em": 0.0, "f1": 0.0}
+        self.gold: frozenset[str] = frozenset()
+        self.found_gold: set[str] = set()
+        self.turn_reward = 0.0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
         self._reset_episode()
-        return super().reset(seed=seed, options=options)
+        messages, info = super().reset(seed=seed, options=options)
+        if self.simulated_search is not None:
+            step = (options or {}).get("training_step")
+            self.simulated_search.begin_episode(question=self.task.prompt, answers=_golds(self.task), step=step, seed=seed)  # type: ignore[union-attr]
+        if self.info_gain_reward:
+            self.gold = frozenset(self.gold_documents(self.task))  # type: ignore[misc, arg-type]
+        return messages, info
 
     def score(self, answer: str | None) -> tuple[float, dict[str, float]]:
         """(reward, {"em", "f1"}) of a final answer for the current task."""
         golds = _golds(self.task)  # type: ignore[arg-type]
         em, f1 = best_exact_match(answer, golds), best_f1(answer, golds)
-        base = em if self.reward_kind == "em" else f1
-        # The format term pays only an answer that follows a search that ran: paid for any
-        # well-formed answer, it is the cheapest reward there is, and GRPO learns to answer
-        # without searching (measured: searches per episode fell from 0.31 to 0 in 8 steps).
-        well_formed = answer is not None and self.malformed_calls == 0 and bool(self.queries)
-        reward = (1.0 - self.format_weight) * base + self.format_weight * float(well_formed)
+        if self.reward_kind == "judge":
+            base = self.judge(answer, self.task)  # type: ignore[misc]  # a failing judge raises: an infrastructure error
+        else:
+            base = em if self.reward_kind == "em" else f1
+        reward = (1.0 - self.format_weight) * base + self.format_weight * float(self.well_formed(answer))
         return reward, {"em": em, "f1": f1}
+
+    def well_formed(self, answer: str | None) -> bool:
+        """The format this env pays for (``format_reward``, and ``info["format_ok"]``): an
+        answer after a search that ran, with no malformed call. Paid for any well-formed
+        answer, it is the cheapest reward there is, and GRPO learns to answer without
+        searching (measured: searches per episode fell from 0.31 to 0 in 8 steps)."""
+        return answer is not None and self.malformed_calls == 0 and bool(self.queries)
 
     def score_answer(self, answer: str | None) -> tuple[float, bool, dict[str, Any]]:
         reward, scores = self.score(answer)
         self.final = scores
-        return reward, scores["em"] == 1.0, scores
+        return reward, scores["em"] == 1.0, {**scores, "format_ok": self.well_formed(answer)}
 
     def record_calls(self, calls, call_results: list[ToolResult], results: list[ToolResult]) -> None:
+        new_gold, repeats = 0, 0
         for call, result in zip(calls, call_results):
-            if call.name == "search" and result.ok and isinstance(call.arguments, dict):
-                query = _normalize_query(str(call.arguments.get("query", "")))
+            if call.name == self.search_tool_name and result.ok and isinstance(call.arguments, dict):
+                raw = str(call.arguments.get("query", ""))
+                query = _normalize_query(raw)
                 if query in self.queries:
                     self.repeated_queries += 1
+                    repeats += 1
                 self.queries.append(query)
                 self.retrieved.append(result.content)
+                if self.gold:
+                    new_gold += self._newly_found(raw)
         self.malformed_calls += sum(r.malformed for r in results)
+        gain = new_gold / len(self.gold) if self.gold else 0.0
+        self.turn_reward = self.info_gain_reward * gain - self.repeat_penalty * repeats
+
+    def _newly_found(self, query: str) -> int:
+        """Gold documents (by id or title) among the query's results not found before.
+        The (cached) retriever ranks the query again, exactly as the tool did."""
+        documents = self.retriever.search(query, self.top_k)  # type: ignore[union-attr]
+        hits = {name for doc in documents for name in (doc.id, doc.title) if name in self.gold} - self.found_gold
+        # A document counts once, whether the gold list names it by id or by title.
+        fresh = {doc.id for doc in documents if (doc.id in hits or doc.title in hits)}
+        self.found_gold |= hits
+        return len(fresh)
+
+    def process_reward(self, calls, call_results: list[ToolResult]) -> float:
+        """StepSearch's process reward of the tool turn just recorded."""
+        return self.turn_reward
 
     def expert_reply(self) -> str:
         """The scripted expert's next message for this episode: the oracle's next search or
@@ -220,6 +315,11 @@ class SearchQAEnv(ToolEnv):
             "search/em": self.final["em"],
             "search/f1": self.final["f1"],
         }
+        if self.simulated_search is not None:  # ZeroSearch: the noise level and how many searches got noise
+            metrics["search/noise_probability"] = self.simulated_search.noise
+            metrics["search/noisy_searches"] = float(self.simulated_search.noisy_searches)
+        if self.gold:
+            metrics["search/gold_recall"] = len(self.found_gold) / len(self.gold)
         hops = self.task.metadata.get("hops") if self.task is not None else None
         if hops:  # per hop count (averaged over the episodes that have it): 1-hop and 2-hop EM apart
             metrics[f"search/em_{hops}hop"] = self.final["em"]
@@ -263,12 +363,16 @@ def make_search_qa_env(
     corpus_path: str | None = None,
     index_path: str | None = None,
     server_url: str | None = None,
+    retriever: dict | SimulatedSearchEngine | None = None,
     top_k: int = 3,
     max_doc_chars: int | None = 300,
     max_turns: int = 5,
     parser: str = "hermes",
-    reward: Literal["em", "f1"] = "em",
+    reward: Literal["em", "f1", "judge"] = "em",
     format_reward: float = 0.0,
+    judge: dict | None = None,
+    info_gain_reward: float = 0.0,
+    repeat_penalty: float = 0.0,
     few_shot: int = 0,
     system_prompt: str | None = None,
     max_calls_per_turn: int | None = None,
@@ -284,11 +388,16 @@ def make_search_qa_env(
 
     ``qa_path`` (JSONL of ``question``/``answers``; ``{split}`` in the path is replaced by the
     split) replaces the built-in questions; ``corpus_path`` / ``index_path`` / ``server_url``
-    replace the built-in corpus. ``top_k`` documents per search, each cut to
+    replace the built-in corpus, and so does ``retriever``: ``{kind: simulated, model, ...}``
+    (:class:`~agentic_rl.retrieval.simulated.SimulationConfig`: ZeroSearch's LLM-simulated
+    search with a noise curriculum) or, in Python, a ``SimulatedSearchEngine``. ``top_k`` documents per search, each cut to
     ``max_doc_chars`` characters. ``few_shot`` oracle demonstrations (built-in questions only).
     ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``
     (``episode`` or ``shared`` memory tools; hermes format only), ``plan_first`` /
     ``plan_reward`` (a plan as the first turn): see :class:`ToolEnv`.
+    ``reward: judge`` scores answers with an LLM judge built from ``judge`` (options of
+    :func:`agentic_rl.rewards.judge.make_judge`). ``info_gain_reward`` / ``repeat_penalty``:
+    StepSearch's per-turn process rewards (see the module docstring).
     """
     if top_k < 1:
         raise ValueError(f"top_k: expected a positive int, got {top_k}")
@@ -298,8 +407,15 @@ def make_search_qa_env(
         tasks: Sequence[Task] = QATasks(qa_path.replace("{split}", split), num_tasks=num_tasks)
     else:
         tasks = SearchQATasks(split=split, seed=seed, num_tasks=num_tasks, types=types, hops=hops)
-    retriever = get_retriever(seed=seed, corpus_path=corpus_path, index_path=index_path, server_url=server_url)
-    search_tool = make_search_tool(retriever, top_k=top_k, max_doc_chars=max_doc_chars)
+    simulated = _simulated_search(retriever, split) if retriever is not None else None
+    if simulated is not None and (corpus_path or index_path or server_url):
+        raise ValueError("retriever: a simulated search engine replaces the corpus; give it or corpus_path / index_path / server_url, not both")
+    if simulated is not None and info_gain_reward:
+        raise ValueError("info_gain_reward: needs a document collection to find the gold documents in, not a simulated search engine")
+    if simulated is not None and few_shot:
+        raise ValueError("few_shot: the oracle demonstrations need a document collection, not a simulated search engine")
+    search = simulated if simulated is not None else get_retriever(seed=seed, corpus_path=corpus_path, index_path=index_path, server_url=server_url)
+    search_tool = make_search_tool(search, top_k=top_k, max_doc_chars=max_doc_chars)
     limit = max_calls_per_turn if max_calls_per_turn is not None else (1 if parser == "search_r1" else 4)
     call_parser = get_parser(parser, max_calls_per_turn=limit, max_argument_chars=max_argument_chars)
     if not 0 <= few_shot <= DEFAULT_NUM_TASKS["demo"]:
@@ -307,6 +423,15 @@ def make_search_qa_env(
     if few_shot and qa_path:
         raise ValueError("few_shot: demonstrations need the built-in questions (no qa_path)")
     demos = [_demonstration(task, call_parser, search_tool) for task in SearchQATasks(split="demo", seed=seed)[:few_shot]]
+    gold_documents: GoldDocuments | None = None
+    if info_gain_reward:
+        if qa_path:
+            missing = next((task for task in tasks if "supporting_docs" not in task.metadata), None)
+            if missing is not None:
+                raise ValueError(f"info_gain_reward: task {missing.id} of {qa_path} has no supporting_docs (document ids or titles)")
+            gold_documents = task_supporting_docs
+        else:
+            gold_documents = _builtin_supporting_docs(seed)
     if system_prompt is None:
         system_prompt = SEARCH_R1_PROMPT if parser == "search_r1" else HERMES_PROMPT
     return SearchQAEnv(
@@ -318,10 +443,45 @@ def make_search_qa_env(
         demonstrations=demos,
         reward=reward,
         format_reward=format_reward,
+        judge=make_judge(judge) if judge is not None else None,
+        info_gain_reward=info_gain_reward,
+        repeat_penalty=repeat_penalty,
+        gold_documents=gold_documents,
+        retriever=search,
+        top_k=top_k,
         attempts=attempts,
         attempt_discount=attempt_discount,
         self_critique=self_critique,
         memory=memory,
         plan_first=plan_first,
         plan_reward=plan_reward,
+        simulated_search=simulated,
     )
+
+
+def _simulated_search(spec: Any, split: str) -> SimulatedSearch:
+    """This env's simulated search over the process-wide engine ``spec`` names; the gold
+    answer goes to the simulator in the train split unless ``with_answer`` says otherwise."""
+    if isinstance(spec, SimulatedSearchEngine):
+        engine = spec
+    elif isinstance(spec, dict):
+        engine = simulated_engine(SimulationConfig.parse(spec))
+    else:
+        raise ValueError(f"retriever: expected a mapping like {{kind: simulated, model: ...}}, got {type(spec).__name__}")
+    with_answer = engine.config.with_answer
+    return SimulatedSearch(engine, with_answer=split == "train" if with_answer is None else with_answer)
+
+
+_SUPPORT: dict[tuple[int, str], tuple[str, ...]] = {}
+
+
+def _builtin_supporting_docs(seed: int) -> GoldDocuments:
+    """The built-in questions' gold documents, found once per question in the built-in corpus."""
+
+    def gold(task: Task) -> Sequence[str]:
+        key = (seed, task.id)
+        if key not in _SUPPORT:
+            _SUPPORT[key] = tuple(supporting_documents(task, demo_corpus(seed)))
+        return _SUPPORT[key]
+
+    return gold

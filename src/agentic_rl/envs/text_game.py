@@ -120,6 +120,7 @@ class DiscreteTextGame:
             "correct": outcome.solved,
             "turn_reward": outcome.turn_reward,
             "invalid_action": action is None,
+            "format_ok": action is not None,
         }
         if self.done:
             return [], float(outcome.reward), outcome.terminated, truncated, info

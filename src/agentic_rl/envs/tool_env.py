@@ -209,6 +209,11 @@ class ToolEnv:
         """Hook to keep per-episode statistics of a tool turn: ``calls`` pair with
         ``call_results``; ``results`` also holds the unparseable calls. Default: nothing."""
 
+    def process_reward(self, calls, call_results: list[ToolResult]) -> float:
+        """Hook: the process reward of the tool turn just recorded (``info["turn_reward"]``,
+        read by turn-level credit assignment), called after :meth:`record_calls`. Default: 0."""
+        return 0.0
+
     def step(self, assistant_message: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         if self.task is None:
             raise RuntimeError("step() called before reset()")
@@ -284,6 +289,10 @@ class ToolEnv:
         self.made_calls.update(call.name for call in parsed.calls)
         results += call_results
         self.record_calls(parsed.calls, call_results, results)
+        info = {"answer": None, "correct": False, "tool_results": results}
+        turn_reward = self.process_reward(parsed.calls, call_results)
+        if turn_reward:
+            info["turn_reward"] = turn_reward
         observations = [self.parser.format_result(result) for result in results]
         truncated = self.turn >= self.max_turns
-        return observations, 0.0, False, truncated, {"answer": None, "correct": False, "tool_results": results}
+        return observations, 0.0, False, truncated, info

@@ -3,7 +3,9 @@
 - :class:`BM25Retriever` (``bm25s``; :func:`build_index` / :func:`load_index`, memory-mapped),
 - :class:`DenseRetriever` and :class:`HybridRetriever` (optional: faiss + your embedding model),
 - :class:`HTTPRetriever` / :class:`RetrievalServer` (Search-R1 protocol, loopback by default),
-- :class:`CachedRetriever` (results keyed by ``(query, k)``).
+- :class:`CachedRetriever` (results keyed by ``(query, k)``),
+- web search APIs (:mod:`agentic_rl.retrieval.web_search`: Brave, Tavily) and ZeroSearch's
+  LLM-simulated search engine (:mod:`agentic_rl.retrieval.simulated`).
 """
 
 from agentic_rl.retrieval.base import Document, Retriever, format_documents, read_corpus, write_corpus

@@ -68,7 +68,8 @@ def write_corpus(documents: Iterable[Document], path: str | Path) -> Path:
 
 
 def format_documents(documents: Sequence[Document], *, max_chars: int | None = None) -> str:
-    """Search-R1 style observation text: ``Doc 1(Title: ...) text`` per line.
+    """Search-R1 style observation text: ``Doc 1(Title: ...) text`` per line (``Doc 1: text``
+    for a document without a title, as ZeroSearch's simulated documents are).
 
     ``max_chars`` truncates each document's text (not the title) to that many characters.
     """
@@ -79,5 +80,5 @@ def format_documents(documents: Sequence[Document], *, max_chars: int | None = N
         text = doc.text
         if max_chars is not None and len(text) > max_chars:
             text = text[:max_chars].rstrip() + "..."
-        lines.append(f"Doc {rank}(Title: {doc.title}) {text}")
+        lines.append(f"Doc {rank}(Title: {doc.title}) {text}" if doc.title else f"Doc {rank}: {text}")
     return "\n".join(lines)

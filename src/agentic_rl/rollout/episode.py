@@ -168,6 +168,8 @@ class Episode:
         if "answer" in info:
             trajectory.answer = info["answer"]
         trajectory.correct = bool(info.get("correct", trajectory.correct))
+        if "format_ok" in info:  # the env's format verdict: every step that gives one must pass
+            trajectory.info["format_ok"] = bool(info["format_ok"]) and trajectory.info.get("format_ok", True)
         reason = self._termination(turn, terminated, truncated)
         shown = self._next_context(observations) if reason is None else None
         if shown is not None:  # the policy cut what the model saw: a new segment, rendered afresh

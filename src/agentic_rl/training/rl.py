@@ -230,10 +230,10 @@ class RLTrainer:
         token_kl = self._token_kl(usable) if algorithm.kl_in_reward and self.reference is not None and usable else None
         # The metrics describe every sampled group; the update sees the kept ones, which
         # are the same groups unless the group filter dropped some.
-        rewards = shaped_rewards(usable_trajectories(groups), algorithm, max_total_tokens=config.rollout.max_total_tokens)
+        rewards = shaped_rewards(usable_trajectories(groups), algorithm, max_total_tokens=config.rollout.max_total_tokens, reward=config.reward, step=self.step_index)
         scored = score(
             kept, algorithm, max_total_tokens=config.rollout.max_total_tokens, attribution=config.arpo.attribution,
-            rewards=rewards if len(kept) == len(groups) else None, token_values=token_values, token_kl=token_kl,
+            rewards=rewards if len(kept) == len(groups) else None, token_values=token_values, token_kl=token_kl, reward=config.reward, step=self.step_index,
         )
         reward_kl = None if token_kl is None else sum(map(sum, token_kl)) / max(sum(t.response_tokens for t in usable), 1)
         return scored, rewards, reward_kl

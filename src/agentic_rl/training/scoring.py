@@ -10,7 +10,8 @@ import torch
 
 from agentic_rl.algorithms import compute_advantages, filter_groups, gae, overlong_penalty, zero_std_group_fraction
 from agentic_rl.algorithms.arpo import hard_attribution
-from agentic_rl.config import AlgorithmConfig
+from agentic_rl.config import AlgorithmConfig, RewardConfig
+from agentic_rl.rewards.episode import format_ok, retrieval_calls, tool_cost, two_stage_reward
 from agentic_rl.rollout.arpo import branch_common_prefix
 from agentic_rl.training.credit import build_advantage_inputs
 from agentic_rl.types import Trajectory, TrajectoryGroup
@@ -40,10 +41,31 @@ def usable_trajectories(groups: list[TrajectoryGroup]) -> list[Trajectory]:
     return [t for g in groups for t in g.trajectories if t.infra_error is None]
 
 
-def shaped_rewards(trajectories: list[Trajectory], algorithm: AlgorithmConfig, *, max_total_tokens: int) -> torch.Tensor:
-    """Outcome rewards [N] plus DAPO's soft overlong punishment when configured
+def episode_rewards(trajectories: list[Trajectory], reward: RewardConfig | None, *, step: int = 0) -> torch.Tensor:
+    """The env's outcome rewards [N] with the ``reward`` section's terms: the two-stage
+    schedule (at RL step ``step``) in place of the outcome, plus ``format_weight`` for a
+    followed format, minus the tool calls' costs."""
+    values = []
+    for trajectory in trajectories:
+        value = trajectory.reward
+        if reward is not None:
+            formatted = format_ok(trajectory)
+            stages = reward.two_stage
+            if stages.switch_step is not None:
+                value = two_stage_reward(
+                    value, step=step, switch_step=stages.switch_step, formatted=formatted, retrieved=retrieval_calls(trajectory, stages.retrieval_tool) > 0,
+                    retrieval_reward=stages.retrieval_reward, format_reward=stages.format_reward, format_penalty=stages.format_penalty,
+                )
+            value += reward.format_weight * float(formatted) - tool_cost(trajectory, reward.tool_costs)
+        values.append(value)
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def shaped_rewards(trajectories: list[Trajectory], algorithm: AlgorithmConfig, *, max_total_tokens: int, reward: RewardConfig | None = None, step: int = 0) -> torch.Tensor:
+    """Episode rewards [N] (:func:`episode_rewards`: the outcome with the ``reward`` section's
+    terms at RL step ``step``) plus DAPO's soft overlong punishment when configured
     (``max_total_tokens``: the rollout's token limit)."""
-    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
+    rewards = episode_rewards(trajectories, reward, step=step)
     if algorithm.overlong_buffer and trajectories:
         # Length after the prompt against the room the token limit leaves: penalises
         # episodes that run into truncation (DAPO's soft overlong punishment).
@@ -62,12 +84,15 @@ def score(
     rewards: torch.Tensor | None = None,
     token_values: list[list[float]] | None = None,
     token_kl: list[list[float]] | None = None,
+    reward: RewardConfig | None = None,
+    step: int = 0,
 ) -> ScoredBatch:
     """Rewards (with soft overlong punishment) and advantages for the usable trajectories.
 
     ``max_total_tokens`` is the rollout's token limit (overlong shaping); ``attribution``
     is ARPO's ("hard": one advantage over a shared branch prefix). ``rewards`` are the
-    shaped rewards of :func:`usable_trajectories` when the caller has them already.
+    shaped rewards of :func:`usable_trajectories` when the caller has them already (else
+    computed here with the ``reward`` section at RL step ``step``).
     ``token_values`` (critic values) and ``token_kl`` (per-token KL to the reference, put
     into the reward when ``algorithm.kl_in_reward``) are rows aligned with
     :func:`usable_trajectories`. With values, the critic's targets (GAE returns) and the
@@ -78,7 +103,7 @@ def score(
     if not usable:
         return ScoredBatch([], torch.zeros(0), excluded=excluded)
     if rewards is None:
-        rewards = shaped_rewards(usable, algorithm, max_total_tokens=max_total_tokens)
+        rewards = shaped_rewards(usable, algorithm, max_total_tokens=max_total_tokens, reward=reward, step=step)
     group_of = {g.group_id: i for i, g in enumerate(groups)}
     group_index = torch.tensor([group_of[t.group_id] for t in usable])
     if any(t.segments for t in usable):

@@ -1,0 +1,42 @@
+"""The ``reward`` section of a training config: episode-level terms the trainer adds to
+the env's outcome reward, for every env (``agentic_rl.rewards.episode``)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from agentic_rl.config.base import Section
+
+
+class TwoStageConfig(Section):
+    """R1-Searcher's two-stage reward: retrieval and format first, the answer from ``switch_step`` on."""
+
+    switch_step: int | None = Field(None, ge=0)
+    """RL step at which stage 2 (the answer's reward) starts; None = off (the env's reward throughout)."""
+    retrieval_tool: str = "search"
+    """Stage 1 pays an episode with at least one call of this tool that ran."""
+    retrieval_reward: float = 0.5
+    """Stage 1: reward for retrieving at least once."""
+    format_reward: float = 0.5
+    """Stage 1: reward for following the env's format."""
+    format_penalty: float = Field(2.0, ge=0.0)
+    """Stage 2: subtracted from the env's reward when the format was broken."""
+
+
+class RewardConfig(Section):
+    """Terms added to every episode's reward (after the env's outcome, before advantages)."""
+
+    format_weight: float = 0.0
+    """Added times 1 when the episode followed its env's format (the env's info["format_ok"] on every step, else: answered, no malformed tool call)."""
+    tool_costs: dict[str, float] = Field(default_factory=dict)
+    """Subtracted per tool call, by tool name (e.g. {search: 0.05}); the key "*" covers every tool not named."""
+    two_stage: TwoStageConfig = Field(default_factory=TwoStageConfig)
+    """R1-Searcher's two-stage schedule (off unless two_stage.switch_step is set)."""
+
+    @field_validator("tool_costs")
+    @classmethod
+    def _finite_costs(cls, costs: dict[str, float]) -> dict[str, float]:
+        for name, cost in costs.items():
+            if cost != cost or abs(cost) == float("inf"):
+                raise ValueError(f"the cost of {name!r} must be a finite number, got {cost}")
+        return costs
