@@ -1,11 +1,13 @@
 """Context policies on a long episode, same model, same machine: ``--turns``-turn episodes
 whose every step returns a tool output of about ``--output-tokens`` tokens (a fixed
 synthetic env), sampled with ``full`` (the prompt grows, KV reused across turns),
-``window`` and ``fold`` (``--keep`` turns). Reported per policy: the longest sequence any
-forward pass attends to (the peak context: what memory and attention cost scale with),
-samples per episode, and the wall time of the rollout (median of ``--repeats``).
+``window`` and ``fold`` (``--keep`` turns) and ``summarize`` (the model writes a summary
+whenever the next prompt would pass ``--budget`` tokens). Reported per policy: the longest
+sequence any forward pass attends to (the peak context: what memory and attention cost
+scale with), samples per episode, summaries per episode, and the wall time of the rollout
+(median of ``--repeats``).
 
-    python benchmarks/context_policies.py [--model smollm2-135m] [--turns 20] [--keep 4] [--episodes 4]
+    python benchmarks/context_policies.py [--model smollm2-135m] [--turns 20] [--keep 4] [--budget 512] [--episodes 4] [--policies full,window,summarize]
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--output-tokens", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--budget", type=int, default=512, help="summarize: rollout.context_tokens")
+    parser.add_argument("--policies", default="full,window,fold,summarize")
     args = parser.parse_args()
 
     from agentic_rl.config import RolloutConfig
@@ -54,8 +58,10 @@ def main() -> None:
     model, tokenizer = load(args.model, device="cpu")
     backend = HFBackend(model.float(), tokenizer)
     make_env = lambda: LongToolEnv(args.turns, args.output_tokens)  # noqa: E731
-    for policy in ("full", "window", "fold"):
-        config = RolloutConfig(max_new_tokens=args.new_tokens, max_total_tokens=32768, max_turns=args.turns, context=policy, context_turns=args.keep)
+    for policy in args.policies.split(","):
+        config = RolloutConfig(
+            max_new_tokens=args.new_tokens, max_total_tokens=32768, max_turns=args.turns, context=policy, context_turns=args.keep, context_tokens=args.budget,
+        )
         times, peak, samples = [], 0, 0
         for repeat in range(args.repeats + 1):
             started = time.monotonic()
@@ -65,8 +71,9 @@ def main() -> None:
             episodes = [t for g in groups for t in g.trajectories]
             peak = max(len(s.token_ids) for t in episodes for s in t.samples)
             samples = sum(len(t.samples) for t in episodes) / len(episodes)
+            summaries = sum(t.summary_turns for t in episodes) / len(episodes)
             turns = sum(t.num_turns for t in episodes) / len(episodes)
-        print(f"{policy:6s}: peak context {peak} tokens, {samples:.0f} samples per episode, {turns:.0f} turns, rollout {statistics.median(times):.1f} s", flush=True)
+        print(f"{policy:9s}: peak context {peak} tokens, {samples:.1f} samples and {summaries:.1f} summaries per episode, {turns:.0f} turns, rollout {statistics.median(times):.1f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,10 @@ class Turn:
     version_changes: list[tuple[int, int]] = field(default_factory=list)
     """Partial rollouts: ``(token index in the trajectory, version)`` where new weights took
     over mid-turn; the tokens from that index on were sampled by that version."""
+    summary: bool = False
+    """A summary the model wrote when its context was full (``rollout.context: summarize``):
+    sampled and trained like any turn, but never sent to the env and not counted as a turn
+    of the episode (``Trajectory.num_turns``, ``max_turns``)."""
 
 
 @dataclass
@@ -111,8 +115,13 @@ class Trajectory:
 
     @property
     def num_turns(self) -> int:
-        """Assistant turns of the whole episode (segments included)."""
-        return len(self.turns) + sum(len(s.turns) for s in self.segments)
+        """Assistant turns of the whole episode (segments included; summary turns not)."""
+        return sum(not turn.summary for sample in self.samples for turn in sample.turns)
+
+    @property
+    def summary_turns(self) -> int:
+        """Summaries the model wrote in this episode (``rollout.context: summarize``)."""
+        return sum(turn.summary for sample in self.samples for turn in sample.turns)
 
     @property
     def samples(self) -> list[Trajectory]:
@@ -161,6 +170,7 @@ class Trajectory:
             "weight_versions": self.weight_versions,
             "segments": len(self.segments) + 1,
             **({"env": self.info["env"]} if "env" in self.info else {}),  # a mix's entry
+            **({"summaries": self.summary_turns} if self.summary_turns else {}),
             **({"tools": self.template_tools} if self.template_tools else {}),
         }
 

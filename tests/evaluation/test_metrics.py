@@ -142,6 +142,8 @@ def test_aggregate_metrics_exact_values() -> None:
         "mean_reward": 2.5 / 6,
         "mean_turns": (2 + 1 + 3 + 1 + 0 + 2) / 6,
         "mean_response_tokens": (10 + 20 + 30 + 5 + 0 + 15) / 6,
+        "mean_segments": 1.0,
+        "mean_summaries": 0.0,
         "num_tasks": 2.0,
         "num_samples": 6.0,
         "infra_error_rate": 1 / 6,

@@ -11,9 +11,10 @@ import torch
 
 from agentic_rl.config import RolloutConfig, TrainConfig
 from agentic_rl.engines.hf import HFBackend
-from agentic_rl.rollout.context import FOLD_STUB, context_messages
+from agentic_rl.rollout.context import FOLD_STUB, SUMMARY_HEADER, SUMMARY_REQUEST, context_messages, summary_context, summary_request
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.rl import RLTrainer
+from agentic_rl.types import Trajectory
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -160,3 +161,111 @@ def test_settings_a_context_policy_refuses(overrides, message) -> None:
 
     with pytest.raises(ConfigError, match=message):
         build(TrainConfig, {"rollout": {"context": "window"}, **overrides})
+
+
+# --------------------------------------------------------------------------- summarize
+
+
+def test_summary_context_by_hand() -> None:
+    history = _history(3)  # s, task, a0, out0, a1, out1, a2, out2
+    assert summary_context(history, " facts: 1, 2 ", opening=2, keep_last=False) == [*history[:2], {"role": "user", "content": SUMMARY_HEADER + "facts: 1, 2"}]
+    assert summary_context(history, "facts", opening=2, keep_last=True) == [*history[:2], {"role": "user", "content": SUMMARY_HEADER + "facts"}, *history[6:]]
+    assert context_messages("summarize", history, opening=2, turns=1) == history  # its cut is by tokens, in the episode
+    assert summary_request()["content"] == SUMMARY_REQUEST
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+@pytest.mark.parametrize("keep_last", [False, True])
+def test_summarize_trains_on_exactly_what_the_engine_was_given_and_sampled(tiny, continuous, keep_last) -> None:
+    """Past the budget the model is asked for a summary; the summary tokens are sampled
+    (loss_mask 1, the episode's advantage) and end their segment; the next segment's prompt
+    is the opening, the summary (and the last turn) rendered afresh. The collated training
+    batch holds every (prompt, sampled) pair the engine served, once, and nothing else."""
+    from collections import Counter
+
+    from agentic_rl.rollout.chat import ChatRenderer
+
+    model, tokenizer = tiny
+    backend = Recording(model, tokenizer)
+    renderer = ChatRenderer(tokenizer)
+    rollout_config = {"max_new_tokens": 6, "max_total_tokens": 1024, "context": "summarize", "context_tokens": 80, "context_keep_last": keep_last, "continuous_batching": continuous}
+    config = TrainConfig.model_validate({
+        "model": {"name": "tiny-random", "device": "cpu"}, "env": {"name": "arithmetic"}, "precision": "fp32", "tasks_per_step": 2, "group_size": 2, "rollout": rollout_config,
+    })
+    groups = rollout(backend, ToolEnv, [0, 1], group_size=2, config=config.rollout, seed=7)
+    trainer = RLTrainer(config, model, tokenizer, backend, ToolEnv, list(range(16)))
+    scored, _, _ = trainer.score_groups(groups)
+    batch = trainer._collate(scored, list(range(len(scored.trajectories))), None)
+    pairs = []
+    for row, sample in enumerate(scored.trajectories):
+        ids = batch.input_ids[row, : len(sample.token_ids)].tolist()
+        assert ids == sample.token_ids and batch.loss_mask[row, : len(ids)].tolist() == [float(m) for m in sample.loss_mask]
+        for turn in sample.turns:
+            pairs.append((tuple(ids[: turn.response_start]), tuple(ids[turn.response_start : turn.response_end])))
+            assert batch.loss_mask[row, turn.response_start : turn.response_end].tolist() == [1.0] * (turn.response_end - turn.response_start)
+    assert Counter(pairs) == Counter(backend.served)  # token for token, each engine call once
+    episodes = [t for g in groups for t in g.trajectories]
+    for episode in episodes:
+        assert episode.num_turns == 4 and episode.summary_turns == 2  # the env saw its 4 turns; the summaries it never saw
+        samples = episode.samples
+        assert len(samples) == 3
+        for before, after in zip(samples, samples[1:]):
+            summary = before.turns[-1]
+            assert summary.summary and before.messages[-2] == summary_request()
+            assert SUMMARY_REQUEST in tokenizer.decode(before.token_ids[: summary.response_start])
+            shown = summary_context(before.messages[:-2], summary.assistant_text, opening=2, keep_last=keep_last)
+            assert after.messages[: len(shown)] == shown
+            assert after.token_ids[: after.prompt_length] == renderer.prompt_ids(shown)  # the new context, rendered afresh
+            last_output = before.messages[-3]["content"]  # the tool output the summary request followed
+            assert last_output.startswith("result ") and (last_output in tokenizer.decode(after.token_ids[: after.prompt_length])) == keep_last
+    # Every sample of an episode carries its advantage (grpo over the episodes' rewards) on every sampled token.
+    assert any(len({e.reward for e in episodes if e.group_id == g.group_id}) == 2 for g in groups)  # some advantage is not 0
+    for episode in episodes:
+        group = [e for e in episodes if e.group_id == episode.group_id]
+        group_rewards = torch.tensor([e.reward for e in group])
+        expected = float((episode.reward - group_rewards.mean()) / (group_rewards.std() + 1e-6))
+        for sample in episode.samples:
+            row = next(i for i, t in enumerate(scored.trajectories) if t is sample)
+            assert scored.advantages[row] == pytest.approx([expected * m for m in sample.loss_mask])
+
+
+def _sample(mask: list[int], reward: float, group: str = "g") -> Trajectory:
+
+    return Trajectory(task_id="t", group_id=group, token_ids=list(range(len(mask))), loss_mask=list(mask), sampler_logprobs=[0.0] * len(mask), reward=reward)
+
+
+def test_segment_advantages_and_loss_weights_by_hand() -> None:
+    """Episode A (reward 1) in three samples: a segment ending in its summary, a segment,
+    and a last one that sampled nothing (the new prompt filled the budget); episode B
+    (reward 0) in one. GRPO over the two episodes: mean 0.5, unbiased std sqrt(0.5), so
+    A = +0.5 / sqrt(0.5) and B = -0.5 / sqrt(0.5) on every sampled token of every sample;
+    token-mean weighs each of the 6 sampled tokens 1/6, so A's samples weigh 4/6 in all,
+    as one unsplit sequence of A would."""
+    from agentic_rl.algorithms.losses import aggregate
+    from agentic_rl.config import AlgorithmConfig
+    from agentic_rl.training.batch import collate
+    from agentic_rl.training.scoring import score
+    from agentic_rl.types import TrajectoryGroup
+
+    a = _sample([0, 0, 0], 1.0)
+    a.segments = [_sample([0, 1, 1, 0, 1], 1.0), _sample([0, 0, 1], 1.0)]
+    b = _sample([0, 1, 1], 0.0)
+    scored = score([TrajectoryGroup("t", "g", [a, b])], AlgorithmConfig(advantage="grpo", overlong_buffer=0), max_total_tokens=64)
+    value = 0.5 / (0.5**0.5 + 1e-6)
+    assert [t is s for t, s in zip(scored.trajectories, [*a.samples, b])] == [True] * 4
+    assert scored.advantages == [pytest.approx(row) for row in ([0, value, value, 0, value], [0, 0, value], [0, 0, 0], [0, -value, -value])]
+    assert scored.rewards.tolist() == [1.0, 1.0, 1.0, 0.0]
+    batch = collate([t.token_ids for t in scored.trajectories], [t.loss_mask for t in scored.trajectories], pad_token_id=0, per_token={"advantages": scored.advantages})
+    weights = batch.loss_mask / batch.loss_mask.sum()  # token-mean: d loss / d (per-token loss)
+    assert weights.sum(-1).tolist() == pytest.approx([3 / 6, 1 / 6, 0.0, 2 / 6])
+    assert float(aggregate(batch.per_token["advantages"], batch.loss_mask, "token-mean")) == pytest.approx((4 * value - 2 * value) / 6)
+
+
+def test_summarize_budget_must_leave_room_below_the_token_limit() -> None:
+    from agentic_rl.config import ConfigError, build
+
+    with pytest.raises(ConfigError, match=r"rollout.context_tokens: with context summarize it must be below max_total_tokens \(1024\)"):
+        build(TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 1024, "max_total_tokens": 1024}})
+    with pytest.raises(ConfigError, match="algorithm.rollout: rollout.context summarize: ARPO"):
+        build(TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 512}, "algorithm": {"rollout": "arpo"}})
+    assert build(TrainConfig, {"rollout": {"context": "window", "context_tokens": 4096}}).rollout.context_tokens == 4096  # only summarize reads it

@@ -107,12 +107,22 @@ class RolloutConfig(Section):
     timeout_s: float = Field(1800.0, gt=0)
     """Wall-clock limit per trajectory, from its reset (checked between turns and while its env
     steps; in a batched engine it includes waiting for the batch: a backstop for hung episodes)."""
-    context: Literal["full", "window", "fold"] = "full"
-    """What each turn's prompt shows (agentic_rl.rollout.context): full = the whole episode; window = the opening messages and the last context_turns turns; fold = the whole episode with tool outputs older than context_turns turns replaced by a stub. window and fold start a new segment (a new exact sample, sharing the episode's advantage) whenever they cut what the model saw."""
+    context: Literal["full", "window", "fold", "summarize"] = "full"
+    """What each turn's prompt shows (agentic_rl.rollout.context): full = the whole episode; window = the opening messages and the last context_turns turns; fold = the whole episode with tool outputs older than context_turns turns replaced by a stub; summarize = the whole episode until the next prompt would pass context_tokens, then the model writes a summary (sampled and trained) that replaces the history. window, fold and summarize start a new segment (a new exact sample, sharing the episode's advantage) whenever they cut what the model saw."""
     context_turns: int = Field(2, ge=1)
     """Turns that window keeps, and that fold leaves whole."""
+    context_tokens: int = Field(1024, ge=16)
+    """summarize: the token budget of a prompt; when the next prompt would pass it, the model is asked for a summary first (the summary turn itself may go past it, up to max_total_tokens)."""
+    context_keep_last: bool = False
+    """summarize: the context after a summary keeps the last turn verbatim (its assistant message and observations) after the summary."""
     continuous_batching: bool = True
     """With an engine that offers decode sessions (HF): each trajectory decodes on its own schedule and keeps its KV cache across turns; false: one batched generate per turn (the reference path, same tokens for the same seed)."""
+
+    @model_validator(mode="after")
+    def _budget_below_limit(self) -> RolloutConfig:
+        if self.context == "summarize" and self.context_tokens >= self.max_total_tokens:
+            raise ValueError(f"context_tokens: with context summarize it must be below max_total_tokens ({self.max_total_tokens}) to leave room for the summary, got {self.context_tokens}")
+        return self
 
 
 class SandboxConfig(Section):

@@ -10,6 +10,8 @@ from agentic_rl.envs.frozenlake import make_frozenlake_env
 from agentic_rl.envs.sokoban import make_sokoban_env
 from agentic_rl.envs.gym_adapter import make_gymnasium_env
 from agentic_rl.envs.code import make_code_env
+from agentic_rl.envs.long_qa import make_long_qa_env
+from agentic_rl.envs.multi_search import make_multi_search_env
 from agentic_rl.envs.web_qa import make_web_qa_env
 from agentic_rl.envs.mixed import MIX_ENV, MixedEnv, make_mixed_env, mixed_spec_of
 
@@ -28,6 +30,8 @@ register("gsm8k", make_gsm8k_env, "GSM8K from env.path (#### answers), sandboxed
 register("frozenlake", make_frozenlake_env, "FrozenLake text game (RAGEN style): generated lakes with a guaranteed path, one move per turn in <answer></answer>.")
 register("sokoban", make_sokoban_env, "Sokoban text game (RAGEN style): generated rooms solvable by reverse play, one move per turn in <answer></answer>.")
 register("code", make_code_env, "Write a Python function that passes unit tests (procedural tasks, HumanEval or a JSONL), sandboxed python tool; tests run in a fresh sandbox.")
+register("long-qa", make_long_qa_env, "A generated document several times longer than the context, streamed in chunks; bounded memory tools; questions at the end, exact-match reward per question.")
+register("multi-search-qa", make_multi_search_env, "Several search-qa questions in one episode (MEM1 multi-objective), answered with the search tool; reward = fraction right.")
 register("web-qa", make_web_qa_env, "Questions from a QA JSONL (env.qa_path) researched with web_search (Brave or Tavily API) and browse (main text of a page); EM/F1 reward.")
 register("gymnasium", make_gymnasium_env, "Any Gymnasium env with a Discrete action space (env_id, env_kwargs), ansi text observations, named actions; needs the [gym] extra.")
 register(MIX_ENV, make_mixed_env, "Several envs in one run (env.mix: [{name, weight, label, options...}]): tasks drawn by weight, metrics and eval tables per env.")

@@ -146,6 +146,8 @@ def make_arithmetic_env(
     attempt_discount: float = 1.0,
     self_critique: bool = False,
     memory: str | dict | bool | None = None,
+    plan_first: bool = False,
+    plan_reward: float = 0.0,
 ) -> ArithmeticEnv:
     """Build the arithmetic env.
 
@@ -156,7 +158,8 @@ def make_arithmetic_env(
     ``demo_style`` defaults to "tool" when a tool is available, else "answer".
     ``tools=[]`` removes the calculator (to measure what the model does in its head).
     ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``
-    (``episode`` or ``shared`` memory tools; hermes format only): see :class:`ToolEnv`.
+    (``episode`` or ``shared`` memory tools; hermes format only), ``plan_first`` /
+    ``plan_reward`` (a plan as the first turn): see :class:`ToolEnv`.
     """
     if few_shot < 0 or few_shot > DEFAULT_NUM_TASKS["demo"]:
         raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")
@@ -180,4 +183,6 @@ def make_arithmetic_env(
         attempt_discount=attempt_discount,
         self_critique=self_critique,
         memory=memory,
+        plan_first=plan_first,
+        plan_reward=plan_reward,
     )

@@ -381,6 +381,8 @@ def make_search_qa_env(
     attempt_discount: float = 1.0,
     self_critique: bool = False,
     memory: str | dict | bool | None = None,
+    plan_first: bool = False,
+    plan_reward: float = 0.0,
 ) -> SearchQAEnv:
     """Multi-hop QA with a search tool (hermes ``search(query)`` or Search-R1 ``<search>`` tags).
 
@@ -391,7 +393,8 @@ def make_search_qa_env(
     search with a noise curriculum) or, in Python, a ``SimulatedSearchEngine``. ``top_k`` documents per search, each cut to
     ``max_doc_chars`` characters. ``few_shot`` oracle demonstrations (built-in questions only).
     ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``
-    (``episode`` or ``shared`` memory tools; hermes format only): see :class:`ToolEnv`.
+    (``episode`` or ``shared`` memory tools; hermes format only), ``plan_first`` /
+    ``plan_reward`` (a plan as the first turn): see :class:`ToolEnv`.
     ``reward: judge`` scores answers with an LLM judge built from ``judge`` (options of
     :func:`agentic_rl.rewards.judge.make_judge`). ``info_gain_reward`` / ``repeat_penalty``:
     StepSearch's per-turn process rewards (see the module docstring).
@@ -450,6 +453,8 @@ def make_search_qa_env(
         attempt_discount=attempt_discount,
         self_critique=self_critique,
         memory=memory,
+        plan_first=plan_first,
+        plan_reward=plan_reward,
         simulated_search=simulated,
     )
 

@@ -1,14 +1,17 @@
 """``ToolEnv``: a task, a set of tools, a call format, a reward and a turn limit; optionally
-memory tools (``memory``) and reflection: more attempts after a wrong answer (``attempts``)."""
+memory tools (``memory``), reflection: more attempts after a wrong answer (``attempts``),
+and a plan-first format (``plan_first``)."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agentic_rl.envs.base import Task
+from agentic_rl.envs.planning import PLAN_ACK, PLAN_INSTRUCTION, PLAN_TAG, plan_adherence, plan_steps, planned_calls
 from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.rewards import extract_tag, numeric_match
 from agentic_rl.tools import ToolRegistry
@@ -36,6 +39,16 @@ def check_reflection_options(attempts: Any, attempt_discount: Any, self_critique
         raise ValueError(f"self_critique: expected true or false, got {self_critique!r}")
 
 
+def check_plan_options(plan_first: Any, plan_reward: Any) -> None:
+    """ValueError naming the first bad planning option."""
+    if not isinstance(plan_first, bool):
+        raise ValueError(f"plan_first: expected true or false, got {plan_first!r}")
+    if not isinstance(plan_reward, (int, float)) or isinstance(plan_reward, bool) or not 0.0 <= plan_reward <= 1.0:
+        raise ValueError(f"plan_reward: expected a weight in [0, 1], got {plan_reward!r}")
+    if plan_reward and not plan_first:
+        raise ValueError("plan_reward: rewards the plan of plan_first; set plan_first: true")
+
+
 class ToolEnv:
     """A multi-turn tool-use episode over a sequence of tasks.
 
@@ -56,6 +69,13 @@ class ToolEnv:
     :class:`~agentic_rl.tools.memory.MemoryTools`) adds ``memory_write``, ``memory_read`` and
     ``memory_search`` to the tools. :meth:`episode_metrics` reports ``reflection/*`` (with
     attempts > 1) and ``memory/*`` (with memory) counters.
+
+    Planning: with ``plan_first`` the system prompt asks for a plan first; a first turn with
+    ``<plan>...</plan>`` and no call or answer is acknowledged (a user message) and the
+    episode goes on (with calls or an answer, the turn is handled as usual, the plan kept).
+    ``plan_reward`` w mixes the format term in: reward = (1 - w) * score + w * [the first
+    turn held a plan], paid with the final answer. Metrics: ``plan/made``, ``plan/steps`` and
+    ``plan/adherence`` (:mod:`agentic_rl.envs.planning`; only when the plan names a tool).
 
     The tools are described in the system message in the parser's format. A renderer
     whose chat template describes tools itself resets with ``options["tools_prompt"] =
@@ -80,10 +100,20 @@ class ToolEnv:
         attempt_discount: float = 1.0,
         self_critique: bool = False,
         memory: MemoryTools | str | dict | bool | None = None,
+        plan_first: bool = False,
+        plan_reward: float = 0.0,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns: expected a positive int, got {max_turns}")
         check_reflection_options(attempts, attempt_discount, self_critique)
+        check_plan_options(plan_first, plan_reward)
+        self.plan_first, self.plan_reward = plan_first, float(plan_reward)
+        self.plan: str | None = None
+        """The first turn's plan (plan_first), None when it gave none."""
+        self.made_calls: Counter = Counter()
+        """Tool calls made this episode, by tool name."""
+        if plan_first:
+            system_prompt = "\n\n".join(part for part in (system_prompt, PLAN_INSTRUCTION) if part)
         self.tasks = tasks
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         self.memory = memory_tools(memory)
@@ -145,6 +175,7 @@ class ToolEnv:
             self.task = self.tasks[random.Random(seed).randrange(len(self.tasks))]
         self.turn = 0
         self.attempt_results = []
+        self.plan, self.made_calls = None, Counter()
         if self.memory is not None:
             self.memory.reset()
         info: dict[str, Any] = {"task_id": self.task.id}
@@ -190,6 +221,10 @@ class ToolEnv:
         text = assistant_message.get("content") or ""
         answer = extract_tag(text, self.answer_tag)
         parsed = self.parser.parse(text) if len(self.tools) else None
+        if self.plan_first and self.turn == 1:
+            self.plan = extract_tag(text, PLAN_TAG)
+            if self.plan is not None and answer is None and (parsed is None or not parsed.has_calls):
+                return [{"role": "user", "content": PLAN_ACK}], 0.0, False, self.turn >= self.max_turns, {"answer": None, "correct": False, "tool_results": []}
         if answer is not None or parsed is None or not parsed.has_calls:
             # An answer ends the attempt even if the same turn also calls a tool: the
             # reward only ever depends on the answer the model committed to.
@@ -200,6 +235,8 @@ class ToolEnv:
         """The step of a final reply: scored, and the end of the episode, unless it is not
         correct and attempts and turns remain (then reward 0 and a feedback message)."""
         reward, correct, extra = self.score_answer(answer)
+        if self.plan_reward:
+            reward = (1.0 - self.plan_reward) * reward + self.plan_reward * float(self.plan is not None)
         self.attempt_results.append(correct)
         attempt = len(self.attempt_results)
         info = {"answer": answer, "correct": correct, "tool_results": [], **extra}
@@ -236,6 +273,12 @@ class ToolEnv:
             metrics["reflection/correct_at_final"] = float(bool(results) and results[-1])
         if self.memory is not None:
             metrics.update(self.memory.metrics())
+        if self.plan_first:
+            metrics["plan/made"] = float(self.plan is not None)
+            metrics["plan/steps"] = float(len(plan_steps(self.plan or "")))
+            adherence = plan_adherence(planned_calls(self.plan or "", self.tools.names()), self.made_calls)
+            if adherence is not None:
+                metrics["plan/adherence"] = adherence
         return metrics
 
     def tool_turn(self, parsed) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
@@ -243,6 +286,7 @@ class ToolEnv:
         their error), record them, and show the results; truncated at ``max_turns``."""
         results = [ToolResult(name=INVALID_CALL, content=f"Error: {error}", ok=False, malformed=True) for error in parsed.errors]
         call_results = self._run_tools(parsed.calls)
+        self.made_calls.update(call.name for call in parsed.calls)
         results += call_results
         self.record_calls(parsed.calls, call_results, results)
         info = {"answer": None, "correct": False, "tool_results": results}

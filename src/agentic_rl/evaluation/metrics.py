@@ -137,6 +137,8 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
     Sample-level metrics (averaged over all trajectories of all tasks):
 
     - ``mean_reward``, ``mean_turns``, ``mean_response_tokens``.
+    - ``mean_segments`` (training samples per episode: more than 1 when a context policy
+      cut what the model saw) and ``mean_summaries`` (summaries written, ``summarize``).
     - ``num_tasks``, ``num_samples``.
     - ``termination/<reason>``: fraction of samples ending with each reason in
       ``TERMINATION_REASONS`` (0.0 when absent).
@@ -197,6 +199,8 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
         "mean_reward": _mean([t.reward for t in samples]),
         "mean_turns": _mean([t.num_turns for t in samples]),
         "mean_response_tokens": _mean([t.response_tokens for t in samples]),
+        "mean_segments": _mean([len(t.samples) for t in samples]),
+        "mean_summaries": _mean([t.summary_turns for t in samples]),
         "num_tasks": float(len(groups)),
         "num_samples": float(num_samples),
         "infra_error_rate": sum(t.infra_error is not None for t in samples) / num_samples,

@@ -12,7 +12,7 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 
-__all__ = ["squad_normalize", "exact_match", "token_f1", "best_exact_match", "best_f1", "answer_in_text"]
+__all__ = ["squad_normalize", "exact_match", "token_f1", "best_exact_match", "best_f1", "answer_in_text", "ANSWER_SEPARATOR", "split_answers", "per_question_exact_match"]
 
 _PUNCTUATION = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -68,3 +68,20 @@ def answer_in_text(golds: Iterable[str], text: str) -> bool:
         if needle and f" {needle} " in haystack:
             return True
     return False
+
+
+ANSWER_SEPARATOR = ";"
+"""Separates the answers of several questions in one reply: ``<answer>A1; A2; A3</answer>``."""
+
+
+def split_answers(prediction: str | None, count: int) -> list[str | None]:
+    """The ``count`` answers of a multi-question reply, in order (split on
+    :data:`ANSWER_SEPARATOR`); missing ones are None, extra ones are dropped."""
+    parts = [] if prediction is None else [part.strip() for part in prediction.split(ANSWER_SEPARATOR)]
+    return [parts[i] if i < len(parts) and parts[i] else None for i in range(count)]
+
+
+def per_question_exact_match(prediction: str | None, golds: list[list[str]]) -> list[float]:
+    """Exact match of each answer of a multi-question reply against its question's gold
+    answers (``golds[i]``: the answers of question i)."""
+    return [best_exact_match(answer, question_golds) for answer, question_golds in zip(split_answers(prediction, len(golds)), golds)]

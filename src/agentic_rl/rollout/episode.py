@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from agentic_rl.config import RolloutConfig
 from agentic_rl.envs.base import Env
 from agentic_rl.rollout.chat import ChatRenderer
+from agentic_rl.rollout.context import summary_context, summary_request
 from agentic_rl.types import Message, Trajectory, TrajectoryGroup, Turn
 
 OnFinish = Callable[[Trajectory], None]
@@ -59,6 +60,8 @@ class Episode:
     """How many of the history's first messages the reset gave (kept by every policy)."""
     new_segment: bool = False
     """The last step started a new segment (the scheduler re-submits instead of extending)."""
+    summarizing: bool = False
+    """The next sampled turn is the summary the context policy asked for (``summarize``)."""
 
     @classmethod
     def reset(cls, make_env: Callable[[], Env], task_index: int, group: TrajectoryGroup, *, limits: RolloutConfig, renderer: ChatRenderer | None, on_finish: OnFinish | None) -> Episode:
@@ -81,8 +84,9 @@ class Episode:
             trajectory.prompt_length = len(trajectory.token_ids)
         group.trajectories.append(trajectory)
         episode = cls(trajectory, env, limits, renderer, on_finish, started)
-        if limits.context != "full" and renderer:
-            episode.history, episode.opening = list(messages), len(messages)
+        if limits.context in ("window", "fold") and renderer:
+            episode.history = list(messages)
+        episode.opening = len(messages)
         if renderer and len(trajectory.token_ids) >= limits.max_total_tokens:
             episode.finish("max_tokens")  # the prompt alone fills the budget: nothing to sample
         return episode
@@ -130,10 +134,19 @@ class Episode:
             self.history.append(message)
         return message
 
+    def env_step(self, message: Message):
+        """What the scheduler runs (in its thread pool) for a sampled turn: the env's step,
+        or nothing for a summary turn, which the env never sees."""
+        return None if self.summarizing else self.env.step(message)
+
     def apply_step(self, turn: Turn, result: StepResult) -> bool:
         """Apply one env step's outcome to the trajectory: finish the episode, or append the
-        observation. Returns whether the episode goes on."""
+        observation (with ``summarize``, and the request for a summary when the next prompt
+        would pass the budget). After a summary turn, start the segment that follows it.
+        Returns whether the episode goes on."""
         trajectory = self.trajectory
+        if self.summarizing:
+            return self._apply_summary(turn)
         try:
             observations, reward, terminated, truncated, info = result()
         except FutureTimeout:
@@ -163,6 +176,12 @@ class Episode:
             reason = self._start_segment(shown, observations)
         elif reason is None and self.renderer:
             obs_ids = self.renderer.observation_ids(observations, stopped=self.stopped_last_turn)
+            if self.limits.context == "summarize" and len(trajectory.token_ids) + len(obs_ids) > self.limits.context_tokens:
+                # The next prompt would pass the budget: show the observations and ask for
+                # the summary that will replace the history (the next sampled turn).
+                observations = [*observations, summary_request()]
+                obs_ids = self.renderer.observation_ids(observations, stopped=self.stopped_last_turn)
+                self.summarizing = True
             if len(trajectory.token_ids) + len(obs_ids) >= self.limits.max_total_tokens:
                 reason = "max_tokens"
             else:
@@ -175,6 +194,24 @@ class Episode:
             trajectory.messages.extend(observations)
             if self.history is not None:
                 self.history.extend(observations)
+        return True
+
+    def _apply_summary(self, turn: Turn) -> bool:
+        """The summary turn was sampled (it stays in this segment: loss_mask 1, trained);
+        the episode goes on in a new segment that shows the opening messages, the summary
+        and, with ``context_keep_last``, the last turn."""
+        trajectory = self.trajectory
+        self.summarizing = False
+        turn.summary = True
+        trajectory.turns.append(turn)
+        reason = "max_tokens" if self.hit_token_limit else "timeout" if time.monotonic() >= self.deadline else None
+        if reason is None:
+            # The segment's messages end with the summary request and the summary itself.
+            shown = summary_context(trajectory.messages[:-2], turn.assistant_text, opening=self.opening, keep_last=self.limits.context_keep_last)
+            reason = self._start_segment(shown, [])
+        if reason is not None:
+            self.finish(reason)
+            return False
         return True
 
     def _next_context(self, observations: list[Message]) -> list[Message] | None:
@@ -193,7 +230,8 @@ class Episode:
         object stays the one its group holds: it is always the episode's last segment).
         Returns a termination reason when even the new prompt fills the token budget."""
         trajectory = self.trajectory
-        self.history.extend(observations)
+        if self.history is not None:
+            self.history.extend(observations)
         finished = dataclasses.replace(trajectory, segments=[], info={k: v for k, v in trajectory.info.items() if k != "turn_entropies"})
         trajectory.segments = [*trajectory.segments, finished]
         trajectory.messages, trajectory.turns = list(shown), []
@@ -206,7 +244,7 @@ class Episode:
     def _termination(self, turn: Turn, terminated: bool, truncated: bool) -> str | None:
         if terminated:
             return "max_tokens" if turn.finish_reason == "length" else "answered"
-        if truncated or len(self.trajectory.turns) + sum(len(s.turns) for s in self.trajectory.segments) >= self.limits.max_turns:
+        if truncated or self.trajectory.num_turns >= self.limits.max_turns:
             return "max_turns"
         if self.hit_token_limit:
             return "max_tokens"

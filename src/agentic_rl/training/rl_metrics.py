@@ -28,6 +28,8 @@ def rollout_metrics(groups: list[TrajectoryGroup], rewards: torch.Tensor, *, exc
         "accuracy": summary["avg@1"],
         "response_length": summary["mean_response_tokens"],
         "mean_turns": summary["mean_turns"],
+        "segments_per_episode": summary["mean_segments"],
+        "summaries_per_episode": summary["mean_summaries"],
         "tool_calls_per_episode": summary["tool_calls_per_episode"],
         "tool_success_rate": summary["tool_success_rate"],
         "malformed_call_rate": summary["malformed_call_rate"],

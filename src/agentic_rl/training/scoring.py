@@ -126,7 +126,7 @@ def score(
 
 def _score_with_segments(usable: list[Trajectory], rewards: torch.Tensor, group_index: torch.Tensor, algorithm: AlgorithmConfig, *, excluded: int) -> ScoredBatch:
     """Advantages when episodes have several samples (``Trajectory.segments``): the
-    estimator sees one member per episode (its last sample, which carries the outcome), so
+    estimator sees one member per episode (its last sample with sampled tokens), so
     an episode counts once in its group's statistics whatever its segment count; every
     sample of the episode gets the episode's advantage on its sampled tokens."""
     if algorithm.advantage not in EPISODE_LEVEL_ADVANTAGES or algorithm.kl_in_reward or algorithm.critic != "none":
@@ -134,7 +134,10 @@ def _score_with_segments(usable: list[Trajectory], rewards: torch.Tensor, group_
             f"algorithm.advantage: episodes with several samples need one advantage per episode ({', '.join(EPISODE_LEVEL_ADVANTAGES)}; "
             f"no critic, no KL in the reward), got {algorithm.advantage}"
         )
-    inputs = build_advantage_inputs(usable, rewards, group_index)
+    # The advantage is read on a sampled token: the last sample that has one stands for the
+    # episode (a last segment may sample nothing, when its new prompt filled the budget).
+    members = [next((s for s in reversed(episode.samples) if any(s.loss_mask)), episode) for episode in usable]
+    inputs = build_advantage_inputs(members, rewards, group_index)
     advantages = compute_advantages(algorithm.advantage, inputs, **algorithm.advantage_params())
     samples, rows, sample_rewards = [], [], []
     for row, episode in enumerate(usable):

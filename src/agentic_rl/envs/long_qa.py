@@ -1,0 +1,266 @@
+"""``long-qa``: read a long generated document chunk by chunk, keep a bounded memory,
+answer questions at the end (MemAgent style).
+
+Each task is a document of invented places generated from a seed: ``num_chunks`` chunks
+of ``chunk_sentences`` sentences, most of them filler about the same places, and
+``num_facts`` fact sentences (``The vault code of Kelmore is 4821.``) placed in chunks
+2..N. The opening message holds the instructions and chunk 1 (which every context policy
+keeps, so it holds no fact); each later chunk is the observation after the agent's reply
+to the one before, and after the last chunk come ``num_questions`` questions about the
+facts (``What is the vault code of Kelmore?``). The agent answers them in order in one
+``<answer>A1; A2</answer>``; the reward is the fraction answered right (exact match),
+``correct`` means all of them.
+
+The agent keeps what it needs with the memory tools (``memory``, default a scratch store
+per episode with the store's caps: a bounded memory that lives outside the context), so
+the document may be many times longer than the context: with ``rollout.context`` window
+or summarize the chunks leave the context, the notes stay. With ``memory: none`` the
+agent has no tools and its context (its replies, or its summaries under ``summarize``)
+is its only memory. Why tools rather than a memory block the env re-shows: the store
+already is bounded, evicts, is hostile-input safe and counted (``memory/*`` metrics), and
+works unchanged under every context policy; a re-shown block would be a second memory
+mechanism beside it and the ``summarize`` policy.
+
+:meth:`LongQAEnv.expert_reply` is a scripted oracle: it saves each fact sentence it reads
+(one ``memory_write`` per fact), reads the notes for the questions and answers from what
+the reads returned; it scores 1 (a reply with nothing in it scores 0).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from agentic_rl.envs.base import GeneratedTasks, Task
+from agentic_rl.envs.tool_env import ToolEnv
+from agentic_rl.parsers import DEFAULT_MAX_ARGUMENT_CHARS, get_parser
+from agentic_rl.rewards import extract_tag
+from agentic_rl.rewards.qa import ANSWER_SEPARATOR, per_question_exact_match
+from agentic_rl.tools import ToolRegistry
+from agentic_rl.tools.memory import memory_tools
+from agentic_rl.types import Message, ToolCall, ToolResult
+
+__all__ = ["LongQATasks", "LongQAEnv", "make_long_qa_env", "FACT_PATTERN", "QUESTION_PATTERN"]
+
+SPLITS = ("train", "test", "demo")
+DEFAULT_NUM_TASKS = {"train": 10_000, "test": 1_000, "demo": 16}
+MAX_QUESTIONS = 4
+FACT_PATTERN = re.compile(r"The ([a-z]+(?: [a-z]+)*) of ([A-Z][a-z]+) is ([A-Za-z0-9]+)\.")
+QUESTION_PATTERN = re.compile(r"What is the ([a-z]+(?: [a-z]+)*) of ([A-Z][a-z]+)\?")
+_NUMBER_ATTRIBUTES = ["vault code", "harbour number", "bridge count", "founding year", "well depth", "tower height"]
+_WORD_ATTRIBUTES = ["guild colour", "oldest tree", "patron animal", "river name", "market day", "festival dish"]
+_WORDS = ["amber", "willow", "heron", "saffron", "granite", "otter", "cobalt", "juniper", "falcon", "indigo", "maple", "badger", "crimson", "thistle", "lynx", "pewter"]
+_FILLER = [
+    "Travellers reaching {a} spoke of {w} fields and {v} roofs.",
+    "In {a} the markets opened late and closed early.",
+    "Nobody in {a} remembered who had built the old mill.",
+    "A letter from {a} described a long {w} winter and a short spring.",
+    "Merchants carried {w} cloth from {a} to {b}.",
+    "Some said {a} was older than {b}, others disagreed.",
+    "Rain fell on {a} for {n} days without pause.",
+    "The road between {a} and {b} was quiet that season.",
+    "Children in {a} sang about a {w} fox every evening.",
+    "A traveller from {b} stayed in {a} for {n} nights.",
+    "Fishermen near {a} counted {n} boats at dawn.",
+    "Old maps show {a} much closer to {b} than it is.",
+]
+_ONSETS = ["b", "br", "c", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "r", "s", "st", "t", "th", "v", "w", "z"]
+_VOWELS = ["a", "e", "i", "o", "u", "ae", "ia", "ou"]
+_CODAS = ["", "", "n", "r", "l", "s", "th", "m", "nd", "rk"]
+SYSTEM_PROMPT = (
+    "You read a long document one chunk at a time; earlier chunks are not shown again. Questions about the document "
+    "come after the last chunk. After each chunk, save every fact you may be asked about with memory_write (one short "
+    "note per fact, keyed by what it is about), then reply to get the next chunk. When the questions come, look your "
+    "notes up (memory_read or memory_search) and answer all questions in order inside one <answer></answer>, "
+    "separated by semicolons, e.g. <answer>4821; amber</answer>."
+)
+SYSTEM_PROMPT_NO_MEMORY = (
+    "You read a long document one chunk at a time; earlier chunks may leave your context. Questions about the document "
+    "come after the last chunk. After each chunk, reply with the facts you may be asked about, since what you write is "
+    "all you keep. When the questions come, answer all of them in order inside one <answer></answer>, separated by "
+    "semicolons, e.g. <answer>4821; amber</answer>."
+)
+
+
+def _place(rng: random.Random) -> str:
+    return ("".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.randint(2, 3))) + rng.choice(_CODAS)).capitalize()
+
+
+class LongQATasks(GeneratedTasks):
+    """A lazy, seeded sequence of long-document tasks (task i is the same on every machine;
+    the splits use disjoint seeds)."""
+
+    def __init__(self, *, split: str = "train", seed: int = 0, num_tasks: int | None = None, num_chunks: int = 6, chunk_sentences: int = 10, num_facts: int = 4, num_questions: int = 2) -> None:
+        if split not in SPLITS:
+            raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
+        for name, value, low in (("num_chunks", num_chunks, 2), ("chunk_sentences", chunk_sentences, 3), ("num_facts", num_facts, 1), ("num_questions", num_questions, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+        if num_facts > 2 * (num_chunks - 1):
+            raise ValueError(f"num_facts: at most 2 per chunk after the first, so at most {2 * (num_chunks - 1)} with {num_chunks} chunks, got {num_facts}")
+        if num_questions > min(num_facts, MAX_QUESTIONS):
+            raise ValueError(f"num_questions: expected at most min(num_facts, {MAX_QUESTIONS}) = {min(num_facts, MAX_QUESTIONS)}, got {num_questions}")
+        self.split, self.seed = split, seed
+        self.num_chunks, self.chunk_sentences, self.num_facts, self.num_questions = num_chunks, chunk_sentences, num_facts, num_questions
+        self.size = DEFAULT_NUM_TASKS[split] if num_tasks is None else num_tasks
+        if self.size < 1:
+            raise ValueError(f"num_tasks: expected a positive int, got {num_tasks}")
+
+    def generate(self, index: int) -> Task:
+        rng = random.Random(f"long-qa:{self.split}:{self.seed}:{index}")
+        places: list[str] = []
+        while len(places) < max(8, self.num_facts + 2):
+            name = _place(rng)
+            if name not in places:
+                places.append(name)
+        attributes = _NUMBER_ATTRIBUTES + _WORD_ATTRIBUTES
+        pairs = rng.sample([(a, p) for a in attributes for p in places[: self.num_facts + 2]], self.num_facts)
+        facts = [(attribute, place, str(rng.randint(1000, 9999)) if attribute in _NUMBER_ATTRIBUTES else rng.choice(_WORDS)) for attribute, place in pairs]
+        # At most two facts per chunk after the first, at random positions.
+        slots = rng.sample([chunk for chunk in range(1, self.num_chunks) for _ in range(2)], self.num_facts)
+        chunks: list[list[str]] = []
+        for chunk in range(self.num_chunks):
+            sentences = [self._filler(rng, places) for _ in range(self.chunk_sentences)]
+            here = [fact for fact, slot in zip(facts, slots) if slot == chunk]
+            for (attribute, place, value), position in zip(here, rng.sample(range(len(sentences)), len(here))):
+                sentences[position] = f"The {attribute} of {place} is {value}."
+            chunks.append(sentences)
+        asked = rng.sample(facts, self.num_questions)
+        questions = [f"What is the {attribute} of {place}?" for attribute, place, _ in asked]
+        answers = [value for _, _, value in asked]
+        texts = [" ".join(sentences) for sentences in chunks]
+        prompt = f"The document has {self.num_chunks} chunks; {self.num_questions} question(s) follow the last one.\n\nChunk 1 of {self.num_chunks}:\n{texts[0]}"
+        return Task(
+            id=f"long-qa-{self.split}-{self.seed}-{index}",
+            prompt=prompt,
+            answer=f"{ANSWER_SEPARATOR} ".join(answers),
+            metadata={"chunks": texts, "questions": questions, "answers": answers},
+        )
+
+    @staticmethod
+    def _filler(rng: random.Random, places: list[str]) -> str:
+        a, b = rng.sample(places, 2)
+        return rng.choice(_FILLER).format(a=a, b=b, w=rng.choice(_WORDS), v=rng.choice(_WORDS), n=rng.randint(2, 40))
+
+
+def questions_message(questions: list[str]) -> str:
+    numbered = "\n".join(f"{i}. {q}" for i, q in enumerate(questions, start=1))
+    return f"That was the last chunk. Questions:\n{numbered}\nAnswer all of them in order inside one <answer></answer>, separated by semicolons."
+
+
+class LongQAEnv(ToolEnv):
+    """A ``ToolEnv`` whose first ``num_chunks`` turns stream the document: any reply that is
+    not an answer gets the next chunk (after the results of the tools it called), the last
+    one the questions; from then on it is a plain tool-and-answer episode."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+        self.shown_chunks = 1
+        self.asked = False
+        self.read_notes: dict[str, str] = {}
+        self.accuracy = 0.0
+        return super().reset(seed=seed, options=options)
+
+    @property
+    def chunks(self) -> list[str]:
+        return self.task.metadata["chunks"]  # type: ignore[union-attr]
+
+    def step(self, assistant_message: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        if self.task is None:
+            raise RuntimeError("step() called before reset()")
+        text = assistant_message.get("content") or ""
+        if self.asked or extract_tag(text, self.answer_tag) is not None:
+            return super().step(assistant_message)
+        self.turn += 1
+        parsed = self.parser.parse(text) if len(self.tools) else None
+        observations: list[Message] = []
+        info: dict[str, Any] = {"answer": None, "correct": False, "tool_results": []}
+        if parsed is not None and parsed.has_calls:
+            observations, _, _, _, info = self.tool_turn(parsed)
+        if self.shown_chunks < len(self.chunks):
+            self.shown_chunks += 1
+            content = f"Chunk {self.shown_chunks} of {len(self.chunks)}:\n{self.chunks[self.shown_chunks - 1]}"
+        else:
+            self.asked = True
+            content = questions_message(self.task.metadata["questions"])
+        observations.append({"role": "user", "content": content})
+        return observations, 0.0, False, self.turn >= self.max_turns, info
+
+    def score_answer(self, answer: str | None) -> tuple[float, bool, dict[str, Any]]:
+        right = per_question_exact_match(answer, [[gold] for gold in self.task.metadata["answers"]])  # type: ignore[union-attr]
+        self.accuracy = sum(right) / len(right)
+        return self.accuracy, all(right), {"per_question": right}
+
+    def record_calls(self, calls, call_results: list[ToolResult], results: list[ToolResult]) -> None:
+        for call, result in zip(calls, call_results):
+            if call.name == "memory_read" and result.ok and isinstance(call.arguments, dict):
+                self.read_notes[str(call.arguments.get("key", "")).strip()] = result.content
+
+    def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
+        """``long_qa/accuracy`` (fraction of questions answered right), ``long_qa/chunks_read``
+        (fraction of the chunks shown), and ToolEnv's reflection and memory metrics."""
+        metrics = {"long_qa/accuracy": self.accuracy, "long_qa/chunks_read": self.shown_chunks / len(self.chunks) if self.task is not None else 0.0}
+        metrics.update(super().episode_metrics(trajectory))
+        return metrics
+
+    def expert_reply(self) -> str:
+        """The scripted oracle's next message: while reading, a ``memory_write`` per fact
+        sentence of the chunk just shown (or ``Next.``); at the questions, ``memory_read`` of
+        each question's note, then the answer from what the reads returned."""
+        if self.memory is None:
+            raise ValueError("expert_reply: the oracle keeps its facts with the memory tools (memory: none gives it nothing to write with)")
+        if not self.asked:
+            facts = FACT_PATTERN.findall(self.chunks[self.shown_chunks - 1])
+            calls = [ToolCall("memory_write", {"text": f"The {a} of {p} is {v}.", "key": f"{a} of {p}"}, id=f"call_{i}") for i, (a, p, v) in enumerate(facts)]
+            return "\n".join(self.parser.format_call(call) for call in calls) if calls else "Next."
+        keys = [f"{a} of {p}" for a, p in QUESTION_PATTERN.findall(questions_message(self.task.metadata["questions"]))]  # type: ignore[union-attr]
+        missing = [key for key in keys if key not in self.read_notes]
+        if missing:
+            return "\n".join(self.parser.format_call(ToolCall("memory_read", {"key": key}, id=f"call_{i}")) for i, key in enumerate(missing))
+        values = []
+        for key in keys:
+            found = FACT_PATTERN.search(self.read_notes[key])
+            values.append(found.group(3) if found else "unknown")
+        return f"<answer>{f'{ANSWER_SEPARATOR} '.join(values)}</answer>"
+
+
+def make_long_qa_env(
+    *,
+    split: str = "train",
+    seed: int = 0,
+    num_tasks: int | None = None,
+    num_chunks: int = 6,
+    chunk_sentences: int = 10,
+    num_facts: int = 4,
+    num_questions: int = 2,
+    memory: str | dict | bool | None = "episode",
+    max_turns: int | None = None,
+    parser: str = "hermes",
+    system_prompt: str | None = None,
+    max_calls_per_turn: int = 4,
+    max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
+    attempts: int = 1,
+    attempt_discount: float = 1.0,
+    self_critique: bool = False,
+) -> LongQAEnv:
+    """Long-document QA (MemAgent style). ``num_chunks`` x ``chunk_sentences`` sentences
+    holding ``num_facts`` facts, ``num_questions`` of them asked at the end. ``memory``: the
+    memory tools (``episode``, ``shared``, a mapping with the store's caps, or ``none`` for
+    no tools). ``max_turns`` defaults to ``num_chunks + 3`` (one reply per chunk, one turn
+    to look notes up, the answer, one to spare). ``attempts`` / ``attempt_discount`` /
+    ``self_critique``: reflection, see :class:`ToolEnv`."""
+    tasks = LongQATasks(split=split, seed=seed, num_tasks=num_tasks, num_chunks=num_chunks, chunk_sentences=chunk_sentences, num_facts=num_facts, num_questions=num_questions)
+    tools = memory_tools(memory)
+    if system_prompt is None:
+        system_prompt = SYSTEM_PROMPT if tools is not None else SYSTEM_PROMPT_NO_MEMORY
+    return LongQAEnv(
+        tasks,
+        ToolRegistry([]),
+        parser=get_parser(parser, max_calls_per_turn=max_calls_per_turn, max_argument_chars=max_argument_chars),
+        max_turns=num_chunks + 3 if max_turns is None else max_turns,
+        system_prompt=system_prompt,
+        attempts=attempts,
+        attempt_discount=attempt_discount,
+        self_critique=self_critique,
+        memory=tools,
+    )
