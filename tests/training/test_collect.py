@@ -151,4 +151,14 @@ def test_expert_source_needs_an_env_with_an_expert():
     from agentic_rl.training.collect import collect_expert
 
     with pytest.raises(ConfigError, match="sft.collect.source"):
-        collect_expert("arithmetic", {}, CollectConfig(source="expert", num_tasks=2))
+        collect_expert("frozenlake", {}, CollectConfig(source="expert", num_tasks=2))
+
+
+def test_arithmetic_expert_calls_the_calculator_then_answers():
+    from agentic_rl.training.collect import collect_expert
+
+    result = collect_expert("arithmetic", {"phrasing": "words"}, CollectConfig(source="expert", num_tasks=3))
+    assert (result.attempted, result.successful) == (3, 3)
+    task = ArithmeticTasks(split="train", phrasing="words")[0]
+    text = "".join(m["content"] for m in result.examples[0].messages if m["role"] == "assistant")
+    assert json.dumps({"expression": task.metadata["expression"]}) in text and f"<answer>{task.answer}</answer>" in text
