@@ -160,5 +160,7 @@ def test_arithmetic_expert_calls_the_calculator_then_answers():
     result = collect_expert("arithmetic", {"phrasing": "words"}, CollectConfig(source="expert", num_tasks=3))
     assert (result.attempted, result.successful) == (3, 3)
     task = ArithmeticTasks(split="train", phrasing="words")[0]
-    text = "".join(m["content"] for m in result.examples[0]["messages"] if m["role"] == "assistant")
+    call, _, answer = result.examples[0]["messages"][2:]
+    assert call["tool_calls"][0]["function"] == {"name": "calculator", "arguments": json.dumps({"expression": task.metadata["expression"]})}
+    assert answer["content"] == f"<answer>{task.answer}</answer>"
     assert json.dumps({"expression": task.metadata["expression"]}) in text and f"<answer>{task.answer}</answer>" in text
