@@ -40,7 +40,7 @@ def test_shipped_recipe_resolves_as_before_inheritance(name) -> None:
 
 
 def test_shipped_recipes_inherit_from_default() -> None:
-    for name in ("arpo", "cispo", "dapo", "dpo", "gigpo", "gspo", "mt-grpo", "ppo", "reinforce++", "rloo", "search-qa", "starpo-s"):
+    for name in ("arpo", "cispo", "dapo", "dpo", "gigpo", "gspo", "mt-grpo", "ppo", "reinforce++", "rloo", "search-qa", "starpo-s", "textworld"):
         text = (resources.files("agentic_rl.recipes") / f"{name}.yaml").read_text()
         assert "\nbase: default\n" in text, name
         assert load_recipe(name)[1]["description"] != load_recipe("default")[1]["description"]

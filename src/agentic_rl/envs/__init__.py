@@ -14,6 +14,7 @@ from agentic_rl.envs.long_qa import make_long_qa_env
 from agentic_rl.envs.multi_search import make_multi_search_env
 from agentic_rl.envs.web_qa import make_web_qa_env
 from agentic_rl.envs.mixed import MIX_ENV, MixedEnv, make_mixed_env, mixed_spec_of
+from agentic_rl.envs.textworld_env import make_textworld_env
 
 register(
     "arithmetic",
@@ -33,6 +34,7 @@ register("code", make_code_env, "Write a Python function that passes unit tests 
 register("long-qa", make_long_qa_env, "A generated document several times longer than the context, streamed in chunks; bounded memory tools; questions at the end, exact-match reward per question.")
 register("multi-search-qa", make_multi_search_env, "Several search-qa questions in one episode (MEM1 multi-objective), answered with the search tool; reward = fraction right.")
 register("web-qa", make_web_qa_env, "Questions from a QA JSONL (env.qa_path) researched with web_search (Brave or Tavily API) and browse (main text of a page); EM/F1 reward.")
+register("textworld", make_textworld_env, "TextWorld text adventures generated locally (tw-make custom, seeded, cached), one admissible command per turn; score and win reward; needs the [textworld] extra.")
 register("gymnasium", make_gymnasium_env, "Any Gymnasium env with a Discrete action space (env_id, env_kwargs), ansi text observations, named actions; needs the [gym] extra.")
 register(MIX_ENV, make_mixed_env, "Several envs in one run (env.mix: [{name, weight, label, options...}]): tasks drawn by weight, metrics and eval tables per env.")
 

@@ -107,6 +107,9 @@ class DiscreteTextGame:
             raise RuntimeError("step() called after the episode ended; call reset()")
         self.turns += 1
         action = parse_action(assistant_message.get("content") or "", self.actions)
+        # Named before the move: a game whose action set changes with its state (textworld's
+        # admissible commands) replaces ``self.actions`` in ``move``.
+        answer = None if action is None else self.actions[action]
         if action is None:
             self.invalid_actions += 1
             outcome = Move(turn_reward=-self.invalid_penalty, note="Invalid action: nothing happened.")
@@ -116,7 +119,7 @@ class DiscreteTextGame:
         truncated = not outcome.terminated and (outcome.truncated or self.turns >= self.max_turns)
         self.done = outcome.terminated or truncated
         info = {
-            "answer": None if action is None else self.actions[action],
+            "answer": answer,
             "correct": outcome.solved,
             "turn_reward": outcome.turn_reward,
             "invalid_action": action is None,
