@@ -132,7 +132,7 @@ def _follow_the_words(prompt: str) -> int:
         n = int(step.split()[-1])
         if step.startswith(("add", "increase")):
             value += n
-        elif step.startswith("subtract it from"):
+        elif step.startswith(("subtract it from", "take it away from")):
             value = n - value
         elif step.startswith(("subtract", "decrease")):
             value -= n
@@ -144,13 +144,13 @@ def _follow_the_words(prompt: str) -> int:
 
 def test_words_phrasing_states_steps_whose_expression_gives_the_answer() -> None:
     tasks = ArithmeticTasks(split="train", phrasing="words", num_operands=3)[:300]
-    assert tasks[0].prompt == "Start with 274, decrease it by 100, then multiply it by 603. What is the result?"
-    assert tasks[0].metadata["expression"] == "(274 - 100) * 603" and tasks[0].answer == "104922"
+    assert tasks[0].prompt == "Start with 274, take it away from 100, then multiply it by 603. What is the result?"
+    assert tasks[0].metadata["expression"] == "(100 - 274) * 603" and tasks[0].answer == "-104922"
     reversed_steps = 0
     for task in tasks:
         assert task.id.startswith("arithmetic-words-train-0-")
         assert task.answer == str(_follow_the_words(task.prompt)) == str(eval(task.metadata["expression"]))  # noqa: S307
-        reversed_steps += "subtract it from" in task.prompt
+        reversed_steps += "it from" in task.prompt or "away from" in task.prompt
     assert reversed_steps > 20  # the order-reversing step occurs
     # the symbols phrasing keeps its own tasks; the test split stays disjoint
     assert ArithmeticTasks(split="train")[0].prompt == "What is 398 * 830 + 650?"

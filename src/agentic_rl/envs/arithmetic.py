@@ -31,10 +31,11 @@ PHRASINGS = ("symbols", "words")
 
 # ``words`` phrasing: one instruction per operation on a running value. The expression the
 # model must write is not a copy of the prompt: every step after the first wraps what came
-# before in parentheses, and "subtract it from N" reverses the operand order.
+# before in parentheses, and half the subtraction steps ("subtract it from N", "take it
+# away from N") reverse the operand order.
 _STEPS = {
     "+": ("add {n}", "increase it by {n}"),
-    "-": ("subtract {n}", "decrease it by {n}", "subtract it from {n}"),
+    "-": ("subtract {n}", "decrease it by {n}", "subtract it from {n}", "take it away from {n}"),
     "*": ("multiply it by {n}", "multiply the result by {n}"),
 }
 
@@ -90,7 +91,7 @@ def _word_problem(rng: random.Random, low: int, high: int, num_operands: int, op
         op, n = rng.choice(operators), rng.randint(low, high)
         template = rng.choice(_STEPS[op])
         left = f"({expression})" if " " in expression else expression
-        expression = f"{n} - {left}" if "from {n}" in template else f"{left} {op} {n}"
+        expression = f"{n} - {left}" if template.endswith("from {n}") else f"{left} {op} {n}"
         steps.append(template.format(n=n))
     body = ", then ".join(steps)
     return f"Start with {start}, {body}. What is the result?", expression
