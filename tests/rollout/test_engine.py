@@ -377,3 +377,27 @@ def test_env_steps_run_concurrently(tokenizer) -> None:
     assert elapsed < 1.5  # 8 sequential steps would take 2.4 s
     assert [g.trajectories[0].reward for g in groups] == [1.0] * 8
     assert all(g.trajectories[0].termination_reason == "answered" for g in groups)
+
+
+def test_training_step_reaches_every_env_reset(tokenizer) -> None:
+    """Envs with schedules (ZeroSearch's noise) read the step from their reset options;
+    outside training (evaluation) no step is given."""
+    seen: list[dict] = []
+
+    def make_env():
+        env = make("arithmetic", num_tasks=4)
+        reset = env.reset
+
+        def recording_reset(*, seed=None, options=None):
+            seen.append(dict(options or {}))
+            return reset(seed=seed, options=options)
+
+        env.reset = recording_reset
+        return env
+
+    backend = ScriptedBackend(tokenizer, ["<answer>0</answer>"])
+    rollout(backend, make_env, [0, 3], group_size=2, config=RolloutConfig(max_new_tokens=16), training_step=7)
+    assert [(o["task_index"], o["training_step"]) for o in seen] == [(0, 7), (0, 7), (3, 7), (3, 7)]
+    seen.clear()
+    rollout(backend, make_env, [1], config=RolloutConfig(max_new_tokens=16))
+    assert seen == [{"task_index": 1}]

@@ -94,6 +94,7 @@ def arpo_rollout(
     config: RolloutConfig | None = None,
     seed: int | None = None,
     on_finish: Callable[[Trajectory], None] | None = None,
+    training_step: int | None = None,
 ) -> tuple[list[TrajectoryGroup], ARPOStats]:
     """One group of exactly ``budget`` trajectories per task (fewer only when an env's
     reset failed), global samples first, then branches and fill-ins. ``seed`` seeds the
@@ -108,10 +109,10 @@ def arpo_rollout(
     rng = random.Random(seed)
     stats = ARPOStats(tasks=len(task_indices), rounds=1)
 
-    groups = rollout(backend, make_env, task_indices, group_size=params.initial_samples, seed=seed, **sample)
+    groups = rollout(backend, make_env, task_indices, group_size=params.initial_samples, seed=seed, training_step=training_step, **sample)
     for group, index in zip(groups, task_indices):
         for number, trajectory in enumerate(group.trajectories):
-            trajectory.info[INFO_KEY] = {"id": f"{group.group_id}/{number}", "task_index": index, "lineage": [], "branch_turn": None, "round": 0}
+            trajectory.info[INFO_KEY] = {"id": f"{group.group_id}/{number}", "task_index": index, "lineage": [], "branch_turn": None, "round": 0, "training_step": training_step}
     # (group position, trajectory, first turn whose tool-call point is not examined yet)
     frontier = [(position, t, 0) for position, g in enumerate(groups) for t in g.trajectories]
     for round_number in range(1, params.max_rounds + 1):
@@ -148,7 +149,7 @@ def arpo_rollout(
         frontier = placed
 
     fill_seed = None if seed is None else derive_seed(seed, "arpo-fill")
-    _fill(backend, make_env, groups, task_indices, budget, stats, seed=fill_seed, **sample)
+    _fill(backend, make_env, groups, task_indices, budget, stats, seed=fill_seed, training_step=training_step, **sample)
     stats.tool_calls = sum(own_tool_calls(t) for g in groups for t in g.trajectories)
     return groups, stats
 
@@ -163,7 +164,7 @@ def _fill(backend, make_env, groups, task_indices, budget, stats: ARPOStats, **s
         group = groups[position]
         for trajectory in single.trajectories:
             trajectory.group_id = group.group_id
-            trajectory.info[INFO_KEY] = {"id": f"{group.group_id}/{len(group.trajectories)}", "task_index": index, "lineage": [], "branch_turn": None, "round": stats.rounds}
+            trajectory.info[INFO_KEY] = {"id": f"{group.group_id}/{len(group.trajectories)}", "task_index": index, "lineage": [], "branch_turn": None, "round": stats.rounds, "training_step": sample.get("training_step")}
             group.trajectories.append(trajectory)
             stats.filled += 1
     stats.rounds += 1
@@ -196,7 +197,7 @@ def branch_from(parent: Trajectory, turn_index: int, make_env: Callable[[], Env]
     meta = parent.info[INFO_KEY]
     env = make_env()
     try:
-        replayed = _replay(env, parent, turn_index, meta["task_index"])
+        replayed = _replay(env, parent, turn_index, meta["task_index"], meta.get("training_step"))
     except Exception:  # a replay that crashes is a mismatch, never a failed step
         replayed = None
     if replayed is None:
@@ -208,7 +209,7 @@ def branch_from(parent: Trajectory, turn_index: int, make_env: Callable[[], Env]
     lineage = [[meta["id"], position]] + [[ancestor, min(shared, position)] for ancestor, shared in meta["lineage"]]
     info = dict(reset_info)
     info["turn_entropies"] = [list(e) for e in parent.info["turn_entropies"][: turn_index + 1]]
-    info[INFO_KEY] = {"id": branch_id, "task_index": meta["task_index"], "lineage": lineage, "branch_turn": turn_index, "round": round_number}
+    info[INFO_KEY] = {"id": branch_id, "task_index": meta["task_index"], "lineage": lineage, "branch_turn": turn_index, "round": round_number, "training_step": meta.get("training_step")}
     branch = Trajectory(
         task_id=parent.task_id,
         group_id=parent.group_id,
@@ -226,10 +227,12 @@ def branch_from(parent: Trajectory, turn_index: int, make_env: Callable[[], Env]
     return branch, env
 
 
-def _replay(env: Env, parent: Trajectory, turn_index: int, task_index: int):
+def _replay(env: Env, parent: Trajectory, turn_index: int, task_index: int, training_step: int | None = None):
     """Step ``env`` through the parent's first ``turn_index + 1`` turns, checking each
     observation and reward; (messages consumed, reset info, answer, correct) or None."""
     options = {"task_index": task_index, **({"tools_prompt": "template"} if parent.template_tools else {})}  # as the parent was reset
+    if training_step is not None:
+        options["training_step"] = training_step
     messages, reset_info = env.reset(options=options)
     if list(messages) != parent.messages[: len(messages)]:
         return None

@@ -37,6 +37,7 @@ def rollout(
     return_entropy: bool = False,
     on_finish: OnFinish | None = None,
     task_positions: Sequence[int] | None = None,
+    training_step: int | None = None,
 ) -> list[TrajectoryGroup]:
     """Run ``group_size`` episodes for each task index and return one group per task.
 
@@ -49,6 +50,7 @@ def rollout(
     ``task_positions``: each task's position in a larger batch that other processes share
     (data-parallel ranks): episode j of the task at position p draws from stream
     ``p * group_size + j``, so a rank samples what one process sampling the whole batch would.
+    ``training_step``: given to each env's reset as ``options["training_step"]``.
     """
     config = config or RolloutConfig()
     renderer = ChatRenderer(backend.tokenizer) if backend.interface == "tokens" else None
@@ -57,7 +59,7 @@ def rollout(
     for index in task_indices:
         group = TrajectoryGroup(task_id="", group_id=uuid.uuid4().hex[:12], task_index=index)
         for _ in range(group_size):
-            episodes.append(Episode.reset(make_env, index, group, limits=config, renderer=renderer, on_finish=on_finish))
+            episodes.append(Episode.reset(make_env, index, group, limits=config, renderer=renderer, on_finish=on_finish, training_step=training_step))
         groups.append(group)
     ordinals = None if task_positions is None else [p * group_size + j for p in task_positions for j in range(group_size)]
     run_episodes(episodes, backend, config, seed=seed, return_entropy=return_entropy, ordinals=ordinals)

@@ -27,11 +27,14 @@ StepResult = Callable[[], tuple]
 (``concurrent.futures.TimeoutError`` when the step outlived the episode's deadline)."""
 
 
-def reset_options(task_index: int, renderer: ChatRenderer | None) -> dict:
+def reset_options(task_index: int, renderer: ChatRenderer | None, training_step: int | None = None) -> dict:
     """What an episode resets its env with: the task, and, where the chat template describes
     tools itself, the request that the env leave its own description of them out (an env
-    that does says so in its reset info: ``Trajectory.template_tools``)."""
+    that does says so in its reset info: ``Trajectory.template_tools``); during training,
+    the step (``training_step``: envs with schedules, such as ZeroSearch's noise, read it)."""
     options: dict = {"task_index": task_index}
+    if training_step is not None:
+        options["training_step"] = training_step
     if renderer is not None and renderer.template_tools:
         options["tools_prompt"] = "template"
     return options
@@ -64,13 +67,16 @@ class Episode:
     """The next sampled turn is the summary the context policy asked for (``summarize``)."""
 
     @classmethod
-    def reset(cls, make_env: Callable[[], Env], task_index: int, group: TrajectoryGroup, *, limits: RolloutConfig, renderer: ChatRenderer | None, on_finish: OnFinish | None) -> Episode:
+    def reset(
+        cls, make_env: Callable[[], Env], task_index: int, group: TrajectoryGroup, *, limits: RolloutConfig, renderer: ChatRenderer | None, on_finish: OnFinish | None,
+        training_step: int | None = None,
+    ) -> Episode:
         """A new episode of ``task_index`` in ``group`` (appended to it). A failing env build
         or reset gives an episode already finished with an infrastructure error."""
         started = time.monotonic()
         try:
             env = make_env()
-            messages, info = env.reset(options=reset_options(task_index, renderer))
+            messages, info = env.reset(options=reset_options(task_index, renderer, training_step))
         except Exception as exc:  # a broken env must not take the other episodes down
             trajectory = Trajectory(task_id=str(task_index), group_id=group.group_id, infra_error=f"reset failed: {type(exc).__name__}: {exc}")
             group.trajectories.append(trajectory)

@@ -45,9 +45,12 @@ def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tu
     if config.distributed.engine == "ray":  # rollout workers own the envs (distributed/ray_rollouts.py); rank 0 asks them
         return dist.broadcast_object(trainer.backend.rollout(task_indices, group_size=config.group_size, seed=seed) if dist.is_main else None), {}
     if not dist.distributed:
-        return rollout(trainer.backend, trainer.make_env, task_indices, group_size=config.group_size, config=config.rollout, seed=seed), {}
+        return rollout(trainer.backend, trainer.make_env, task_indices, group_size=config.group_size, config=config.rollout, seed=seed, training_step=trainer.step_index), {}
     mine = list(range(dist.rank, len(task_indices), dist.world_size))
-    groups = rollout(trainer.backend, trainer.make_env, [task_indices[i] for i in mine], group_size=config.group_size, config=config.rollout, seed=seed, task_positions=mine)
+    groups = rollout(
+        trainer.backend, trainer.make_env, [task_indices[i] for i in mine], group_size=config.group_size, config=config.rollout, seed=seed, task_positions=mine,
+        training_step=trainer.step_index,
+    )
     return dist.gather_by_position(mine, groups, len(task_indices)), {}
 
 
@@ -61,6 +64,7 @@ def _sample_arpo(trainer: RLTrainer, task_indices: list[int], seed: int) -> tupl
     rank_seed = seed if not dist.distributed else derive_seed(seed, "arpo-rank", dist.rank)
     groups, stats = arpo_rollout(
         trainer.backend, trainer.make_env, [task_indices[i] for i in mine], budget=config.group_size, params=config.arpo, config=config.rollout, seed=rank_seed,
+        training_step=trainer.step_index,
     )
     if not dist.distributed:
         return groups, stats.metrics()
