@@ -58,6 +58,30 @@ def test_smoke_recipe_with_sft_writes_the_run_directory(tmp_path) -> None:
     assert model.config.vocab_size == len(tokenizer)
 
 
+def test_stages_runs_only_the_named_stages_the_cold_start_alone(tmp_path) -> None:
+    data = tmp_path / "sft.jsonl"
+    write_jsonl(data, _sft_examples())
+    _, recipe = load_recipe("smoke")
+    recipe["sft"] = {"enabled": True, "data": str(data), "train": {"epochs": 1, "batch_size": 2}}
+    recipe.update(output_dir=str(tmp_path / "run"), final_dtype="fp32")
+    result = train(recipe, name="smoke", stages=("sft", "eval_after_sft", "final", "filter"))  # filter: named, but not enabled
+    run = result.run_dir
+    assert set(result.evals) == {"after_sft"} and result.steps == []
+    assert (run / "sft_metrics.jsonl").is_file() and (run / "final" / "config.json").is_file()
+    for name in ("eval_before.json", "eval_after.json", "metrics.jsonl", "filtered_tasks.json", "report.html"):
+        assert not (run / name).exists(), name
+    assert json.loads((run / "summary.json").read_text())["evals"]["after_sft"] == result.evals["after_sft"]
+
+
+@pytest.mark.parametrize(("stages", "resume", "message"), [
+    (("sft", "rl_steps"), None, "stages: unknown stage 'rl_steps'; stages: eval_before, sft,"),
+    (("rl",), "runs/x", "stages: only for a new run"),
+])
+def test_stages_errors_name_the_parameter(stages, resume, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        train(None if resume else load_recipe("smoke")[1], stages=stages, resume=resume)
+
+
 def test_existing_run_directory_is_not_overwritten(tmp_path) -> None:
     _, recipe = load_recipe("smoke")
     recipe.update(steps=0, output_dir=str(tmp_path / "run"))

@@ -10,7 +10,7 @@ run's config.yaml records them for a later resume.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,7 @@ def train(
     loaded=None,
     resume: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
+    stages: Collection[str] | None = None,
 ) -> TrainResult:
     """Run a training job; mirrors ``agentic-rl train``. Returns the run directory and the
     headline numbers. ``loaded``: an already loaded ``(model, tokenizer)`` to train.
@@ -128,13 +129,28 @@ def train(
     config.yaml is used; ``config`` must then be None). ``overrides``: with ``resume``,
     nested config values that may change mid-run (``{"steps": 20, "optim": {"lr": 1e-6}}``;
     ``agentic_rl.config.resume.RESUMABLE_KEYS``), also written to the run's config.yaml.
+    ``stages``: run only these of ``STAGES`` (by name; each still only when its config enables
+    it), for a new run: e.g. the cold start alone, ``("sft", "eval_after_sft", "final")``.
     Under torchrun every rank calls this; rank 0 writes the run directory and shows ``events``."""
+    only = _checked_stages(stages, resume)
     dist = init_distributed(_timeout(config, resume))
     try:
-        return _train(config, name, events if dist.is_main else RunEvents(), loaded, resume, overrides, dist)
+        return _train(config, name, events if dist.is_main else RunEvents(), loaded, resume, overrides, dist, only)
     finally:
         if dist.distributed:
             shutdown()
+
+
+def _checked_stages(stages: Collection[str] | None, resume) -> frozenset[str] | None:
+    if stages is None:
+        return None
+    names = [stage.name for stage in STAGES]
+    unknown = [name for name in stages if name not in names]
+    if unknown:
+        raise ValueError(f"stages: unknown stage {unknown[0]!r}; stages: {', '.join(names)}")
+    if resume is not None:
+        raise ValueError("stages: only for a new run (a resumed run restores or runs the stages its checkpoint implies)")
+    return frozenset(stages)
 
 
 def _check_sandbox(config: TrainConfig, train_env: Callable, events: RunEvents, run: RunDirectory | None = None) -> None:
@@ -158,7 +174,7 @@ def _check_sandbox(config: TrainConfig, train_env: Callable, events: RunEvents, 
         run.write_json("sandbox.json", {"mode": sandbox.isolation_mode(), "missing": missing(info), "isolation": info.to_dict()})
 
 
-def _train(config, name: str, events: RunEvents | None, loaded, resume, overrides, dist: DistContext) -> TrainResult:
+def _train(config, name: str, events: RunEvents | None, loaded, resume, overrides, dist: DistContext, only: frozenset[str] | None = None) -> TrainResult:
     events = events or RunEvents()
     config, name, run, checkpoint, finished, shared, changed = _open_run(config, name, resume, overrides, dist)
     if not dist.is_main:
@@ -197,7 +213,7 @@ def _train(config, name: str, events: RunEvents | None, loaded, resume, override
     try:
         state = RunState(config, run, events, model, tokenizer, backend, train_env, task_indices, checkpoint=checkpoint, dist=dist, checkpoints_root=RunDirectory(shared).checkpoints)
         for stage in STAGES:
-            if not stage.enabled(config):
+            if not stage.enabled(config) or (only is not None and stage.name not in only):
                 continue
             if stage.name in finished and stage.restore is not None:
                 stage.restore(state)
