@@ -86,6 +86,16 @@ def test_base_path_is_relative_to_the_file_and_chains(tmp_path, monkeypatch) -> 
     assert build(TrainConfig, data).rollout.temperature == 0.5
 
 
+def test_env_options_are_inherited_only_for_the_same_env(tmp_path) -> None:
+    """A child on the base's env merges its options over the base's; a child on another env
+    starts from its own options (arithmetic's phrasing means nothing to search-qa)."""
+    (tmp_path / "same.yaml").write_text("base: default\nenv:\n  digits: 2\n")
+    (tmp_path / "other.yaml").write_text("base: default\nenv:\n  name: frozenlake\n")
+    assert load_recipe(str(tmp_path / "same.yaml"))[1]["env"] == {**load_recipe("default")[1]["env"], "digits": 2}
+    assert load_recipe(str(tmp_path / "other.yaml"))[1]["env"] == {"name": "frozenlake"}
+    assert build(TrainConfig, load_recipe(str(tmp_path / "other.yaml"))[1]).env.options == {}
+
+
 def test_description_is_not_inherited(tmp_path) -> None:
     (tmp_path / "child.yaml").write_text("base: default\nsteps: 1\n")
     assert "description" not in load_recipe(str(tmp_path / "child.yaml"))[1]

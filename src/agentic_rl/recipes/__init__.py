@@ -49,6 +49,9 @@ def _resolve(name_or_path: str, folder: Path | None, chain: list[tuple[str, str]
         raise ConfigError(f"recipe {name_or_path!r}: base must be a recipe name or a YAML path, got {base!r}")
     inherited = _resolve(base, file.parent if file else None, [*chain, (identity, name_or_path)])
     inherited.pop("description", None)
+    child_env, base_env = data.get("env"), inherited.get("env")
+    if isinstance(child_env, dict) and isinstance(base_env, dict) and child_env.get("name", base_env.get("name")) != base_env.get("name"):
+        inherited.pop("env")  # another env's options (arithmetic's phrasing...) mean nothing to this one
     return deep_merge(inherited, data)
 
 
