@@ -39,7 +39,7 @@ demo: install
 	$(BIN)/agentic-rl train
 
 eval-demo: install
-	$(BIN)/agentic-rl eval --model smollm2-135m --env arithmetic --set env.phrasing=words --set env.operators=-* --num-tasks 32 --k 4 --set env.few_shot=4 --output runs/eval.json
+	$(BIN)/agentic-rl eval --model smollm2-135m --env arithmetic --set env.phrasing=words --set 'env.operators=-*' --num-tasks 32 --k 4 --set env.few_shot=4 --output runs/eval.json
 
 test: install
 	$(BIN)/python -m pytest -q
