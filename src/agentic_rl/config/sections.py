@@ -314,6 +314,9 @@ class SFTStageConfig(Section):
     """Use this JSONL of conversations instead of collecting."""
     collect: CollectConfig = Field(default_factory=CollectConfig)
     """How to collect cold-start data."""
+    env: dict[str, Any] = Field(default_factory=dict)
+    """Env options that differ while collecting the cold-start data, on top of ``env``'s (for
+    a mix, of each entry's): e.g. a broad task mix for SFT and only the hard case for RL."""
     train: SFTConfig = Field(default_factory=SFTConfig)
     """Fine-tuning settings."""
 
@@ -495,6 +498,8 @@ class TrainConfig(Section):
             ):
                 if value:
                     raise ValueError(f"{field}: rollout.context {self.rollout.context}: {why}")
+        if self.sft.env and self.sft.data:
+            raise ValueError("sft.env: options for collecting cold-start data, but sft.data gives the data; drop one")
         if self.env.is_mix:
             for field, value in (
                 ("sft.collect.source", self.sft.enabled and not self.sft.data and self.sft.collect.source == "expert"),

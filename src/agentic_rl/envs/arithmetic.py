@@ -38,12 +38,14 @@ _STEPS = {
     "-": ("subtract {n}", "decrease it by {n}", "subtract it from {n}", "take it away from {n}"),
     "*": ("multiply it by {n}", "multiply the result by {n}"),
 }
+DEFAULT_REVERSED_STEPS = 0.5
+"""The share of subtraction steps phrased in reverse order: half of ``_STEPS["-"]``."""
 
 
 class ArithmeticTasks(GeneratedTasks):
     """A lazy, seeded sequence of arithmetic tasks (task i is the same on every machine)."""
 
-    def __init__(self, *, split: str = "train", seed: int = 0, num_tasks: int | None = None, digits: int = 3, num_operands: int = 3, operators: str = "+-*", phrasing: str = "symbols") -> None:
+    def __init__(self, *, split: str = "train", seed: int = 0, num_tasks: int | None = None, digits: int = 3, num_operands: int = 3, operators: str = "+-*", phrasing: str = "symbols", reversed_steps: float = DEFAULT_REVERSED_STEPS) -> None:
         if split not in SPLITS:
             raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
         if not 1 <= digits <= 12:
@@ -54,7 +56,12 @@ class ArithmeticTasks(GeneratedTasks):
             raise ValueError(f"operators: expected a non-empty string of '+', '-', '*', got {operators!r}")
         if phrasing not in PHRASINGS:
             raise ValueError(f"phrasing: expected one of {', '.join(PHRASINGS)}, got {phrasing!r}")
+        if not 0.0 <= reversed_steps <= 1.0:
+            raise ValueError(f"reversed_steps: expected a fraction in [0, 1], got {reversed_steps}")
+        if reversed_steps != DEFAULT_REVERSED_STEPS and (phrasing != "words" or "-" not in operators):
+            raise ValueError("reversed_steps: applies to phrasing words with '-' in operators")
         self.split, self.seed, self.digits, self.num_operands, self.phrasing = split, seed, digits, num_operands, phrasing
+        self.reversed_steps = reversed_steps
         self.operators = sorted(set(operators))
         self.size = DEFAULT_NUM_TASKS[split] if num_tasks is None else num_tasks
         if self.size < 1:
@@ -67,7 +74,7 @@ class ArithmeticTasks(GeneratedTasks):
         rng = random.Random(f"{tag}:{self.split}:{self.seed}:{index}")
         low, high = 10 ** (self.digits - 1), 10**self.digits - 1
         if self.phrasing == "words":
-            prompt, expression = _word_problem(rng, low, high, self.num_operands, self.operators)
+            prompt, expression = _word_problem(rng, low, high, self.num_operands, self.operators, self.reversed_steps)
         else:
             parts = [str(rng.randint(low, high))]
             for _ in range(self.num_operands - 1):
@@ -83,13 +90,18 @@ class ArithmeticTasks(GeneratedTasks):
         )
 
 
-def _word_problem(rng: random.Random, low: int, high: int, num_operands: int, operators: Sequence[str]) -> tuple[str, str]:
-    """A step-by-step word problem and the one expression that computes it."""
+def _word_problem(rng: random.Random, low: int, high: int, num_operands: int, operators: Sequence[str], reversed_steps: float) -> tuple[str, str]:
+    """A step-by-step word problem and the one expression that computes it; a subtraction
+    step is phrased in reverse order ("subtract it from N") with probability ``reversed_steps``."""
     start = rng.randint(low, high)
     expression, steps = str(start), []
     for _ in range(num_operands - 1):
         op, n = rng.choice(operators), rng.randint(low, high)
-        template = rng.choice(_STEPS[op])
+        if op == "-" and reversed_steps != DEFAULT_REVERSED_STEPS:
+            forward, backward = _STEPS["-"][:2], _STEPS["-"][2:]
+            template = rng.choice(backward if rng.random() < reversed_steps else forward)
+        else:  # one uniform draw over the templates: the tasks every seed always had
+            template = rng.choice(_STEPS[op])
         left = f"({expression})" if " " in expression else expression
         expression = f"{n} - {left}" if template.endswith("from {n}") else f"{left} {op} {n}"
         steps.append(template.format(n=n))
@@ -135,6 +147,7 @@ def make_arithmetic_env(
     num_operands: int = 3,
     operators: str = "+-*",
     phrasing: str = "symbols",
+    reversed_steps: float = DEFAULT_REVERSED_STEPS,
     tools: Sequence[str] = ("calculator",),
     few_shot: int = 0,
     demo_style: Literal["tool", "answer"] | None = None,
@@ -154,7 +167,9 @@ def make_arithmetic_env(
 
     ``phrasing="words"`` states each problem as steps on a running value ("Start with
     347, multiply it by 28, then subtract it from 900"), so the model has to turn words
-    into one parenthesized expression rather than copy it.
+    into one parenthesized expression rather than copy it; ``reversed_steps`` is the share
+    of its subtraction steps that reverse the operand order (default half; 1.0 for RL on
+    the hard case only, 0.0 for forward steps only).
     ``few_shot`` solved demonstrations (from the ``demo`` split) precede the question;
     ``demo_style`` defaults to "tool" when a tool is available, else "answer".
     ``tools=[]`` removes the calculator (to measure what the model does in its head).
@@ -164,7 +179,7 @@ def make_arithmetic_env(
     """
     if few_shot < 0 or few_shot > DEFAULT_NUM_TASKS["demo"]:
         raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")
-    knobs = dict(seed=seed, digits=digits, num_operands=num_operands, operators=operators, phrasing=phrasing)
+    knobs = dict(seed=seed, digits=digits, num_operands=num_operands, operators=operators, phrasing=phrasing, reversed_steps=reversed_steps)
     registry = ToolRegistry(get_tool(name) for name in tools)
     call_parser = get_parser(parser, max_calls_per_turn=max_calls_per_turn, max_argument_chars=max_argument_chars)
     style = demo_style or ("tool" if len(registry) else "answer")

@@ -26,7 +26,7 @@ from agentic_rl.models.lora import apply_lora
 from agentic_rl.models.precision import apply_precision
 from agentic_rl.training.checkpoint import usable_checkpoint
 from agentic_rl.training.run_dir import RunDirectory
-from agentic_rl.training.stages import RunEvents, RunState, TrainingStopped, eval_env_options, evaluation, restore_filter, run_dpo, run_filter, run_final, run_report, run_rl, run_sft
+from agentic_rl.training.stages import RunEvents, RunState, TrainingStopped, eval_env_options, evaluation, restore_filter, run_dpo, run_filter, run_final, run_report, run_rl, run_sft, sft_env_options
 
 __all__ = ["STAGES", "RunEvents", "Stage", "TrainResult", "TrainingStopped", "train"]
 
@@ -188,8 +188,10 @@ def _train(config, name: str, events: RunEvents | None, loaded, resume, override
         events.on_stage(f"resume: {change}")
 
     train_env = env_factory(config.env.name, config.env.options, split="train")
-    # Validate the eval env before spending minutes on anything.
+    # Validate the eval and cold-start envs before spending minutes on anything.
     env_factory(config.env.name, eval_env_options(config), split="test")
+    if config.sft.enabled and config.sft.env:
+        env_factory(config.env.name, sft_env_options(config), split="train")
     _check_sandbox(config, train_env, events, run)
     events.on_stage(f"loading {config.model.name}")
     model, tokenizer = loaded or load(config.model.name, device=str(dist.device(resolve_device(config.model.device))), linear_kernel=config.model.linear_kernel)

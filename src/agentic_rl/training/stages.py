@@ -74,12 +74,21 @@ def eval_env_options(config: TrainConfig) -> dict:
     """The held-out env's options: the training env's with ``eval.env`` on top (for a mix, on
     top of each entry's); the default ``few_shot: 0`` (zero-shot evaluation) only for envs
     that take demonstrations."""
-    if config.env.is_mix:  # each entry's options, with eval.env on top of each
-        return {"mix": [_eval_options(entry["name"], entry, config.eval.env) for entry in config.env.options["mix"]]}
-    return _eval_options(config.env.name, config.env.options, config.eval.env)
+    return _stage_env_options(config, config.eval.env)
 
 
-def _eval_options(name: str, options: dict, overrides: dict) -> dict:
+def sft_env_options(config: TrainConfig) -> dict:
+    """The cold-start collection env's options: the training env's with ``sft.env`` on top."""
+    return _stage_env_options(config, config.sft.env)
+
+
+def _stage_env_options(config: TrainConfig, overrides: dict) -> dict:
+    if config.env.is_mix:  # each entry's options, with the overrides on top of each
+        return {"mix": [_merged_options(entry["name"], entry, overrides) for entry in config.env.options["mix"]]}
+    return _merged_options(config.env.name, config.env.options, overrides)
+
+
+def _merged_options(name: str, options: dict, overrides: dict) -> dict:
     from agentic_rl import envs
 
     merged = {**options, **overrides}
@@ -141,7 +150,7 @@ def run_sft(state: RunState) -> None:
     elif config.sft.collect.source == "expert":
         collect = config.sft.collect
         events.on_stage(f"collecting cold-start data: the env's expert on {collect.num_tasks} tasks")
-        result = collect_expert(config.env.name, config.env.options, collect)
+        result = collect_expert(config.env.name, sft_env_options(config), collect)
         examples = result.examples
         write_jsonl(state.run.file("sft_data.jsonl"), examples)
         events.on_stage(f"kept {result.successful} correct expert episodes of {result.attempted} -> {len(examples)} conversations")
@@ -149,14 +158,15 @@ def run_sft(state: RunState) -> None:
         collect = config.sft.collect
         events.on_stage(f"collecting cold-start data: {collect.num_tasks} tasks x {collect.samples_per_task} samples with {collect.few_shot} demonstrations")
         # A mix collects on each entry, num_tasks split by weight.
-        shares = [share for _, _, share in mix_shares(config.env.options["mix"], collect)] if config.env.is_mix else [collect]
+        options = sft_env_options(config)
+        shares = [share for _, _, share in mix_shares(options["mix"], collect)] if config.env.is_mix else [collect]
         # With several ranks each samples its share of the tasks; the bar counts rank 0's.
         with events.progress_bar(sum(len(collect_positions(share, state.dist)) for share in shares) * collect.samples_per_task, "collect") as on_finish:
             settings = dict(seed=derive_seed(config.seed, "run"), rollout_config=config.rollout, on_trajectory=on_finish, dist=state.dist)
             if config.env.is_mix:
-                result = collect_successful_mix(state.backend, config.env.options["mix"], collect, **settings)
+                result = collect_successful_mix(state.backend, options["mix"], collect, **settings)
             else:
-                result = collect_successful(state.backend, config.env.name, config.env.options, collect, **settings)
+                result = collect_successful(state.backend, config.env.name, options, collect, **settings)
         examples = result.examples
         write_jsonl(state.run.file("sft_data.jsonl"), examples)
         events.on_stage(f"kept {result.successful} correct of {result.attempted} ({result.tasks_with_success} tasks) -> {len(examples)} conversations")
