@@ -485,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from agentic_rl.config import ConfigError
+    from agentic_rl.engines.http import BackendError
     from agentic_rl.models import ModelNotFoundError
     from agentic_rl.training.pipeline import TrainingStopped
 
@@ -497,6 +498,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except TrainingStopped as exc:
         print(f"agentic-rl: {exc}", file=sys.stderr)
+        return 1
+    except BackendError as exc:  # an endpoint that is down or refuses: no traceback, credentials already masked
+        print(f"agentic-rl: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("agentic-rl: interrupted", file=sys.stderr)

@@ -111,6 +111,9 @@ def test_knobs_shape_the_expression(knobs, digits, count, allowed) -> None:
         ({"operators": "+/"}, "operators"),
         ({"split": "validation"}, "split"),
         ({"phrasing": "latex"}, "phrasing"),
+        ({"phrasing": "words", "reversed_steps": 1.5}, "reversed_steps"),
+        ({"reversed_steps": 1.0}, "reversed_steps"),  # symbols phrasing has no reversed steps
+        ({"phrasing": "words", "operators": "+*", "reversed_steps": 0.0}, "reversed_steps"),
         ({"num_tasks": 0}, "num_tasks"),
         ({"few_shot": -1}, "few_shot"),
         ({"few_shot": 17}, "few_shot"),
@@ -156,6 +159,17 @@ def test_words_phrasing_states_steps_whose_expression_gives_the_answer() -> None
     assert ArithmeticTasks(split="train")[0].prompt == "What is 398 * 830 + 650?"
     test = {t.prompt for t in ArithmeticTasks(split="test", phrasing="words")[:1000]}
     assert not test & {t.prompt for t in ArithmeticTasks(split="train", phrasing="words")[:2000]}
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_reversed_steps_sets_the_share_of_order_reversing_subtractions(share) -> None:
+    tasks = ArithmeticTasks(split="train", phrasing="words", operators="-", reversed_steps=share)[:50]
+    for task in tasks:
+        assert task.answer == str(_follow_the_words(task.prompt)) == str(eval(task.metadata["expression"]))  # noqa: S307
+        steps = task.prompt.split(", ", 1)[1].split(", then ")
+        assert sum(" from " in step for step in steps) == (len(steps) if share else 0)
+    # the default share keeps the tasks each seed always had
+    assert ArithmeticTasks(split="train", phrasing="words", reversed_steps=0.5)[0].prompt == ArithmeticTasks(split="train", phrasing="words")[0].prompt
 
 
 def test_words_demonstrations_call_the_calculator_with_the_parenthesized_expression() -> None:

@@ -228,3 +228,24 @@ def test_resume_overrides_in_the_python_api(tmp_path) -> None:
     assert "optim.schedule: 'constant' -> 'cosine'" in changed and len(changed) == 4
     with pytest.raises(ConfigError, match="overrides: only for a resumed run"):
         train(load_recipe("smoke")[1], overrides={"steps": 3})
+
+
+def test_sft_env_collects_the_cold_start_on_other_options_than_rl(tmp_path) -> None:
+    """``sft.env``: the expert's cold start on forward steps only, RL (and the env's
+    own options) on reversed steps only."""
+    _, recipe = load_recipe("smoke")
+    recipe["env"] = {"name": "arithmetic", "phrasing": "words", "operators": "-", "reversed_steps": 1.0}
+    recipe["sft"] = {"enabled": True, "env": {"reversed_steps": 0.0}, "collect": {"source": "expert", "num_tasks": 6}, "train": {"epochs": 1, "batch_size": 3}}
+    recipe.update(output_dir=str(tmp_path / "run"), steps=1, tasks_per_step=2, group_size=2)
+    run = train(recipe, name="smoke", stages=("sft", "rl")).run_dir
+    collected = [json.loads(line)["messages"][1]["content"] for line in (run / "sft_data.jsonl").read_text().splitlines()]
+    assert len(collected) == 6 and not any(" from " in prompt for prompt in collected)
+    trained = [json.loads(line)["messages"][1]["content"] for line in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert trained and all(prompt.count(" from ") == 2 for prompt in trained)  # both steps reversed
+
+
+def test_sft_env_beside_sft_data_is_a_config_error(tmp_path) -> None:
+    from agentic_rl.config import ConfigError, TrainConfig, build
+
+    with pytest.raises(ConfigError, match=r"^sft\.env: .*sft\.data"):
+        build(TrainConfig, {"sft": {"enabled": True, "data": str(tmp_path / "x.jsonl"), "env": {"few_shot": 0}}})

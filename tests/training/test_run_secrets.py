@@ -89,3 +89,28 @@ def test_url_credentials_are_in_no_run_file_and_a_resume_asks_for_them(tmp_path,
     assert "backend.base_url: credentials given again (not shown)" in capsys.readouterr().err
     for secret in (PASSWORD, URL_KEY, "tok-9", "alice"):
         assert _files_holding(run, secret) == [], secret
+
+
+def test_urls_inside_error_messages_are_redacted() -> None:
+    from agentic_rl.config import redact_urls
+    from agentic_rl.engines.http import BackendError
+
+    message = f"POST {URL} failed; retried via 'http://bob:{PASSWORD}@mirror/v1' and http://127.0.0.1:8000/v1"
+    redacted = redact_urls(message)
+    assert redacted == f"POST {redact_url(URL)} failed; retried via 'http://***:***@mirror/v1' and http://127.0.0.1:8000/v1"
+    assert str(BackendError(message)) == redacted
+    assert redact_urls("no url here: a:b@c") == "no url here: a:b@c"
+
+
+def test_an_unreachable_endpoint_is_one_line_without_its_credentials(capsys) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a free loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://alice:{PASSWORD}@127.0.0.1:{port}/v1?api_key={URL_KEY}"
+    assert main(["eval", "--base-url", url, "--set", "num_tasks=1", "--set", "k=1"]) == 1
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("agentic-rl: error:")]
+    assert len(errors) == 1 and errors[0].startswith("agentic-rl: error: POST http://***:***@127.0.0.1:") and "Connection refused" in errors[0]
+    assert PASSWORD not in err and URL_KEY not in err and "Traceback" not in err

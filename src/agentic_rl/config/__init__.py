@@ -37,7 +37,7 @@ from agentic_rl.config.sections import (
 )
 from agentic_rl.config.sinks import SINK_PACKAGES, check_sink_names
 from agentic_rl.config.resume import RESUMABLE_KEYS, resume_config
-from agentic_rl.config.secrets import REDACTED, drop_redacted, is_secret_key, redact_secrets, redact_url
+from agentic_rl.config.secrets import REDACTED, drop_redacted, is_secret_key, redact_secrets, redact_url, redact_urls
 
 __all__ = [
     "ARPOConfig",
@@ -79,5 +79,6 @@ __all__ = [
     "parse_assignment",
     "redact_secrets",
     "redact_url",
+    "redact_urls",
     "resume_config",
 ]

@@ -63,6 +63,15 @@ def redact_url(value: str) -> str:
     return value if redacted == tuple(parts) else urlunsplit(redacted)
 
 
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` (an error message, a log line) with every URL in it passed through
+    :func:`redact_url`: ``POST https://u:pw@host/v1?key=k failed`` -> ``POST https://***:***@host/v1?key=*** failed``."""
+    return _URL_IN_TEXT.sub(lambda match: redact_url(match.group(0)), text)
+
+
 def holds_redacted_url(value: Any) -> bool:
     """Whether ``value`` is a URL whose credentials :func:`redact_url` replaced (unusable
     as it is: a resumed run needs it given again)."""

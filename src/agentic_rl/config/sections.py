@@ -306,6 +306,13 @@ class RunEvalConfig(Section):
     env: dict[str, Any] = Field(default_factory=lambda: {"few_shot": 0})
     """Env options that differ at evaluation (default: zero-shot, no demonstrations)."""
 
+    @field_validator("env", mode="after")
+    @classmethod
+    def _zero_shot_unless_said(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Setting other eval options (eval.env.hops=...) must not bring back the training
+        # env's demonstrations: zero-shot stays the default underneath.
+        return {"few_shot": 0, **value}
+
 
 class SFTStageConfig(Section):
     enabled: bool = False

@@ -9,11 +9,18 @@ from typing import Any
 
 import httpx
 
+from agentic_rl.config.secrets import redact_urls
+
 RETRY_STATUS = {429} | set(range(500, 600))
 
 
 class BackendError(RuntimeError):
-    """A request failed for good (after retries, or with a non-retryable status)."""
+    """A request failed for good (after retries, or with a non-retryable status). The
+    message names the endpoint with any credentials in its URLs as ``***`` (errors end up
+    in logs and reports)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact_urls(message))
 
 
 def one_line(text: str, limit: int = 200) -> str:

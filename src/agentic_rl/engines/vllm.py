@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from agentic_rl.engines.base import SamplingParams
-from agentic_rl.engines.http import post_json
+from agentic_rl.engines.http import BackendError, post_json
 from agentic_rl.engines.remote import RemoteTokenBackend, scratch_folder, serve_folder, server_dtype
 from agentic_rl.engines.vllm_server import VLLMServer
 
@@ -51,7 +51,7 @@ class VLLMBackend(RemoteTokenBackend):
         )
         models = self.get_json("/v1/models").get("data") or []
         if not models:
-            raise ValueError(f"{self.base_url}/v1/models lists no served model")
+            raise BackendError(f"{self.base_url}/v1/models lists no served model")
         self.model_name = str(models[0]["id"])
 
     def request_body(self, prompt: Sequence[int], sampling: SamplingParams, *, stop_token_ids: Sequence[int], max_new_tokens: int, seed: int) -> dict[str, Any]:

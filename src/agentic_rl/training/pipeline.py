@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from agentic_rl.config import ConfigError, TrainConfig, build, resume_config
+from agentic_rl.config import ConfigError, TrainConfig, build, redact_url, resume_config
 from agentic_rl.engines.factory import build_backend
 from agentic_rl.envs import env_factory, mixed_spec_of
 from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distributed, shutdown
@@ -210,7 +210,7 @@ def _train(config, name: str, events: RunEvents | None, loaded, resume, override
     # A sharded trainer's parameters cannot decode: its engine holds a full copy.
     own_copy = config.trainer.strategy == "fsdp2"
     if config.backend.kind == "vllm":
-        events.on_stage("starting the vLLM server (the first start compiles: minutes)" if not config.backend.base_url else f"connecting to the vLLM server at {config.backend.base_url}")
+        events.on_stage("starting the vLLM server (the first start compiles: minutes)" if not config.backend.base_url else f"connecting to the vLLM server at {redact_url(config.backend.base_url)}")
     backend = build_backend(config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision, own_copy=own_copy)
     try:
         state = RunState(config, run, events, model, tokenizer, backend, train_env, task_indices, checkpoint=checkpoint, dist=dist, checkpoints_root=RunDirectory(shared).checkpoints)
