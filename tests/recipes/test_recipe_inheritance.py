@@ -94,6 +94,11 @@ def test_env_options_are_inherited_only_for_the_same_env(tmp_path) -> None:
     assert load_recipe(str(tmp_path / "same.yaml"))[1]["env"] == {**load_recipe("default")[1]["env"], "digits": 2}
     assert load_recipe(str(tmp_path / "other.yaml"))[1]["env"] == {"name": "frozenlake"}
     assert build(TrainConfig, load_recipe(str(tmp_path / "other.yaml"))[1]).env.options == {}
+    # nor the base's stage overrides of its env's options (the default's sft.env.operators)
+    assert load_recipe("default")[1]["sft"]["env"] == {"operators": "*"}
+    other = build(TrainConfig, load_recipe(str(tmp_path / "other.yaml"))[1])
+    assert (other.sft.env, other.eval.env, other.sft.collect.source) == ({}, {"few_shot": 0}, "expert")
+    assert load_recipe(str(tmp_path / "same.yaml"))[1]["sft"]["env"] == {"operators": "*"}
 
 
 def test_description_is_not_inherited(tmp_path) -> None:

@@ -51,7 +51,12 @@ def _resolve(name_or_path: str, folder: Path | None, chain: list[tuple[str, str]
     inherited.pop("description", None)
     child_env, base_env = data.get("env"), inherited.get("env")
     if isinstance(child_env, dict) and isinstance(base_env, dict) and child_env.get("name", base_env.get("name")) != base_env.get("name"):
-        inherited.pop("env")  # another env's options (arithmetic's phrasing...) mean nothing to this one
+        # Another env's options (arithmetic's phrasing...) mean nothing to this one, and
+        # neither do the stage overrides of them (sft.env, eval.env).
+        inherited.pop("env")
+        for stage in ("sft", "eval"):
+            if isinstance(inherited.get(stage), dict):
+                inherited[stage].pop("env", None)
     return deep_merge(inherited, data)
 
 
