@@ -164,3 +164,52 @@ def test_lora_trains_adapters_only_and_uses_disabled_adapters_as_reference(tiny)
     trainer.step()
     assert all(torch.equal(p, frozen[n]) for n, p in peft_model.named_parameters() if n in frozen)
     assert any(not torch.equal(p, adapters[n]) for n, p in peft_model.named_parameters() if n in adapters)
+
+
+@pytest.mark.parametrize(
+    ("setting", "precision", "policy_logprobs", "correction", "expected"),
+    [
+        ("auto", "fp32", True, "none", "sampler"),  # the in-process engine samples with the trainer's weights
+        ("auto", "bf16-mixed", True, "tis", "recompute"),
+        ("auto", "fp32", False, "tis", "recompute"),  # vLLM, Ray workers, an engine's own copy
+        ("auto", "fp32", False, "none", "recompute"),  # a scripted or remote engine, correction forced off
+        ("recompute", "fp32", True, "none", "recompute"),
+        ("sampler", "fp32", False, "none", "sampler"),  # explicit: the ratio against the sampling policy
+    ],
+)
+def test_old_logprobs_come_from_the_sampler_only_where_its_numbers_are_the_trainers(setting, precision, policy_logprobs, correction, expected) -> None:
+    from agentic_rl.algorithms import resolve_old_logprobs
+
+    assert resolve_old_logprobs(setting, precision=precision, policy_logprobs=policy_logprobs, correction=correction) == expected
+
+
+def test_old_logprobs_sampler_beside_a_correction_is_refused() -> None:
+    from agentic_rl.algorithms import resolve_old_logprobs
+
+    with pytest.raises(ValueError, match=r"^old_logprobs: sampler would make rollout_correction tis compare the sampler with itself"):
+        resolve_old_logprobs("sampler", precision="fp32", policy_logprobs=False, correction="tis")
+
+
+def test_sampler_logprobs_as_old_give_the_recomputed_update_without_its_forward_pass(tiny, monkeypatch) -> None:
+    """Two mini-batches: reusing the sampler's log-probs as the pre-update ones updates the
+    weights as the recomputing trainer does (same batch, same seed), and skips that pass."""
+    trainers = {mode: _trainer(tiny, _config(mini_batches=2, steps=1, algorithm={"old_logprobs": mode})) for mode in ("recompute", "auto")}
+    assert {mode: trainer.old_logprobs for mode, trainer in trainers.items()} == {"recompute": "recompute", "auto": "sampler"}
+    passes = []
+    monkeypatch.setattr(RLTrainer, "_old_logprobs", lambda self, *a, **k: passes.append(1) or original(self, *a, **k))
+    results = {}
+    for mode, trainer in trainers.items():
+        passes.clear()
+        metrics, _ = trainer.step()
+        results[mode] = (metrics, dict(trainer.model.named_parameters()), len(passes))
+    (recomputed, weights, recompute_passes), (reused, reused_weights, reuse_passes) = results["recompute"], results["auto"]
+    assert (recompute_passes, reuse_passes) == (1, 0)
+    assert recomputed["frac_zero_std_groups"] < 1.0 and recomputed["ratio_mean"] != 1.0  # the second update did move the ratio
+    assert reused["ratio_mean"] == pytest.approx(recomputed["ratio_mean"], abs=1e-4)
+    # the sampler-vs-trainer gap stays measured (on the first update) and is float noise here
+    assert 0.0 <= reused["rollout_logprob_diff_max"] < 1e-3
+    for name, value in weights.items():
+        torch.testing.assert_close(reused_weights[name], value, atol=1e-5, rtol=1e-4)
+
+
+original = RLTrainer._old_logprobs

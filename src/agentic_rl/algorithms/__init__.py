@@ -17,7 +17,7 @@ from agentic_rl.algorithms.advantages import (
     zero_std_group_fraction,
 )
 from agentic_rl.algorithms.baselines import grpo_passk, opo, remax
-from agentic_rl.algorithms.correction import ROLLOUT_CORRECTIONS, CorrectionOutput, mismatch_metrics, resolve_rollout_correction, rollout_correction
+from agentic_rl.algorithms.correction import ROLLOUT_CORRECTIONS, CorrectionOutput, mismatch_metrics, resolve_old_logprobs, resolve_rollout_correction, rollout_correction
 from agentic_rl.algorithms.gae import gae, gae_advantage, masked_whiten
 from agentic_rl.algorithms.group_filters import GROUP_FILTERS, drop_zero_variance, filter_groups, keep_top_std, register_group_filter
 from agentic_rl.algorithms.kl import KL_ESTIMATORS, kl_penalty
@@ -92,6 +92,7 @@ __all__ = [
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
     "remax",
+    "resolve_old_logprobs",
     "resolve_rollout_correction",
     "rloo",
     "rollout_correction",

@@ -126,3 +126,20 @@ def resolve_rollout_correction(setting: str, *, precision: str, separate_sampler
     if setting not in ROLLOUT_CORRECTIONS:
         raise ValueError(f"rollout_correction: expected auto or one of {', '.join(ROLLOUT_CORRECTIONS)}, got {setting!r}")
     return setting
+
+
+def resolve_old_logprobs(setting: str, *, precision: str, policy_logprobs: bool, correction: str) -> str:
+    """Where a run's pre-update log-probs come from: ``sampler`` (the log-probs recorded with
+    each sampled token) or ``recompute`` (one forward pass before the updates). ``auto``
+    reuses the sampler's exactly when they are the trainer's own numbers: the engine records
+    its policy's log-probs with the trainer's weights (``policy_logprobs``, the in-process
+    hf engine without a copy) at full precision. An explicit ``sampler`` makes the ratio
+    the one against the sampling policy (verl's bypass mode); with a ``correction`` other
+    than none that would weigh the sampler against itself."""
+    if setting == "auto":
+        return "sampler" if policy_logprobs and precision != "bf16-mixed" else "recompute"
+    if setting == "sampler" and correction != "none":
+        raise ValueError(f"old_logprobs: sampler would make rollout_correction {correction} compare the sampler with itself; set rollout_correction none, or old_logprobs recompute")
+    if setting not in ("sampler", "recompute"):
+        raise ValueError(f"old_logprobs: expected auto, recompute or sampler, got {setting!r}")
+    return setting

@@ -95,6 +95,8 @@ class AlgorithmConfig(Section):
     """kl-cov: weight of the |log-ratio| penalty on those tokens."""
     rollout_correction: Literal["auto", "none", "tis", "mis", "seq-tis", "seq-mis", "decoupled"] = "auto"
     """Importance weights between the trainer's pre-update log-probs and the sampler's (agentic_rl.algorithms.correction): tis = min(ratio, correction_cap) per token, mis = drop tokens whose ratio leaves [correction_low, correction_high], seq-* = the same on the sequence's geometric-mean ratio, decoupled = AReaL's decoupled PPO (the ratio itself, 0 above correction_cap); auto = tis when the sampler's precision or weights differ from the trainer's (bf16-mixed, a separate engine), else none."""
+    old_logprobs: Literal["auto", "recompute", "sampler"] = "auto"
+    """The pre-update log-probs that the ratio of a batch's second and later updates divides by (the first update's are the current ones): recompute = one more forward pass over the batch before updating; sampler = the log-probs the sampler recorded with each token (the same numbers when it samples with the trainer's own weights at the trainer's precision: no extra pass); auto = sampler exactly in that case (the in-process hf engine without its own copy, not bf16-mixed), else recompute."""
     correction_cap: float = Field(2.0, ge=1.0)
     """tis / seq-tis: the truncation bound C of the importance weight; decoupled: weights above it drop the token."""
     correction_low: float = Field(0.5, ge=0.0, le=1.0)
@@ -137,7 +139,7 @@ class AlgorithmConfig(Section):
     def knobs(self) -> dict[str, Any]:
         """Every numeric and boolean knob under the parameter names of the registered
         functions (``whiten_advantages`` -> ``whiten``); the functions' names are left out."""
-        knobs = self.model_dump(exclude={"preset", "advantage", "policy_loss", "group_filter", "rollout", "critic", "rollout_correction"})
+        knobs = self.model_dump(exclude={"preset", "advantage", "policy_loss", "group_filter", "rollout", "critic", "rollout_correction", "old_logprobs"})
         knobs["whiten"] = knobs.pop("whiten_advantages")
         return knobs
 

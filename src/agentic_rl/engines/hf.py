@@ -55,6 +55,12 @@ class HFBackend(SharedWeights):
         return self.model is not self.trainer_model
 
     @property
+    def policy_logprobs(self) -> bool:
+        """Whether the log-probs it records are the trainer's policy's own (it samples with
+        the trainer's weights): a trainer may reuse them as its pre-update log-probs."""
+        return not self.separate_weights
+
+    @property
     def weights_dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 

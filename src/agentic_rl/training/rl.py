@@ -12,7 +12,7 @@ from contextlib import nullcontext
 
 import torch
 
-from agentic_rl.algorithms import aggregate, compute_policy_loss, kl_penalty, resolve_rollout_correction, rollout_correction, value_loss
+from agentic_rl.algorithms import aggregate, compute_policy_loss, kl_penalty, resolve_old_logprobs, resolve_rollout_correction, rollout_correction, value_loss
 from agentic_rl.config import TrainConfig, check_world_size
 from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.envs.base import Env
@@ -127,10 +127,13 @@ class RLTrainer:
         self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         updates = config.steps * config.ppo_epochs * config.mini_batches
         self.scheduler = make_scheduler(self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule)
-        self.rollout_correction = resolve_rollout_correction(
-            algorithm.rollout_correction, precision=compute_precision(model), separate_sampler=bool(getattr(backend, "separate_weights", False))
-        )
+        separate_sampler = bool(getattr(backend, "separate_weights", False))
+        self.rollout_correction = resolve_rollout_correction(algorithm.rollout_correction, precision=compute_precision(model), separate_sampler=separate_sampler)
         """The importance correction between sampler and trainer log-probs in use (none, tis, mis, seq-tis, seq-mis)."""
+        self.old_logprobs = resolve_old_logprobs(
+            algorithm.old_logprobs, precision=compute_precision(model), policy_logprobs=bool(getattr(backend, "policy_logprobs", False)), correction=self.rollout_correction,
+        )
+        """Where the pre-update log-probs of a batch's later updates come from: sampler or recompute."""
         self.step_index = 0
         self.stream = None
         """Async mode's stream of groups sampled ahead (distributed.max_staleness set; built at the first step)."""
@@ -386,11 +389,17 @@ class RLTrainer:
         self._train_mode(True)
         try:
             # The policy changes between updates, so the ratio needs the pre-update
-            # log-probs; with one update they equal the current ones (ratio exactly 1).
-            old_logprobs = self._old_logprobs(scored, sorted({i for share in shares for i in share})) if updates > 1 else None
-            for _ in range(config.ppo_epochs):
-                for mini, share in zip(minis, shares):
-                    micro_losses = self._micro_losses(scored, mini, share, old_logprobs, tally)
+            # log-probs; in the first update they are the current ones (ratio exactly 1).
+            old_logprobs = None
+            if updates > 1:
+                members = sorted({i for share in shares for i in share})
+                old_logprobs = self._old_logprobs(scored, members) if self.old_logprobs == "recompute" else self._sampler_logprobs(scored, members)
+            for epoch in range(config.ppo_epochs):
+                for index, (mini, share) in enumerate(zip(minis, shares)):
+                    # The first update reads the current log-probs even when the later ones
+                    # reuse the sampler's: the sampler-vs-trainer metrics stay measured.
+                    first = epoch == 0 and index == 0 and self.old_logprobs == "sampler"
+                    micro_losses = self._micro_losses(scored, mini, share, None if first else old_logprobs, tally)
                     tally.add_step(accumulate_and_step(
                         micro_losses, groups, max_grad_norm=config.optim.max_grad_norm, guard=self.nonfinite, grad_scale=self.strategy.grad_scale, reduce=dist.all_reduce,
                     ))
@@ -406,6 +415,13 @@ class RLTrainer:
         for i, row in zip(members, rows):
             out[i] = row
         return out
+
+    @staticmethod
+    def _sampler_logprobs(scored: ScoredBatch, members: list[int]) -> list[list[float] | None]:
+        """The sampler's recorded log-probs of the trajectories ``members`` as the pre-update
+        ones (``old_logprobs: sampler``): the same numbers a forward pass would give, without it."""
+        wanted = set(members)
+        return [list(t.sampler_logprobs) if i in wanted else None for i, t in enumerate(scored.trajectories)]
 
     def _collate(self, scored: ScoredBatch, members: list[int], old_logprobs: list[list[float]] | None) -> TokenBatch:
         """One micro-batch of ``scored``'s trajectories ``members`` with every per-token row
