@@ -1,0 +1,92 @@
+"""The RL update with pre-update log-probs recomputed vs reused from the sampler
+(``algorithm.old_logprobs``), same batch, same run.
+
+    python benchmarks/old_logprobs.py [--model smollm2-135m] [--repeats 3] [--json out.json]
+
+Workload: the default demo's RL batch shape. One rollout step of the arithmetic words
+task (4 tasks x 8 samples at temperature 1, the embedded model, fp32, in-process hf
+engine) is sampled once; then the update of that one scored batch (GRPO-TCR, 2
+mini-batches, so the second update's ratio needs pi_old) runs ``--repeats`` times per
+side, alternating sides (drift hits both), each time from the same starting weights and
+optimizer state. Reported: the median update seconds per side, the speed-up, and how
+far the two sides' updated weights are apart (max |diff|), which should be float noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--json", help="write the results here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from agentic_rl.config import TrainConfig
+    from agentic_rl.engines.hf import HFBackend
+    from agentic_rl.envs import env_factory
+    from agentic_rl.models import load
+    from agentic_rl.training.rl import RLTrainer
+
+    model, tokenizer = load(args.model, device="cpu")
+    model = model.float()
+    env = env_factory("arithmetic", {"phrasing": "words", "operators": "-*", "max_turns": 3}, split="train")
+    data = {
+        "model": {"name": args.model}, "env": {"name": "arithmetic", "phrasing": "words", "operators": "-*", "max_turns": 3},
+        "rollout": {"temperature": 1.0, "max_new_tokens": 96, "max_total_tokens": 1024},
+        "algorithm": {"preset": "grpo-tcr"}, "optim": {"lr": 1e-5}, "steps": 1, "tasks_per_step": args.tasks, "group_size": args.group_size,
+        "mini_batches": 2, "precision": "fp32",
+    }
+    trainers = {}
+    start = copy.deepcopy(model.state_dict())
+    for side in ("recompute", "sampler"):
+        config = TrainConfig.model_validate({**data, "algorithm": {**data["algorithm"], "old_logprobs": side}})
+        trainers[side] = RLTrainer(config, model, tokenizer, HFBackend(model, tokenizer), env, list(range(1000, 2000)))
+    groups, kept, _ = trainers["recompute"]._sample()
+    scored, _, _ = trainers["recompute"].score_groups(kept, groups)
+    tokens = sum(len(t.token_ids) for t in scored.trajectories)
+    optimizer_state = copy.deepcopy(trainers["recompute"].optimizer.state_dict())
+    scheduler_state = copy.deepcopy(trainers["recompute"].scheduler.state_dict())
+    times: dict[str, list[float]] = {side: [] for side in trainers}
+    after: dict[str, dict] = {}
+    for _ in range(args.repeats):
+        for side, trainer in trainers.items():
+            model.load_state_dict(start)
+            trainer.optimizer.load_state_dict(optimizer_state)
+            trainer.scheduler.load_state_dict(scheduler_state)
+            began = time.perf_counter()
+            trainer.update(scored)
+            times[side].append(time.perf_counter() - began)
+            after[side] = {name: value.detach().clone() for name, value in model.state_dict().items()}
+    gap = max(float((after["recompute"][name] - after["sampler"][name]).abs().max()) for name in after["sampler"])
+    medians = {side: statistics.median(values) for side, values in times.items()}
+    result = {
+        "batch": {"trajectories": len(scored.trajectories), "tokens": tokens, "mini_batches": 2},
+        "update_s": times, "median_update_s": medians, "speedup": medians["recompute"] / medians["sampler"],
+        "max_weight_diff": gap, "torch_threads": torch.get_num_threads(),
+    }
+    print(f"batch: {len(scored.trajectories)} trajectories, {tokens} tokens, 2 mini-batches")
+    for side, value in medians.items():
+        print(f"old_logprobs {side:9s}: median update {value:.2f} s  ({', '.join(f'{t:.2f}' for t in times[side])})")
+    print(f"speed-up {result['speedup']:.2f}x; updated weights differ by at most {gap:.2e}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(result, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
