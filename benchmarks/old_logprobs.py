@@ -1,11 +1,14 @@
 """The RL update with pre-update log-probs recomputed vs reused from the sampler
 (``algorithm.old_logprobs``), same batch, same run.
 
-    python benchmarks/old_logprobs.py [--model smollm2-135m] [--repeats 3] [--json out.json]
+    python benchmarks/old_logprobs.py --model runs/default-.../final [--repeats 3] [--json out.json]
 
 Workload: the default demo's RL batch shape. One rollout step of the arithmetic words
-task (4 tasks x 8 samples at temperature 1, the embedded model, fp32, in-process hf
-engine) is sampled once; then the update of that one scored batch (GRPO-TCR, 2
+task (4 tasks x 8 samples at temperature 1, fp32, in-process hf engine) is sampled once
+with ``--model``: a cold-started one (a demo run's ``final/``), since the untrained
+model solves nothing and a batch without reward variance has zero advantages, so
+neither side would change a weight (the script reports the share of trajectories with a
+non-zero advantage, and refuses a batch without any unless ``--allow-flat``); then the update of that one scored batch (GRPO-TCR, 2
 mini-batches, so the second update's ratio needs pi_old) runs ``--repeats`` times per
 side, alternating sides (drift hits both), each time from the same starting weights and
 optimizer state. Reported: the median update seconds per side, the speed-up, and how
@@ -28,6 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--allow-flat", action="store_true", help="time a batch whose advantages are all zero (wiring checks)")
     return parser.parse_args(argv)
 
 
@@ -58,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     groups, kept, _ = trainers["recompute"]._sample()
     scored, _, _ = trainers["recompute"].score_groups(kept, groups)
     tokens = sum(len(t.token_ids) for t in scored.trajectories)
+    moving = sum(any(value != 0.0 for value in row) for row in scored.advantages) / max(len(scored.advantages), 1)
+    if not moving and not args.allow_flat:
+        print(f"--model: {args.model} solved all or none of each task's samples: no advantage, no update to compare; pass a cold-started model (a demo run's final/)")
+        return 2
     optimizer_state = copy.deepcopy(trainers["recompute"].optimizer.state_dict())
     scheduler_state = copy.deepcopy(trainers["recompute"].scheduler.state_dict())
     times: dict[str, list[float]] = {side: [] for side in trainers}
@@ -74,11 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     gap = max(float((after["recompute"][name] - after["sampler"][name]).abs().max()) for name in after["sampler"])
     medians = {side: statistics.median(values) for side, values in times.items()}
     result = {
-        "batch": {"trajectories": len(scored.trajectories), "tokens": tokens, "mini_batches": 2},
+        "batch": {"trajectories": len(scored.trajectories), "tokens": tokens, "mini_batches": 2, "nonzero_advantage_share": moving},
         "update_s": times, "median_update_s": medians, "speedup": medians["recompute"] / medians["sampler"],
         "max_weight_diff": gap, "torch_threads": torch.get_num_threads(),
     }
-    print(f"batch: {len(scored.trajectories)} trajectories, {tokens} tokens, 2 mini-batches")
+    print(f"batch: {len(scored.trajectories)} trajectories, {tokens} tokens, 2 mini-batches, {moving:.0%} with a non-zero advantage")
     for side, value in medians.items():
         print(f"old_logprobs {side:9s}: median update {value:.2f} s  ({', '.join(f'{t:.2f}' for t in times[side])})")
     print(f"speed-up {result['speedup']:.2f}x; updated weights differ by at most {gap:.2e}")
