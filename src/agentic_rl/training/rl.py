@@ -130,10 +130,15 @@ class RLTrainer:
         separate_sampler = bool(getattr(backend, "separate_weights", False))
         self.rollout_correction = resolve_rollout_correction(algorithm.rollout_correction, precision=compute_precision(model), separate_sampler=separate_sampler)
         """The importance correction between sampler and trainer log-probs in use (none, tis, mis, seq-tis, seq-mis)."""
+        policy_logprobs = bool(getattr(backend, "policy_logprobs", False)) and compute_precision(model) != "bf16-mixed"
         self.old_logprobs = resolve_old_logprobs(
-            algorithm.old_logprobs, precision=compute_precision(model), policy_logprobs=bool(getattr(backend, "policy_logprobs", False)), correction=self.rollout_correction,
+            algorithm.old_logprobs, precision=compute_precision(model), policy_logprobs=policy_logprobs, correction=self.rollout_correction,
         )
         """Where the pre-update log-probs of a batch's later updates come from: sampler or recompute."""
+        # Where the sampler's numbers are the trainer's, the first update reads the current
+        # log-probs instead (the same values), so the sampler-vs-trainer metrics stay measured;
+        # an explicit sampler elsewhere (bypass mode) takes the sampler's in every update.
+        self._current_first = self.old_logprobs == "sampler" and policy_logprobs
         self.step_index = 0
         self.stream = None
         """Async mode's stream of groups sampled ahead (distributed.max_staleness set; built at the first step)."""
@@ -396,9 +401,7 @@ class RLTrainer:
                 old_logprobs = self._old_logprobs(scored, members) if self.old_logprobs == "recompute" else self._sampler_logprobs(scored, members)
             for epoch in range(config.ppo_epochs):
                 for index, (mini, share) in enumerate(zip(minis, shares)):
-                    # The first update reads the current log-probs even when the later ones
-                    # reuse the sampler's: the sampler-vs-trainer metrics stay measured.
-                    first = epoch == 0 and index == 0 and self.old_logprobs == "sampler"
+                    first = epoch == 0 and index == 0 and self._current_first
                     micro_losses = self._micro_losses(scored, mini, share, None if first else old_logprobs, tally)
                     tally.add_step(accumulate_and_step(
                         micro_losses, groups, max_grad_norm=config.optim.max_grad_norm, guard=self.nonfinite, grad_scale=self.strategy.grad_scale, reduce=dist.all_reduce,
