@@ -130,15 +130,14 @@ class RLTrainer:
         separate_sampler = bool(getattr(backend, "separate_weights", False))
         self.rollout_correction = resolve_rollout_correction(algorithm.rollout_correction, precision=compute_precision(model), separate_sampler=separate_sampler)
         """The importance correction between sampler and trainer log-probs in use (none, tis, mis, seq-tis, seq-mis)."""
-        policy_logprobs = bool(getattr(backend, "policy_logprobs", False)) and compute_precision(model) != "bf16-mixed"
-        self.old_logprobs = resolve_old_logprobs(
-            algorithm.old_logprobs, precision=compute_precision(model), policy_logprobs=policy_logprobs, correction=self.rollout_correction,
-        )
+        sampler_facts = dict(precision=compute_precision(model), policy_logprobs=bool(getattr(backend, "policy_logprobs", False)), correction=self.rollout_correction)
+        self.old_logprobs = resolve_old_logprobs(algorithm.old_logprobs, **sampler_facts)
         """Where the pre-update log-probs of a batch's later updates come from: sampler or recompute."""
-        # Where the sampler's numbers are the trainer's, the first update reads the current
-        # log-probs instead (the same values), so the sampler-vs-trainer metrics stay measured;
-        # an explicit sampler elsewhere (bypass mode) takes the sampler's in every update.
-        self._current_first = self.old_logprobs == "sampler" and policy_logprobs
+        # Where the sampler's numbers are the trainer's (what auto would reuse), the first
+        # update reads the current log-probs instead (the same values), so the
+        # sampler-vs-trainer metrics stay measured; an explicit sampler elsewhere (bypass
+        # mode) takes the sampler's in every update.
+        self._current_first = self.old_logprobs == "sampler" and resolve_old_logprobs("auto", **sampler_facts) == "sampler"
         self.step_index = 0
         self.stream = None
         """Async mode's stream of groups sampled ahead (distributed.max_staleness set; built at the first step)."""
