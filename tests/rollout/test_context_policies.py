@@ -172,6 +172,35 @@ def test_summary_context_by_hand() -> None:
     assert summary_context(history, "facts", opening=2, keep_last=True) == [*history[:2], {"role": "user", "content": SUMMARY_HEADER + "facts"}, *history[6:]]
     assert context_messages("summarize", history, opening=2, turns=1) == history  # its cut is by tokens, in the episode
     assert summary_request()["content"] == SUMMARY_REQUEST
+    assert summary_request("Keep the numbers.") == {"role": "user", "content": "Keep the numbers."}
+    assert summary_context(history, "facts", opening=2, keep_last=False, header="Notes: ")[-1] == {"role": "user", "content": "Notes: facts"}
+
+
+def test_a_configured_summary_request_and_header_reach_the_model(tiny) -> None:
+    """rollout.context_summary_request / context_summary_header replace the defaults in
+    what the engine is given (the request before the summary, the header after it)."""
+    model, tokenizer = tiny
+    backend = Recording(model, tokenizer)
+    rollout_config = {
+        "max_new_tokens": 6, "max_total_tokens": 1024, "context": "summarize", "context_tokens": 80,
+        "context_summary_request": "List the results so far.", "context_summary_header": "Results so far: ",
+    }
+    config = TrainConfig.model_validate({"model": {"name": "tiny-random", "device": "cpu"}, "env": {"name": "arithmetic"}, "precision": "fp32", "rollout": rollout_config})
+    groups = rollout(backend, ToolEnv, [0], group_size=1, config=config.rollout, seed=7)
+    before, after = groups[0].trajectories[0].samples[:2]
+    assert before.messages[-2] == {"role": "user", "content": "List the results so far."}
+    assert SUMMARY_REQUEST not in tokenizer.decode(before.token_ids)
+    summary = before.turns[-1].assistant_text
+    assert {"role": "user", "content": "Results so far: " + summary.strip()} in after.messages
+    prompt = tokenizer.decode(after.token_ids[: after.prompt_length])
+    assert "Results so far: " in prompt and SUMMARY_HEADER not in prompt
+
+
+def test_an_empty_summary_request_is_refused() -> None:
+    from agentic_rl.config import ConfigError, build
+
+    with pytest.raises(ConfigError, match="context_summary_request: expected the text"):
+        build(TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 512, "context_summary_request": "  "}})
 
 
 @pytest.mark.parametrize("continuous", [True, False])

@@ -115,6 +115,10 @@ class RolloutConfig(Section):
     """summarize: the token budget of a prompt; when the next prompt would pass it, the model is asked for a summary first (the summary turn itself may go past it, up to max_total_tokens)."""
     context_keep_last: bool = False
     """summarize: the context after a summary keeps the last turn verbatim (its assistant message and observations) after the summary."""
+    context_summary_request: str | None = None
+    """summarize: the user message that asks for the summary (null: agentic_rl.rollout.context.SUMMARY_REQUEST). Say what your task needs kept: a summary is all the model keeps."""
+    context_summary_header: str | None = None
+    """summarize: the text that opens the user message carrying the summary into the new context (null: agentic_rl.rollout.context.SUMMARY_HEADER)."""
     continuous_batching: bool = True
     """With an engine that offers decode sessions (HF): each trajectory decodes on its own schedule and keeps its KV cache across turns; false: one batched generate per turn (the reference path, same tokens for the same seed)."""
 
@@ -122,6 +126,8 @@ class RolloutConfig(Section):
     def _budget_below_limit(self) -> RolloutConfig:
         if self.context == "summarize" and self.context_tokens >= self.max_total_tokens:
             raise ValueError(f"context_tokens: with context summarize it must be below max_total_tokens ({self.max_total_tokens}) to leave room for the summary, got {self.context_tokens}")
+        if self.context_summary_request is not None and not self.context_summary_request.strip():
+            raise ValueError("context_summary_request: expected the text that asks for the summary (or null for the default), got an empty string")
         return self
 
 

@@ -185,7 +185,7 @@ class Episode:
             if self.limits.context == "summarize" and len(trajectory.token_ids) + len(obs_ids) > self.limits.context_tokens:
                 # The next prompt would pass the budget: show the observations and ask for
                 # the summary that will replace the history (the next sampled turn).
-                observations = [*observations, summary_request()]
+                observations = [*observations, summary_request(self.limits.context_summary_request)]
                 obs_ids = self.renderer.observation_ids(observations, stopped=self.stopped_last_turn)
                 self.summarizing = True
             if len(trajectory.token_ids) + len(obs_ids) >= self.limits.max_total_tokens:
@@ -213,7 +213,9 @@ class Episode:
         reason = "max_tokens" if self.hit_token_limit else "timeout" if time.monotonic() >= self.deadline else None
         if reason is None:
             # The segment's messages end with the summary request and the summary itself.
-            shown = summary_context(trajectory.messages[:-2], turn.assistant_text, opening=self.opening, keep_last=self.limits.context_keep_last)
+            shown = summary_context(
+                trajectory.messages[:-2], turn.assistant_text, opening=self.opening, keep_last=self.limits.context_keep_last, header=self.limits.context_summary_header
+            )
             reason = self._start_segment(shown, [])
         if reason is not None:
             self.finish(reason)
