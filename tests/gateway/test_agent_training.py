@@ -107,6 +107,73 @@ def test_episode_level_advantages_by_hand() -> None:
         score([group], AlgorithmConfig(preset="grpo", advantage="gigpo"), max_total_tokens=512)
 
 
+def chained_agent(task, client):
+    """Two calls, the second extending the first: one two-turn trajectory per episode."""
+    messages = [{"role": "user", "content": task["question"]}]
+    first = client.chat.completions.create(model="policy", messages=messages, max_tokens=4).choices[0].message.content
+    messages += [{"role": "assistant", "content": first}, {"role": "user", "content": "And then?"}]
+    return client.chat.completions.create(model="policy", messages=messages, max_tokens=4).choices[0].message.content
+
+
+def by_task(task, answer) -> float:
+    """1 on even task numbers, whatever the agent said: a reward whose held-out score is known."""
+    return float(int(task["id"][1:]) % 2 == 0)
+
+
+def test_evaluate_scores_k_episodes_per_task(tiny) -> None:
+    tasks = TASKS[:6]  # t0..t5: tasks t0, t2, t4 score 1
+    metrics = agents.evaluate(chained_agent, tasks, by_task, _config(), k=3, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+    assert metrics["avg@3"] == pytest.approx(0.5) and metrics["pass@3"] == pytest.approx(0.5) and metrics["mean_reward"] == pytest.approx(0.5)
+    assert metrics["num_tasks"] == 6 and metrics["num_samples"] == 18
+    assert metrics["calls_per_episode"] == 2.0 and metrics["samples_per_episode"] == 1.0 and metrics["mean_turns"] == 2.0 and metrics["agent_errors"] == 0.0
+    flaky = agents.evaluate(flaky_agent, tasks, by_task, _config(), k=2, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+    assert flaky["agent_errors"] == pytest.approx(2 / 6) and flaky["infra_error_rate"] == pytest.approx(2 / 6)
+    assert flaky["avg@2"] == pytest.approx(2 / 6)  # t0 failed (scored as not correct): t2 and t4 remain
+    with pytest.raises(ValueError, match="k: expected at least 1"):
+        agents.evaluate(chained_agent, tasks, by_task, _config(), k=0, loaded=tiny)
+    # The same held-out streams every time: a paired before/after comparison.
+    replies = []
+
+    def recording_agent(task, client):
+        replies.append(one_call_agent(task, client))
+        return replies[-1]
+
+    for _ in range(2):
+        agents.evaluate(recording_agent, TASKS[:4], parity, _config(), concurrency=1, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+    assert replies[:4] == replies[4:]
+
+
+def test_a_run_directory_with_held_out_evals_checkpoints_and_an_exact_resume(tiny, tmp_path) -> None:
+    """train() with output_dir writes a run directory; resume= continues it from its newest
+    checkpoint and repeats the interrupted run's next step exactly."""
+    from agentic_rl.config import ConfigError
+
+    run = tmp_path / "run"
+    config = _config(steps=2, checkpoint_every=1, output_dir=str(run), seed=3)
+    first = agents.train(one_call_agent, TASKS, parity, config, eval_tasks=TASKS[:4], eval_k=2, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+    assert set(first.evals) == {"before", "after"} and first.evals["before"]["num_samples"] == 8
+    assert json.loads((run / "eval_after.json").read_text()) == first.evals["after"]
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000001"]  # none at the last step: final/ is the model
+    assert (run / "final" / "config.json").is_file() and "recipe: " + agents.agent_name(one_call_agent) in (run / "config.yaml").read_text()
+    with pytest.raises(ConfigError, match="already holds a run"):
+        agents.train(one_call_agent, TASKS, parity, config, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+
+    # Resume from step 1 with one more step: step 2 is the interrupted run's step 2 again.
+    stages = []
+    resumed = agents.train(one_call_agent, TASKS, parity, {"steps": 3}, eval_tasks=TASKS[:4], eval_k=2, resume=run, on_stage=stages.append, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+    assert "resumed from step-000001 (step 1 of 3)" in stages and "resume: steps: 2 -> 3" in stages
+    assert [int(s["step"]) for s in resumed.steps] == [0, 1, 2]
+    assert resumed.steps[1]["reward_mean"] == first.steps[1]["reward_mean"] and resumed.steps[1]["response_length"] == first.steps[1]["response_length"]
+    assert resumed.steps[1]["loss"] == pytest.approx(first.steps[1]["loss"], abs=1e-6)
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+    assert resumed.evals["before"] == first.evals["before"]  # evaluated once, read back
+    with pytest.raises(ConfigError, match="cannot change mid-run"):
+        agents.train(one_call_agent, TASKS, parity, {"group_size": 2}, resume=run, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+    with pytest.raises(ConfigError, match="trained the agent .*one_call_agent, not .*chained_agent"):
+        agents.train(chained_agent, TASKS, parity, None, resume=run, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+
+
 def test_the_example_agent_and_the_train_agent_command(tmp_path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, str(EXAMPLES / "openai_agent.py"), "--model", "tiny-random", "--steps", "2", "--tasks-per-step", "2", "--group-size", "2"],
@@ -116,9 +183,11 @@ def test_the_example_agent_and_the_train_agent_command(tmp_path) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"question": f"What is {i} * 3 + 1?", "answer": i * 3 + 1}) + "\n" for i in range(8)))
     command = [sys.executable, "-m", "agentic_rl", "train-agent", "openai_agent:agent", "--reward", "openai_agent:reward", "--tasks", str(tasks),
-               "--output-dir", str(tmp_path / "run"), "--set", "model.name=tiny-random", "--set", "steps=1", "--set", "tasks_per_step=2", "--set", "group_size=2", "--set", "precision=fp32"]
+               "--output-dir", str(tmp_path / "run"), "--eval-tasks", str(tasks), "--eval-k", "2", "--set", "model.name=tiny-random", "--set", "steps=1", "--set", "tasks_per_step=2", "--set", "group_size=2", "--set", "precision=fp32"]
     done = subprocess.run(command, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1 and (tmp_path / "run" / "final").is_dir()
+    assert "held-out (before): avg@2 " in done.stderr and "held-out (after): avg@2 " in done.stderr  # progress and results on stderr, as for train
+    assert json.loads((tmp_path / "run" / "eval_after.json").read_text())["num_samples"] == 16
     bad = subprocess.run([sys.executable, "-m", "agentic_rl", "train-agent", "nowhere:agent", "--tasks", str(tasks)], env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "agent: cannot import 'nowhere:agent'" in bad.stderr + bad.stdout and "Traceback" not in bad.stderr

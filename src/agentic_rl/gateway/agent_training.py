@@ -17,10 +17,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.gateway.server import GatewayServer
 from agentic_rl.gateway.traces import calls_to_trajectories
 from agentic_rl.seeds import stream_seed
 from agentic_rl.types import Trajectory, TrajectoryGroup
+
+EVALUATION_FIELDS = ("mean_reward", "mean_turns", "mean_response_tokens", "mean_segments", "num_tasks", "num_samples", "infra_error_rate")
+"""The fields of ``aggregate_metrics`` that mean something for agent episodes (besides
+avg@k and pass@k): calls are not env tool calls, and the agent's result is not an answer
+to vote on."""
 
 Agent = Callable[[dict, Any], Any]
 Reward = Callable[[dict, Any], float]
@@ -39,7 +45,12 @@ class AgentSampler:
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent")
 
     def __call__(self, trainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-        group_size = trainer.config.group_size
+        return self.sample(task_indices, trainer.config.group_size, seed)
+
+    def sample(self, task_indices: list[int], group_size: int, seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+        """``group_size`` episodes of each task (episode j of the task at position p draws
+        from stream ``p * group_size + j`` of ``seed``) -> (one group per task, the agent
+        metrics: ``agent_errors``, ``calls_per_episode``, ``samples_per_episode``)."""
         groups = [TrajectoryGroup(task_id=str(index), group_id=uuid.uuid4().hex[:12], task_index=index) for index in task_indices]
         jobs = [
             (group, index, self.pool.submit(self._episode, index, group.group_id, stream_seed(seed, position * group_size + j)))
@@ -98,3 +109,11 @@ class AgentSampler:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def evaluation_metrics(groups: list[TrajectoryGroup], agent_metrics: dict[str, float], k: int) -> dict[str, float]:
+    """Held-out metrics of agent episodes, ``k`` per task: ``avg@k`` (the share of episodes
+    with reward > 0, each task weighing the same), ``pass@k``, :data:`EVALUATION_FIELDS`
+    (``mean_turns``: model calls per trajectory) and the sampler's agent metrics."""
+    metrics = aggregate_metrics([g.trajectories for g in groups], k)
+    return {f"avg@{k}": metrics[f"avg@{k}"], f"pass@{k}": metrics[f"pass@{k}"], **{name: metrics[name] for name in EVALUATION_FIELDS}, **agent_metrics}
