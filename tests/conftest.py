@@ -54,6 +54,26 @@ TOOLS_TEMPLATE = (
 """A ChatML template that describes ``tools`` itself (as Qwen's does), for the tokenizer below."""
 
 
+FRAMING_TEMPLATE = TOOLS_TEMPLATE.replace(
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n",
+    "{% if message['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message['content'] }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endif %}",
+)
+"""TOOLS_TEMPLATE that also frames tool messages in ``<tool_response>`` itself, as Qwen's
+and Hermes' templates do."""
+assert FRAMING_TEMPLATE != TOOLS_TEMPLATE
+
+
+@pytest.fixture(scope="session")
+def framing_tokenizer(tokenizer):
+    """The SmolLM2 tokenizer with a Qwen-style template: it renders ``tools`` and frames tool output."""
+    import copy
+
+    framing = copy.deepcopy(tokenizer)
+    framing.chat_template = FRAMING_TEMPLATE
+    return framing
+
+
 @pytest.fixture(scope="session")
 def tools_tokenizer(tokenizer):
     """The SmolLM2 tokenizer with a chat template that renders ``tools`` (no download)."""

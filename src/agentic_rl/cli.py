@@ -161,8 +161,11 @@ def _collect(args: argparse.Namespace) -> int:
     env_options = overrides.pop("env", {})
     config = build(CollectConfig, {**{k: v for k, v in vars(args).items() if k in CollectConfig.model_fields and v is not None}, **overrides})
     env_factory(args.env, env_options, split="train")  # fail on bad options before loading the model
-    if config.source == "expert":
-        result = collect_expert(args.env, env_options, config)
+    if config.source == "expert":  # the model's chat template decides the layout (tools in the template or in the system message)
+        from agentic_rl.models.loading import load_tokenizer
+        from agentic_rl.rollout.chat import ChatRenderer
+
+        result = collect_expert(args.env, env_options, config, renderer=ChatRenderer(load_tokenizer(args.model)))
     else:
         backend = build_backend(BackendConfig(), ModelConfig(name=args.model))
         with trajectory_progress(config.num_tasks * config.samples_per_task, "collect") as on_finish:

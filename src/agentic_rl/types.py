@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Message = dict[str, Any]
+
+TOOL_OUTPUT_PROBE = "\u2063TOOL_OUTPUT\u2063"
+"""Stands in for a tool result's content where a chat template's rendering of a tool
+message is examined (``ChatRenderer.tool_output_template``, ``ToolCallParser.framed_by``)."""
 """An OpenAI-format chat message: ``role``, ``content`` and optionally ``tool_calls``,
 ``tool_call_id``, ``name``."""
 
@@ -172,6 +176,7 @@ class Trajectory:
             **({"env": self.info["env"]} if "env" in self.info else {}),  # a mix's entry
             **({"summaries": self.summary_turns} if self.summary_turns else {}),
             **({"tools": self.template_tools} if self.template_tools else {}),
+            **({"tool_output_template": self.info["tool_output_template"]} if "tool_output_template" in self.info else {}),  # results are bare
         }
 
     @property

@@ -399,6 +399,28 @@ def test_a_chat_template_that_renders_tools_describes_them(tools_tokenizer) -> N
         server.server_close()
 
 
+@pytest.mark.parametrize("framing", [True, False])
+def test_tool_results_are_framed_once(framing, tools_tokenizer, framing_tokenizer) -> None:
+    """A template that frames tool messages itself (Qwen's <tool_response>) gets the bare
+    result; one that does not gets the parser's frame: the model sees one frame either way."""
+    tokenizer = framing_tokenizer if framing else tools_tokenizer
+    server = GatewayServer(_ScriptedEngine(tokenizer, "5"), model_name="scripted", port=0)
+    server.start()
+    try:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        history = [
+            {"role": "user", "content": "2+3?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 2, \"b\": 3}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "5"},
+        ]
+        client.chat.completions.create(model="scripted", messages=history, tools=ADD_TOOLS)
+        prompt = tokenizer.decode(server.service.backend.prompts[0])
+        assert prompt.count("<tool_response>\n5\n</tool_response>") == 1 and "<tool_response>\n<tool_response>" not in prompt
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_streams_with_stop_strings_and_tools_add_up_to_the_response(client) -> None:
     """The tiny model's real tokens with tools offered and stop strings: what is held back
     while sampling (a possible stop string or call, trailing whitespace) is settled at the

@@ -128,3 +128,53 @@ def test_arpo_replays_an_env_reset_for_the_template(tools_tokenizer) -> None:
     _, [group], stats = arpo_run(tools_tokenizer, budget=3, initial=1)
     assert stats.branches == 2 and stats.replay_mismatches == 0
     assert all("# Tools\n" in tools_tokenizer.decode(t.token_ids[: t.prompt_length]) for t in group.trajectories)
+
+
+def test_a_template_that_frames_tool_output_gets_bare_results(tokenizer, tools_tokenizer, framing_tokenizer) -> None:
+    """Qwen's template writes <tool_response> around a tool message itself: the env, SFT
+    examples, DPO pairs and ARPO replays then keep results bare, so the model sees one frame,
+    exactly as in its own format; templates that do not frame keep the parser's frame."""
+    from agentic_rl.training.dpo import pairs_from_rollout_records, tokenize_pairs
+    from agentic_rl.training.sft import tokenize_examples
+
+    framing = ChatRenderer(framing_tokenizer)
+    assert framing.frames_tool_output(PARSER) and not ChatRenderer(tools_tokenizer).frames_tool_output(PARSER) and not ChatRenderer(tokenizer).frames_tool_output(PARSER)
+    assert not framing.frames_tool_output(get_parser("search_r1"))  # its frame is <information>
+    trajectory = run(framing_tokenizer)
+    text = framing_tokenizer.decode(trajectory.token_ids)
+    assert text.count("<tool_response>") == 1 and "<tool_response>\n<tool_response>" not in text
+    [result] = [m for m in trajectory.messages if m["role"] == "tool"]
+    assert result["content"] == trajectory.messages[-1]["content"][len("<answer>") : -len("</answer>")]  # bare: the calculator's output
+    assert trajectory.info["tool_output_template"] == framing.tool_output_template
+    # SFT: the stored example holds the bare result and renders the rollout's tokens.
+    example = trajectory_to_example(trajectory, PARSER)
+    assert [m["content"] for m in example["messages"] if m["role"] == "tool"] == [result["content"]]
+    assert render_example(example["messages"], framing, PARSER, tools=example["tools"]) == (trajectory.token_ids, trajectory.loss_mask)
+    [(ids, mask)], _ = tokenize_examples([example], framing_tokenizer, PARSER, max_length=4096)
+    assert (ids, mask) == (trajectory.token_ids, trajectory.loss_mask)
+    # The same example on a template that does not frame: the parser frames, as a rollout there does.
+    unframed = run(tools_tokenizer)
+    assert render_example(example["messages"], ChatRenderer(tools_tokenizer), PARSER, tools=example["tools"]) == (unframed.token_ids, unframed.loss_mask)
+    # DPO pairs from rollouts.jsonl records.
+    bad = run(framing_tokenizer)
+    bad.reward = 0.0
+    bad.messages[-1] = {"role": "assistant", "content": "<answer>0</answer>"}
+    [pair] = pairs_from_rollout_records([{**t.to_dict(), "step": 0, "group_id": "g"} for t in (trajectory, bad)], PARSER)
+    [(chosen, _)], _ = tokenize_pairs([pair], framing_tokenizer, PARSER, max_length=4096)
+    assert chosen == (trajectory.token_ids, trajectory.loss_mask)
+    # Demonstrations' results go bare too.
+    env = envs.make("arithmetic", few_shot=1)
+    messages, _ = env.reset(options={"task_index": 0, "tools_prompt": "template", "tool_output_template": framing.tool_output_template})
+    [demo_result] = [m for m in messages if m["role"] == "tool"]
+    assert not demo_result["content"].startswith("<tool_response>") and demo_result["content"].strip()
+    messages, _ = env.reset(options={"task_index": 0, "tools_prompt": "template", "tool_output_template": ChatRenderer(tools_tokenizer).tool_output_template})
+    assert [m for m in messages if m["role"] == "tool"][0]["content"].startswith("<tool_response>\n")
+
+
+def test_arpo_replays_a_framing_template(framing_tokenizer) -> None:
+    from test_arpo import run as arpo_run
+
+    _, [group], stats = arpo_run(framing_tokenizer, budget=3, initial=1)
+    assert stats.branches == 2 and stats.replay_mismatches == 0
+    texts = [framing_tokenizer.decode(t.token_ids) for t in group.trajectories]
+    assert all("<tool_response>" in text and "<tool_response>\n<tool_response>" not in text for text in texts)

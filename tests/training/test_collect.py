@@ -146,6 +146,40 @@ def test_expert_source_plays_each_task_through_the_env(tokenizer):
         assert task.answer in trained and "search" in trained and "Doc 1" not in trained  # results are not trained on
 
 
+def test_expert_data_takes_the_layout_of_the_model_it_is_for(tokenizer, framing_tokenizer):
+    """For a model whose template describes tools and frames their output (Qwen's), the
+    expert's examples carry ``tools`` and render as a rollout on that model does: the
+    template's tool description, one <tool_response> frame; for SmolLM2, the text layout."""
+    from agentic_rl import envs
+    from agentic_rl.config import RolloutConfig
+    from agentic_rl.rollout.engine import rollout
+    from agentic_rl.training.collect import collect_expert
+
+    config = CollectConfig(source="expert", num_tasks=2, task_offset=0)
+    text = collect_expert("arithmetic", {}, config, renderer=ChatRenderer(tokenizer))
+    assert text.examples == collect_expert("arithmetic", {}, config).examples and "tools" not in text.examples[0]
+    framing = ChatRenderer(framing_tokenizer)
+    result = collect_expert("arithmetic", {}, config, renderer=framing)
+    example = result.examples[0]
+    assert example["tools"][0]["function"]["name"] == "calculator"
+    ids, mask = render_example(example["messages"], framing, PARSER, tools=example["tools"])
+    rendered = framing_tokenizer.decode(ids)
+    assert "# Tools\n" in rendered and "You can call these tools" not in rendered and rendered.count("<tool_response>") == 1
+    # Token for token what the expert's moves give as a rollout on that model.
+    shadow, said = envs.make("arithmetic", split="train"), []
+    shadow.reset(options={"task_index": 0})
+
+    def expert(prompt_ids, call_index):
+        if call_index:
+            shadow.step({"role": "assistant", "content": said[-1]})
+        said.append(shadow.expert_reply())
+        return said[-1]
+
+    [group] = rollout(ScriptedBackend(framing_tokenizer, expert), lambda: envs.make("arithmetic", split="train"), [0], config=RolloutConfig())
+    [trajectory] = group.trajectories
+    assert trajectory.correct and (ids, mask) == (trajectory.token_ids, trajectory.loss_mask)
+
+
 def test_expert_source_needs_an_env_with_an_expert():
     from agentic_rl.config import ConfigError
     from agentic_rl.training.collect import collect_expert

@@ -23,7 +23,6 @@ if TYPE_CHECKING:  # only annotations: importing rollout here would make data <-
     from agentic_rl.rollout.chat import ChatRenderer
 
 ROLES = ("system", "user", "assistant", "tool")
-_PROBE = "\u2063OBS\u2063"
 
 
 # --- JSONL -------------------------------------------------------------------------
@@ -73,11 +72,7 @@ def unwrap_observation(text: str, parser: ToolCallParser | str) -> str:
     """Reverse ``parser.wrap_observation`` (hermes: strip "<tool_response>\\n" and
     "\\n</tool_response>"); raises if ``text`` is not wrapped that way, since re-wrapping
     an unwrapped text would not reproduce the tokens the model saw."""
-    wrapped = _parser(parser).wrap_observation(_PROBE)
-    prefix, suffix = wrapped.split(_PROBE)
-    if not (text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix)):
-        raise ValueError(f"tool observation is not wrapped as {prefix!r}...{suffix!r}: {text[:60]!r}")
-    return text[len(prefix) : len(text) - len(suffix)]
+    return _parser(parser).unwrap_observation(text)
 
 
 def assistant_text(content: str, calls: list[ToolCall], parser: ToolCallParser | str) -> str:
@@ -102,11 +97,11 @@ def _assistant_message(text: str, parser: ToolCallParser, exact: bool) -> tuple[
     return {"role": "assistant", "content": parsed.content, "tool_calls": calls}, [c["id"] for c in calls]
 
 
-def openai_messages(messages: list[Message], parser: ToolCallParser | str, *, exact: bool = True) -> list[Message]:
+def openai_messages(messages: list[Message], parser: ToolCallParser | str, *, exact: bool = True, framed: bool = False) -> list[Message]:
     """Text-form messages (as an env exchanges them) as OpenAI messages: an assistant turn's
     well-formed calls become ``tool_calls`` (``exact``: only where that keeps its text, see
-    ``trajectory_to_example``), tool results are unwrapped and tied to those calls' ids in
-    order."""
+    ``trajectory_to_example``), tool results are unwrapped (``framed``: they are bare
+    already, the chat template framed them) and tied to those calls' ids in order."""
     parser = _parser(parser)
     out: list[Message] = []
     pending: list[str] = []  # ids of the last assistant turn's calls, matched to results in order
@@ -121,7 +116,8 @@ def openai_messages(messages: list[Message], parser: ToolCallParser | str, *, ex
                 converted["tool_call_id"] = pending.pop(0)
             if message.get("name"):
                 converted["name"] = message["name"]
-            converted["content"] = unwrap_observation(message.get("content") or "", parser)
+            content = message.get("content") or ""
+            converted["content"] = content if framed else unwrap_observation(content, parser)
             out.append(converted)
         else:
             out.append({"role": role, "content": message.get("content") or ""})
@@ -141,7 +137,7 @@ def trajectory_to_example(trajectory: Trajectory, parser: ToolCallParser | str, 
     messages = list(trajectory.messages)
     start = 1 if messages and messages[0].get("role") == "system" else 0
     messages = messages[:start] + messages[start + skip_messages :]
-    out = openai_messages(messages, parser, exact=exact)
+    out = openai_messages(messages, parser, exact=exact, framed="tool_output_template" in trajectory.info)
     metadata = {
         "task_id": trajectory.task_id,
         "reward": trajectory.reward,
@@ -236,10 +232,11 @@ def end_of_turn_id(renderer: ChatRenderer) -> int:
     raise ValueError(f"no stop token starts the template's end of assistant turn {renderer.assistant_suffix!r}")
 
 
-def _text_message(message: Message, parser: ToolCallParser) -> Message:
-    """A stored message as the text-only message the env would have produced."""
+def _text_message(message: Message, parser: ToolCallParser, framed: bool = False) -> Message:
+    """A stored message as the text-only message the env would have produced (``framed``:
+    tool output left bare for the chat template to frame)."""
     if message["role"] == "tool":
-        return parser.format_result(ToolResult(name=message.get("name") or "", content=message["content"]))
+        return parser.format_result(ToolResult(name=message.get("name") or "", content=message["content"]), framed=framed)
     if message["role"] == "assistant":
         calls = [
             ToolCall(name=c["function"]["name"], arguments=_call_arguments(c["function"].get("arguments", {})), id=c.get("id", ""))
@@ -264,11 +261,14 @@ def render_example(messages: list[Message], renderer: ChatRenderer, parser: Tool
     ``ToolEnv`` writes them."""
     parser = _parser(parser)
     validate_example({"messages": messages, "tools": tools})
-    texts = [_text_message(m, parser) for m in messages]
+    offered = example_tools(tools)
+    in_template = bool(offered) and renderer.render_tools(parser)
+    # As ToolEnv does: where the template describes the tools and frames their output as the parser would, results go bare.
+    texts = [_text_message(m, parser, framed=in_template and renderer.frames_tool_output(parser)) for m in messages]
     assistant_at = [i for i, m in enumerate(texts) if m["role"] == "assistant"]
     eot = end_of_turn_id(renderer)
-    opening, offered = texts[: assistant_at[0]], example_tools(tools)
-    if offered and renderer.render_tools(parser):
+    opening = texts[: assistant_at[0]]
+    if in_template:
         ids = renderer.prompt_ids(opening, tools=offered)
     else:
         ids = renderer.prompt_ids(parser.with_tools_prompt(opening, offered))

@@ -82,7 +82,10 @@ class ToolEnv:
     "template"``: where the parser's format fits a template's description
     (``parser.template_tools``) the system message then leaves them out. The reset info
     says which was done: ``info["tools"]`` (the tools' schemas) and
-    ``info["tools_prompt"]`` ("text" or "template").
+    ``info["tools_prompt"]`` ("text" or "template"). Such a template (Qwen's, Hermes') may
+    also frame tool messages itself (``<tool_response>``): where it frames them as the
+    parser would, results (the demonstrations' too) are bare and ``info`` holds
+    ``tool_output_template``, so the model never sees a double frame.
     """
 
     def __init__(
@@ -117,6 +120,9 @@ class ToolEnv:
         self.tasks = tasks
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         self.memory = memory_tools(memory)
+        self.framed = False
+        """This episode's tool output is framed by the chat template, not by the parser
+        (reset ``options["tool_output_template"]``, ``ToolCallParser.framed_by``)."""
         if self.memory is not None:
             self._check_parser_calls_memory()
             tools = ToolRegistry([*tools, *self.memory.tools])
@@ -158,6 +164,8 @@ class ToolEnv:
         system = self.system_prompt if describe_tools else self.instructions
         messages: list[Message] = [{"role": "system", "content": system}] if system else []
         for demo in self.demonstrations:
+            if self.framed:  # the chat template frames tool output: the demonstrations' results go bare too
+                demo = [{**m, "content": self.parser.unwrap_observation(m.get("content") or "")} if m.get("role") == "tool" else m for m in demo]
             messages.extend(demo)
         messages.append({"role": "user", "content": task.prompt})
         return messages
@@ -165,7 +173,9 @@ class ToolEnv:
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
         """Start an episode on ``options["task_index"]`` (or ``options["task"]``), else on a
         task drawn with ``seed``. ``options["tools_prompt"] = "template"``: leave the tools'
-        description to the chat template where the format allows (see the class docstring)."""
+        description to the chat template where the format allows (see the class docstring);
+        ``options["tool_output_template"]`` (with it): how the template renders a tool
+        message; where it frames output as the parser does, results go bare."""
         options = options or {}
         if "task" in options:
             self.task = options["task"]
@@ -180,10 +190,14 @@ class ToolEnv:
             self.memory.reset()
         info: dict[str, Any] = {"task_id": self.task.id}
         in_template = False
+        self.framed = False
         if len(self.tools):
             in_template = options.get("tools_prompt") == "template" and self.parser.template_tools
             info["tools"] = self.tools.schemas()
             info["tools_prompt"] = "template" if in_template else "text"
+            self.framed = in_template and self.parser.framed_by(options.get("tool_output_template"))
+            if self.framed:  # a replay (ARPO) resets with the same options
+                info["tool_output_template"] = options["tool_output_template"]
         return self.opening_messages(self.task, describe_tools=not in_template), info
 
     def close(self) -> None:
@@ -293,6 +307,6 @@ class ToolEnv:
         turn_reward = self.process_reward(parsed.calls, call_results)
         if turn_reward:
             info["turn_reward"] = turn_reward
-        observations = [self.parser.format_result(result) for result in results]
+        observations = [self.parser.format_result(result, framed=self.framed) for result in results]
         truncated = self.turn >= self.max_turns
         return observations, 0.0, False, truncated, info

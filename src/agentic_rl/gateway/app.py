@@ -126,6 +126,7 @@ def create_app(
     tokenizer = renderer.tokenizer
     vocabulary = len(tokenizer)
     tools_in_template = renderer.render_tools(parser)
+    output_in_template = tools_in_template and renderer.frames_tool_output(parser)  # Qwen's <tool_response>: results go bare, as in ToolEnv
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -201,7 +202,7 @@ def create_app(
         if tool_choice not in ("auto", "none", "required", None) and not isinstance(tool_choice, dict):
             raise RequestError("tool_choice: expected auto, none, required or {type: function, function: {name}}", "tool_choice")
         in_template = bool(schemas) and tools_in_template
-        model_messages = to_model_messages(messages, schemas, parser, describe_tools=not in_template)
+        model_messages = to_model_messages(messages, schemas, parser, describe_tools=not in_template, framed=in_template and output_in_template)
         n = _integer(body, "n", 1, 1, MAX_CHOICES)
         limit = _integer(body, "max_completion_tokens", None, 1, max_context) or _integer(body, "max_tokens", default_max_tokens, 1, max_context)
         seed = _integer(body, "seed", None, -(2**63), 2**63 - 1)

@@ -57,10 +57,11 @@ def tool_schemas(tools: Any) -> list[dict]:
     return schemas
 
 
-def to_model_messages(messages: Any, schemas: list[dict], parser: ToolCallParser, *, describe_tools: bool = True) -> list[Message]:
+def to_model_messages(messages: Any, schemas: list[dict], parser: ToolCallParser, *, describe_tools: bool = True, framed: bool = False) -> list[Message]:
     """OpenAI request ``messages`` -> the messages the chat template renders (tools in the
     system prompt unless ``describe_tools`` is False (the template describes them), earlier
-    calls and results in the parser's text format)."""
+    calls and results in the parser's text format; ``framed``: results bare, the template
+    frames them)."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages: expected a non-empty list", "messages")
     out: list[Message] = []
@@ -83,7 +84,7 @@ def to_model_messages(messages: Any, schemas: list[dict], parser: ToolCallParser
             out.append({"role": "assistant", "content": text})
         elif role == "tool":
             name = message.get("name") or call_names.get(message.get("tool_call_id", ""), "tool")
-            out.append(parser.format_result(ToolResult(name=name, content=text, call_id=message.get("tool_call_id", ""))))
+            out.append(parser.format_result(ToolResult(name=name, content=text, call_id=message.get("tool_call_id", "")), framed=framed))
         else:
             out.append({"role": role, "content": text})
     return parser.with_tools_prompt(out, schemas) if describe_tools else out

@@ -11,7 +11,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from agentic_rl.types import Message, ToolCall, ToolResult
+from agentic_rl.types import TOOL_OUTPUT_PROBE, Message, ToolCall, ToolResult
 
 __all__ = ["DEFAULT_MAX_ARGUMENT_CHARS", "ParseResult", "ToolCallParser", "PARSERS", "get_parser", "register_parser"]
 
@@ -78,13 +78,31 @@ class ToolCallParser(abc.ABC):
         """How tool output is framed for the model (override per format)."""
         return f"<tool_response>\n{text}\n</tool_response>"
 
-    def format_result(self, result: ToolResult) -> Message:
-        """The observation message for one tool result."""
-        return {"role": "tool", "name": result.name, "content": self.wrap_observation(result.content)}
+    def unwrap_observation(self, text: str) -> str:
+        """Reverse :meth:`wrap_observation`; raises ValueError when ``text`` is not framed
+        that way (re-framing unframed text would not give the tokens the model saw)."""
+        prefix, suffix = self.wrap_observation(TOOL_OUTPUT_PROBE).split(TOOL_OUTPUT_PROBE)
+        if not (text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix)):
+            raise ValueError(f"tool observation is not wrapped as {prefix!r}...{suffix!r}: {text[:60]!r}")
+        return text[len(prefix) : len(text) - len(suffix)]
 
-    def format_error(self, error: str) -> Message:
+    def framed_by(self, tool_output_template: str | None) -> bool:
+        """Whether a chat template that renders a tool message as ``tool_output_template``
+        (``ChatRenderer.tool_output_template``: the message's content is
+        :data:`TOOL_OUTPUT_PROBE`) frames tool output exactly as :meth:`wrap_observation`
+        does (Qwen's and Hermes' templates write ``<tool_response>`` themselves). Then tool
+        messages carry the bare output (``framed=True``): framing it here too would show
+        the model a double frame it never sees in the model's own format."""
+        return bool(tool_output_template) and self.wrap_observation(TOOL_OUTPUT_PROBE) in tool_output_template
+
+    def format_result(self, result: ToolResult, *, framed: bool = False) -> Message:
+        """The observation message for one tool result (``framed``: the chat template frames
+        it, see :meth:`framed_by`)."""
+        return {"role": "tool", "name": result.name, "content": result.content if framed else self.wrap_observation(result.content)}
+
+    def format_error(self, error: str, *, framed: bool = False) -> Message:
         """The observation message for a call that could not be parsed."""
-        return {"role": "tool", "content": self.wrap_observation(f"Error: {error}")}
+        return {"role": "tool", "content": f"Error: {error}" if framed else self.wrap_observation(f"Error: {error}")}
 
 
 PARSERS: dict[str, type[ToolCallParser]] = {}

@@ -66,5 +66,5 @@ class SearchR1Parser(ToolCallParser):
     def wrap_observation(self, text: str) -> str:
         return f"<information>{text}</information>"
 
-    def format_result(self, result: ToolResult) -> Message:
-        return {"role": "tool", "name": result.name, "content": self.wrap_observation(result.content)}
+    def format_result(self, result: ToolResult, *, framed: bool = False) -> Message:
+        return {"role": "tool", "name": result.name, "content": result.content if framed else self.wrap_observation(result.content)}

@@ -231,6 +231,8 @@ def _replay(env: Env, parent: Trajectory, turn_index: int, task_index: int, trai
     """Step ``env`` through the parent's first ``turn_index + 1`` turns, checking each
     observation and reward; (messages consumed, reset info, answer, correct) or None."""
     options = {"task_index": task_index, **({"tools_prompt": "template"} if parent.template_tools else {})}  # as the parent was reset
+    if "tool_output_template" in parent.info:
+        options["tool_output_template"] = parent.info["tool_output_template"]
     if training_step is not None:
         options["training_step"] = training_step
     messages, reset_info = env.reset(options=options)

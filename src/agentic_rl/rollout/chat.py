@@ -21,7 +21,7 @@ import re
 
 from typing import TYPE_CHECKING
 
-from agentic_rl.types import Message, openai_tools
+from agentic_rl.types import TOOL_OUTPUT_PROBE, Message, openai_tools
 
 if TYPE_CHECKING:
     from agentic_rl.parsers.base import ToolCallParser
@@ -56,6 +56,22 @@ class ChatRenderer:
         probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _PROBE}]
         rendered = self._render(probe, add_generation_prompt=False)
         self.assistant_suffix = rendered[rendered.rindex(_PROBE) + len(_PROBE) :]
+        self.tool_output_template = self._tool_output_template(rendered)
+        """How the template renders a tool message whose content is TOOL_OUTPUT_PROBE, after
+        an assistant turn ("" when it renders no tool messages): where it frames tool output
+        itself (``frames_tool_output``), observations carry the bare output."""
+
+    def _tool_output_template(self, before: str) -> str:
+        probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _PROBE}, {"role": "tool", "name": "tool", "content": TOOL_OUTPUT_PROBE}]
+        try:
+            rendered = self._render(probe, add_generation_prompt=False)
+        except Exception:  # a template that refuses tool messages (jinja raise_exception): it frames nothing
+            return ""
+        return rendered[len(before) :] if rendered.startswith(before) and TOOL_OUTPUT_PROBE in rendered else ""
+
+    def frames_tool_output(self, parser: ToolCallParser) -> bool:
+        """Whether the template frames tool output as ``parser`` would (``parser.framed_by``)."""
+        return parser.framed_by(self.tool_output_template)
 
     def _stop_token_ids(self) -> list[int]:
         ids = {self.tokenizer.eos_token_id}

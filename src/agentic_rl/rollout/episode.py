@@ -30,13 +30,17 @@ StepResult = Callable[[], tuple]
 def reset_options(task_index: int, renderer: ChatRenderer | None, training_step: int | None = None) -> dict:
     """What an episode resets its env with: the task, and, where the chat template describes
     tools itself, the request that the env leave its own description of them out (an env
-    that does says so in its reset info: ``Trajectory.template_tools``); during training,
+    that does says so in its reset info: ``Trajectory.template_tools``), and how the template
+    renders a tool message (an env whose format it matches leaves the framing of tool output
+    to it: ``ToolCallParser.framed_by``); during training,
     the step (``training_step``: envs with schedules, such as ZeroSearch's noise, read it)."""
     options: dict = {"task_index": task_index}
     if training_step is not None:
         options["training_step"] = training_step
     if renderer is not None and renderer.template_tools:
         options["tools_prompt"] = "template"
+        if renderer.tool_output_template:  # the env leaves the framing of tool output to the template where it matches its own
+            options["tool_output_template"] = renderer.tool_output_template
     return options
 
 

@@ -13,13 +13,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from agentic_rl import envs
 from agentic_rl.config import CollectConfig, ConfigError, RolloutConfig
 from agentic_rl.data.conversations import trajectory_to_example
 from agentic_rl.distributed import DistContext
 from agentic_rl.rollout.engine import rollout
+from agentic_rl.rollout.episode import reset_options
 from agentic_rl.types import Trajectory
+
+if TYPE_CHECKING:
+    from agentic_rl.rollout.chat import ChatRenderer
 
 
 @dataclass
@@ -88,11 +93,14 @@ def collect_positions(config: CollectConfig, dist: DistContext) -> list[int]:
     return list(range(dist.rank, config.num_tasks, dist.world_size))
 
 
-def collect_expert(env_name: str, env_options: dict, config: CollectConfig) -> CollectResult:
+def collect_expert(env_name: str, env_options: dict, config: CollectConfig, *, renderer: ChatRenderer | None = None) -> CollectResult:
     """One expert episode per training task (``config.num_tasks`` from ``task_offset``),
     played by the env's ``expert_reply()`` through ``step`` so its tool results and scoring
     are the env's own; the correct ones are kept as SFT examples. Deterministic and cheap,
-    so every rank builds the whole set itself."""
+    so every rank builds the whole set itself. ``renderer``: the chat template of the model
+    the data is for; the env resets as a rollout on it does (tools described by a template
+    that renders them, results framed by one that frames them), so the examples hold the
+    layout RL and evaluation will show that model."""
     started = time.monotonic()
     options = dict(env_options)
     if envs.accepts_option(env_name, "split"):
@@ -108,7 +116,7 @@ def collect_expert(env_name: str, env_options: dict, config: CollectConfig) -> C
     try:
         for position in range(config.num_tasks):
             index = config.task_offset + position
-            messages, reset_info = env.reset(options={"task_index": index})
+            messages, reset_info = env.reset(options=reset_options(index, renderer))
             messages = list(messages)
             info: dict = {}
             reward = 0.0
@@ -118,7 +126,10 @@ def collect_expert(env_name: str, env_options: dict, config: CollectConfig) -> C
                 messages += [reply, *observations]
                 if terminated or truncated:
                     break
-            trajectory = Trajectory(task_id=str(reset_info.get("task_id", index)), group_id=f"expert-{index}", messages=messages, reward=float(reward), correct=bool(info.get("correct")), answer=info.get("answer"))
+            trajectory = Trajectory(
+                task_id=str(reset_info.get("task_id", index)), group_id=f"expert-{index}", messages=messages, reward=float(reward), correct=bool(info.get("correct")), answer=info.get("answer"),
+                info=dict(reset_info),
+            )
             result.attempted += 1
             if trajectory.correct:
                 result.successful += 1

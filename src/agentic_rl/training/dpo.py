@@ -128,7 +128,10 @@ def pairs_from_rollout_records(records: Sequence[dict], parser: ToolCallParser |
         group.trajectories.append(Trajectory(
             task_id=group.task_id, group_id=group.group_id, messages=record["messages"],
             reward=float(record["reward"]), infra_error=record.get("infra_error"),
-            info={"tools": record["tools"], "tools_prompt": "template"} if record.get("tools") else {},  # described by the chat template
+            info={
+                **({"tools": record["tools"], "tools_prompt": "template"} if record.get("tools") else {}),  # described by the chat template
+                **({"tool_output_template": record["tool_output_template"]} if record.get("tool_output_template") else {}),  # which framed the results
+            },
         ))
     return pairs_from_groups(list(groups.values()), parser)
 

@@ -139,6 +139,7 @@ def evaluation(label: str) -> tuple[Callable[[RunState], None], Callable[[RunSta
 
 def run_sft(state: RunState) -> None:
     from agentic_rl.data import read_jsonl, write_jsonl
+    from agentic_rl.rollout.chat import ChatRenderer
     from agentic_rl.training.collect import collect_expert, collect_positions, collect_successful, collect_successful_mix, mix_shares
     from agentic_rl.training.sft import train_sft
 
@@ -150,7 +151,7 @@ def run_sft(state: RunState) -> None:
     elif config.sft.collect.source == "expert":
         collect = config.sft.collect
         events.on_stage(f"collecting cold-start data: the env's expert on {collect.num_tasks} tasks")
-        result = collect_expert(config.env.name, sft_env_options(config), collect)
+        result = collect_expert(config.env.name, sft_env_options(config), collect, renderer=ChatRenderer(state.tokenizer))
         examples = result.examples
         write_jsonl(state.run.file("sft_data.jsonl"), examples)
         events.on_stage(f"kept {result.successful} correct expert episodes of {result.attempted} -> {len(examples)} conversations")
