@@ -238,3 +238,43 @@ def test_the_server_dtype_follows_precision_auto(monkeypatch) -> None:
     monkeypatch.setattr(precision, "cpu_bf16_speedup", lambda: 2.0)
     assert server_dtype("auto") == "bfloat16"
     assert server_dtype("float16") == "float16"
+
+
+def test_serve_puts_the_gateway_in_front_of_vllm(fake_vllm, tmp_path) -> None:
+    """`agentic-rl serve --engine vllm` starts a vLLM server for the model and serves the
+    OpenAI API over it: an episode's calls record the ids and log-probs vLLM sampled."""
+    import socket
+    import subprocess
+    import time
+
+    openai = pytest.importorskip("openai")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "agentic_rl", "serve", "tiny-random", "--engine", "vllm", "--port", str(port), "--set", f"backend.python={fake_vllm}"]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert server.poll() is None, server.stdout.read()[-2000:]
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        client = openai.OpenAI(base_url=f"{url}/episodes/e1/v1", api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(model="tiny-random", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, seed=3)
+        assert reply.choices[0].finish_reason == "stop"
+        [call] = httpx.get(f"{url}/episodes/e1").json()["calls"]
+        assert len(call["completion_ids"]) == 4 and call["logprobs"] == [-0.5] * 4  # the fake vLLM's 3 tokens + stop, its log-probs
+    finally:
+        server.terminate()
+        output, _ = server.communicate(timeout=60)
+    assert "serving tiny-random with vLLM at http://127.0.0.1:" in output
+    assert server.returncode == 0  # SIGTERM: a clean exit that stopped the vLLM server it started
+    managed = output.split("with vLLM at ")[1].split()[0]
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{managed}/health", timeout=2)
+    bad = subprocess.run([sys.executable, "-m", "agentic_rl", "serve", "tiny-random", "--set", "backend.base_url=http://x"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "only with --engine vllm" in bad.stderr + bad.stdout and "Traceback" not in bad.stderr

@@ -99,3 +99,28 @@ def test_two_grpo_steps_train_on_the_servers_rollouts(served) -> None:
         assert metrics["skipped_infra"] == 0.0 and metrics["response_length"] > 0
         assert 0 < metrics["weight_sync_time_s"] < 60
         assert metrics["rollout_logprob_diff_mean"] < 0.1  # sampler and trainer agree up to the server's rounding (bf16: ~0.01-0.02)
+
+
+def test_the_gateway_serves_through_vllm(served) -> None:
+    """The gateway over the vLLM engine (what `agentic-rl serve --engine vllm` runs): an SDK
+    chat call with tools; the episode records vLLM's sampled ids and log-probs, which the
+    trainer's forward pass reproduces on the same weights."""
+    openai = pytest.importorskip("openai")
+    from agentic_rl.gateway.server import GatewayServer
+
+    model, tokenizer, backend = served
+    server = GatewayServer(backend, model_name="smollm2", port=0)
+    server.start()
+    try:
+        client = openai.OpenAI(base_url=server.episode_url("real"), api_key="unused", max_retries=0)
+        tools = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate arithmetic.", "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]
+        reply = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "What is 12 * 7?"}], tools=tools, max_tokens=24, seed=1)
+        assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        [call] = server.store.get("real").calls
+        assert call.completion_ids and len(call.logprobs) == len(call.completion_ids)
+        assert "<tool_call>" in tokenizer.decode(call.prompt_ids) or "calculator" in tokenizer.decode(call.prompt_ids)  # the tools reached the prompt
+        trainer = _trainer_logprobs(model, call.prompt_ids, call.completion_ids)
+        assert (trainer - torch.tensor(call.logprobs)).abs().max().item() < BF16_TOLERANCE
+    finally:
+        server.shutdown()
+        server.server_close()
