@@ -187,6 +187,7 @@ def test_the_example_agent_and_the_train_agent_command(tmp_path) -> None:
     done = subprocess.run(command, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1 and (tmp_path / "run" / "final").is_dir()
+    assert "model calls " in done.stderr and "tool ok" not in done.stderr  # the agent runs its own tools: the step line shows model calls
     assert "held-out (before): avg@2 " in done.stderr and "held-out (after): avg@2 " in done.stderr  # progress and results on stderr, as for train
     assert json.loads((tmp_path / "run" / "eval_after.json").read_text())["num_samples"] == 16
     bad = subprocess.run([sys.executable, "-m", "agentic_rl", "train-agent", "nowhere:agent", "--tasks", str(tasks)], env=env, capture_output=True, text=True, timeout=120)
