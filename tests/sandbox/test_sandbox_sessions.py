@@ -31,6 +31,9 @@ def test_a_cell_that_raises_its_own_cpu_limit_still_ends_at_its_budget():
         assert spin.status == "timeout" and spin.duration_s < 15, spin
         forked = session.run(raise_limit + "import os\nif os.fork() == 0:\n    while True:\n        pass\nos.wait()", timeout_s=60.0)
         assert forked.status == "timeout" and forked.duration_s < 15, forked  # a child process's CPU counts too
+        if sandbox.isolation().uid not in (None, 0):  # calls run as their own uid: leaving the session does not help
+            escaped = session.run(raise_limit + "import os\nif os.fork() == 0:\n    os.setsid()\n    while True:\n        pass\nos.wait()", timeout_s=60.0)
+            assert escaped.status == "timeout" and escaped.duration_s < 15, escaped
 
 
 @pytest.mark.parametrize(

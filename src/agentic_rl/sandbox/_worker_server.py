@@ -67,10 +67,11 @@ def _parse_status(line: bytes, cell: int) -> str | None:
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def session_cpu_s(sid: int) -> float:
+def session_cpu_s(sid: int, uid: int | None = None) -> float:
     """CPU seconds of the live processes of session ``sid`` (the call's child is a session
-    leader), each with its reaped children's: what the session's code has burnt, whatever
-    it did to its own RLIMIT_CPU."""
+    leader) and, when calls run as their own ``uid``, of every process of that uid (a
+    process that left the session with setsid cannot leave its uid), each with its reaped
+    children's: what the call's code has burnt, whatever it did to its own RLIMIT_CPU."""
     total = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -78,22 +79,24 @@ def session_cpu_s(sid: int) -> float:
         try:
             with open(f"/proc/{entry}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[1].split()
+            owner = os.stat(f"/proc/{entry}").st_uid if uid is not None else None
         except OSError:  # gone meanwhile
             continue
         # After the command name: state, ppid, pgrp, session, ... utime (14), stime, cutime, cstime (17).
-        if int(fields[3]) == sid:
+        if int(fields[3]) == sid or (uid is not None and owner == uid):
             total += sum(int(value) for value in fields[11:15])
     return total / _TICKS
 
 
-def _pump(child: dict, chunks: dict, deadline: float, limit: int, cell: int, cpu_budget: tuple[float, float] | None = None) -> tuple[str | None, str | None, int | None]:
+def _pump(child: dict, chunks: dict, deadline: float, limit: int, cell: int, cpu_budget: tuple[float, float, int | None] | None = None) -> tuple[str | None, str | None, int | None]:
     """Collect the child's output into ``chunks`` until its cell finishes, it exits, the
     output exceeds ``limit`` or the deadline passes: (outcome, kill_reason, exit status).
 
     ``outcome`` is the cell's own report ("ok" / "error" / "memory"), None when it sent none.
     The status pipe is writable by the code too: anything but the expected line for
     ``cell`` is kill reason "garbage" (the cell's error, never the worker's).
-    ``cpu_budget``: (the session's CPU seconds when the cell started, seconds it may use):
+    ``cpu_budget``: (the call's CPU seconds when the cell started, seconds it may use, the
+    calls' uid or None; see ``session_cpu_s``):
     a session child keeps a raisable soft RLIMIT_CPU (its hard limit must leave room for
     the next cells), so the worker also counts the cell's CPU time itself and ends a cell
     past its budget as a timeout.
@@ -109,7 +112,7 @@ def _pump(child: dict, chunks: dict, deadline: float, limit: int, cell: int, cpu
             return None, "timeout", exit_status
         if cpu_budget is not None and exit_status is None and now - checked >= CPU_CHECK_S:
             checked = now
-            if session_cpu_s(pid) - cpu_budget[0] > cpu_budget[1]:
+            if session_cpu_s(pid, cpu_budget[2]) - cpu_budget[0] > cpu_budget[1]:
                 return None, "timeout", exit_status
         try:
             ready, _, _ = select.select(list(open_fds), [], [], min(0.05, deadline - now) if exit_status is None else 0)
@@ -319,7 +322,7 @@ class Worker:
         child, restarted = self._child_for(request)
         self.cells += 1
         # The soft limit the child sets itself gives cpu_s + 1 s; one more second of grace before the worker's own count ends the cell.
-        budget = (session_cpu_s(child["pid"]), float(request["cpu_s"]) + 2) if request.get("keep") else None
+        budget = (session_cpu_s(child["pid"], self.uid), float(request["cpu_s"]) + 2, self.uid) if request.get("keep") else None
         try:
             os.write(child["ctl"], (json.dumps({"code": request["code"], "cell": self.cells, "cpu_s": request["cpu_s"]}) + "\n").encode())
         except OSError:
