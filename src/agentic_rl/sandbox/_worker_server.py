@@ -322,7 +322,9 @@ class Worker:
         child, restarted = self._child_for(request)
         self.cells += 1
         # The soft limit the child sets itself gives cpu_s + 1 s; one more second of grace before the worker's own count ends the cell.
-        budget = (session_cpu_s(child["pid"], self.uid), float(request["cpu_s"]) + 2, self.uid) if request.get("keep") else None
+        # Count by uid only where no other worker's calls share it (not the shared fallback uid).
+        count_uid = self.uid if self.config.get("uid_exclusive") else None
+        budget = (session_cpu_s(child["pid"], count_uid), float(request["cpu_s"]) + 2, count_uid) if request.get("keep") else None
         try:
             os.write(child["ctl"], (json.dumps({"code": request["code"], "cell": self.cells, "cpu_s": request["cpu_s"]}) + "\n").encode())
         except OSError:

@@ -135,7 +135,7 @@ class SandboxWorker:
         # namespace the calls stay its uid 0, which is the (unprivileged) host uid of this process.
         uid = None
         if root and not user_ns:
-            from agentic_rl.sandbox.uids import claim_uid  # POSIX only, and only as root
+            from agentic_rl.sandbox.uids import SHARED_UID, claim_uid  # POSIX only, and only as root
 
             self.uid_claim = claim_uid()
             uid = self.uid_claim.uid
@@ -148,6 +148,7 @@ class SandboxWorker:
             "disk_mb": disk_mb,
             "base_owner": None,
             "uid": uid,
+            "uid_exclusive": uid is not None and self.uid_claim.uid != SHARED_UID,  # the worker may count this uid's processes as its calls'
             "nproc": nproc,
             "mount_setup": bool(prefix),
             "cgroups": self.cgroup_paths,
