@@ -2,17 +2,25 @@
 
 1. Throughput at ``--concurrency`` concurrent episodes: ``--concurrency`` chat requests of
    ``--max-tokens`` tokens each sent at once through the `openai` SDK, against the same
-   prompts decoded in one batch by the engine directly. Goal: the gateway keeps >= 85%
+   prompts sampled from the engine without the gateway. Goal: the gateway keeps >= 85%
    of the engine's tokens/s.
-2. Per-request latency overhead: a 1-token completion, through the gateway vs directly
+2. Per-request latency overhead: a 1-token completion, through the gateway vs without it
    (HTTP, JSON, chat rendering and tool parsing on top of the engine).
 
-Both sides: the in-process HF engine (float32, continuous batching), median of
-``--repeats`` runs after a warm-up. Request i is seeded i on both sides (the gateway's
-first choice draws from ``stream_seed(i, 0)``, as the direct rows do) and stops at the
-same chat-template stop tokens, so both sides decode the very same tokens.
+``--engine hf``: the in-process HF engine (float32, continuous batching); without the
+gateway, the prompts are decoded in one batch by the engine directly.
 
-    python benchmarks/gateway.py [--model smollm2-135m] [--concurrency 16] [--max-tokens 64] [--repeats 3]
+``--engine vllm``: the gateway serves a vLLM server through the token-level vLLM backend
+(the one training uses; managed from ``--vllm-python``, or ``--base-url`` of a running
+one). Two rows without the gateway: vLLM's own ``/v1/chat/completions`` through the same
+SDK at the same concurrency (what a user would point an agent at instead: the headline
+ratio), and the vLLM backend's ``generate`` (token ids in and out, the gateway's engine).
+
+Median of ``--repeats`` runs after a warm-up. Request i is seeded i on every side (the
+gateway's first choice draws from ``stream_seed(i, 0)``, as the direct rows do) and stops
+at the same chat-template stop tokens.
+
+    python benchmarks/gateway.py [--engine hf|vllm] [--model smollm2-135m] [--concurrency 16] [--max-tokens 64] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -20,66 +28,97 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--vllm-python", default=".venv-vllm/bin/python", help="--engine vllm: the interpreter whose environment has vLLM (`make vllm`)")
+    parser.add_argument("--base-url", default=None, help="--engine vllm: a running vLLM server to use instead of starting one")
     args = parser.parse_args()
 
     import openai
 
     from agentic_rl.engines.base import SamplingParams
-    from agentic_rl.engines.hf import HFBackend
     from agentic_rl.gateway.server import GatewayServer
     from agentic_rl.models import load
     from agentic_rl.rollout.chat import ChatRenderer
     from agentic_rl.seeds import stream_seed
 
     model, tokenizer = load(args.model, device="cpu")
-    backend = HFBackend(model.float(), tokenizer)
+    if args.engine == "hf":
+        from agentic_rl.engines.hf import HFBackend
+
+        backend = HFBackend(model.float(), tokenizer)
+    else:
+        from agentic_rl.config.sections import BackendConfig
+        from agentic_rl.engines.vllm import build_vllm_backend
+
+        config = BackendConfig(kind="vllm", base_url=args.base_url, python=args.vllm_python, max_concurrency=max(64, args.concurrency))
+        print("starting vLLM (the first start compiles)..." if not args.base_url else f"vLLM at {args.base_url}", flush=True)
+        backend = build_vllm_backend(config, args.model, loaded=(model, tokenizer))
     renderer = ChatRenderer(tokenizer)
     conversations = [[{"role": "user", "content": f"Write a short story about the number {i}."}] for i in range(args.concurrency)]
     prompts = [renderer.prompt_ids(c) for c in conversations]
+    pool = ThreadPoolExecutor(args.concurrency)
 
     def direct(max_tokens: int, count: int) -> tuple[int, float]:
         started = time.monotonic()
         sampling = SamplingParams(temperature=1.0, max_new_tokens=max_tokens, row_seeds=[stream_seed(i, 0) for i in range(count)])
         completions = backend.generate(prompts[:count], sampling, stop_token_ids=renderer.stop_token_ids, max_new_tokens=[max_tokens] * count)
+        if failed := next((c.error for c in completions if c.error), None):
+            raise SystemExit(f"the engine failed: {failed}")
         return sum(len(c.token_ids) for c in completions), time.monotonic() - started
+
+    def chat_side(client, model_name: str, extra: dict | None = None) -> Callable[[int, int], tuple[int, float]]:
+        def one(i: int, max_tokens: int) -> int:
+            reply = client.chat.completions.create(model=model_name, messages=conversations[i], max_tokens=max_tokens, seed=i, temperature=1.0, extra_body=extra)
+            return reply.usage.completion_tokens
+
+        def run(max_tokens: int, count: int) -> tuple[int, float]:
+            started = time.monotonic()
+            tokens = sum(pool.map(lambda i: one(i, max_tokens), range(count)))
+            return tokens, time.monotonic() - started
+
+        return run
 
     server = GatewayServer(backend, model_name=args.model, port=0)
     server.start()
-    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-    pool = ThreadPoolExecutor(args.concurrency)
+    sides: dict[str, Callable[[int, int], tuple[int, float]]] = {}
+    try:
+        if args.engine == "vllm":
+            vllm_client = openai.OpenAI(base_url=f"{backend.base_url}/v1", api_key="unused", max_retries=0)
+            # the same stop tokens as the gateway's (the chat template's turn end)
+            sides["vLLM's own chat endpoint"] = chat_side(vllm_client, backend.model_name, {"stop_token_ids": list(renderer.stop_token_ids)})
+            sides["vLLM backend generate (no HTTP chat layer)"] = direct
+        else:
+            sides["engine directly"] = direct
+        sides["through the gateway"] = chat_side(openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0), args.model)
 
-    def one(i: int, max_tokens: int) -> int:
-        reply = client.chat.completions.create(model=args.model, messages=conversations[i], max_tokens=max_tokens, seed=i)
-        return reply.usage.completion_tokens
-
-    def through_gateway(max_tokens: int, count: int) -> tuple[int, float]:
-        started = time.monotonic()
-        tokens = sum(pool.map(lambda i: one(i, max_tokens), range(count)))
-        return tokens, time.monotonic() - started
-
-    results = {}
-    for label, run in (("engine directly", direct), ("through the gateway", through_gateway)):
-        run(args.max_tokens, args.concurrency)  # warm-up
-        rates = []
-        for _ in range(args.repeats):
-            tokens, seconds = run(args.max_tokens, args.concurrency)
-            rates.append(tokens / seconds)
-        latency = statistics.median(run(1, 1)[1] for _ in range(max(args.repeats, 5)))
-        results[label] = (statistics.median(rates), latency)
-        print(f"{label}: {results[label][0]:.1f} tokens/s at {args.concurrency} concurrent ({args.max_tokens} tokens each); 1-token request {1000 * latency:.1f} ms", flush=True)
-    (engine_rate, engine_latency), (gateway_rate, gateway_latency) = results.values()
-    print(f"gateway / engine: {gateway_rate / engine_rate:.1%} of the throughput; +{1000 * (gateway_latency - engine_latency):.1f} ms per request")
-    server.shutdown()
-    server.server_close()
+        results = {}
+        for label, run in sides.items():
+            run(args.max_tokens, args.concurrency)  # warm-up
+            rates = []
+            for _ in range(args.repeats):
+                tokens, seconds = run(args.max_tokens, args.concurrency)
+                rates.append(tokens / seconds)
+            latency = statistics.median(run(1, 1)[1] for _ in range(max(args.repeats, 5)))
+            results[label] = (statistics.median(rates), latency)
+            print(f"{label}: {results[label][0]:.1f} tokens/s at {args.concurrency} concurrent ({args.max_tokens} tokens each); 1-token request {1000 * latency:.1f} ms", flush=True)
+        baseline = next(iter(results))
+        (engine_rate, engine_latency), (gateway_rate, gateway_latency) = results[baseline], results["through the gateway"]
+        print(f"gateway / {baseline}: {gateway_rate / engine_rate:.1%} of the throughput; {1000 * (gateway_latency - engine_latency):+.1f} ms per request")
+    finally:
+        server.shutdown()
+        server.server_close()
+        if hasattr(backend, "close"):
+            backend.close()  # a managed vLLM server stops here
 
 
 if __name__ == "__main__":

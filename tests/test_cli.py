@@ -37,3 +37,36 @@ def test_envs_pipes_into_grep() -> None:
     assert listed.returncode == 0 and listed.stderr == ""
     [line] = [line for line in listed.stdout.splitlines() if "arithmetic" in line.split("\t")[0]]
     assert line.startswith("arithmetic\t") and "calculator" in line
+
+
+def test_sigterm_exits_through_cleanup(tmp_path) -> None:
+    """SIGTERM ends a command through its finally blocks (where managed vLLM servers and
+    scratch folders are cleaned up), with exit code 143 and one line, not a silent death."""
+    import signal
+    import time
+
+    marker = tmp_path / "marker"
+    script = (
+        "import sys, time, pathlib\n"
+        "from agentic_rl import cli\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "def slow(args):\n"
+        "    marker.write_text('running')\n"
+        "    try:\n"
+        "        time.sleep(60)\n"
+        "    finally:\n"
+        "        marker.write_text('cleaned')\n"
+        "    return 0\n"
+        "cli._recipes = slow\n"
+        "sys.argv = ['agentic-rl', 'recipes']\n"
+        "sys.exit(cli.main())\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text() == "running") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 143
+    assert marker.read_text() == "cleaned"
+    assert stderr.strip() == "agentic-rl: terminated"

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from rich.table import Table
@@ -543,6 +544,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminated(signum: int, frame) -> None:
+    print("agentic-rl: terminated", file=sys.stderr)
+    sys.exit(128 + signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
     from agentic_rl.config import ConfigError
     from agentic_rl.engines.http import BackendError
@@ -551,6 +557,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    if argv is None and threading.current_thread() is threading.main_thread():
+        # SIGTERM (a scheduler, torchrun stopping its workers, `kill`) would end the process
+        # without running finally blocks or atexit: managed vLLM servers and scratch folders
+        # on /dev/shm would outlive it. Exit through them instead.
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         return args.run(args)
     except (ConfigError, ModelNotFoundError) as exc:
