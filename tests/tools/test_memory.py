@@ -238,6 +238,45 @@ def test_shared_store_outlives_episodes_and_is_keyed_by_name_and_caps():
     assert second.metrics()["memory/hits"] == 1.0 and first.metrics()["memory/writes"] == 0.0
 
 
+def test_store_state_round_trips_notes_forgetting_order_and_counters():
+    store = MemoryStore(max_notes=3, eviction="lru")
+    for text in ("one", "two", "three", "four"):  # the fourth write forgets note-0
+        store.write(text)
+    store.read("note-1")  # lru: note-1 becomes the last to forget
+    state = json.loads(json.dumps(store.state_dict()))  # what a checkpoint's state.json holds
+    assert state == {"notes": [["note-2", "three"], ["note-3", "four"], ["note-1", "two"]], "next_auto_key": 4, "evictions": 1}
+    restored = MemoryStore(max_notes=3, eviction="lru")
+    restored.load_state_dict(state)
+    assert restored.keys() == store.keys() and restored.chars == store.chars and restored.evictions == 1
+    assert restored.search("four") == store.search("four") == [("note-3", "four")]  # a find counts as a use
+    restored.write("five")  # the same note is forgotten next, and the next automatic key follows on
+    store.write("five")
+    assert restored.keys() == store.keys() == ["note-1", "note-3", "note-4"]
+
+
+def test_a_saved_store_that_breaks_the_caps_is_refused_and_changes_nothing():
+    store = MemoryStore(max_notes=2)
+    store.write("kept", key="a")
+    with pytest.raises(ValueError, match="holds 3 notes"):
+        store.load_state_dict({"notes": [["x", "1"], ["y", "2"], ["z", "3"]]})
+    with pytest.raises(ValueError, match="the key is empty"):
+        store.load_state_dict({"notes": [[" ", "1"]]})
+    assert store.keys() == ["a"] and store.read("a") == "kept"
+
+
+def test_shared_stores_state_restores_every_store_by_name_and_caps():
+    from agentic_rl.tools.memory import load_shared_stores, shared_stores_state
+
+    caps = {"max_notes": 8, "max_chars": 1000, "max_note_chars": 100, "max_key_chars": 64, "eviction": "fifo"}
+    store = shared_store("test-shared-state", **caps)
+    store.write("the river is Lonn", key="river")
+    saved = [entry for entry in json.loads(json.dumps(shared_stores_state())) if entry["name"] == "test-shared-state"]
+    assert saved == [{"name": "test-shared-state", "caps": caps, "notes": [["river", "the river is Lonn"]], "next_auto_key": 0, "evictions": 0}]
+    store.clear()
+    load_shared_stores(saved)
+    assert store.read("river") == "the river is Lonn"
+
+
 def test_concurrent_writers_readers_and_searchers_keep_the_store_consistent():
     store = MemoryStore(max_notes=50, max_chars=5_000, max_note_chars=200, eviction="lru")
     sessions = [MemoryTools(store, shared=True, max_writes=10_000) for _ in range(8)]

@@ -249,3 +249,24 @@ def test_sft_env_beside_sft_data_is_a_config_error(tmp_path) -> None:
 
     with pytest.raises(ConfigError, match=r"^sft\.env: .*sft\.data"):
         build(TrainConfig, {"sft": {"enabled": True, "data": str(tmp_path / "x.jsonl"), "env": {"few_shot": 0}}})
+
+
+def test_a_checkpoint_keeps_the_shared_memory_store_and_a_resume_restores_it(tmp_path) -> None:
+    """env.memory: shared: the notes agents keep across episodes are part of the run's
+    state: a checkpoint saves them, a resume (here in the same process, after they were
+    lost) brings them back."""
+    from agentic_rl.tools import MemoryConfig, shared_store
+
+    memory = MemoryConfig(mode="shared", store="test-checkpointed-store", max_notes=4)
+    store = shared_store(memory.store, **memory.store_caps())
+    store.write("the answer is 42", key="hint")
+    _, recipe = load_recipe("smoke")
+    recipe["env"] = {**recipe["env"], "memory": {"mode": "shared", "store": memory.store, "max_notes": 4}}
+    recipe["rollout"] = {**recipe["rollout"], "max_total_tokens": 1024}  # room for the memory tools' prompt
+    recipe.update(output_dir=str(tmp_path / "run"), checkpoint_every=1, tracking={"report": False})
+    run = train(recipe, name="smoke").run_dir
+    saved = json.loads((run / "checkpoints" / "step-000001" / "state.json").read_text())["memory"]
+    assert {"name": memory.store, "caps": memory.store_caps(), "notes": [["hint", "the answer is 42"]], "next_auto_key": 0, "evictions": 0} in saved
+    store.clear()
+    train(resume=run)
+    assert store.read("hint") == "the answer is 42"

@@ -135,6 +135,10 @@ def test_overlong_shaping_lowers_rewards_near_the_limit() -> None:
     scored = score([TrajectoryGroup("t", "g", [short, long])], config.algorithm, max_total_tokens=config.rollout.max_total_tokens)
     # room 25, buffer 10: 5 tokens -> 0; 20 tokens -> (15 - 20) / 10 = -0.5
     assert scored.rewards.tolist() == pytest.approx([1.0, 0.5])
+    # A prompt that alone fills the limit (the episode ended before sampling): no room, no shaping, no crash.
+    full = Trajectory(task_id="t", group_id="g", prompt_length=40, token_ids=[1] * 40, loss_mask=[0] * 40, reward=0.0)
+    scored = score([TrajectoryGroup("t", "g", [full, full])], config.algorithm, max_total_tokens=config.rollout.max_total_tokens)
+    assert scored.rewards.tolist() == [0.0, 0.0]
 
 
 def test_kl_reference_copy_and_multiple_updates(tiny) -> None:

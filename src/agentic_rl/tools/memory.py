@@ -28,7 +28,7 @@ from agentic_rl.retrieval.bm25 import BM25Retriever, tokenize
 from agentic_rl.tools.base import Tool, tool
 from agentic_rl.tools.registry import ToolRegistry
 
-__all__ = ["EVICTION_POLICIES", "MEMORY_MODES", "MemoryConfig", "MemoryStore", "MemoryTools", "WriteOutcome", "add_memory_tools", "memory_tools", "shared_store"]
+__all__ = ["EVICTION_POLICIES", "MEMORY_MODES", "MemoryConfig", "MemoryStore", "MemoryTools", "WriteOutcome", "add_memory_tools", "load_shared_stores", "memory_tools", "shared_store", "shared_stores_state"]
 
 EVICTION_POLICIES = ("lru", "fifo")
 MEMORY_MODES = ("none", "episode", "shared")
@@ -169,6 +169,27 @@ class MemoryStore:
             self._next_auto_key = 0
             self._version += 1
 
+    def state_dict(self) -> dict[str, Any]:
+        """The notes (in forgetting order) and counters, as JSON-ready values."""
+        with self._lock:
+            return {"notes": [[key, text] for key, text in self._notes.items()], "next_auto_key": self._next_auto_key, "evictions": self.evictions}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the notes and counters with :meth:`state_dict`'s; ValueError (the store
+        unchanged) when a note breaks this store's caps."""
+        notes = OrderedDict()
+        for key, text in state["notes"]:
+            self._check_text(text)
+            notes[self.check_key(key)] = text
+        chars = sum(map(len, notes.values()))
+        if len(notes) > self.max_notes or chars > self.max_chars:
+            raise ValueError(f"the saved store holds {len(notes)} notes and {chars} characters; this store allows {self.max_notes} and {self.max_chars}")
+        with self._lock:
+            self._notes, self._chars = notes, chars
+            self._next_auto_key = int(state.get("next_auto_key", 0))
+            self.evictions = int(state.get("evictions", 0))
+            self._version += 1
+
     def __len__(self) -> int:
         return len(self._notes)
 
@@ -252,6 +273,21 @@ def shared_store(name: str = "default", **caps: Any) -> MemoryStore:
         if key not in _SHARED:
             _SHARED[key] = MemoryStore(**caps)
         return _SHARED[key]
+
+
+def shared_stores_state() -> list[dict[str, Any]]:
+    """Every shared store of this process (name, caps, notes, counters) as JSON-ready
+    values: what a checkpoint keeps so that a resumed run's agents find their notes."""
+    with _SHARED_LOCK:
+        stores = list(_SHARED.items())
+    return [{"name": key[0], "caps": dict(key[1:]), **store.state_dict()} for key, store in stores]
+
+
+def load_shared_stores(states: list[Mapping[str, Any]]) -> None:
+    """Restore :func:`shared_stores_state`'s stores into this process (each made if
+    missing, its notes replaced)."""
+    for state in states:
+        shared_store(state["name"], **state["caps"]).load_state_dict(state)
 
 
 # --------------------------------------------------------------------------- tools

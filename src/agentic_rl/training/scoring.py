@@ -70,7 +70,8 @@ def shaped_rewards(trajectories: list[Trajectory], algorithm: AlgorithmConfig, *
         # Length after the prompt against the room the token limit leaves: penalises
         # episodes that run into truncation (DAPO's soft overlong punishment).
         lengths = torch.tensor([len(t.token_ids) - t.prompt_length for t in trajectories])
-        room = max_total_tokens - min(t.prompt_length for t in trajectories)
+        # A prompt that alone fills the limit leaves no room (the episode ended before sampling).
+        room = max(max_total_tokens - min(t.prompt_length for t in trajectories), 0)
         rewards = rewards + overlong_penalty(lengths, room, min(algorithm.overlong_buffer, room))
     return rewards
 

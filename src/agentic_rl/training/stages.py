@@ -270,8 +270,12 @@ def _checkpoint(state: RunState) -> None:
 def _write_checkpoint(state: RunState) -> None:
     from agentic_rl.training.checkpoint import save_checkpoint
 
+    from agentic_rl.tools.memory import shared_stores_state
+
     trainer = state.trainer
     info = {"tracking": {name: state.run.count_lines(name) for name in LOGS}, "stages": state.run.completed_stages()}
+    if memory := shared_stores_state():  # env.memory: shared: the notes the agents keep across episodes
+        info["memory"] = memory
     if trainer.strategy.sharded:  # every rank writes its shards
         from agentic_rl.training.sharded_checkpoint import save_sharded_checkpoint
 
@@ -310,6 +314,13 @@ def _resume_trainer(state: RunState) -> None:
     trainer.load_state_dict(trainer_state)  # after the sync: restores the engine's weight version too
     for name in LOGS:
         state.run.truncate_lines(name, info["tracking"][name])
+    if info.get("memory"):
+        from agentic_rl.tools.memory import load_shared_stores
+
+        try:
+            load_shared_stores(info["memory"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ConfigError(f"--resume: {state.checkpoint}/state.json: memory: {error}") from None
     state.events.on_stage(f"resumed from {state.checkpoint.name} (step {trainer.steps_done} of {state.config.steps})")
 
 
