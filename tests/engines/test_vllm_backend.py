@@ -20,6 +20,7 @@ from agentic_rl.engines.vllm import VLLMBackend, build_vllm_backend
 from agentic_rl.engines.vllm_server import VLLMServer, VLLMUnavailable, vllm_version
 from agentic_rl.models import load
 from agentic_rl.rollout import rollout
+from agentic_rl.seeds import stream_seed
 
 FAKE = Path(__file__).with_name("fake_vllm")
 STOP = 2
@@ -98,6 +99,67 @@ def test_generate_sends_token_ids_and_keeps_what_the_server_sampled(backend) -> 
     assert completions[1].token_ids == _sample(prompts[1], 12, 2, [STOP])[0] and completions[1].finish_reason == "length"
     assert completions[0].logprobs == [-0.5] * len(completions[0].token_ids)
     assert {c.weight_version for c in completions} == {0}
+
+
+def _finish(session, key, deadline_s: float = 30.0):
+    import time
+
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for done_key, completion in session.step():
+            if done_key == key:
+                return completion
+    raise AssertionError("the turn did not finish")
+
+
+def test_streamed_turns_show_their_tokens_and_add_up_to_the_whole_answer(backend) -> None:
+    """stream_tokens (what the gateway asks for): vLLM answers as server-sent events, the
+    session shows the turn's tokens while it is sampled, and the finished turn equals the
+    unstreamed answer to the same request."""
+    import time
+
+    sampling = SamplingParams(temperature=0.7, max_new_tokens=16, stream_tokens=True)
+    whole = backend.generate([[5, 6, 7]], SamplingParams(temperature=0.7, max_new_tokens=16, row_seeds=[stream_seed(11, 0)]), stop_token_ids=[STOP])[0]
+    httpx.post(f"{backend.base_url}/fake/slow", json={"delay_s": 0.2, "tokens": 4})
+    slow_whole = backend.generate([[5, 6, 7]], SamplingParams(max_new_tokens=16, seed=1), stop_token_ids=[STOP])[0]
+    with backend.session(sampling, stop_token_ids=[STOP]) as session:
+        session.submit("a", [5, 6, 7], 16, 11)
+        seen: list[list[int]] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 2 and time.monotonic() < deadline:
+            tokens = session.sampled("a")
+            if tokens and (not seen or tokens != seen[-1]):
+                seen.append(tokens)
+            time.sleep(0.02)
+        streamed = _finish(session, "a")
+    assert len(seen) >= 2 and seen[0] == slow_whole.token_ids[: len(seen[0])]  # tokens arrived one by one, before the turn ended
+    assert (streamed.token_ids, streamed.logprobs, streamed.finish_reason) == (slow_whole.token_ids, slow_whole.logprobs, slow_whole.finish_reason)
+    assert _state(backend)["requests"][-1]["stream"] is True
+    httpx.post(f"{backend.base_url}/fake/slow", json={"delay_s": 0, "tokens": 0})
+    with backend.session(sampling, stop_token_ids=[STOP]) as session:
+        session.submit("b", [5, 6, 7], 16, 11)
+        assert _finish(session, "b").token_ids == whole.token_ids and whole.token_ids[-1] == STOP
+
+
+def test_a_cancelled_stream_ends_the_request_on_the_server(backend) -> None:
+    """A client that goes away (the gateway cancels its turn) closes the stream: vLLM drops
+    the request and frees its slot instead of sampling to max_tokens."""
+    import time
+
+    httpx.post(f"{backend.base_url}/fake/slow", json={"delay_s": 0.05, "tokens": 400})
+    with backend.session(SamplingParams(max_new_tokens=400, stream_tokens=True), stop_token_ids=[STOP]) as session:
+        session.submit("a", [5, 6, 7], 400, 1)
+        deadline = time.monotonic() + 30
+        while len(session.sampled("a")) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(session.sampled("a")) >= 3
+        session.cancel("a")
+        assert not session.busy
+    deadline = time.monotonic() + 10
+    while _state(backend)["aborted"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _state(backend)["aborted"] == 1  # well before the 400 tokens' 20 s
+    assert backend.infra_errors == 0  # a cancel is not an infrastructure error
 
 
 def test_sync_weights_pushes_the_trainers_weights_and_versions_the_samples(backend, tiny) -> None:
@@ -278,3 +340,41 @@ def test_serve_puts_the_gateway_in_front_of_vllm(fake_vllm, tmp_path) -> None:
         httpx.get(f"{managed}/health", timeout=2)
     bad = subprocess.run([sys.executable, "-m", "agentic_rl", "serve", "tiny-random", "--set", "backend.base_url=http://x"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "only with --engine vllm" in bad.stderr + bad.stdout and "Traceback" not in bad.stderr
+
+
+def test_the_gateway_streams_vllm_turns_as_sampled_and_a_client_that_leaves_frees_the_request(backend) -> None:
+    """The gateway over vLLM: an SDK stream gets content while vLLM samples (not the whole
+    turn at its end), and adds up to the stored call; a client that disconnects mid-stream
+    ends the request on the vLLM server."""
+    import time
+
+    openai = pytest.importorskip("openai")
+    from agentic_rl.gateway.server import GatewayServer
+
+    server = GatewayServer(backend, model_name="tiny-random", port=0)
+    server.start()
+    try:
+        httpx.post(f"{backend.base_url}/fake/slow", json={"delay_s": 0.1, "tokens": 12})
+        client = openai.OpenAI(base_url=server.episode_url("s"), api_key="unused", max_retries=0)
+        started, arrivals, text = time.monotonic(), [], ""
+        for chunk in client.chat.completions.create(model="tiny-random", messages=[{"role": "user", "content": "Hi"}], max_tokens=12, stream=True, seed=1):
+            if chunk.choices and chunk.choices[0].delta.content:
+                arrivals.append(time.monotonic() - started)
+                text += chunk.choices[0].delta.content
+        [call] = server.store.get("s").calls
+        assert call.completion_ids == [10 + i for i in range(12)] and text == call.reply["content"]
+        assert len(arrivals) >= 3 and arrivals[0] < arrivals[-1] - 0.5  # spread over the ~1.2 s of sampling
+
+        httpx.post(f"{backend.base_url}/fake/slow", json={"delay_s": 0.05, "tokens": 400})
+        stream = client.chat.completions.create(model="tiny-random", messages=[{"role": "user", "content": "Hi"}], max_tokens=400, stream=True, seed=2)
+        for count, _ in enumerate(stream):
+            if count == 3:
+                break
+        stream.close()
+        deadline = time.monotonic() + 15
+        while _state(backend)["aborted"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(backend)["aborted"] == 1  # long before vLLM would have sampled 400 tokens (20 s)
+    finally:
+        server.shutdown()
+        server.server_close()

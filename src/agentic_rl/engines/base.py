@@ -35,6 +35,10 @@ class SamplingParams:
     """Also return, per sampled position, the this-many most likely tokens and their
     log-probs (``Completion.top_logprobs``; engines with ``supports_top_logprobs``). 0: off,
     and sampling does no extra work."""
+    stream_tokens: bool = False
+    """The caller reads a turn's tokens while it is sampled (a decode session's ``sampled``)
+    and may cancel it: server engines that can stream (vLLM) then stream their responses,
+    and a cancel ends the request on the server. The in-process engine always shows them."""
 
     def seeds_for(self, count: int) -> list[int]:
         """The stream of each of ``count`` prompts: ``row_seeds`` if given, else one derived

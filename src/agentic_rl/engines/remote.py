@@ -10,8 +10,10 @@ the server reloads a weights folder (``reload``).
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -22,7 +24,7 @@ import httpx
 import torch
 
 from agentic_rl.engines.base import Completion, SamplingParams
-from agentic_rl.engines.http import BackendError, json_body, post_json
+from agentic_rl.engines.http import RETRY_STATUS, BackendError, json_body, one_line, post_json
 from agentic_rl.seeds import stream_seed
 from agentic_rl.engines.staged import StagedWeights
 
@@ -138,6 +140,14 @@ class RemoteTokenBackend:
         """Have the server load the weights just written to ``folder``."""
         raise NotImplementedError
 
+    supports_streaming = False
+    """Whether ``stream_chunk`` reads the server's streamed answers (``"stream": true``)."""
+
+    def stream_chunk(self, chunk: dict[str, Any]) -> tuple[list[int], list[float], str | None]:
+        """(new token ids, their log-probs, "stop"/"length" once finished, else None) from
+        one server-sent event of a streamed answer."""
+        raise NotImplementedError
+
     def before_request(self) -> None:
         """A hook run before every request (a managed server restarts here if it died)."""
 
@@ -170,6 +180,62 @@ class RemoteTokenBackend:
     def submit(self, body: dict[str, Any]) -> Future:
         """``complete(body)`` on the request pool."""
         return self._pool.submit(self.complete, body)
+
+    def complete_streamed(self, body: dict[str, Any], partial: list[int], cancelled: threading.Event) -> Completion:
+        """``complete(body)`` with the answer streamed: ``partial`` grows by the token ids
+        as they arrive; once ``cancelled`` is set the stream is closed, which ends the
+        request on the server (its slot is freed), and the Completion carries an error.
+        A failure before the first token is retried as ``complete`` retries."""
+        version = self.weight_version
+        url = f"{self.base_url}{self.generate_path}"
+        logprobs: list[float] = []
+        finish = None
+        attempt = 0
+        try:
+            self.before_request()
+            while True:
+                try:
+                    with self.client.stream("POST", url, json={**body, "stream": True}) as response:
+                        if response.status_code != 200:
+                            response.read()
+                            if response.status_code in RETRY_STATUS and attempt < self.max_retries:
+                                raise httpx.TransportError(f"HTTP {response.status_code}")
+                            raise BackendError(f"POST {url} failed with HTTP {response.status_code}: {one_line(response.text)}")
+                        for line in response.iter_lines():
+                            if cancelled.is_set():
+                                raise BackendError("cancelled: the client went away")
+                            if not line.startswith("data:"):
+                                continue
+                            data = line[5:].strip()
+                            if data == "[DONE]":
+                                break
+                            chunk = json.loads(data)
+                            if "error" in chunk:
+                                raise BackendError(f"POST {url}: the stream failed: {one_line(str(chunk['error']))}")
+                            ids, values, reason = self.stream_chunk(chunk)
+                            logprobs.extend(values)
+                            partial.extend(ids)
+                            finish = reason or finish
+                    break
+                except httpx.TransportError as error:
+                    if partial or attempt >= self.max_retries:
+                        raise BackendError(f"POST {url} failed after {attempt + 1} attempts: {type(error).__name__}: {error}") from error
+                    time.sleep(0.5 * 2**attempt)
+                    attempt += 1
+            if finish is None:
+                raise BackendError(f"POST {url}: the stream ended without a finish reason")
+        except (BackendError, httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as error:
+            if not cancelled.is_set():
+                self.infra_errors += 1
+            return Completion([], [], "stop", weight_version=version, error=f"{self.name}: {type(error).__name__}: {error}")
+        if len(partial) != len(logprobs):
+            self.infra_errors += 1
+            return Completion([], [], "stop", weight_version=version, error=f"{self.name}: {len(partial)} token ids but {len(logprobs)} log-probs")
+        return Completion(list(partial), logprobs, finish, weight_version=version)
+
+    def submit_streamed(self, body: dict[str, Any], partial: list[int], cancelled: threading.Event) -> Future:
+        """``complete_streamed`` on the request pool."""
+        return self._pool.submit(self.complete_streamed, body, partial, cancelled)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, *, stop_token_ids: list[int], max_new_tokens: list[int] | None = None) -> list[Completion]:
         """One completion per prompt, in input order, all requested at once. Row i's seed is
@@ -241,6 +307,10 @@ class RequestSession:
         self.in_flight: dict[Future, Hashable] = {}
         self.held: list[tuple[Hashable, int]] = []
         """Requests held back while staged weights wait for the requests in flight to finish."""
+        self.streamed = sampling.stream_tokens and backend.supports_streaming
+        """Turns are streamed: ``sampled`` shows their tokens, ``cancel`` ends them on the server."""
+        self.partial: dict[Hashable, list[int]] = {}
+        self.cancels: dict[Future, threading.Event] = {}
 
     def __enter__(self) -> RequestSession:
         return self
@@ -248,6 +318,8 @@ class RequestSession:
     def __exit__(self, *exc_info) -> None:
         for future in self.in_flight:
             future.cancel()
+            if future in self.cancels:
+                self.cancels[future].set()
 
     @property
     def busy(self) -> bool:
@@ -259,7 +331,12 @@ class RequestSession:
             return
         seed = stream_seed(self.seeds[key], self.turns[key])
         body = self.backend.request_body(self.contexts[key], self.sampling, stop_token_ids=self.stop_token_ids, max_new_tokens=max(int(max_new_tokens), 1), seed=seed)
-        self.in_flight[self.backend.submit(body)] = key
+        if not self.streamed:
+            self.in_flight[self.backend.submit(body)] = key
+            return
+        self.partial[key], cancelled = [], threading.Event()
+        future = self.backend.submit_streamed(body, self.partial[key], cancelled)
+        self.in_flight[future], self.cancels[future] = key, cancelled
 
     def submit(self, key: Hashable, token_ids: Sequence[int], max_new_tokens: int, seed: int) -> None:
         if key in self.contexts:
@@ -280,15 +357,18 @@ class RequestSession:
         for future, owner in list(self.in_flight.items()):
             if owner == key:
                 future.cancel()
+                if future in self.cancels:
+                    self.cancels.pop(future).set()  # closes the stream: the server drops the request
                 del self.in_flight[future]
         self.release(key)
 
     def sampled(self, key: Hashable) -> list[int]:
-        """A server returns whole turns: nothing is visible before the turn ends."""
-        return []
+        """The tokens of the key's turn in flight so far (streamed turns; otherwise a server
+        returns whole turns and nothing is visible before the turn ends)."""
+        return list(self.partial.get(key, ()))
 
     def release(self, key: Hashable) -> None:
-        for mapping in (self.contexts, self.seeds, self.turns):
+        for mapping in (self.contexts, self.seeds, self.turns, self.partial):
             mapping.pop(key, None)
         self.held = [(held, budget) for held, budget in self.held if held != key]
 
@@ -305,6 +385,8 @@ class RequestSession:
         finished = []
         for future in done:
             key = self.in_flight.pop(future)
+            self.cancels.pop(future, None)
+            self.partial.pop(key, None)
             completion = future.result()
             self.contexts[key].extend(completion.token_ids)
             self.turns[key] += 1

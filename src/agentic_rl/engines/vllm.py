@@ -76,6 +76,17 @@ class VLLMBackend(RemoteTokenBackend):
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         return [int(t) for t in choice["token_ids"]], [float(x) for x in choice["logprobs"]["token_logprobs"]], finish
 
+    supports_streaming = True
+
+    def stream_chunk(self, chunk: dict[str, Any]) -> tuple[list[int], list[float], str | None]:
+        if not chunk.get("choices"):  # a usage-only event
+            return [], [], None
+        choice = chunk["choices"][0]
+        ids = [int(t) for t in choice.get("token_ids") or ()]
+        logprobs = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or ()]
+        reason = choice.get("finish_reason")
+        return ids, logprobs, None if reason is None else ("length" if reason == "length" else "stop")
+
     def reload(self, folder: Path) -> None:
         post_json(self.client, f"{self.base_url}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}, max_retries=self.max_retries)
 

@@ -64,7 +64,7 @@ class CompletionService:
         ``top_logprobs``: also the this-many most likely tokens per position (engines with
         ``supports_top_logprobs``; such requests decode in a session of their own).
         ``on_tokens(new_ids)`` (called on the service thread) streams the tokens as they are
-        sampled, where the engine shows them (in-process HF; a server's turn comes whole).
+        sampled (the in-process engine; vLLM's streamed answers; other servers' turns come whole).
         Cancelling the future stops the sequence and frees its slot."""
         future: Future = Future()
         if self._failure is not None or not self._thread.is_alive():
@@ -139,7 +139,8 @@ class CompletionService:
                 continue
             setting = (request.temperature, request.top_p, request.top_logprobs)
             if setting not in sessions:
-                sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, max_new_tokens=request.max_tokens, top_logprobs=request.top_logprobs)
+                # stream_tokens: streamed replies and cancels reach a server engine's requests too
+                sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, max_new_tokens=request.max_tokens, top_logprobs=request.top_logprobs, stream_tokens=True)
                 session = self.backend.session(sampling, stop_token_ids=self.stop_token_ids)
                 sessions[setting] = (session.__enter__(), {})
             session, requests = sessions[setting]

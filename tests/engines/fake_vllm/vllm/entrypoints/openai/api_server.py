@@ -8,6 +8,12 @@ depend on the prompt and the seed, then the first stop token (finish "stop"), or
 ``reload_weights`` reads the safetensors in ``weights_path`` (their sum is reported by
 ``GET /fake/state``); ``POST /fake/die`` ends the process (a crash);
 ``POST /fake/fail_next`` makes the next N completions answer HTTP 500.
+
+``"stream": true`` answers as server-sent events, one token per event (``token_ids`` and
+``logprobs`` per event, the finish reason on the last, then ``[DONE]``), as vLLM does.
+``POST /fake/slow {"delay_s", "tokens"}`` makes completions sample ``tokens`` ids (no stop
+token) at ``delay_s`` each; a stream whose client went away stops sampling and is counted
+in ``/fake/state``'s ``aborted``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import argparse
 import json
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -30,6 +37,9 @@ class State:
         self.weights_sum = None
         self.requests: list[dict] = []
         self.fail_next = 0
+        self.delay_s = 0.0
+        self.slow_tokens = 0
+        self.aborted = 0
         self.lock = threading.Lock()
 
 
@@ -56,6 +66,26 @@ def make_handler(state: State):
             self.end_headers()
             self.wfile.write(data)
 
+        def _stream(self, ids: list[int], finish: str, logprob: float) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            try:
+                for position, token in enumerate(ids):
+                    if state.delay_s:
+                        time.sleep(state.delay_s)
+                    last = position == len(ids) - 1
+                    choice = {"index": 0, "text": "", "token_ids": [token], "finish_reason": finish if last else None,
+                              "logprobs": {"token_logprobs": [logprob], "tokens": [str(token)]}}
+                    self.wfile.write(f"data: {json.dumps({'id': 'cmpl-fake', 'object': 'text_completion', 'choices': [choice]})}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                with state.lock:
+                    state.aborted += 1
+            self.close_connection = True
+
         def do_GET(self) -> None:
             if self.path == "/health":
                 self._send(200, {})
@@ -63,7 +93,7 @@ def make_handler(state: State):
                 self._send(200, {"object": "list", "data": [{"id": state.name, "object": "model"}]})
             elif self.path == "/fake/state":
                 with state.lock:
-                    self._send(200, {"reloads": state.reloads, "weights_sum": state.weights_sum, "requests": state.requests, "model": state.model})
+                    self._send(200, {"reloads": state.reloads, "weights_sum": state.weights_sum, "requests": state.requests, "model": state.model, "aborted": state.aborted})
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -74,6 +104,11 @@ def make_handler(state: State):
             if self.path == "/fake/fail_next":
                 with state.lock:
                     state.fail_next = int(body["n"])
+                self._send(200, {})
+                return
+            if self.path == "/fake/slow":
+                with state.lock:
+                    state.delay_s, state.slow_tokens = float(body["delay_s"]), int(body["tokens"])
                 self._send(200, {})
                 return
             if self.path == "/collective_rpc":
@@ -101,7 +136,13 @@ def make_handler(state: State):
                     self._send(404, {"error": {"message": f"model {body.get('model')} does not exist"}})
                     return
                 ids, finish = sample(body["prompt"], int(body.get("seed") or 0), int(body["max_tokens"]), body.get("stop_token_ids") or [])
+                if state.slow_tokens:
+                    ids = [10 + i % 50 for i in range(min(state.slow_tokens, int(body["max_tokens"])))]
+                    finish = "length" if len(ids) == int(body["max_tokens"]) else "stop"
                 logprob = -0.5 / (1 + reloads)
+                if body.get("stream"):
+                    self._stream(ids, finish, logprob)
+                    return
                 choice = {"index": 0, "text": "", "token_ids": ids, "finish_reason": finish, "logprobs": {"token_logprobs": [logprob] * len(ids), "tokens": [str(i) for i in ids]}}
                 self._send(200, {"id": "cmpl-fake", "object": "text_completion", "choices": [choice]})
                 return
