@@ -167,13 +167,15 @@ def test_many_files_are_bounded_in_total(contained):
 
 
 def test_a_call_sees_nothing_of_the_previous_one(contained):
-    first = contained("import os\nopen('secret.txt', 'w').write('x')\nprint(os.getcwd())")
+    # The work dir is emptied after each call (under a read-only base it is the same dir, bound
+    # writable once: its path may come back, never its contents), and left to no other uid.
+    first = contained("import os\nos.mkdir('d')\nopen('d/secret.txt', 'w').write('x')\nopen('secret.txt', 'w').write('x')\nos.chmod('.', 0o500)\nprint(os.getcwd())")
     code = (
-        f"import os\nprint(os.listdir('.'), os.path.exists({first.stdout.strip()!r}))\n"
+        f"import os\nprint(os.listdir('.'), os.path.exists({first.stdout.strip() + '/secret.txt'!r}), os.access('.', os.W_OK))\n"
         "try:\n    print(os.listdir('..'))\nexcept OSError as e:\n    print('base not listable', e.errno)\n"
     )
     second = contained(code)
-    assert second.status == "ok" and second.stdout.startswith("[] False\n"), second.stdout
+    assert second.status == "ok" and second.stdout.startswith("[] False True\n"), second.stdout
     if os.geteuid() == 0 and not ISOLATION.user_ns:  # the base belongs to another uid, mode 0711
         assert "base not listable 13" in second.stdout
 

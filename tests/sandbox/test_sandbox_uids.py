@@ -23,6 +23,7 @@ from agentic_rl.sandbox import uids
 ISOLATION = sandbox.isolation()
 ROOT_HOST = os.geteuid() == 0 and not ISOLATION.user_ns
 needs_root = pytest.mark.skipif(not ROOT_HOST, reason=f"the uid is dropped only when the sandbox starts as root outside a user namespace: {ISOLATION.describe()}")
+claims_need_root = pytest.mark.skipif(os.geteuid() != 0, reason="uids are claimed only by a sandbox started as root (the claims' lock folder is root's)")
 UID_CODE = "import os\nprint(os.getresuid(), os.getresgid())"
 LIMITS = sandbox.Limits(timeout_s=10.0)
 
@@ -41,6 +42,7 @@ def test_the_range_is_configurable_and_checked(monkeypatch) -> None:
             uids.uid_range()
 
 
+@claims_need_root
 def test_a_uid_some_user_or_group_has_is_never_handed_out(monkeypatch) -> None:
     taken = next(entry.pw_uid for entry in pwd.getpwall() if entry.pw_uid > 0)
     monkeypatch.setenv(uids.ENV, f"{taken}-{taken}")
@@ -56,6 +58,7 @@ def test_an_unmapped_range_falls_back_to_one_shared_uid_with_a_note(monkeypatch)
     assert claim.uid == uids.SHARED_UID and "are not mapped in this user namespace" in claim.notes[0]
 
 
+@claims_need_root
 def test_claims_are_exclusive_across_processes_and_end_with_their_holder(monkeypatch, tmp_path) -> None:
     # A range of its own: live workers of other test runs on this machine claim from the default one.
     first_uid = 2_000_060_000 + os.getpid() % 500 * 10

@@ -105,6 +105,26 @@ def _mask_proc() -> bool:
     return ok
 
 
+def split_workdirs(base: str) -> int | None:
+    """Make ``base`` read-only in this mount namespace while the worker keeps writing to it
+    through the returned fd (an O_PATH fd of the writable mount, now under a read-only bind
+    of itself): each call's dir is then bound writable onto ``base/<dir>`` (``bind_workdir``),
+    so a call cannot write beside its own dir, where the next call would find it. Where the
+    calls' uid owns ``base`` (a user namespace) permissions alone cannot stop that. None
+    when the remount fails (``base`` stays writable to its owner)."""
+    fd = os.open(base, O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    if _mount(base, base, None, MS_BIND) and _mount(None, base, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV):
+        return fd
+    os.close(fd)
+    return None
+
+
+def bind_workdir(writable: str, target: str) -> None:
+    """Bind the writable dir ``writable`` onto ``target`` under the read-only base."""
+    if not _mount(writable, target, None, MS_BIND):
+        raise OSError(ctypes.get_errno(), f"could not bind the work dir {target}")
+
+
 def setup_mounts(base: str, disk_mb: int, owner: int | None, keep: list, hide: list = ()) -> dict:
     """The sandbox's view of the file system, before any call runs.
 

@@ -19,7 +19,7 @@ import sys
 import time
 
 from _worker_child import prepare_child, serve_cells
-from _worker_isolation import become_subreaper, in_new_net_ns, join_cgroups, probe_child, remove_sysv_ipc, setup_mounts
+from _worker_isolation import become_subreaper, bind_workdir, in_new_net_ns, join_cgroups, probe_child, remove_sysv_ipc, setup_mounts, split_workdirs
 from _worker_reaper import kill_group, kill_leftovers, oom_seen
 
 READ_SIZE = 1 << 16
@@ -137,7 +137,9 @@ def _pump(child: dict, chunks: dict, deadline: float, limit: int, cell: int, cpu
         if b"\n" in status_buf or len(status_buf) > STATUS_LINE_MAX:
             # Collect what is already in the pipes, then finish the cell.
             _drain(chunks, limit)
-            outcome = _parse_status(status_buf.split(b"\n", 1)[0], cell) if len(status_buf.split(b"\n", 1)[0]) <= STATUS_LINE_MAX else None
+            line, _, rest = status_buf.partition(b"\n")
+            child["status_rest"] = rest  # more than one line: the code wrote there too (checked before the next cell)
+            outcome = _parse_status(line, cell) if len(line) <= STATUS_LINE_MAX else None
             return (outcome, None, exit_status) if outcome is not None else (None, "garbage", exit_status)
         if exit_status is None:
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -146,6 +148,22 @@ def _pump(child: dict, chunks: dict, deadline: float, limit: int, cell: int, cpu
                 continue  # one more non-blocking pass to drain the pipes
         elif not ready:
             return None, None, exit_status
+
+
+def _status_pending(child: dict) -> bool:
+    """Whether the child's status pipe holds anything before a cell was sent to it."""
+    if child.pop("status_rest", b""):
+        return True
+    try:
+        ready, _, _ = select.select([child["status"]], [], [], 0)
+    except (InterruptedError, OSError, ValueError):
+        return False
+    if not ready:
+        return False
+    try:
+        return bool(os.read(child["status"], READ_SIZE))
+    except (BlockingIOError, OSError):
+        return False
 
 
 def _capped(stdout: bytes, stderr: bytes, limit: int) -> tuple[bytes, bytes, bool]:
@@ -192,6 +210,8 @@ class Worker:
         self.child: int | None = None  # a persistent (session) child
         self.child_pipes: dict = {}
         self.cells = 0
+        self.writable_base: str | None = None  # the base's writable mount (base itself is read-only), when split
+        self.bound: set[str] = set()  # work dirs bound writable under the read-only base
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -214,6 +234,9 @@ class Worker:
             try:
                 self.report.update(setup_mounts(self.base, int(cfg.get("disk_mb", 64)), cfg.get("base_owner"), keep, cfg.get("hide") or []))
                 self.report["mount_ns"] = True
+                fd = split_workdirs(self.base)
+                self.writable_base = None if fd is None else f"/proc/self/fd/{fd}"
+                self.report["base_readonly"] = fd is not None
             except OSError as error:
                 self.report["mount_error"] = str(error)
         if not self.pid_ns:
@@ -230,7 +253,7 @@ class Worker:
     # ------------------------------------------------------------------ child
     def _child_main(self, request: dict, fds: tuple[int, int, int, int]) -> None:
         """In the forked child: limits, privileges, then a loop running cells."""
-        prepare_child(request, fds, os.path.join(self.base, request["dir"]), self.config.get("nproc"), self.drop, self.uid, not self.worker_ipc_ns)
+        prepare_child(request, fds, self._workdir(request), self.config.get("nproc"), self.drop, self.uid, not self.worker_ipc_ns)
         del request
         self.config = None  # nothing of the worker's state for the user code
         serve_cells()
@@ -261,8 +284,16 @@ class Worker:
     def _prepare_dir(self, request: dict) -> str:
         """The call's private work dir (created here, inside the worker's mount namespace)
         with the request's files in it."""
-        workdir = os.path.join(self.base, request["dir"])
-        if not os.path.isdir(workdir):
+        workdir = self._workdir(request)
+        if self.writable_base is not None:
+            slot = os.path.basename(workdir)
+            if slot not in self.bound:
+                writable = os.path.join(self.writable_base, slot)
+                os.mkdir(writable, 0o700)
+                self._own(writable)
+                bind_workdir(writable, workdir)
+                self.bound.add(slot)
+        elif not os.path.isdir(workdir):
             os.mkdir(workdir, 0o700)
             self._own(workdir)
         for relative, encoded in (request.get("files") or {}).items():
@@ -313,25 +344,54 @@ class Worker:
         self._clean_ipc()
         self.child, self.child_pipes = None, {}
         if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)  # after every process of the call is gone
+            self._remove_dir(workdir)  # after every process of the call is gone
         return exit_status
+
+    def _workdir(self, request: dict) -> str:
+        """Where a call runs. Under a read-only base, one dir bound writable once serves
+        every call in turn ("session" the session's cells): it is emptied between calls, as
+        an unmount per call would cost more than the rest of the call."""
+        if self.writable_base is None:
+            return os.path.join(self.base, request["dir"])
+        return os.path.join(self.base, "session" if request.get("keep") else "call")
+
+    def _remove_dir(self, workdir: str) -> None:
+        slot = os.path.basename(workdir)
+        if slot not in self.bound:
+            shutil.rmtree(workdir, ignore_errors=True)
+            return
+        writable = os.path.join(self.writable_base, slot)
+        # The code owned this dir: it may have changed its mode or left unreadable entries.
+        os.chmod(writable, 0o700)
+        self._own(writable)
+        for entry in os.scandir(writable):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
 
     def run(self, request: dict) -> dict:
         start = time.monotonic()
         workdir = self._prepare_dir(request)
+        reused = bool(request.get("keep")) and self.child is not None
         child, restarted = self._child_for(request)
         self.cells += 1
         # The soft limit the child sets itself gives cpu_s + 1 s; one more second of grace before the worker's own count ends the cell.
         # Count by uid only where no other worker's calls share it (not the shared fallback uid).
         count_uid = self.uid if self.config.get("uid_exclusive") else None
         budget = (session_cpu_s(child["pid"], count_uid), float(request["cpu_s"]) + 2, count_uid) if request.get("keep") else None
-        try:
-            os.write(child["ctl"], (json.dumps({"code": request["code"], "cell": self.cells, "cpu_s": request["cpu_s"]}) + "\n").encode())
-        except OSError:
-            pass
         limit = request["max_output_bytes"]
         chunks = {child["out"]: bytearray(), child["err"]: bytearray()}
-        outcome, kill_reason, exit_status = _pump(child, chunks, start + request["timeout_s"], limit, self.cells, budget)
+        if reused and _status_pending(child):
+            # A status line nobody asked for (the last cell's code rewired the descriptors and
+            # ran a cell of its own between calls): the session's channel cannot be trusted.
+            outcome, kill_reason, exit_status = None, "garbage", None
+        else:
+            try:
+                os.write(child["ctl"], (json.dumps({"code": request["code"], "cell": self.cells, "cpu_s": request["cpu_s"]}) + "\n").encode())
+            except OSError:
+                pass
+            outcome, kill_reason, exit_status = _pump(child, chunks, start + request["timeout_s"], limit, self.cells, budget)
         duration = time.monotonic() - start
         if kill_reason is not None:
             kill_group(child["pid"])
@@ -363,4 +423,4 @@ class Worker:
             self.child, self.child_pipes = None, {}
             kill_leftovers(self.pid_ns, self.cgroups)
             self._clean_ipc()
-        shutil.rmtree(os.path.join(self.base, "session"), ignore_errors=True)
+        self._remove_dir(os.path.join(self.base, "session"))
