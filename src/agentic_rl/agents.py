@@ -229,12 +229,14 @@ def _steps(trainer, run, config: TrainConfig, result: AgentTrainResult, on_step:
 
     from agentic_rl.tracking.sinks import MultiSink, make_sinks
     from agentic_rl.training.checkpoint import save_checkpoint
+    from agentic_rl.training.rl_metrics import ENV_TOOL_METRICS
 
     resumed = trainer.steps_done > 0
     sinks = MultiSink(make_sinks(run.path, ["jsonl", *config.tracking.sinks], start_step=trainer.steps_done if resumed else None), on_error=say) if run is not None else nullcontext()
     with sinks:
         while trainer.steps_done < config.steps:
             metrics, _ = trainer.step()
+            metrics = {key: value for key, value in metrics.items() if key not in ENV_TOOL_METRICS}
             result.steps.append(metrics)
             if run is not None:
                 sinks.log(metrics, int(metrics["step"]))

@@ -186,7 +186,9 @@ def test_the_example_agent_and_the_train_agent_command(tmp_path) -> None:
                "--output-dir", str(tmp_path / "run"), "--eval-tasks", str(tasks), "--eval-k", "2", "--set", "model.name=tiny-random", "--set", "steps=1", "--set", "tasks_per_step=2", "--set", "group_size=2", "--set", "precision=fp32"]
     done = subprocess.run(command, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1 and (tmp_path / "run" / "final").is_dir()
+    [logged] = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert (tmp_path / "run" / "final").is_dir()
+    assert "calls_per_episode" in logged and "tool_success_rate" not in logged and "tool_calls_per_episode" not in logged  # no env tool metrics (always 0 here)
     assert "model calls " in done.stderr and "tool ok" not in done.stderr  # the agent runs its own tools: the step line shows model calls
     assert "held-out (before): avg@2 " in done.stderr and "held-out (after): avg@2 " in done.stderr  # progress and results on stderr, as for train
     assert json.loads((tmp_path / "run" / "eval_after.json").read_text())["num_samples"] == 16

@@ -91,17 +91,13 @@ _STEP_KEYS = (
     ("reward_mean", "reward"), ("accuracy", "acc"), ("tool_success_rate", "tool ok"), ("tool_calls_per_episode", "calls"), ("calls_per_episode", "model calls"),
     ("entropy", "ent"), ("kl", "kl"), ("clip_frac_high", "clip hi"), ("grad_norm", "|g|"), ("response_length", "len"), ("step_time_s", "s"),
 )
-_ENV_TOOL_KEYS = ("tool_success_rate", "tool_calls_per_episode")
-"""Tool calls an env ran: an agent program (``calls_per_episode``, model calls through the
-gateway) runs its tools itself, so the step line leaves these out."""
 
 
 def print_step(metrics: dict[str, float], total_steps: int) -> None:
     """One compact line per RL step with the key metrics."""
     parts = [f"[bold]step {int(metrics['step']) + 1}/{total_steps}[/]"]
-    agent = "calls_per_episode" in metrics
     for key, label in _STEP_KEYS:
-        if key in metrics and not (agent and key in _ENV_TOOL_KEYS):
+        if key in metrics:
             parts.append(f"{label} {metrics[key]:.3g}")
     console.print("  ".join(parts))
 

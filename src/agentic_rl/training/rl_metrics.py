@@ -15,6 +15,12 @@ from agentic_rl.training.scoring import usable_trajectories
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 
+ENV_TOOL_METRICS = ("tool_calls_per_episode", "tool_success_rate", "malformed_call_rate")
+"""``rollout_metrics`` of the tool calls an env ran and parsed: an agent program runs its
+tools itself (its step metrics carry ``calls_per_episode``, model calls through the
+gateway, instead), so for agent runs these are meaningless and left out."""
+
+
 def rollout_metrics(groups: list[TrajectoryGroup], rewards: torch.Tensor, *, excluded: int) -> dict[str, float]:
     """Rewards, accuracy and episode shape of every sampled group (filtered ones too).
     ``rewards`` [N]: the shaped rewards of ``usable_trajectories(groups)``; ``excluded``:
