@@ -270,3 +270,14 @@ def test_a_checkpoint_keeps_the_shared_memory_store_and_a_resume_restores_it(tmp
     store.clear()
     train(resume=run)
     assert store.read("hint") == "the answer is 42"
+
+
+def test_sft_data_longer_than_max_length_is_one_line_naming_the_setting(tmp_path) -> None:
+    from agentic_rl.config import ConfigError
+
+    data = tmp_path / "sft.jsonl"
+    write_jsonl(data, _sft_examples())
+    _, recipe = load_recipe("smoke")
+    recipe.update(sft={"enabled": True, "data": str(data), "train": {"epochs": 1, "batch_size": 2, "max_length": 32}}, output_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match=r"^sft\.train\.max_length: all 4 of the 4 SFT conversations are longer than 32 tokens; raise it$"):
+        train(recipe, name="smoke", stages=("sft",))

@@ -77,7 +77,7 @@ def train_sft(
     started = time.monotonic()
     sequences, dropped = tokenize_examples(examples, tokenizer, parser, config.max_length)
     if not sequences:
-        raise ValueError(f"no SFT examples to train on ({dropped} of {len(examples)} longer than max_length={config.max_length})")
+        raise ValueError(f"max_length: all {dropped} of the {len(examples)} SFT conversations are longer than {config.max_length} tokens; raise it")
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     steps_per_epoch = math.ceil(len(sequences) / config.batch_size)

@@ -174,7 +174,12 @@ def run_sft(state: RunState) -> None:
     if not examples:
         raise ConfigError("sft: no successful trajectories to fine-tune on; raise sft.collect.num_tasks or few_shot")
     with JsonlWriter(state.run.file("sft_metrics.jsonl")) as log:
-        result = train_sft(state.model, state.tokenizer, examples, config.sft.train, parser=parser, on_step=log.write, dist=state.dist)
+        try:
+            result = train_sft(state.model, state.tokenizer, examples, config.sft.train, parser=parser, on_step=log.write, dist=state.dist)
+        except ValueError as error:
+            if str(error).startswith("max_length:"):
+                raise ConfigError(f"sft.train.{error}") from None
+            raise
     state.backend.sync_weights(state.model)
     events.on_stage(f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} ({result.wall_time_s:.0f} s)")
 
