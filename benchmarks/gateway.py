@@ -8,7 +8,10 @@
    (HTTP, JSON, chat rendering and tool parsing on top of the engine).
 
 ``--engine hf``: the in-process HF engine (float32, continuous batching); without the
-gateway, the prompts are decoded in one batch by the engine directly.
+gateway, the prompts are decoded in one batch by the engine directly. Two gateway rows:
+in this process, beside the clients' 16 threads (as ``agents.train`` runs agents: they
+share the interpreter's lock with the engine), and ``agentic-rl serve`` in a process of
+its own (as an agent program in another process sees it).
 
 ``--engine vllm``: the gateway serves a vLLM server through the token-level vLLM backend
 (the one training uses; managed from ``--vllm-python``, or ``--base-url`` of a running
@@ -90,7 +93,8 @@ def main() -> None:
 
     server = GatewayServer(backend, model_name=args.model, port=0)
     server.start()
-    sides: dict[str, Callable[[int, int], tuple[int, float]]] = {}
+    served = None
+    sides: dict[str, Callable[[int, int], tuple[int, float]] | None] = {}
     try:
         if args.engine == "vllm":
             vllm_client = openai.OpenAI(base_url=f"{backend.base_url}/v1", api_key="unused", max_retries=0)
@@ -100,9 +104,14 @@ def main() -> None:
         else:
             sides["engine directly"] = direct
         sides["through the gateway"] = chat_side(openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0), args.model)
+        if args.engine == "hf":
+            sides["through `agentic-rl serve` (own process)"] = None  # started when its turn comes: idle, it would still hold the CPU's caches
 
         results = {}
         for label, run in sides.items():
+            if run is None:
+                served = _serve(args.model)
+                run = chat_side(openai.OpenAI(base_url=f"{served[1]}/v1", api_key="unused", max_retries=0), args.model)
             run(args.max_tokens, args.concurrency)  # warm-up
             rates = []
             for _ in range(args.repeats):
@@ -112,13 +121,42 @@ def main() -> None:
             results[label] = (statistics.median(rates), latency)
             print(f"{label}: {results[label][0]:.1f} tokens/s at {args.concurrency} concurrent ({args.max_tokens} tokens each); 1-token request {1000 * latency:.1f} ms", flush=True)
         baseline = next(iter(results))
-        (engine_rate, engine_latency), (gateway_rate, gateway_latency) = results[baseline], results["through the gateway"]
-        print(f"gateway / {baseline}: {gateway_rate / engine_rate:.1%} of the throughput; {1000 * (gateway_latency - engine_latency):+.1f} ms per request")
+        engine_rate, engine_latency = results[baseline]
+        for label in [label for label in results if label.startswith("through")]:
+            rate, latency = results[label]
+            print(f"{label} / {baseline}: {rate / engine_rate:.1%} of the throughput; {1000 * (latency - engine_latency):+.1f} ms per request")
     finally:
+        if served is not None:
+            served[0].terminate()
+            served[0].wait(timeout=60)
         server.shutdown()
         server.server_close()
         if hasattr(backend, "close"):
             backend.close()  # a managed vLLM server stops here
+
+
+def _serve(model: str):
+    """``agentic-rl serve MODEL`` on a free port, answering: (process, url)."""
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "agentic_rl", "serve", model, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    process.kill()
+    raise SystemExit(f"agentic-rl serve {model} did not come up")
 
 
 if __name__ == "__main__":
