@@ -47,3 +47,21 @@ def test_shared_prefix_matches_full_forward(tiny, monkeypatch, with_grad) -> Non
     for a, b in zip(shared_grads, full_grads):
         assert torch.allclose(a, b, atol=1e-5)
     model.zero_grad(set_to_none=True)
+
+
+def test_cache_goes_by_the_name_the_backbone_takes(tiny) -> None:
+    """transformers 5.x renamed ``past_key_values`` to ``cache`` and warns on the old name
+    (removed in 5.40): the shared-prefix pass uses whichever name the forward declares."""
+    import inspect
+    import warnings
+
+    model, _ = tiny
+    backbone, _ = anatomy.split_model(model)
+    declared = inspect.signature(type(backbone).forward).parameters
+    (name,) = anatomy.cache_argument(backbone, None)
+    assert name in declared and name in ("cache", "past_key_values")
+    batch = _batch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a deprecated keyword would fail here
+        hidden, prefix = anatomy.hidden_states(backbone, batch.input_ids, batch.attention_mask, batch.loss_mask.bool())
+    assert prefix == 59 and hidden.shape[:2] == (3, batch.input_ids.shape[1] - 59)

@@ -71,7 +71,7 @@ class DecodeSession:
         self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int,
         min_shared_prefix: int = 8, weight_version: int = 0, staged: StagedWeights | None = None,
     ) -> None:
-        from agentic_rl.models.anatomy import split_model
+        from agentic_rl.models.anatomy import cache_argument, split_model
 
         self.model = model
         self.weight_version = weight_version
@@ -79,6 +79,7 @@ class DecodeSession:
         """New weights another thread staged: applied at the start of the next ``step()``."""
         self._entered = False
         self.backbone, self.lm_head = split_model(model)
+        self._cache_name = next(iter(cache_argument(self.backbone, None)))  # resolved once, not per step
         self.sampling = sampling
         self.max_slots = max_slots
         self.pad_token_id = pad_token_id
@@ -290,7 +291,7 @@ class DecodeSession:
         self.cache.bind(lo, hi, positions, width)
         if self._lean is not None:
             return self._lean.forward(input_ids, positions, mask, self.cache)
-        return self.backbone(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache, use_cache=True).last_hidden_state
+        return self.backbone(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **{self._cache_name: self.cache}).last_hidden_state
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self._lean is not None:

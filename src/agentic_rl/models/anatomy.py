@@ -17,6 +17,15 @@ def split_model(model):
     return backbone, base.get_output_embeddings()
 
 
+def cache_argument(backbone, cache) -> dict:
+    """The KV cache as the backbone's forward takes it: transformers 5.x renamed
+    ``past_key_values`` to ``cache`` (the old name warns, then goes in 5.40)."""
+    import inspect
+
+    forward = inspect.signature(type(backbone).forward).parameters
+    return {"cache": cache} if "cache" in forward else {"past_key_values": cache}
+
+
 MIN_SHARED_PREFIX = 32
 """Shared prompt prefixes at least this long are encoded once per micro-batch."""
 
@@ -62,11 +71,12 @@ def hidden_states(backbone, input_ids: torch.Tensor, attention_mask: torch.Tenso
     from transformers import DynamicCache
 
     cache = DynamicCache(config=backbone.config)
-    backbone(input_ids=input_ids[:1, :prefix], past_key_values=cache, use_cache=True)
+    backbone(input_ids=input_ids[:1, :prefix], use_cache=True, **cache_argument(backbone, cache))
     cache.batch_repeat_interleave(input_ids.shape[0])
     width = input_ids.shape[1]
     positions = torch.arange(prefix, width, device=input_ids.device).expand(input_ids.shape[0], -1)
     hidden = backbone(
-        input_ids=input_ids[:, prefix:], attention_mask=attention_mask, position_ids=positions, past_key_values=cache, use_cache=True
+        input_ids=input_ids[:, prefix:], attention_mask=attention_mask, position_ids=positions, use_cache=True,
+        **cache_argument(backbone, cache),
     ).last_hidden_state
     return hidden, prefix
