@@ -40,6 +40,11 @@ INVALID_CALL = "invalid_call"
 """``ToolResult.name`` of a call the parser could not read (bad JSON, unclosed tag...): a
 malformed call, not a tool."""
 
+UNKNOWN_TOOL = "unknown_tool"
+"""Metric label of calls that named a tool the env does not have. The name such a call gives
+is the model's own text (``<tool name>`` copied from a prompt, anything at all): keyed by it,
+a run's metrics would grow a new series per invented name."""
+
 
 @dataclass
 class ToolResult:
@@ -53,6 +58,9 @@ class ToolResult:
     malformed: bool = False
     """True when the call itself was invalid (bad JSON, unknown tool, bad arguments),
     as opposed to a well-formed call whose tool failed."""
+    unknown_tool: bool = False
+    """True when the call named a tool that is not registered (then also ``malformed``);
+    ``name`` keeps the name the model wrote, metrics count it as ``UNKNOWN_TOOL``."""
 
 
 @dataclass
@@ -167,7 +175,7 @@ class Trajectory:
             "num_turns": self.num_turns,
             "response_tokens": self.response_tokens,
             "tool_calls": [
-                {"name": r.name, "ok": r.ok, "malformed": r.malformed, "latency_s": r.latency_s}
+                {"name": r.name, "ok": r.ok, "malformed": r.malformed, "unknown_tool": r.unknown_tool, "latency_s": r.latency_s}
                 for r in self.tool_results
             ],
             "wall_time_s": self.wall_time_s,

@@ -371,10 +371,10 @@ def test_registry_invoke() -> None:
     unknown = registry.invoke(ToolCall(name="browser", arguments={}, id="call_1"))
     assert not unknown.ok and unknown.malformed
     assert unknown.content == "Error: unknown tool 'browser'; available tools: calculator, search"
-    assert unknown.name == "browser" and unknown.call_id == "call_1"
+    assert unknown.name == "browser" and unknown.call_id == "call_1" and unknown.unknown_tool
 
     bad_args = registry.invoke(ToolCall(name="calculator", arguments={"expr": "1"}))
-    assert not bad_args.ok and bad_args.malformed
+    assert not bad_args.ok and bad_args.malformed and not bad_args.unknown_tool
 
 
 def test_empty_registry_invoke() -> None:

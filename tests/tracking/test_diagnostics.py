@@ -163,6 +163,28 @@ def test_unreadable_calls_warn_as_malformed_calls_not_as_a_tool() -> None:
     assert check_thresholds({"malformed_call_rate": 0.2, "malformed_tool_calls": 1.0}) == []
 
 
+def test_invented_tool_names_make_no_metric_series_of_their_own() -> None:
+    """A call naming a tool that does not exist (the demo model copies ``<tool name>`` from
+    its prompt) counts as malformed under one label, never as a tool named by the model."""
+    from agentic_rl.evaluation.metrics import aggregate_metrics
+    from agentic_rl.tools import ToolRegistry, calculator
+    from agentic_rl.types import UNKNOWN_TOOL, ToolCall
+
+    registry = ToolRegistry([calculator])
+    invented = [registry.invoke(ToolCall(name=name, arguments={})) for name in ("<tool name>", "calc", "python")]
+    ran = registry.invoke(ToolCall(name="calculator", arguments={"expression": "2+3"}))
+    trajectories = [episode([([1], 0), ([2], 1), ([3], 0), ([4], 1)], group="A", tools=[invented, [ran]])]
+    out = step_diagnostics(trajectories)
+    assert {key for key in out if key.startswith("tool_failure_ratio")} == {"tool_failure_ratio", "tool_failure_ratio/calculator"}
+    assert out["tool_failure_ratio"] == pytest.approx(3 / 4) and out["tool_failure_ratio/calculator"] == 0.0
+    assert out["malformed_tool_calls"] == 3
+    metrics = aggregate_metrics([trajectories], k=1)
+    assert metrics[f"tool/{UNKNOWN_TOOL}/calls"] == 3.0 and metrics[f"tool/{UNKNOWN_TOOL}/success_rate"] == 0.0
+    assert metrics["tool/calculator/calls"] == 1.0
+    assert not any("<tool name>" in key or "tool/python/" in key for key in {**out, **metrics})
+    assert not any("<tool name>" in w for w in check_thresholds({**out, "malformed_call_rate": metrics["malformed_call_rate"]}))
+
+
 def test_check_thresholds_defaults_and_overrides() -> None:
     healthy = {"entropy": 0.3, "repeated_token_ratio": 0.02, "identical_answer_ratio": 0.5, "frac_zero_std_groups": 0.2, "tool_failure_ratio/calc": 0.1}
     assert check_thresholds(healthy) == []

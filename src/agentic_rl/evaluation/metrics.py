@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentic_rl.types import TERMINATION_REASONS, ToolResult, Trajectory
+from agentic_rl.types import TERMINATION_REASONS, UNKNOWN_TOOL, ToolResult, Trajectory
 
 __all__ = [
     "aggregate_metrics",
@@ -160,8 +160,9 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
     - env metrics: every name in ``trajectory.info["episode_metrics"]`` (see
       ``episode_metrics_means``), e.g. ``search/answer_recall`` of ``search-qa``.
     - ``tool/<name>/calls``, ``tool/<name>/success_rate``,
-      ``tool/<name>/latency_ms_mean`` per ``ToolResult.name`` (malformed calls are
-      listed under whatever name the parser recorded).
+      ``tool/<name>/latency_ms_mean`` per ``ToolResult.name`` (calls the parser could not
+      read under ``invalid_call``, calls naming a tool that does not exist under
+      ``unknown_tool``: the name they gave is model text).
 
     Behaviour metrics: ``behaviour/<mode>/fraction|accuracy|tool_success_rate`` for
     reactive / deliberative / no_tool episodes (``evaluation.behaviour.behaviour_metrics``).
@@ -223,7 +224,7 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
 
     by_name: dict[str, list[ToolResult]] = {}
     for result in results:
-        by_name.setdefault(result.name, []).append(result)
+        by_name.setdefault(UNKNOWN_TOOL if result.unknown_tool else result.name, []).append(result)
     for name, calls in by_name.items():
         metrics[f"tool/{name}/calls"] = float(len(calls))
         metrics[f"tool/{name}/success_rate"] = sum(map(_succeeded, calls)) / len(calls)

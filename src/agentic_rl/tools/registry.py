@@ -47,6 +47,7 @@ class ToolRegistry:
                 ok=False,
                 call_id=call.id,
                 malformed=True,
+                unknown_tool=True,
             )
         return self._tools[call.name].invoke(call)
 

@@ -98,14 +98,15 @@ def answer_diversity(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 def tool_failure_ratios(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """``tool_failure_ratio/<tool>``: failed calls / calls per tool name, plus the overall
     ``tool_failure_ratio``. A call fails when ``ok`` is false or it was malformed. A call
-    the parser could not read (``INVALID_CALL``) names no tool: it counts in the overall
-    ratio only (``malformed_tool_calls`` counts it). Empty when no tool was called."""
+    the parser could not read (``INVALID_CALL``) names no tool, and one naming a tool that
+    does not exist (``unknown_tool``) names the model's invention: both count in the
+    overall ratio only (``malformed_tool_calls`` counts them). Empty when no tool was called."""
     failures: list[bool] = []
     calls: dict[str, list[bool]] = {}
     for trajectory in trajectories:
         for result in trajectory.tool_results:
             failures.append(not result.ok or result.malformed)
-            if result.name != INVALID_CALL:
+            if result.name != INVALID_CALL and not result.unknown_tool:
                 calls.setdefault(result.name, []).append(failures[-1])
     out: dict[str, float] = {}
     if failures:
