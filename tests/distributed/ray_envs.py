@@ -34,3 +34,15 @@ class ParityEnv:
             time.sleep(delay)
         reward = float(len(content) % 2 == 0)
         return [], reward, True, False, {"answer": content, "correct": reward > 0, "tool_results": [], "pid": os.getpid()}
+
+
+class NoteTakingEnv(ParityEnv):
+    """ParityEnv that also writes a note per episode into the process's shared memory store
+    ``ray-notes`` (as an agent with ``env.memory: shared`` does): the notes stay in the
+    worker process that ran the episode."""
+
+    def step(self, message):
+        from agentic_rl.tools.memory import shared_store
+
+        shared_store("ray-notes", max_notes=16).write(f"worker {os.getpid()} ran task {self.index}", key=f"task-{self.index}")
+        return super().step(message)

@@ -129,3 +129,42 @@ def test_killed_worker_costs_only_its_trajectories(tiny) -> None:
         assert trainer.backend.info()[0]["pid"] != victim
     finally:
         trainer.backend.close()
+
+
+def test_memory_stores_live_in_the_workers_and_come_back_per_worker(tiny) -> None:
+    """env.memory: shared under Ray: each worker keeps the notes of the episodes it ran; a
+    checkpoint's per-worker states go back to the same workers, and a different worker
+    count is refused with the count to resume with (no notes silently dropped or merged)."""
+    from agentic_rl.training.stages import restore_memory
+
+    config = _config(distributed={"engine": "ray", "rollout_workers": 2}, env={"name": "ray_envs:NoteTakingEnv"})
+    rollouts = RayRollouts(config, copy.deepcopy(tiny[0]))
+    try:
+        rollouts.rollout([0, 1, 2, 3], group_size=1, seed=0)  # task position p runs on worker p mod 2
+        saved = rollouts.memory_state()
+        keys = [sorted(key for store in worker if store["name"] == "ray-notes" for key, _ in store["notes"]) for worker in saved]
+        assert keys == [["task-0", "task-2"], ["task-1", "task-3"]]
+        restore_memory(rollouts, {"worker_memory": saved[::-1]}, ray_workers=True)  # swapped: worker 0 gets worker 1's notes
+        keys = [sorted(key for store in worker if store["name"] == "ray-notes" for key, _ in store["notes"]) for worker in rollouts.memory_state()]
+        assert keys == [["task-1", "task-3"], ["task-0", "task-2"]]
+        with pytest.raises(ValueError, match=r"memory stores of 1 rollout worker\(s\) and this run has 2; resume with distributed.rollout_workers: 1"):
+            rollouts.load_memory(saved[:1])
+        # A checkpoint of an in-process run: every worker starts from its notes.
+        single = [{"name": "ray-notes", "caps": {"max_notes": 16}, "notes": [["hint", "h"]], "next_auto_key": 0, "evictions": 0}]
+        restore_memory(rollouts, {"memory": single}, ray_workers=True)
+        assert [[key for store in worker if store["name"] == "ray-notes" for key, _ in store["notes"]] for worker in rollouts.memory_state()] == [["hint"], ["hint"]]
+    finally:
+        rollouts.close()
+
+
+def test_worker_memory_resumed_without_ray_needs_one_worker() -> None:
+    """A Ray run's worker memory resumed in one process: one worker's notes load into the
+    process, several workers' notes are refused (no faithful merge)."""
+    from agentic_rl.tools.memory import shared_store
+    from agentic_rl.training.stages import restore_memory
+
+    state = {"name": "ray-notes-local", "caps": {"max_notes": 4}, "notes": [["k", "v"]], "next_auto_key": 0, "evictions": 0}
+    restore_memory(object(), {"worker_memory": [[state]]}, ray_workers=False)
+    assert shared_store("ray-notes-local", max_notes=4).read("k") == "v"
+    with pytest.raises(ValueError, match="memory stores of 2 Ray rollout workers; resume with distributed.engine: ray and rollout_workers: 2"):
+        restore_memory(object(), {"worker_memory": [[state], [state]]}, ray_workers=False)

@@ -184,6 +184,23 @@ class RayRollouts:
         if not future.cancelled() and future.exception() is not None:
             self._down.setdefault(worker, None)
 
+    def memory_state(self) -> list[list[dict[str, Any]]]:
+        """Each worker's shared memory stores, in worker order (a checkpoint keeps them: with
+        ``env.memory: shared`` the notes live in the workers, not in the trainer's process)."""
+        ray = import_ray()
+        return ray.get([worker.memory_state.remote() for worker in self.workers])
+
+    def load_memory(self, states: list[list[dict[str, Any]]]) -> None:
+        """Give worker i the stores :meth:`memory_state` saved for worker i. The stores are
+        per worker, so a different worker count has no faithful mapping: ValueError."""
+        if len(states) != len(self.workers):
+            raise ValueError(
+                f"it holds the memory stores of {len(states)} rollout worker(s) and this run has {len(self.workers)}; "
+                f"resume with distributed.rollout_workers: {len(states)}"
+            )
+        ray = import_ray()
+        ray.get([worker.load_memory.remote(state) for worker, state in zip(self.workers, states)])
+
     def info(self) -> list[dict[str, Any]]:
         """Each worker's process id, node and weight version."""
         ray = import_ray()

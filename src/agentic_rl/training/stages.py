@@ -281,6 +281,9 @@ def _write_checkpoint(state: RunState) -> None:
     info = {"tracking": {name: state.run.count_lines(name) for name in LOGS}, "stages": state.run.completed_stages()}
     if memory := shared_stores_state():  # env.memory: shared: the notes the agents keep across episodes
         info["memory"] = memory
+    workers = getattr(trainer.backend, "memory_state", None)  # Ray rollout workers keep their own stores
+    if workers is not None and any(worker_memory := workers()):
+        info["worker_memory"] = worker_memory
     if trainer.strategy.sharded:  # every rank writes its shards
         from agentic_rl.training.sharded_checkpoint import save_sharded_checkpoint
 
@@ -319,14 +322,28 @@ def _resume_trainer(state: RunState) -> None:
     trainer.load_state_dict(trainer_state)  # after the sync: restores the engine's weight version too
     for name in LOGS:
         state.run.truncate_lines(name, info["tracking"][name])
-    if info.get("memory"):
-        from agentic_rl.tools.memory import load_shared_stores
-
-        try:
-            load_shared_stores(info["memory"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise ConfigError(f"--resume: {state.checkpoint}/state.json: memory: {error}") from None
+    try:
+        restore_memory(trainer.backend, info, ray_workers=state.config.distributed.engine == "ray")
+    except (KeyError, TypeError, ValueError) as error:
+        raise ConfigError(f"--resume: {state.checkpoint}/state.json: memory: {error}") from None
     state.events.on_stage(f"resumed from {state.checkpoint.name} (step {trainer.steps_done} of {state.config.steps})")
+
+
+def restore_memory(backend, info: dict, *, ray_workers: bool) -> None:
+    """Put the checkpoint's shared memory stores back where the episodes run: this process,
+    or each Ray rollout worker (``worker_memory``: one list of stores per worker)."""
+    from agentic_rl.tools.memory import load_shared_stores
+
+    load_shared_stores(info.get("memory") or [])
+    saved = info.get("worker_memory")
+    if ray_workers:
+        if hasattr(backend, "load_memory"):  # rank 0 holds the workers; other ranks run no episodes
+            # From a checkpoint of an in-process run every worker starts with the notes it had.
+            backend.load_memory(saved if saved else [info.get("memory") or []] * len(backend.workers))
+    elif saved:
+        if len(saved) != 1:
+            raise ValueError(f"it holds the memory stores of {len(saved)} Ray rollout workers; resume with distributed.engine: ray and rollout_workers: {len(saved)}")
+        load_shared_stores(saved[0])
 
 
 def run_rl(state: RunState) -> None:
