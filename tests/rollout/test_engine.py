@@ -107,7 +107,7 @@ def test_correct_episode_is_scored(correct_episode) -> None:
     assert trajectory.wall_time_s > 0
     summary = trajectory.to_dict()
     assert json.loads(json.dumps(summary)) == summary
-    assert summary["tool_calls"] == [{"name": "calculator", "ok": True, "malformed": False, "latency_s": result.latency_s}]
+    assert summary["tool_calls"] == [{"name": "calculator", "ok": True, "malformed": False, "unknown_tool": False, "latency_s": result.latency_s}]
 
 
 def test_correct_episode_tokens(correct_episode, tokenizer) -> None:
