@@ -6,6 +6,11 @@
    of the engine's tokens/s.
 2. Per-request latency overhead: a 1-token completion, through the gateway vs without it
    (HTTP, JSON, chat rendering and tool parsing on top of the engine).
+3. ``--engine hf``: an agent's turns, one at a time with its tool running in between
+   (``--turns`` turns of 8 tokens, ``--tool-gap-ms`` apart), through the gateway's
+   completion service with idle sessions kept open (``keep_idle_s``, the default) vs closed
+   after every turn (``keep_idle_s=0``, as under a trainer sharing the weights), the two
+   sides alternating; median turn latency.
 
 ``--engine hf``: the in-process HF engine (float32, continuous batching); without the
 gateway, the prompts are decoded in one batch by the engine directly. Two gateway rows:
@@ -24,6 +29,7 @@ gateway's first choice draws from ``stream_seed(i, 0)``, as the direct rows do) 
 at the same chat-template stop tokens.
 
     python benchmarks/gateway.py [--engine hf|vllm] [--model smollm2-135m] [--concurrency 16] [--max-tokens 64] [--repeats 3]
+    python benchmarks/gateway.py --part turns [--turns 10] [--tool-gap-ms 100]     # part 3 alone
 """
 
 from __future__ import annotations
@@ -44,7 +50,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vllm-python", default=".venv-vllm/bin/python", help="--engine vllm: the interpreter whose environment has vLLM (`make vllm`)")
     parser.add_argument("--base-url", default=None, help="--engine vllm: a running vLLM server to use instead of starting one")
+    parser.add_argument("--part", choices=("all", "turns"), default="all", help="turns: part 3 alone (--engine hf)")
+    parser.add_argument("--turns", type=int, default=10, help="--engine hf: agent turns per side and repeat (part 3)")
+    parser.add_argument("--tool-gap-ms", type=float, default=100.0, help="--engine hf: the tool's time between two turns (part 3)")
     args = parser.parse_args()
+    if args.part == "turns" and args.engine != "hf":
+        parser.error("--part turns: measured on the in-process engine (--engine hf)")
 
     import openai
 
@@ -67,6 +78,9 @@ def main() -> None:
         print("starting vLLM (the first start compiles)..." if not args.base_url else f"vLLM at {args.base_url}", flush=True)
         backend = build_vllm_backend(config, args.model, loaded=(model, tokenizer))
     renderer = ChatRenderer(tokenizer)
+    if args.part == "turns":
+        _agent_turns(backend, renderer, args)
+        return
     conversations = [[{"role": "user", "content": f"Write a short story about the number {i}."}] for i in range(args.concurrency)]
     prompts = [renderer.prompt_ids(c) for c in conversations]
     pool = ThreadPoolExecutor(args.concurrency)
@@ -125,6 +139,8 @@ def main() -> None:
         for label in [label for label in results if label.startswith("through")]:
             rate, latency = results[label]
             print(f"{label} / {baseline}: {rate / engine_rate:.1%} of the throughput; {1000 * (latency - engine_latency):+.1f} ms per request")
+        if args.engine == "hf":
+            _agent_turns(backend, renderer, args)
     finally:
         if served is not None:
             served[0].terminate()
@@ -133,6 +149,29 @@ def main() -> None:
         server.server_close()
         if hasattr(backend, "close"):
             backend.close()  # a managed vLLM server stops here
+
+
+def _agent_turns(backend, renderer, args) -> None:
+    """Part 3: sequential turns with a tool gap, idle sessions kept vs closed, alternating."""
+    from agentic_rl.gateway.service import KEEP_IDLE_S, CompletionService
+
+    prompt = renderer.prompt_ids([{"role": "user", "content": "What is 482 * 37? Use the calculator."}])
+    latencies: dict[float, list[float]] = {0.0: [], KEEP_IDLE_S: []}
+    for _ in range(args.repeats):
+        for keep in latencies:
+            service = CompletionService(backend, stop_token_ids=renderer.stop_token_ids, keep_idle_s=keep)
+            try:
+                service.submit(prompt, max_tokens=8, seed=0).result()  # warm-up
+                for turn in range(args.turns):
+                    time.sleep(args.tool_gap_ms / 1000)
+                    started = time.monotonic()
+                    service.submit(prompt, max_tokens=8, seed=turn).result()
+                    latencies[keep].append(time.monotonic() - started)
+            finally:
+                service.close()
+    closed, kept = (statistics.median(values) for values in latencies.values())
+    print(f"agent turns (8 tokens, {args.tool_gap_ms:g} ms tool gap): {1000 * closed:.0f} ms with sessions closed after each turn, "
+          f"{1000 * kept:.0f} ms with idle sessions kept ({closed / kept:.2f}x)", flush=True)
 
 
 def _serve(model: str):

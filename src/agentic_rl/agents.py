@@ -81,7 +81,10 @@ def _gateway(model, tokenizer, config: TrainConfig) -> Iterator[tuple[Any, Any]]
     from agentic_rl.gateway.server import GatewayServer
 
     backend = HFBackend(model, tokenizer, batch_size=config.backend.batch_size)  # shares the trainer's weights: no sync copy
-    server = GatewayServer(backend, model_name=config.model.name, port=0, max_context=config.rollout.max_total_tokens, default_max_tokens=config.rollout.max_new_tokens)
+    server = GatewayServer(
+        backend, model_name=config.model.name, port=0, max_context=config.rollout.max_total_tokens, default_max_tokens=config.rollout.max_new_tokens,
+        keep_idle_s=0.0,  # the trainer updates these weights between rollouts: no session may outlive one
+    )
     server.start()
     try:
         yield server, backend

@@ -446,3 +446,45 @@ def test_an_engine_without_alternatives_refuses_top_logprobs(tiny) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_idle_session_serves_the_next_turn_until_it_expires_or_its_weights_change(tiny) -> None:
+    """An agent's turns come one at a time with its tool running in between: the service
+    keeps the idle session (no new weight packing per turn) for ``keep_idle_s``, and closes
+    it at once when the engine counts new weights (a trainer updated them in place)."""
+    import time
+
+    from agentic_rl.gateway.service import CompletionService
+    from agentic_rl.rollout.chat import ChatRenderer
+
+    model, tokenizer = tiny
+    renderer = ChatRenderer(tokenizer)
+    prompt = renderer.prompt_ids(HELLO)
+
+    def service_with_count(keep_idle_s: float):
+        backend = HFBackend(copy.deepcopy(model), tokenizer)
+        opened = []
+        session = backend.session
+        backend.session = lambda *args, **kwargs: opened.append(1) or session(*args, **kwargs)
+        return backend, CompletionService(backend, stop_token_ids=renderer.stop_token_ids, keep_idle_s=keep_idle_s), opened
+
+    backend, service, opened = service_with_count(0.5)
+    try:
+        first = service.submit(prompt, max_tokens=3, seed=0).result(timeout=60)
+        second = service.submit(prompt, max_tokens=3, seed=0).result(timeout=60)
+        assert len(opened) == 1 and second.token_ids == first.token_ids
+        backend.sync_weights()  # version 1: the kept session's packed copies may be stale
+        third = service.submit(prompt, max_tokens=3, seed=0).result(timeout=60)
+        assert len(opened) == 2 and third.weight_version == 1 and third.token_ids == first.token_ids
+        time.sleep(0.8)  # past keep_idle_s: closed
+        service.submit(prompt, max_tokens=3, seed=0).result(timeout=60)
+        assert len(opened) == 3
+    finally:
+        service.close()
+    backend, service, opened = service_with_count(0.0)  # a trainer shares the weights: nothing outlives a turn
+    try:
+        for _ in range(2):
+            service.submit(prompt, max_tokens=3, seed=0).result(timeout=60)
+        assert len(opened) == 2
+    finally:
+        service.close()

@@ -3,7 +3,7 @@ token beyond it), over any token engine."""
 
 from __future__ import annotations
 
-from agentic_rl.gateway.service import CompletionService
+from agentic_rl.gateway.service import KEEP_IDLE_S, CompletionService
 from agentic_rl.gateway.traces import EpisodeStore
 from agentic_rl.http_server import ASGIServer
 from agentic_rl.parsers.base import get_parser
@@ -16,16 +16,18 @@ TOKEN_VARIABLE = "AGENTIC_RL_GATEWAY_TOKEN"
 class GatewayServer(ASGIServer):
     """OpenAI-compatible chat completions from ``backend`` (gateway/app.py). ``parser``: the
     model's tool-call format; ``model_name``: the id clients name; ``port=0`` picks a free
-    port (``.url``; clients use ``.url + "/v1"`` or an episode's ``episode_url``)."""
+    port (``.url``; clients use ``.url + "/v1"`` or an episode's ``episode_url``);
+    ``keep_idle_s``: see ``CompletionService`` (0 when a trainer shares the weights)."""
 
     def __init__(
         self, backend, *, model_name: str, parser: str = "hermes", host: str = "127.0.0.1", port: int = 8000, allow_remote: bool = False,
         token: str | None = None, max_context: int = 8192, default_max_tokens: int = 512, max_concurrency: int = 256, verbose: bool = False,
+        keep_idle_s: float = KEEP_IDLE_S,
     ) -> None:
         from agentic_rl.gateway.app import create_app
 
         renderer = ChatRenderer(backend.tokenizer)
-        self.service = CompletionService(backend, stop_token_ids=renderer.stop_token_ids)
+        self.service = CompletionService(backend, stop_token_ids=renderer.stop_token_ids, keep_idle_s=keep_idle_s)
         self.store = EpisodeStore()
         tool_parser = get_parser(parser)
         try:

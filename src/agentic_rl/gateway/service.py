@@ -13,11 +13,16 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 from agentic_rl.engines.base import SamplingParams
+
+
+KEEP_IDLE_S = 5.0
+"""How long an idle decode session stays open by default (``CompletionService.keep_idle_s``)."""
 
 
 @dataclass
@@ -37,17 +42,24 @@ class _Request:
 class CompletionService:
     """``submit(prompt_ids, ...) -> Future[Completion]`` over ``backend`` (a token engine with
     decode sessions: the in-process HF engine, a vLLM server). ``stop_token_ids``: the chat
-    template's end-of-turn tokens."""
+    template's end-of-turn tokens.
+
+    ``keep_idle_s``: how long a session with nothing to decode stays open, so that an agent's
+    next turn, sent after its tool ran, reuses it instead of paying the session's setup
+    (packing the weights) again. 0 when a trainer shares the engine's weights: while a
+    session is open, the model's gradient-free forwards use its packed copies, and the
+    trainer's own (old log-probs after an update) must see the live weights."""
 
     IDLE_WAIT_S = 0.05
 
-    def __init__(self, backend, *, stop_token_ids: Sequence[int]) -> None:
+    def __init__(self, backend, *, stop_token_ids: Sequence[int], keep_idle_s: float = KEEP_IDLE_S) -> None:
         if backend.interface != "tokens" or not callable(getattr(backend, "session", None)):
             raise ValueError("the gateway needs a token engine with decode sessions (backend.kind hf or vllm)")
         self.backend = backend
         self.supports_top_logprobs = bool(getattr(backend, "supports_top_logprobs", False))
         """Whether completions can carry the most likely alternatives per token (``top_logprobs``)."""
         self.stop_token_ids = list(stop_token_ids)
+        self.keep_idle_s = float(keep_idle_s)
         self._incoming: queue.Queue[_Request] = queue.Queue()
         self._stop = threading.Event()
         self._keys = itertools.count()
@@ -90,9 +102,11 @@ class CompletionService:
 
     def _serve(self) -> None:
         sessions: dict[tuple[float, float, int], tuple[object, dict[int, _Request]]] = {}
+        idle_since: dict[tuple[float, float, int], float] = {}
         try:
             while not self._stop.is_set():
-                self._admit(sessions, block=not sessions)
+                self._close_idle(sessions, idle_since)
+                self._admit(sessions, idle_since, block=not any(session.busy for session, _ in sessions.values()))
                 for setting in list(sessions):
                     session, requests = sessions[setting]
                     for key, request in list(requests.items()):
@@ -109,10 +123,13 @@ class CompletionService:
                         for key, request in requests.items():
                             if request.on_tokens is not None:
                                 self._stream(request, session.sampled(key))
-                    if not session.busy:  # idle: free its packed weights and cache
-                        session.__exit__(None, None, None)
-                        del sessions[setting]
+                    if session.busy:
+                        idle_since.pop(setting, None)
+                    else:
+                        idle_since.setdefault(setting, time.monotonic())
                 self._active = sum(len(requests) for _, requests in sessions.values())
+            for session, _ in sessions.values():  # closed: free what the kept sessions hold
+                session.__exit__(None, None, None)
         except BaseException as error:  # every waiting request must learn of it
             self._failure = error
             for _, requests in sessions.values():
@@ -121,13 +138,27 @@ class CompletionService:
                         request.future.set_exception(error)
             raise
 
+    def _close_idle(self, sessions: dict, idle_since: dict) -> None:
+        """Close the sessions idle for ``keep_idle_s`` (their packed weights and cache freed),
+        and at once those whose weights are behind the engine's: a trainer that updated the
+        weights in place (shared with the engine) has counted a new version, and a session's
+        packed copy would still hold the old ones."""
+        now = time.monotonic()
+        for setting, since in list(idle_since.items()):
+            if self._stale(sessions[setting][0]) or now - since >= self.keep_idle_s:
+                sessions.pop(setting)[0].__exit__(None, None, None)
+                del idle_since[setting]
+
+    def _stale(self, session) -> bool:
+        return getattr(session, "weight_version", self.backend.weight_version) != self.backend.weight_version
+
     @staticmethod
     def _stream(request: _Request, tokens: list[int]) -> None:
         if request.on_tokens is not None and len(tokens) > request.sent:
             request.on_tokens(tokens[request.sent :])
             request.sent = len(tokens)
 
-    def _admit(self, sessions: dict, *, block: bool) -> None:
+    def _admit(self, sessions: dict, idle_since: dict, *, block: bool) -> None:
         """Start the waiting requests (waiting briefly for one when nothing runs)."""
         while True:
             try:
@@ -138,6 +169,9 @@ class CompletionService:
             if request.future.cancelled():
                 continue
             setting = (request.temperature, request.top_p, request.top_logprobs)
+            if setting in idle_since and self._stale(sessions[setting][0]):  # new weights came while it waited
+                sessions.pop(setting)[0].__exit__(None, None, None)
+                del idle_since[setting]
             if setting not in sessions:
                 # stream_tokens: streamed replies and cancels reach a server engine's requests too
                 sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, max_new_tokens=request.max_tokens, top_logprobs=request.top_logprobs, stream_tokens=True)
