@@ -193,7 +193,7 @@ def test_disk_full_mid_run_stops_the_run_with_one_line(tmp_path, tiny, monkeypat
     from agentic_rl.training.stages import RunState, TrainingStopped, _checkpoint
 
     model, _ = tiny
-    trainer = SimpleNamespace(model=model, critic=None, steps_done=3, strategy=SimpleNamespace(sharded=False), state_dict=lambda: _trainer_state(model, 3))
+    trainer = SimpleNamespace(model=model, backend=None, critic=None, steps_done=3, strategy=SimpleNamespace(sharded=False), state_dict=lambda: _trainer_state(model, 3))
     config = SimpleNamespace(keep_checkpoints=2)
     state = RunState(config, RunDirectory(tmp_path), None, model, None, None, None, [], trainer=trainer)
     monkeypatch.setattr(checkpoint_module, "save_file", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")))
