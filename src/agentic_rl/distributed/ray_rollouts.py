@@ -188,7 +188,13 @@ class RayRollouts:
         """Each worker's shared memory stores, in worker order (a checkpoint keeps them: with
         ``env.memory: shared`` the notes live in the workers, not in the trainer's process)."""
         ray = import_ray()
-        return ray.get([worker.memory_state.remote() for worker in self.workers])
+        states = []
+        for ref in [worker.memory_state.remote() for worker in self.workers]:
+            try:
+                states.append(ray.get(ref))
+            except ray.exceptions.RayError:  # a worker Ray is restarting lost its notes: the checkpoint goes on without them
+                states.append([])
+        return states
 
     def load_memory(self, states: list[list[dict[str, Any]]]) -> None:
         """Give worker i the stores :meth:`memory_state` saved for worker i. The stores are
