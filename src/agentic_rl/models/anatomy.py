@@ -71,12 +71,12 @@ def hidden_states(backbone, input_ids: torch.Tensor, attention_mask: torch.Tenso
     from transformers import DynamicCache
 
     cache = DynamicCache(config=backbone.config)
-    backbone(input_ids=input_ids[:1, :prefix], use_cache=True, **cache_argument(backbone, cache))
+    passed = cache_argument(backbone, cache)  # the signature looked up once per call, not per pass
+    backbone(input_ids=input_ids[:1, :prefix], use_cache=True, **passed)
     cache.batch_repeat_interleave(input_ids.shape[0])
     width = input_ids.shape[1]
     positions = torch.arange(prefix, width, device=input_ids.device).expand(input_ids.shape[0], -1)
     hidden = backbone(
-        input_ids=input_ids[:, prefix:], attention_mask=attention_mask, position_ids=positions, use_cache=True,
-        **cache_argument(backbone, cache),
+        input_ids=input_ids[:, prefix:], attention_mask=attention_mask, position_ids=positions, use_cache=True, **passed
     ).last_hidden_state
     return hidden, prefix
