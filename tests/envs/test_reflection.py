@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+import torch
 
 from agentic_rl.config import ConfigError, RolloutConfig
 from agentic_rl.engines.scripted import ScriptedBackend
@@ -16,6 +17,7 @@ from agentic_rl.envs.code import make_code_env
 from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.rewards.qa import squad_normalize
 from agentic_rl.rollout import rollout
+from agentic_rl.training.rl_metrics import rollout_metrics
 
 IM_END = "<|im_end|>"
 
@@ -264,6 +266,9 @@ def test_engine_eval_shows_attempt_one_and_final_accuracy(tokenizer):
     metrics = aggregate_metrics([g.trajectories for g in groups], k=1)
     assert metrics["reflection/correct_at_1"] == 0.5 and metrics["reflection/correct_at_final"] == 0.75 == metrics["avg@1"]
     assert metrics["reflection/attempts_used"] == pytest.approx(1.5)
+    # An RL step logs the same env metrics, so attempt 1 vs the final attempt is a training curve too.
+    step = rollout_metrics(groups, torch.tensor([t.reward for t in trajectories]), excluded=0)
+    assert step["reflection/correct_at_1"] == 0.5 and step["reflection/correct_at_final"] == 0.75 == step["accuracy"]
 
 
 def test_engine_turn_limit_cuts_a_retry(tokenizer):

@@ -43,6 +43,8 @@ def run_dir(tmp_path):
                 "reward_mean": 0.2 * step, "reward_std": 0.1, "accuracy": 0.2 * step, "entropy": 0.5 / (step + 1),
                 "kl": 0.01 * step, "response_length": 40 + step, "tool_calls_per_episode": 1.0,
                 "tool_success_rate": 0.5 + 0.1 * step, "frac_zero_std_groups": 0.95 if step == 4 else 0.1, "step": step,
+                "segments_per_episode": 1.0 + step, "reflection/correct_at_1": 0.1 * step, "reflection/correct_at_final": 0.15 * step,
+                "memory/writes": 2.0, "memory/read_hits": 1.0,
             }) + "\n")
         f.write('{"reward_mean": 0.9, "step"')  # a partial last line from a killed run
     with (run / "rollouts.jsonl").open("w") as f:
@@ -62,7 +64,11 @@ def test_report_contains_plots_tables_rollouts_and_escapes_text(run_dir) -> None
     text = path.read_text()
     for title in ("reward", "accuracy", "entropy", "KL", "response length (sampled tokens)", "tool calls per episode", "tool success"):
         assert f'alt="{title}"' in text, title
-    assert text.count("data:image/png;base64,") >= 7
+    # The env's episode metrics that RL steps log: context samples, reflection, memory use.
+    for title in ("context: samples and summaries per episode", "reflection: correct at attempt 1 vs the final attempt", "memory tools (per episode)"):
+        assert f'alt="{title}"' in text, title
+    assert 'alt="search (per episode)"' not in text  # no search/* metrics logged: no empty plot
+    assert text.count("data:image/png;base64,") >= 10
     assert 'alt="SFT loss"' not in text  # no sft_metrics.jsonl: skipped, not an empty plot
     # Eval table: before and after RL (no SFT stage in this run).
     assert "<th>before</th><th>after RL</th>" in text and "after SFT" not in text.split("<h2>Evaluation</h2>")[1].split("<h2>")[0]

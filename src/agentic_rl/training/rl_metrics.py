@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from agentic_rl.algorithms import zero_std_group_fraction
-from agentic_rl.evaluation.metrics import aggregate_metrics
+from agentic_rl.evaluation.metrics import aggregate_metrics, episode_metrics_means
 from agentic_rl.tracking.diagnostics import mean_first_tokens_after_tool_entropy
 from agentic_rl.training.optim import StepOutcome
 from agentic_rl.training.scoring import usable_trajectories
@@ -24,7 +24,9 @@ gateway, instead), so for agent runs these are meaningless and left out."""
 def rollout_metrics(groups: list[TrajectoryGroup], rewards: torch.Tensor, *, excluded: int) -> dict[str, float]:
     """Rewards, accuracy and episode shape of every sampled group (filtered ones too).
     ``rewards`` [N]: the shaped rewards of ``usable_trajectories(groups)``; ``excluded``:
-    trajectories kept out of the update for infrastructure errors."""
+    trajectories kept out of the update for infrastructure errors. The env's own episode
+    metrics (``search/answer_recall``, ``reflection/correct_at_1``, ``memory/writes``...)
+    follow under their names, so behaviour the eval reports can be watched during training."""
     summary = aggregate_metrics([g.trajectories for g in groups], k=1)
     usable = usable_trajectories(groups)
     group_of = {g.group_id: i for i, g in enumerate(groups)}
@@ -41,6 +43,7 @@ def rollout_metrics(groups: list[TrajectoryGroup], rewards: torch.Tensor, *, exc
         "malformed_call_rate": summary["malformed_call_rate"],
         "frac_zero_std_groups": zero_std_group_fraction(rewards, torch.tensor([group_of[t.group_id] for t in usable])) if usable else 0.0,
         "infra_errors": float(excluded),
+        **episode_metrics_means([t for g in groups for t in g.trajectories]),
     }
 
 

@@ -18,6 +18,8 @@ PLOTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("KL", ("kl", "approx_kl")),
     ("response length (sampled tokens)", ("response_length",)),
     ("tool calls per episode", ("tool_calls_per_episode",)),
+    ("context: samples and summaries per episode", ("segments_per_episode", "summaries_per_episode")),
+    ("reflection: correct at attempt 1 vs the final attempt", ("reflection/correct_at_1", "reflection/correct_at_final")),
     ("tool success", ("tool_success_rate", "malformed_call_rate")),
     ("collapse diagnostics", ("repeated_token_ratio", "identical_answer_ratio", "frac_zero_std_groups")),
     ("async: staleness (versions behind)", ("staleness_mean", "staleness_max")),
@@ -30,6 +32,8 @@ PLOTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 PER_NAME_PLOTS: tuple[tuple[str, str], ...] = (
     ("tool failure ratio per tool", "tool_failure_ratio/"),
+    ("memory tools (per episode)", "memory/"),
+    ("search (per episode)", "search/"),
     ("reward per env (env.mix)", "reward_mean@"),
     ("accuracy per env (env.mix)", "accuracy@"),
     ("share of each step's tasks per env (env.mix)", "mix_share@"),
