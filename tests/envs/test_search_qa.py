@@ -174,6 +174,39 @@ def test_answering_without_a_search_never_pays_more_than_searching():
         assert max(skip_wrong, skip_right) < search_right
 
 
+def test_require_evidence_pays_the_answer_only_after_every_supporting_document():
+    """The shortcut RL found on 2-hop questions: answer after the first search (a comparison
+    is right half the time by luck). With ``require_evidence`` a right answer without the
+    second document earns only the format term; the oracle's full search still earns 1."""
+    env = make("search-qa", split="test", hops=2, types=["older_person_birth_city"], require_evidence=True, format_reward=0.1, top_k=2)
+    searcher = oracle_policy("hermes")
+    for index in range(10):
+        env.reset(options={"task_index": index})
+        gold = env.task.answer
+        first_then_gold = lambda t, o: searcher(t, o) if not o else f"<answer>{gold}</answer>"  # noqa: E731
+        reward, info = run_episode(env, first_then_gold, index)
+        assert info["em"] == 1.0 and info["correct"]  # the answer itself is right: held-out EM counts it
+        assert reward == pytest.approx(0.1) and env.episode_metrics()["search/gold_recall"] == 0.5
+        reward, info = run_episode(env, searcher, index)
+        assert reward == 1.0 and info["correct"] and env.has_evidence()
+    # Without the option the lucky guess is paid in full.
+    plain = make("search-qa", split="test", hops=2, types=["older_person_birth_city"], format_reward=0.1, top_k=2)
+    plain.reset(options={"task_index": 0})
+    gold = plain.task.answer
+    assert run_episode(plain, lambda t, o: searcher(t, o) if not o else f"<answer>{gold}</answer>", 0)[0] == 1.0
+
+
+def test_require_evidence_needs_gold_documents(tmp_path):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps({"question": "q?", "answers": ["a"]}) + "\n")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "title": f"T{i}", "text": f"Alpha Corp fact number {i}."}) + "\n" for i in range(3)))
+    with pytest.raises(ValueError, match="require_evidence: task qa-0 of .* has no supporting_docs"):
+        make("search-qa", qa_path=str(qa), corpus_path=str(corpus), require_evidence=True)
+    with pytest.raises(ValueError, match="require_evidence: expected true or false, got 'yes'"):
+        make("search-qa", require_evidence="yes")
+
+
 def test_expert_reply_plays_the_oracle_and_refuses_custom_questions(tmp_path):
     env = make("search-qa", split="test", hops=[1, 2])
     for index in range(10):

@@ -15,6 +15,13 @@ per query the episode had already searched (after lower-casing and collapsing sp
 The built-in questions know their supporting documents; a QA JSONL gives them as
 ``supporting_docs`` (document ids or titles).
 
+``require_evidence``: the answer earns its reward (EM / F1 / judge) only once the episode's
+searches have retrieved every gold-supporting document. Without it a comparison question
+("the older of A and B") answered after one search is right half the time by luck, and a
+bridge's first document often names a plausible wrong answer: RL found that shortcut and
+dropped the second search. The ``em`` / ``f1`` metrics and ``correct`` stay the plain
+answer scores, so held-out accuracy means the same with and without it.
+
 By default the questions and corpus are the built-in generated ones
 (:mod:`agentic_rl.envs.search_data`); any QA JSONL (``question``, ``answers``) plugs in
 with ``qa_path`` and any corpus with ``corpus_path`` (JSONL, indexed in memory),
@@ -196,6 +203,7 @@ class SearchQAEnv(ToolEnv):
         judge: LLMJudge | None = None,
         info_gain_reward: float = 0.0,
         repeat_penalty: float = 0.0,
+        require_evidence: bool = False,
         gold_documents: GoldDocuments | None = None,
         retriever: Retriever | None = None,
         top_k: int = 3,
@@ -212,6 +220,8 @@ class SearchQAEnv(ToolEnv):
             raise ValueError(f"info_gain_reward, repeat_penalty: expected numbers >= 0, got {info_gain_reward}, {repeat_penalty}")
         if info_gain_reward and (gold_documents is None or retriever is None):
             raise ValueError("info_gain_reward: needs gold_documents and the retriever the search tool uses")
+        if require_evidence and (gold_documents is None or retriever is None):
+            raise ValueError("require_evidence: needs gold_documents and the retriever the search tool uses")
         super().__init__(tasks, tools, **kwargs)
         self.reward_kind = reward
         self.judge = judge
@@ -220,6 +230,7 @@ class SearchQAEnv(ToolEnv):
         """ZeroSearch's simulated engine behind the search tool, told each episode's question,
         answers and training step (``options["training_step"]``) at reset; None: a real corpus."""
         self.info_gain_reward, self.repeat_penalty = float(info_gain_reward), float(repeat_penalty)
+        self.require_evidence = bool(require_evidence)
         self.gold_documents, self.retriever, self.top_k = gold_documents, retriever, top_k
         self._reset_episode()
 
@@ -239,7 +250,7 @@ class SearchQAEnv(ToolEnv):
         if self.simulated_search is not None:
             step = (options or {}).get("training_step")
             self.simulated_search.begin_episode(question=self.task.prompt, answers=_golds(self.task), step=step, seed=seed)  # type: ignore[union-attr]
-        if self.info_gain_reward:
+        if self.info_gain_reward or self.require_evidence:
             self.gold = frozenset(self.gold_documents(self.task))  # type: ignore[misc, arg-type]
         return messages, info
 
@@ -251,8 +262,14 @@ class SearchQAEnv(ToolEnv):
             base = self.judge(answer, self.task)  # type: ignore[misc]  # a failing judge raises: an infrastructure error
         else:
             base = em if self.reward_kind == "em" else f1
+        if self.require_evidence and not self.has_evidence():
+            base = 0.0
         reward = (1.0 - self.format_weight) * base + self.format_weight * float(self.well_formed(answer))
         return reward, {"em": em, "f1": f1}
+
+    def has_evidence(self) -> bool:
+        """Whether this episode's searches retrieved every gold-supporting document."""
+        return bool(self.gold) and self.found_gold >= self.gold
 
     def well_formed(self, answer: str | None) -> bool:
         """The format this env pays for (``format_reward``, and ``info["format_ok"]``): an
@@ -373,6 +390,7 @@ def make_search_qa_env(
     judge: dict | None = None,
     info_gain_reward: float = 0.0,
     repeat_penalty: float = 0.0,
+    require_evidence: bool = False,
     few_shot: int = 0,
     system_prompt: str | None = None,
     max_calls_per_turn: int | None = None,
@@ -397,7 +415,8 @@ def make_search_qa_env(
     ``plan_reward`` (a plan as the first turn): see :class:`ToolEnv`.
     ``reward: judge`` scores answers with an LLM judge built from ``judge`` (options of
     :func:`agentic_rl.rewards.judge.make_judge`). ``info_gain_reward`` / ``repeat_penalty``:
-    StepSearch's per-turn process rewards (see the module docstring).
+    StepSearch's per-turn process rewards; ``require_evidence``: the answer pays only after
+    every gold-supporting document was retrieved (see the module docstring).
     """
     if top_k < 1:
         raise ValueError(f"top_k: expected a positive int, got {top_k}")
@@ -410,8 +429,11 @@ def make_search_qa_env(
     simulated = _simulated_search(retriever, split) if retriever is not None else None
     if simulated is not None and (corpus_path or index_path or server_url):
         raise ValueError("retriever: a simulated search engine replaces the corpus; give it or corpus_path / index_path / server_url, not both")
-    if simulated is not None and info_gain_reward:
-        raise ValueError("info_gain_reward: needs a document collection to find the gold documents in, not a simulated search engine")
+    if not isinstance(require_evidence, bool):
+        raise ValueError(f"require_evidence: expected true or false, got {require_evidence!r}")
+    evidence_option = "info_gain_reward" if info_gain_reward else "require_evidence"
+    if simulated is not None and (info_gain_reward or require_evidence):
+        raise ValueError(f"{evidence_option}: needs a document collection to find the gold documents in, not a simulated search engine")
     if simulated is not None and few_shot:
         raise ValueError("few_shot: the oracle demonstrations need a document collection, not a simulated search engine")
     search = simulated if simulated is not None else get_retriever(seed=seed, corpus_path=corpus_path, index_path=index_path, server_url=server_url)
@@ -424,11 +446,11 @@ def make_search_qa_env(
         raise ValueError("few_shot: demonstrations need the built-in questions (no qa_path)")
     demos = [_demonstration(task, call_parser, search_tool) for task in SearchQATasks(split="demo", seed=seed)[:few_shot]]
     gold_documents: GoldDocuments | None = None
-    if info_gain_reward:
+    if info_gain_reward or require_evidence:
         if qa_path:
             missing = next((task for task in tasks if "supporting_docs" not in task.metadata), None)
             if missing is not None:
-                raise ValueError(f"info_gain_reward: task {missing.id} of {qa_path} has no supporting_docs (document ids or titles)")
+                raise ValueError(f"{evidence_option}: task {missing.id} of {qa_path} has no supporting_docs (document ids or titles)")
             gold_documents = task_supporting_docs
         else:
             gold_documents = _builtin_supporting_docs(seed)
@@ -446,6 +468,7 @@ def make_search_qa_env(
         judge=make_judge(judge) if judge is not None else None,
         info_gain_reward=info_gain_reward,
         repeat_penalty=repeat_penalty,
+        require_evidence=require_evidence,
         gold_documents=gold_documents,
         retriever=search,
         top_k=top_k,
