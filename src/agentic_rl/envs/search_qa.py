@@ -495,14 +495,16 @@ def _simulated_search(spec: Any, split: str) -> SimulatedSearch:
     return SimulatedSearch(engine, with_answer=split == "train" if with_answer is None else with_answer)
 
 
-_SUPPORT: dict[tuple[int, str], tuple[str, ...]] = {}
+_SUPPORT: dict[tuple[int, str, str], tuple[str, ...]] = {}
 
 
 def _builtin_supporting_docs(seed: int) -> GoldDocuments:
     """The built-in questions' gold documents, found once per question in the built-in corpus."""
 
     def gold(task: Task) -> Sequence[str]:
-        key = (seed, task.id)
+        # The question is part of the key: task ids number positions, and two envs of one
+        # process with other ``hops`` / ``types`` filters (train vs eval) ask other questions there.
+        key = (seed, task.id, task.prompt)
         if key not in _SUPPORT:
             _SUPPORT[key] = tuple(supporting_documents(task, demo_corpus(seed)))
         return _SUPPORT[key]
