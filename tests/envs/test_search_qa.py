@@ -198,6 +198,17 @@ def test_require_evidence_pays_the_answer_only_after_every_supporting_document()
     assert run_episode(plain, lambda t, o: searcher(t, o) if not o else f"<answer>{gold}</answer>", 0)[0] == 1.0
 
 
+def test_gold_documents_follow_the_question_not_the_task_position():
+    """Task ids number positions: with other hops filters, position 0 is another question,
+    and each env must get that question's own supporting documents (they share a cache)."""
+    lookups = make("search-qa", split="test", hops=1, require_evidence=True)
+    bridges = make("search-qa", split="test", hops=2, types=["older_person_birth_city"], require_evidence=True)
+    lookups.reset(options={"task_index": 0})
+    bridges.reset(options={"task_index": 0})
+    assert lookups.task.id == bridges.task.id and lookups.task.prompt != bridges.task.prompt
+    assert len(lookups.gold) == 1 and len(bridges.gold) == 2 and not lookups.gold & bridges.gold
+
+
 def test_require_evidence_needs_gold_documents(tmp_path):
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"question": "q?", "answers": ["a"]}) + "\n")
