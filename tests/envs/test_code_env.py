@@ -52,6 +52,21 @@ def test_oracle_earns_one_and_wrong_or_empty_answers_zero():
     assert env.step({"role": "assistant", "content": "no code at all"})[1] == 0.0
 
 
+def test_expert_answers_with_the_canonical_solution_and_earns_one():
+    env = envs.make("code", tools=())
+    with pytest.raises(ValueError, match="expert_reply: no task"):
+        env.expert_reply()
+    for index in range(4):
+        env.reset(options={"task_index": index})
+        reply_text = env.expert_reply()
+        assert extract_code(reply_text).rstrip() == env.task.answer.rstrip()
+        _, reward, terminated, _, info = env.step({"role": "assistant", "content": reply_text})
+        assert (reward, terminated, info["correct"]) == (1.0, True, True)
+    env.reset(options={"task": make_task("add", PROMPT, TEST, "add")})  # no canonical_solution
+    with pytest.raises(ValueError, match="has no canonical_solution"):
+        env.expert_reply()
+
+
 def test_partial_credit_is_the_fraction_of_tests_passed():
     # a * b agrees with a + b on (0, 0) and (2, 2): 2 of the 4 non-trivial asserts.
     assert score("def add(a, b):\n    return a * b\n", partial_credit=True)[0] == 0.5

@@ -3,6 +3,7 @@ that solves them, a random policy that does not, invalid actions and option erro
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -63,6 +64,35 @@ def test_oracle_solves_every_level_and_random_policy_does_not(name) -> None:
         rand.append(play(env, index, moves.__getitem__)[0])
     assert sum(oracle) / len(oracle) == 1.0
     assert sum(rand) / len(rand) < 0.15
+
+
+def remaining_plan(name: str, env) -> list[str] | None:
+    """The solver's shortest plan from the env's current state."""
+    if name == "frozenlake":
+        return shortest_path(dataclasses.replace(env.lake, start=env.player))
+    return solve(dataclasses.replace(env.room, player=env.player, boxes=env.boxes))
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_expert_recovers_from_a_detour_in_the_fewest_moves_left(name) -> None:
+    env = make(name, split="test")
+    recovered = 0
+    for index in range(40):
+        env.reset(options={"task_index": index})
+        # A detour first (a move the shortest plan does not start with), then the expert,
+        # which plans again from where the player stands.
+        first = SOLVERS[name](env.tasks[index].metadata["level"])[0]
+        _, _, terminated, _, _ = env.step(reply(next(a for a in ("Up", "Down", "Left", "Right") if a != first)))
+        left = None if terminated else remaining_plan(name, env)
+        if left is None:  # fell into a hole, or pushed a box into a corner: nothing to recover
+            continue
+        for turn in range(len(left)):
+            _, reward, terminated, truncated, info = env.step({"role": "assistant", "content": env.expert_reply()})
+        assert terminated and info["correct"] and reward == 1.0
+        recovered += 1
+    assert recovered >= 20
+    with pytest.raises(ValueError, match="expert_reply: no level"):
+        make(name).expert_reply()
 
 
 def test_sokoban_levels_are_solvable_within_the_cap_and_need_pushes() -> None:

@@ -146,6 +146,25 @@ def test_expert_source_plays_each_task_through_the_env(tokenizer):
         assert task.answer in trained and "search" in trained and "Doc 1" not in trained  # results are not trained on
 
 
+@pytest.mark.parametrize("name", ["frozenlake", "sokoban"])
+def test_expert_source_plays_the_text_games_which_have_no_close(name):
+    """Envs without the optional ``close`` (the text games) collect too; every episode is
+    the shortest solution, one move per assistant turn."""
+    from agentic_rl import envs
+    from agentic_rl.envs.frozenlake import shortest_path
+    from agentic_rl.envs.sokoban import solve
+    from agentic_rl.training.collect import collect_expert
+
+    assert not hasattr(envs.make(name), "close")
+    result = collect_expert(name, {}, CollectConfig(source="expert", num_tasks=6, task_offset=100))
+    assert (result.attempted, result.successful) == (6, 6)
+    tasks = envs.make(name).tasks
+    for position, example in enumerate(result.examples):
+        plan = (shortest_path if name == "frozenlake" else solve)(tasks[100 + position].metadata["level"])
+        moves = [m["content"] for m in example["messages"] if m["role"] == "assistant"]
+        assert moves == [f"<answer>{move}</answer>" for move in plan]
+
+
 def test_expert_data_takes_the_layout_of_the_model_it_is_for(tokenizer, framing_tokenizer):
     """For a model whose template describes tools and frames their output (Qwen's), the
     expert's examples carry ``tools`` and render as a rollout on that model does: the
@@ -185,7 +204,7 @@ def test_expert_source_needs_an_env_with_an_expert():
     from agentic_rl.training.collect import collect_expert
 
     with pytest.raises(ConfigError, match="sft.collect.source"):
-        collect_expert("frozenlake", {}, CollectConfig(source="expert", num_tasks=2))
+        collect_expert("gymnasium", {}, CollectConfig(source="expert", num_tasks=2))
 
 
 def test_arithmetic_expert_calls_the_calculator_then_answers():

@@ -108,6 +108,15 @@ class CodeEnv(ToolEnv):
             return self.answer_turn(extract_code(text))
         return self.tool_turn(parsed)
 
+    def expert_reply(self) -> str:
+        """The scripted expert's answer: the task's canonical solution (the prompt and its
+        body) in a final python block (cold-start data, ``sft.collect.source: expert``)."""
+        if self.task is None:
+            raise ValueError("expert_reply: no task is loaded (call reset first)")
+        if not self.task.answer:
+            raise ValueError(f"expert_reply: task {self.task.id} has no canonical_solution to answer with")
+        return f"```python\n{self.task.answer.rstrip()}\n```"
+
     def verdict(self, answer: str | None) -> str:
         """After a failed attempt (``attempts`` > 1): that it failed, never the tests."""
         return "Your reply had no ```python code block." if not answer or not answer.strip() else "Your code does not pass the tests."

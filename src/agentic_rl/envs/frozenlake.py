@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentic_rl.envs.text_game import DiscreteTextGame, LevelTasks, Move
 
@@ -123,6 +123,16 @@ class FrozenLakeEnv(DiscreteTextGame):
     def render(self) -> str:
         assert self.lake is not None
         return render(self.lake, self.player)
+
+    def expert_reply(self) -> str:
+        """The scripted expert's next move: the first step of a shortest hole-free path from
+        the current cell (cold-start data, ``sft.collect.source: expert``)."""
+        if self.lake is None:
+            raise ValueError("expert_reply: no level is loaded (call reset first)")
+        path = shortest_path(replace(self.lake, start=self.player))
+        if not path:
+            raise ValueError("expert_reply: the goal cannot be reached from here (the episode is over)")
+        return f"<answer>{path[0]}</answer>"
 
 
 def make_frozenlake_env(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentic_rl.envs.text_game import DiscreteTextGame, LevelTasks, Move
 
@@ -216,6 +216,16 @@ class SokobanEnv(DiscreteTextGame):
     def render(self) -> str:
         assert self.room is not None
         return render(self.room, self.player, self.boxes)
+
+    def expert_reply(self) -> str:
+        """The scripted expert's next move: the first step of a shortest solution from the
+        current player and box positions (cold-start data, ``sft.collect.source: expert``)."""
+        if self.room is None:
+            raise ValueError("expert_reply: no level is loaded (call reset first)")
+        plan = solve(replace(self.room, player=self.player, boxes=self.boxes))
+        if not plan:
+            raise ValueError("expert_reply: the room cannot be solved from here (a box is stuck, or it is solved)")
+        return f"<answer>{plan[0]}</answer>"
 
 
 def make_sokoban_env(

@@ -136,7 +136,9 @@ def collect_expert(env_name: str, env_options: dict, config: CollectConfig, *, r
                 result.tasks_with_success += 1
                 result.examples.append(trajectory_to_example(trajectory, parser))
     finally:
-        env.close()
+        close = getattr(env, "close", None)  # optional in the Env contract
+        if callable(close):
+            close()
     result.wall_time_s = time.monotonic() - started
     return result
 
