@@ -152,7 +152,7 @@ def _recipes(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from agentic_rl.config import BackendConfig, CollectConfig, ConfigError, ModelConfig, apply_assignments, build
+    from agentic_rl.config import BackendConfig, CollectConfig, ConfigError, ModelConfig, RolloutConfig, apply_assignments, build
     from agentic_rl.data import write_jsonl
     from agentic_rl.envs import env_factory
     from agentic_rl.engines.factory import build_backend
@@ -161,17 +161,18 @@ def _collect(args: argparse.Namespace) -> int:
 
     overrides = apply_assignments({}, args.set or [])
     env_options = overrides.pop("env", {})
+    rollout_config = build(RolloutConfig, overrides.pop("rollout", {}))
     config = build(CollectConfig, {**{k: v for k, v in vars(args).items() if k in CollectConfig.model_fields and v is not None}, **overrides})
     env_factory(args.env, env_options, split="train")  # fail on bad options before loading the model
     if config.source == "expert":  # the model's chat template decides the layout (tools in the template or in the system message)
         from agentic_rl.models.loading import load_tokenizer
         from agentic_rl.rollout.chat import ChatRenderer
 
-        result = collect_expert(args.env, env_options, config, renderer=ChatRenderer(load_tokenizer(args.model)))
+        result = collect_expert(args.env, env_options, config, renderer=ChatRenderer(load_tokenizer(args.model)), rollout_config=rollout_config)
     else:
         backend = build_backend(BackendConfig(), ModelConfig(name=args.model))
         with trajectory_progress(config.num_tasks * config.samples_per_task, "collect") as on_finish:
-            result = collect_successful(backend, args.env, env_options, config, seed=args.seed, on_trajectory=on_finish)
+            result = collect_successful(backend, args.env, env_options, config, seed=args.seed, rollout_config=rollout_config, on_trajectory=on_finish)
     if not result.examples:
         raise ConfigError("no correct trajectories; try more --num-tasks or --few-shot")
     write_jsonl(args.output, result.examples)
@@ -462,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--few-shot", type=int, help="demonstrations shown while sampling (default 4; not stored)")
     collect.add_argument("--source", choices=("model", "expert"), help="model: the model's own correct rollouts (default); expert: the env's scripted expert (e.g. search-qa)")
     collect.add_argument("--seed", type=int, default=0)
-    collect.add_argument("--set", action="append", metavar="KEY=VALUE", help="collect options (e.g. temperature=0.7) or env.<option>=VALUE")
+    collect.add_argument("--set", action="append", metavar="KEY=VALUE", help="collect options (e.g. temperature=0.7), env.<option>=VALUE, or rollout.<option>=VALUE (limits and context policy the episodes run under)")
     collect.set_defaults(run=_collect)
 
     sft = commands.add_parser("sft", help="supervised fine-tuning on multi-turn conversations (JSONL)")

@@ -85,6 +85,33 @@ def test_trailing_non_assistant_messages_are_dropped(renderer):
     assert (ids, mask) == render_example(CONVERSATION[:6], renderer, PARSER)
 
 
+def test_weight_zero_turns_are_prompt(tokenizer, renderer):
+    """OpenAI's ``"weight": 0`` on an assistant message: shown, not trained. Leading ones
+    belong to the prompt, rendered in one piece with the chat template (as a context
+    policy's segment prompt is); a later one is a turn with mask 0."""
+    leading = [*CONVERSATION[:2], {**CONVERSATION[2], "weight": 0}, *CONVERSATION[3:]]
+    ids, mask = render_example(leading, renderer, PARSER)
+    prompt = renderer.prompt_ids(TEXT_ONLY[:5])[:-3]  # up to the generation prompt of the second assistant turn
+    assert ids == template_ids(renderer, TEXT_ONLY) and not any(mask[: len(prompt)])
+    im_end = end_of_turn_id(renderer)
+    trained = renderer.encode_text(TEXT_ONLY[5]["content"]) + [im_end] + renderer.encode_text(TEXT_ONLY[8]["content"]) + [im_end]
+    assert [t for t, m in zip(ids, mask) if m] == trained
+    later = [*CONVERSATION[:5], {**CONVERSATION[5], "weight": 0}, *CONVERSATION[6:]]
+    ids, mask = render_example(later, renderer, PARSER)
+    assert ids == template_ids(renderer, TEXT_ONLY)
+    assert [t for t, m in zip(ids, mask) if m] == renderer.encode_text(TEXT_ONLY[2]["content"]) + [im_end] + renderer.encode_text(TEXT_ONLY[8]["content"]) + [im_end]
+
+
+def test_a_segment_marks_the_turns_of_its_prompt_weight_zero():
+    """A segment a context policy started (``info["prompt_messages"]``) shows earlier turns
+    as its prompt: they come out with weight 0, its own turns without a weight."""
+    segment = make_trajectory(TEXT_ONLY)
+    segment.info["prompt_messages"] = 5
+    messages = trajectory_to_example(segment, PARSER)["messages"]
+    assert [m.get("weight") for m in messages if m["role"] == "assistant"] == [0, None, None]
+    assert [m.get("weight") for m in trajectory_to_example(make_trajectory(TEXT_ONLY), PARSER)["messages"] if m["role"] == "assistant"] == [None] * 3
+
+
 def make_trajectory(messages) -> Trajectory:
     return Trajectory(task_id="t-1", group_id="g", messages=messages, reward=1.0, correct=True, answer="40", termination_reason="answered")
 
@@ -139,6 +166,9 @@ def test_unwrap_observation():
         ),
         ({"messages": [{"role": "user", "content": "q"}, {"role": "tool", "name": "f"}]}, r"example 3: messages\[1\].content: a tool message needs string content"),
         ({"messages": [{"role": "user", "content": "q"}]}, "example 3: no assistant message"),
+        ({"messages": [{"role": "user", "content": "q", "weight": 0}, {"role": "assistant", "content": "a"}]}, r"example 3: messages\[0\].weight: expected 0 or 1 on an assistant message"),
+        ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "weight": 0.5}]}, r"messages\[1\].weight: expected 0 or 1 on an assistant message, got 0.5"),
+        ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "weight": 0}]}, "example 3: no assistant message with weight 1"),
     ],
 )
 def test_validation_errors_name_example_and_field(example, message):

@@ -63,6 +63,30 @@ def test_long_qa_oracle_answers_from_its_notes_within_the_memory_caps() -> None:
     assert len(make("long-qa", memory="none").tools) == 0
 
 
+def test_long_qa_expert_summary_carries_what_leaves_the_context() -> None:
+    """The oracle's summary (``summarize`` replaces the history with it) names the notes
+    saved, copies the newest chunk's unsaved facts, and once asked, the questions and the
+    notes read; the answer is never in it before a note was read."""
+    env = make("long-qa", num_chunks=4, chunk_sentences=5, num_facts=3, num_questions=2)
+    env.reset(options={"task_index": 3})
+    chunks, saved = env.task.metadata["chunks"], []
+    while not env.asked:
+        env.step({"role": "assistant", "content": env.expert_reply()})
+        summary = env.expert_summary()
+        newest = chunks[env.shown_chunks - 1]
+        assert f"Read chunks 1-{env.shown_chunks} of 4." in summary and all(f"{a} of {p}" in summary for a, p in saved)
+        if env.asked:
+            break
+        for match in FACT_PATTERN.finditer(newest):
+            assert "Not saved yet: " in summary and match.group(0) in summary
+        saved += [(a, p) for a, p, _ in FACT_PATTERN.findall(newest)]
+    assert all(question in summary for question in env.task.metadata["questions"]) and "memory_read" in summary
+    assert not any(answer in summary.split("Questions:")[1] for answer in env.task.metadata["answers"])
+    env.step({"role": "assistant", "content": env.expert_reply()})  # the reads
+    summary = env.expert_summary()
+    assert "Notes read: " in summary and all(answer in summary for answer in env.task.metadata["answers"])
+
+
 def test_long_qa_document_is_several_times_the_recipe_budget(tokenizer) -> None:
     """MemAgent's setting: the document does not fit in the context beside the opening."""
     from agentic_rl.config import TrainConfig, build

@@ -258,6 +258,31 @@ def test_summarize_trains_on_exactly_what_the_engine_was_given_and_sampled(tiny,
             assert scored.advantages[row] == pytest.approx([expected * m for m in sample.loss_mask])
 
 
+def test_a_summary_never_reaches_the_env() -> None:
+    """The schedulers run env steps in a thread pool, and a summary's ``apply_step`` does
+    not wait for its (empty) step before clearing ``summarizing``: whether a turn steps the
+    env is decided when the scheduler takes the turn, not when the pool gets to it (a
+    summary that reached the env moved long-qa one chunk on, unseen)."""
+    from agentic_rl.rollout.episode import Episode
+
+    class Env:
+        def __init__(self) -> None:
+            self.steps: list[dict] = []
+
+        def step(self, message):
+            self.steps.append(message)
+            return [], 0.0, False, False, {}
+
+    env = Env()
+    episode = Episode(Trajectory(task_id="t", group_id="g"), env, RolloutConfig(), None)
+    episode.summarizing = True
+    pooled = episode.env_step({"role": "assistant", "content": "the summary"})
+    episode.summarizing = False  # what the summary's apply_step does before the pool runs the call
+    assert pooled() is None and env.steps == []
+    reply = {"role": "assistant", "content": "a turn"}
+    assert episode.env_step(reply)() == ([], 0.0, False, False, {}) and env.steps == [reply]
+
+
 def _sample(mask: list[int], reward: float, group: str = "g") -> Trajectory:
 
     return Trajectory(task_id="t", group_id=group, token_ids=list(range(len(mask))), loss_mask=list(mask), sampler_logprobs=[0.0] * len(mask), reward=reward)

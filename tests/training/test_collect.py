@@ -216,3 +216,58 @@ def test_arithmetic_expert_calls_the_calculator_then_answers():
     call, _, answer = result.examples[0]["messages"][2:]
     assert call["tool_calls"][0]["function"] == {"name": "calculator", "arguments": json.dumps({"expression": task.metadata["expression"]})}
     assert answer["content"] == f"<answer>{task.answer}</answer>"
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "limits"),
+    [
+        # MemAgent-style: the summary replaces the history past 896 tokens (several summaries an episode).
+        ("long-qa", {"num_chunks": 6, "chunk_sentences": 8, "num_facts": 2, "num_questions": 1}, {"context": "summarize", "context_tokens": 896, "max_total_tokens": 1536, "max_turns": 12}),
+        # RAGEN-style window of the last turn: every move after the first starts a segment.
+        ("frozenlake", {"size": 4, "num_holes": 2}, {"context": "window", "context_turns": 1, "max_turns": 12}),
+    ],
+)
+def test_expert_examples_under_a_context_policy_are_the_rollout_segments(tokenizer, name, options, limits):
+    """With a context policy that cuts the history, the expert's examples are one per
+    segment, and each renders token for token (mask included) as the rollout engine
+    builds that segment when the same moves, summaries included, are sampled; turns that a
+    segment shows as context carry weight 0 (they are trained in the segment they were
+    sampled in)."""
+    from agentic_rl import envs
+    from agentic_rl.config import RolloutConfig
+    from agentic_rl.rollout.context import SUMMARY_REQUEST
+    from agentic_rl.rollout.engine import rollout
+    from agentic_rl.training.collect import collect_expert
+
+    renderer, config = ChatRenderer(tokenizer), RolloutConfig(**limits)
+    for index in (3, 6):  # frozenlake: 4 and 5 moves
+        result = collect_expert(name, options, CollectConfig(source="expert", num_tasks=1, task_offset=index), renderer=renderer, rollout_config=config)
+        assert result.successful == 1 and len(result.examples) >= 3
+        shadow, pending = envs.make(name, split="train", **options), []
+        shadow.reset(options={"task_index": index})
+
+        def expert(prompt_ids, call_index):
+            if pending:
+                shadow.step({"role": "assistant", "content": pending.pop()})
+            if tokenizer.decode(prompt_ids).endswith(SUMMARY_REQUEST + "<|im_end|>\n<|im_start|>assistant\n"):
+                return shadow.expert_summary()
+            pending.append(shadow.expert_reply())
+            return pending[-1]
+
+        [group] = rollout(ScriptedBackend(tokenizer, expert), lambda: envs.make(name, split="train", **options), [index], config=config)
+        [trajectory] = group.trajectories
+        assert trajectory.correct and len(trajectory.samples) == len(result.examples)
+        if name == "long-qa":
+            assert trajectory.summary_turns == len(trajectory.samples) - 1
+        for example, sample in zip(result.examples, trajectory.samples):
+            assert render_example(example["messages"], renderer, PARSER) == (sample.token_ids, sample.loss_mask)
+        shown = [m for example in result.examples[1:] for m in example["messages"] if m["role"] == "assistant" and m.get("weight") == 0]
+        assert bool(shown) == (name == "frozenlake")  # the window shows the last move again; a summary context shows none
+
+
+def test_expert_summaries_need_an_env_that_writes_them(tokenizer):
+    from agentic_rl.config import ConfigError, RolloutConfig
+    from agentic_rl.training.collect import collect_expert
+
+    with pytest.raises(ConfigError, match="expert_summary"):
+        collect_expert("frozenlake", {}, CollectConfig(source="expert", num_tasks=1), renderer=ChatRenderer(tokenizer), rollout_config=RolloutConfig(context="summarize", context_tokens=512))

@@ -128,16 +128,23 @@ def trajectory_to_example(trajectory: Trajectory, parser: ToolCallParser | str, 
     """A stored SFT example ``{"messages": [...], "metadata": {...}}`` from a trajectory.
 
     ``skip_messages`` messages right after the system message (the few-shot
-    demonstrations) are dropped. ``exact`` (default) keeps an assistant turn as raw text
+    demonstrations) are dropped. Assistant messages in the prompt of a segment (a context
+    policy's window or summary context: ``info["prompt_messages"]``) get ``"weight": 0``,
+    OpenAI's fine-tuning mark for a turn shown but not trained. ``exact`` (default) keeps an assistant turn as raw text
     (no ``tool_calls``) when structuring it would change its text, so ``render_example``
     always reproduces what the model wrote; ``exact=False`` always structures well-formed
     calls (canonicalizing their formatting).
     """
     parser = _parser(parser)
     messages = list(trajectory.messages)
-    start = 1 if messages and messages[0].get("role") == "system" else 0
-    messages = messages[:start] + messages[start + skip_messages :]
     out = openai_messages(messages, parser, exact=exact, framed="tool_output_template" in trajectory.info)
+    # A segment that a context policy started shows earlier turns as its prompt: they were
+    # sampled (and are trained) in the segment before, so here they carry weight 0.
+    for i in range(min(int(trajectory.info.get("prompt_messages", 0)), len(out))):
+        if out[i]["role"] == "assistant":
+            out[i]["weight"] = 0
+    start = 1 if out and out[0].get("role") == "system" else 0
+    out = out[:start] + out[start + skip_messages :]
     metadata = {
         "task_id": trajectory.task_id,
         "reward": trajectory.reward,
@@ -175,6 +182,8 @@ def validate_example(example: Any, index: int | None = None) -> None:
             raise ValueError(f"{field}.content: a tool message needs string content")
         if not isinstance(content, str) and not (role == "assistant" and content is None):
             raise ValueError(f"{field}.content: expected a string, got {type(content).__name__}")
+        if "weight" in message and (role != "assistant" or message["weight"] not in (0, 1) or isinstance(message["weight"], bool)):
+            raise ValueError(f"{field}.weight: expected 0 or 1 on an assistant message, got {message['weight']!r} on a {role} message")
         calls = message.get("tool_calls") if role == "assistant" else None
         if calls is not None and not isinstance(calls, list):
             raise ValueError(f"{field}.tool_calls: expected a list, got {type(calls).__name__}")
@@ -186,8 +195,8 @@ def validate_example(example: Any, index: int | None = None) -> None:
                 _call_arguments(function.get("arguments", {}))
             except ValueError as error:
                 raise ValueError(f"{field}.tool_calls[{j}].function.arguments: {error}") from None
-    if not any(m["role"] == "assistant" for m in messages):
-        raise ValueError(f"{where}: no assistant message (nothing to train on)")
+    if not any(m["role"] == "assistant" and m.get("weight", 1) == 1 for m in messages):
+        raise ValueError(f"{where}: no assistant message with weight 1 (nothing to train on)")
     try:
         example_tools(example.get("tools"))
     except ValueError as error:
@@ -256,18 +265,21 @@ def text_messages(messages: list[Message], parser: ToolCallParser | str) -> list
 def render_example(messages: list[Message], renderer: ChatRenderer, parser: ToolCallParser | str, tools: list[dict] | None = None) -> tuple[list[int], list[int]]:
     """Token ids and loss mask (1 on assistant content + end-of-turn token), built exactly
     as the rollout engine builds a trajectory. Messages after the last assistant turn carry
-    no loss and are dropped. ``tools`` (an example's ``tools``): described by the chat
-    template where it renders tools for this format, else in the system message as
-    ``ToolEnv`` writes them."""
+    no loss and are dropped. An assistant message with ``"weight": 0`` carries no loss;
+    everything before the first trained one is the prompt, rendered in one piece as a
+    context policy's segment prompt is. ``tools`` (an example's ``tools``): described by
+    the chat template where it renders tools for this format, else in the system message
+    as ``ToolEnv`` writes them."""
     parser = _parser(parser)
     validate_example({"messages": messages, "tools": tools})
     offered = example_tools(tools)
     in_template = bool(offered) and renderer.render_tools(parser)
     # As ToolEnv does: where the template describes the tools and frames their output as the parser would, results go bare.
     texts = [_text_message(m, parser, framed=in_template and renderer.frames_tool_output(parser)) for m in messages]
-    assistant_at = [i for i, m in enumerate(texts) if m["role"] == "assistant"]
+    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("weight", 1) == 1)
+    assistant_at = [i for i, m in enumerate(texts) if m["role"] == "assistant" and i >= first]
     eot = end_of_turn_id(renderer)
-    opening = texts[: assistant_at[0]]
+    opening = texts[:first]
     if in_template:
         ids = renderer.prompt_ids(opening, tools=offered)
     else:
@@ -276,7 +288,7 @@ def render_example(messages: list[Message], renderer: ChatRenderer, parser: Tool
     for i, next_i in zip(assistant_at, assistant_at[1:] + [None]):
         turn = renderer.encode_text(texts[i]["content"]) + [eot]
         ids += turn
-        mask += [1] * len(turn)
+        mask += [messages[i].get("weight", 1)] * len(turn)
         if next_i is not None:
             observation = renderer.observation_ids(texts[i + 1 : next_i], stopped=True)
             ids += observation

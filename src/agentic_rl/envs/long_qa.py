@@ -144,8 +144,12 @@ class LongQATasks(GeneratedTasks):
         return rng.choice(_FILLER).format(a=a, b=b, w=rng.choice(_WORDS), v=rng.choice(_WORDS), n=rng.randint(2, 40))
 
 
+def numbered_questions(questions: list[str]) -> str:
+    return "\n".join(f"{i}. {q}" for i, q in enumerate(questions, start=1))
+
+
 def questions_message(questions: list[str]) -> str:
-    numbered = "\n".join(f"{i}. {q}" for i, q in enumerate(questions, start=1))
+    numbered = numbered_questions(questions)
     return f"That was the last chunk. Questions:\n{numbered}\nAnswer all of them in order inside one <answer></answer>, separated by semicolons."
 
 
@@ -222,6 +226,28 @@ class LongQAEnv(ToolEnv):
             found = FACT_PATTERN.search(self.read_notes[key])
             values.append(found.group(3) if found else "unknown")
         return f"<answer>{f'{ANSWER_SEPARATOR} '.join(values)}</answer>"
+
+    def expert_summary(self) -> str:
+        """The scripted oracle's summary when its context is full (``rollout.context:
+        summarize``; the summary replaces the history, the newest chunk included): how far
+        it has read, the keys of the notes it saved, the facts of the newest chunk it has
+        not saved yet (copied, since the chunk leaves the context), then the questions and
+        the notes it has read, and what it does next."""
+        total = len(self.chunks)
+        # expert_reply saves a chunk's facts in the turn after it is shown; the turn that got
+        # the questions saved the last chunk's.
+        saved = [f"{a} of {p}" for chunk in self.chunks[: self.shown_chunks if self.asked else self.shown_chunks - 1] for a, p, _ in FACT_PATTERN.findall(chunk)]
+        lines = [f"Read chunks 1-{self.shown_chunks} of {total}.", f"Notes saved: {'; '.join(saved) if saved else 'none'}."]
+        if not self.asked:
+            pending = [match.group(0) for match in FACT_PATTERN.finditer(self.chunks[self.shown_chunks - 1])]
+            lines.append(f"Not saved yet: {' '.join(pending)}" if pending else f"Chunk {self.shown_chunks} has no facts to save.")
+            lines.append("Next: save them with memory_write, then reply for the next chunk." if pending else "Next: reply for the next chunk.")
+            return "\n".join(lines)
+        lines.append("Questions:\n" + numbered_questions(self.task.metadata["questions"]))  # type: ignore[union-attr]
+        if self.read_notes:
+            lines.append("Notes read: " + " ".join(self.read_notes.values()))
+        lines.append("Next: answer inside <answer></answer>." if self.read_notes else "Next: read the notes with memory_read, then answer.")
+        return "\n".join(lines)
 
 
 def make_long_qa_env(

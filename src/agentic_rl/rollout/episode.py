@@ -144,10 +144,15 @@ class Episode:
             self.history.append(message)
         return message
 
-    def env_step(self, message: Message):
-        """What the scheduler runs (in its thread pool) for a sampled turn: the env's step,
-        or nothing for a summary turn, which the env never sees."""
-        return None if self.summarizing else self.env.step(message)
+    def env_step(self, message: Message) -> Callable[[], tuple | None]:
+        """What the scheduler runs (in its thread pool) for the turn just taken: the env's
+        step, or nothing for a summary turn, which the env never sees. Decided here, in the
+        scheduler's thread: the summary's ``apply_step`` does not wait for the pool and
+        clears ``summarizing``, so a check inside the pooled call could see it cleared and
+        step the env with the summary."""
+        if self.summarizing:
+            return lambda: None
+        return lambda: self.env.step(message)
 
     def apply_step(self, turn: Turn, result: StepResult) -> bool:
         """Apply one env step's outcome to the trajectory: finish the episode, or append the
@@ -247,6 +252,7 @@ class Episode:
         finished = dataclasses.replace(trajectory, segments=[], info={k: v for k, v in trajectory.info.items() if k != "turn_entropies"})
         trajectory.segments = [*trajectory.segments, finished]
         trajectory.messages, trajectory.turns = list(shown), []
+        trajectory.info["prompt_messages"] = len(shown)  # earlier turns shown here are prompt, not this sample's (SFT examples: weight 0)
         trajectory.token_ids, trajectory.loss_mask, trajectory.sampler_logprobs = [], [], []
         trajectory.append(self.renderer.prompt_ids(shown, tools=trajectory.template_tools), 0)
         trajectory.prompt_length = len(trajectory.token_ids)

@@ -63,7 +63,7 @@ def run_per_turn(episodes: list[Episode], backend, sampling: SamplingParams, poo
             parser = getattr(active[0].env, "parser", None)
             replies = backend.chat([e.trajectory.messages for e in active], temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens, seed=seed, tools=tools, parser=parser)
             taken = [episode.take_reply(reply.text, reply.finish_reason, backend.weight_version) for episode, reply in zip(active, replies)]
-        futures = [pool.submit(episode.env_step, message) for episode, (_, message) in zip(active, taken)]
+        futures = [pool.submit(episode.env_step(message)) for episode, (_, message) in zip(active, taken)]
         still_active = []
         for episode, (turn, _), future in zip(active, taken, futures):
             remaining = episode.deadline - time.monotonic()
@@ -130,7 +130,7 @@ def run_continuous(
                         session.release(key)
                         continue
                     turn, message = active[key].take_completion(completion)
-                    stepping[pool.submit(active[key].env_step, message)] = (key, turn)
+                    stepping[pool.submit(active[key].env_step(message))] = (key, turn)
             if not stepping:
                 continue
             deadline = min(active[key].deadline for key, _ in stepping.values())

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 from agentic_rl import envs
 from agentic_rl.config import CollectConfig, ConfigError, RolloutConfig
-from agentic_rl.data.conversations import trajectory_to_example
+from agentic_rl.data.conversations import end_of_turn_id, trajectory_to_example
 from agentic_rl.distributed import DistContext
+from agentic_rl.engines.base import Completion
 from agentic_rl.rollout.engine import rollout
-from agentic_rl.rollout.episode import reset_options
-from agentic_rl.types import Trajectory
+from agentic_rl.rollout.episode import Episode
+from agentic_rl.types import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
     from agentic_rl.rollout.chat import ChatRenderer
@@ -82,8 +83,8 @@ def collect_successful(
         good = [t for t in group.trajectories if t.correct and t.infra_error is None]
         result.successful += len(good)
         result.tasks_with_success += bool(good)
-        for trajectory in good[: config.max_per_task]:
-            result.examples.append(trajectory_to_example(trajectory, parser, skip_messages=num_demo_messages))
+        for trajectory in good[: config.max_per_task]:  # one example per sample: a context policy's segments each hold what the model saw
+            result.examples += [trajectory_to_example(sample, parser, skip_messages=num_demo_messages) for sample in trajectory.samples]
     result.wall_time_s = time.monotonic() - started
     return result
 
@@ -93,54 +94,80 @@ def collect_positions(config: CollectConfig, dist: DistContext) -> list[int]:
     return list(range(dist.rank, config.num_tasks, dist.world_size))
 
 
-def collect_expert(env_name: str, env_options: dict, config: CollectConfig, *, renderer: ChatRenderer | None = None) -> CollectResult:
+def collect_expert(
+    env_name: str, env_options: dict, config: CollectConfig, *, renderer: ChatRenderer | None = None, rollout_config: RolloutConfig | None = None,
+) -> CollectResult:
     """One expert episode per training task (``config.num_tasks`` from ``task_offset``),
-    played by the env's ``expert_reply()`` through ``step`` so its tool results and scoring
-    are the env's own; the correct ones are kept as SFT examples. Deterministic and cheap,
-    so every rank builds the whole set itself. ``renderer``: the chat template of the model
-    the data is for; the env resets as a rollout on it does (tools described by a template
-    that renders them, results framed by one that frames them), so the examples hold the
-    layout RL and evaluation will show that model."""
+    played by the env's ``expert_reply()`` through the rollout's own episode state machine
+    (rollout/episode.py), so tool results, scoring, turn and token limits and the context
+    policy are those of a rollout under ``rollout_config`` (default: ``RolloutConfig()``);
+    the correct episodes are kept as SFT examples, one per sample (an episode whose context
+    policy cut its history gives one example per segment, each holding exactly the context
+    the model is shown there). Under ``summarize`` the expert also writes the summaries
+    (the env's ``expert_summary()``). Deterministic and cheap, so every rank builds the
+    whole set itself. ``renderer``: the chat template of the model the data is for; the env
+    resets as a rollout on it does (tools described by a template that renders them,
+    results framed by one that frames them), and the context policies count its tokens
+    (without one, episodes are chat-level: the whole history, as ``full``)."""
     started = time.monotonic()
+    limits = rollout_config or RolloutConfig()
     options = dict(env_options)
     if envs.accepts_option(env_name, "split"):
         options["split"] = "train"
     if envs.accepts_option(env_name, "few_shot"):
         options["few_shot"] = 0  # the expert needs no demonstrations; none are stored either
-    env = envs.make(env_name, **options)
-    if not callable(getattr(env, "expert_reply", None)):
-        raise ConfigError(f"sft.collect.source: 'expert' needs an env with a scripted expert (expert_reply); {env_name} has none, use source: model")
-    parser = getattr(env, "parser", None) or "hermes"
-    max_turns = getattr(env, "max_turns", 16)
-    result = CollectResult()
+    probe = envs.make(env_name, **options)
     try:
-        for position in range(config.num_tasks):
-            index = config.task_offset + position
-            messages, reset_info = env.reset(options=reset_options(index, renderer))
-            messages = list(messages)
-            info: dict = {}
-            reward = 0.0
-            for _ in range(max_turns):
-                reply = {"role": "assistant", "content": env.expert_reply()}
-                observations, reward, terminated, truncated, info = env.step(reply)
-                messages += [reply, *observations]
-                if terminated or truncated:
-                    break
-            trajectory = Trajectory(
-                task_id=str(reset_info.get("task_id", index)), group_id=f"expert-{index}", messages=messages, reward=float(reward), correct=bool(info.get("correct")), answer=info.get("answer"),
-                info=dict(reset_info),
+        if not callable(getattr(probe, "expert_reply", None)):
+            raise ConfigError(f"sft.collect.source: 'expert' needs an env with a scripted expert (expert_reply); {env_name} has none, use source: model")
+        if limits.context == "summarize" and renderer is not None and not callable(getattr(probe, "expert_summary", None)):
+            raise ConfigError(
+                f"sft.collect.source: 'expert' with rollout.context summarize needs an env whose expert writes the summaries (expert_summary); {env_name} has none: "
+                "use another context policy or source: model"
             )
-            result.attempted += 1
-            if trajectory.correct:
-                result.successful += 1
-                result.tasks_with_success += 1
-                result.examples.append(trajectory_to_example(trajectory, parser))
+        parser = getattr(probe, "parser", None) or "hermes"
     finally:
-        close = getattr(env, "close", None)  # optional in the Env contract
-        if callable(close):
-            close()
+        _close(probe)
+    result = CollectResult()
+    for position in range(config.num_tasks):
+        index = config.task_offset + position
+        trajectory = play_expert(lambda: envs.make(env_name, **options), index, limits=limits, renderer=renderer)
+        result.attempted += 1
+        if trajectory.correct:
+            result.successful += 1
+            result.tasks_with_success += 1
+            result.examples += [trajectory_to_example(sample, parser) for sample in trajectory.samples]
     result.wall_time_s = time.monotonic() - started
     return result
+
+
+def play_expert(make_env: Callable[[], object], task_index: int, *, limits: RolloutConfig, renderer: ChatRenderer | None) -> Trajectory:
+    """One episode of ``task_index`` played by the env's scripted expert (``expert_reply``,
+    and ``expert_summary`` for the summaries ``summarize`` asks for) through the rollout's
+    ``Episode`` under ``limits``: its samples (``trajectory.samples``) hold exactly the
+    tokens a rollout would, the expert's text standing in for sampled tokens (its
+    ``logprobs`` are 0). An env failure raises: the expert's own env must not fail."""
+    group = TrajectoryGroup(task_id=str(task_index), group_id=f"expert-{task_index}")
+    episode = Episode.reset(make_env, task_index, group, limits=limits, renderer=renderer, on_finish=None)
+    eot = end_of_turn_id(renderer) if renderer is not None else None
+    while not episode.finished:
+        env = episode.env
+        text = env.expert_summary() if episode.summarizing else env.expert_reply()
+        if renderer is None:
+            turn, message = episode.take_reply(text, "stop")
+        else:
+            ids = renderer.encode_text(text) + [eot]
+            turn, message = episode.take_completion(Completion(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop"))
+        episode.apply_step(turn, episode.env_step(message))
+    if episode.trajectory.infra_error:  # a bug to see, not data to drop
+        raise RuntimeError(f"expert episode of task {task_index}: {episode.trajectory.infra_error}")
+    return episode.trajectory
+
+
+def _close(env) -> None:
+    close = getattr(env, "close", None)  # optional in the Env contract
+    if callable(close):
+        close()
 
 
 def mix_shares(mix: list[dict], config: CollectConfig) -> list[tuple[str, dict, CollectConfig]]:

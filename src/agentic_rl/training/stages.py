@@ -151,7 +151,7 @@ def run_sft(state: RunState) -> None:
     elif config.sft.collect.source == "expert":
         collect = config.sft.collect
         events.on_stage(f"collecting cold-start data: the env's expert on {collect.num_tasks} tasks")
-        result = collect_expert(config.env.name, sft_env_options(config), collect, renderer=ChatRenderer(state.tokenizer))
+        result = collect_expert(config.env.name, sft_env_options(config), collect, renderer=ChatRenderer(state.tokenizer), rollout_config=config.rollout)
         examples = result.examples
         write_jsonl(state.run.file("sft_data.jsonl"), examples)
         events.on_stage(f"kept {result.successful} correct expert episodes of {result.attempted} -> {len(examples)} conversations")
