@@ -140,6 +140,23 @@ def test_cold_start_collection_splits_a_mix_by_weight(tokenizer) -> None:
         sft_parser(build(TrainConfig, {"env": {"mix": [{"name": "arithmetic"}, {"name": "math-python", "parser": "retool"}]}}))
 
 
+def test_expert_collection_on_a_mix_plays_each_entry_by_weight(tokenizer) -> None:
+    """source: expert on a mix: each entry's expert plays its share of the tasks (split by
+    weight), with that entry's options; an entry without an expert is refused in one line."""
+    from agentic_rl.config import CollectConfig, ConfigError
+    from agentic_rl.rollout.chat import ChatRenderer
+    from agentic_rl.training.collect import collect_expert_mix
+
+    mix = [{"name": "arithmetic", "weight": 2}, {"name": "frozenlake", "size": 3, "num_holes": 2, "max_turns": 6}]
+    result = collect_expert_mix(mix, CollectConfig(source="expert", num_tasks=6), renderer=ChatRenderer(tokenizer))
+    assert (result.attempted, result.successful, len(result.examples)) == (6, 6, 6)
+    ids = [e["metadata"]["task_id"] for e in result.examples]
+    assert [i.split("-")[0] for i in ids] == ["arithmetic"] * 4 + ["frozenlake"] * 2
+    assert [len(e["messages"][1]["content"].split("\n\n")[0].split("\n")) for e in result.examples[4:]] == [3, 3]  # the entry's own options: 3x3 lakes
+    with pytest.raises(ConfigError, match="gymnasium has none"):
+        collect_expert_mix([{"name": "arithmetic"}, {"name": "gymnasium"}], CollectConfig(source="expert", num_tasks=2))
+
+
 def test_a_run_on_a_mix_collects_its_cold_start_from_every_entry(tmp_path) -> None:
     _, recipe = load_recipe("smoke")
     recipe.update(

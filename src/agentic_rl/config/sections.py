@@ -514,12 +514,8 @@ class TrainConfig(Section):
         if self.sft.env and self.sft.data:
             raise ValueError("sft.env: options for collecting cold-start data, but sft.data gives the data; drop one")
         if self.env.is_mix:
-            for field, value in (
-                ("sft.collect.source", self.sft.enabled and not self.sft.data and self.sft.collect.source == "expert"),
-                ("dpo.enabled", self.dpo.enabled and not self.dpo.data),
-            ):
-                if value:
-                    raise ValueError(f"{field}: collecting this from an env.mix is not supported yet; give a data file ({field.split('.')[0]}.data) or train on one env")
+            if self.dpo.enabled and not self.dpo.data:
+                raise ValueError("dpo.enabled: collecting this from an env.mix is not supported yet; give a data file (dpo.data) or train on one env")
         elif self.curriculum.enabled and self.curriculum.by == "env":
             raise ValueError("curriculum.by: env reweights the entries of an env.mix; with one env use by: task")
         if self.algorithm.advantage == "remax":

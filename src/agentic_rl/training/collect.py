@@ -180,16 +180,27 @@ def mix_shares(mix: list[dict], config: CollectConfig) -> list[tuple[str, dict, 
     return [(entry.name, entry.options, config.model_copy(update={"num_tasks": max(1, round(config.num_tasks * entry.weight / total))})) for entry in entries]
 
 
-def collect_successful_mix(backend, mix: list[dict], config: CollectConfig, **kwargs) -> CollectResult:
-    """``collect_successful`` on each entry of ``env.mix`` (``mix_shares``), the examples
-    and counts put together; ``kwargs`` as for ``collect_successful``."""
+def collect_mix(collect_entry: Callable[[str, dict, CollectConfig], CollectResult], mix: list[dict], config: CollectConfig) -> CollectResult:
+    """``collect_entry(name, options, share)`` on each entry of ``env.mix`` (``mix_shares``),
+    the examples and counts put together."""
     started = time.monotonic()
     result = CollectResult()
     for name, options, share in mix_shares(mix, config):
-        part = collect_successful(backend, name, options, share, **kwargs)
+        part = collect_entry(name, options, share)
         result.examples += part.examples
         result.attempted += part.attempted
         result.successful += part.successful
         result.tasks_with_success += part.tasks_with_success
     result.wall_time_s = time.monotonic() - started
     return result
+
+
+def collect_successful_mix(backend, mix: list[dict], config: CollectConfig, **kwargs) -> CollectResult:
+    """``collect_successful`` on each entry of ``env.mix`` (``collect_mix``); ``kwargs`` as for ``collect_successful``."""
+    return collect_mix(lambda name, options, share: collect_successful(backend, name, options, share, **kwargs), mix, config)
+
+
+def collect_expert_mix(mix: list[dict], config: CollectConfig, **kwargs) -> CollectResult:
+    """``collect_expert`` on each entry of ``env.mix`` (``collect_mix``; every entry's env
+    needs an expert); ``kwargs`` as for ``collect_expert``."""
+    return collect_mix(lambda name, options, share: collect_expert(name, options, share, **kwargs), mix, config)

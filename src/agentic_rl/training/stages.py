@@ -140,7 +140,7 @@ def evaluation(label: str) -> tuple[Callable[[RunState], None], Callable[[RunSta
 def run_sft(state: RunState) -> None:
     from agentic_rl.data import read_jsonl, write_jsonl
     from agentic_rl.rollout.chat import ChatRenderer
-    from agentic_rl.training.collect import collect_expert, collect_positions, collect_successful, collect_successful_mix, mix_shares
+    from agentic_rl.training.collect import collect_expert, collect_expert_mix, collect_positions, collect_successful, collect_successful_mix, mix_shares
     from agentic_rl.training.sft import train_sft
 
     config, events = state.config, state.events
@@ -151,7 +151,11 @@ def run_sft(state: RunState) -> None:
     elif config.sft.collect.source == "expert":
         collect = config.sft.collect
         events.on_stage(f"collecting cold-start data: the env's expert on {collect.num_tasks} tasks")
-        result = collect_expert(config.env.name, sft_env_options(config), collect, renderer=ChatRenderer(state.tokenizer), rollout_config=config.rollout)
+        settings = dict(renderer=ChatRenderer(state.tokenizer), rollout_config=config.rollout)
+        if config.env.is_mix:  # num_tasks split by the weights
+            result = collect_expert_mix(sft_env_options(config)["mix"], collect, **settings)
+        else:
+            result = collect_expert(config.env.name, sft_env_options(config), collect, **settings)
         examples = result.examples
         write_jsonl(state.run.file("sft_data.jsonl"), examples)
         events.on_stage(f"kept {result.successful} correct expert episodes of {result.attempted} -> {len(examples)} conversations")
