@@ -109,6 +109,31 @@ def test_a_slow_tool_does_not_hold_the_others(tiny) -> None:
     assert finished_at["task-0"] >= 1.5
 
 
+class SleepyEnv(TurnsEnv):
+    """Every env step sleeps ``STEP_S``."""
+
+    STEP_S = 0.4
+
+    def step(self, assistant_message):
+        time.sleep(self.STEP_S)
+        return super().step(assistant_message)
+
+
+def test_time_queued_for_a_slot_does_not_count_against_the_timeout(tiny) -> None:
+    """One slot: the three episodes run one after the other (each ~0.8 s of env steps), so
+    the last one waits ~1.6 s for its slot. Its 1.5 s timeout counts from then, not from its
+    reset: no episode times out, and each records only its own time."""
+    model, tokenizer = tiny
+    started = time.monotonic()
+    finished_at: dict[str, float] = {}
+    limits = RolloutConfig(max_new_tokens=4, timeout_s=1.5)
+    groups = rollout(HFBackend(model, tokenizer, batch_size=1), lambda: SleepyEnv(turns=2), [0, 1, 2], config=limits, seed=0, on_finish=lambda t: finished_at.setdefault(t.task_id, time.monotonic() - started))
+    trajectories = [t for g in groups for t in g.trajectories]
+    assert "timeout" not in [t.termination_reason for t in trajectories]
+    assert all(t.num_turns == 2 and 0.8 <= t.wall_time_s < 1.5 for t in trajectories)
+    assert sorted(finished_at.values())[-1] >= 3 * 2 * SleepyEnv.STEP_S  # they did run one at a time
+
+
 def test_kv_cache_is_reused_across_turns(tiny) -> None:
     """Every token of a 3-turn episode goes through the model once (the last sampled one never)."""
     model, tokenizer = tiny

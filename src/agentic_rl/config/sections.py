@@ -105,8 +105,10 @@ class RolloutConfig(Section):
     max_turns: int = Field(16, ge=1)
     """Engine-side cap on assistant turns (envs have their own max_turns too)."""
     timeout_s: float = Field(1800.0, gt=0)
-    """Wall-clock limit per trajectory, from its reset (checked between turns and while its env
-    steps; in a batched engine it includes waiting for the batch: a backstop for hung episodes)."""
+    """Wall-clock limit per trajectory (checked between turns and while its env steps): a
+    backstop for hung episodes. With continuous batching the clock starts when the episode
+    gets a decode slot (time queued behind a big batch does not count); on the per-turn
+    path it starts at reset and includes each turn's whole batched generate call."""
     context: Literal["full", "window", "fold", "summarize"] = "full"
     """What each turn's prompt shows (agentic_rl.rollout.context): full = the whole episode; window = the opening messages and the last context_turns turns; fold = the whole episode with tool outputs older than context_turns turns replaced by a stub; summarize = the whole episode until the next prompt would pass context_tokens, then the model writes a summary (sampled and trained) that replaces the history. window, fold and summarize start a new segment (a new exact sample, sharing the episode's advantage) whenever they cut what the model saw."""
     context_turns: int = Field(2, ge=1)

@@ -105,6 +105,12 @@ class Episode:
     def finished(self) -> bool:
         return bool(self.trajectory.termination_reason)
 
+    def start_clock(self) -> None:
+        """Restart the wall clock (``rollout.timeout_s``, ``wall_time_s``) now: the
+        continuous scheduler calls it when the episode gets a decode slot, so time spent
+        queued for one is not held against the episode."""
+        self.started = time.monotonic()
+
     @property
     def deadline(self) -> float:
         """Monotonic time by which the episode must end (its wall-clock timeout)."""

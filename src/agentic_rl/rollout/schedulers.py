@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import queue
@@ -86,23 +87,33 @@ def run_continuous(
     set) join the running session as they arrive, and the session lives until ``stop`` is
     set and nothing is left to do."""
     active: dict[int, Episode] = {}
+    # Episodes wait here, not in the session, until it has a free slot (a session with
+    # ``max_slots``; others take everything): an episode's clock starts when it gets one,
+    # so rollout.timeout_s never counts time spent queued behind the rest of a big batch.
+    pending: collections.deque[Episode] = collections.deque()
     keys = itertools.count()
     if not any(not e.finished for e in episodes) and incoming is None:
         return
-    renderer = None
     with contextlib.ExitStack() as scope:
         session = None
 
         def admit(episode: Episode) -> None:
-            nonlocal session, renderer
-            if episode.finished:
-                return
-            if session is None:
-                renderer = episode.renderer
-                session = scope.enter_context(backend.session(sampling, stop_token_ids=renderer.stop_token_ids))
-            key = next(keys)
-            active[key] = episode
-            session.submit(key, episode.trajectory.token_ids, episode.budget(), episode.seed)
+            if not episode.finished:
+                pending.append(episode)
+
+        def start_pending() -> None:
+            nonlocal session
+            while pending:
+                if session is None:
+                    session = scope.enter_context(backend.session(sampling, stop_token_ids=pending[0].renderer.stop_token_ids))
+                slots = getattr(session, "max_slots", None)
+                if slots is not None and len(active) >= slots:
+                    return
+                episode = pending.popleft()
+                episode.start_clock()
+                key = next(keys)
+                active[key] = episode
+                session.submit(key, episode.trajectory.token_ids, episode.budget(), episode.seed)
 
         for episode in episodes:
             admit(episode)
@@ -114,6 +125,7 @@ def run_continuous(
                         admit(incoming.get_nowait())
                     except queue.Empty:
                         break
+            start_pending()
             busy = session is not None and session.busy
             if not busy and not stepping:
                 if incoming is None or stop.is_set():
