@@ -1,6 +1,6 @@
 """long-qa and multi-search-qa: seeded tasks, the scripted oracle scores 1 and an empty
 policy 0, check_env passes, the reward is the fraction of questions right, and long-qa's
-document is several times longer than the context budget of its recipe."""
+document does not fit in the context budget of its recipe."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_long_qa_expert_summary_carries_what_leaves_the_context() -> None:
     assert "Notes read: " in summary and all(answer in summary for answer in env.task.metadata["answers"])
 
 
-def test_long_qa_document_is_several_times_the_recipe_budget(tokenizer) -> None:
+def test_long_qa_document_does_not_fit_the_recipe_budget(tokenizer) -> None:
     """MemAgent's setting: the document does not fit in the context beside the opening."""
     from agentic_rl.config import TrainConfig, build
     from agentic_rl.recipes import load_recipe
@@ -97,14 +97,14 @@ def test_long_qa_document_is_several_times_the_recipe_budget(tokenizer) -> None:
     assert config.rollout.context == "summarize" and env.memory is not None
     for index in range(5):
         # The room the context leaves beside the opening (instructions, memory tools, chunk 1),
-        # which every segment keeps: the rest of the document must be several times that.
+        # which every segment keeps: the rest of the document must be well over that.
         messages, _ = env.reset(options={"task_index": index})
         opening_tokens = len(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False))
         room = config.rollout.context_tokens - opening_tokens
         chunks = env.tasks[index].metadata["chunks"][1:]
         document_tokens = len(tokenizer(" ".join(chunks), add_special_tokens=False)["input_ids"])
-        # The recipe's: a ~680-token opening leaves ~215 tokens; chunks 2-6 are ~580 (2.7x).
-        assert 0 < room and document_tokens >= 2 * room, (opening_tokens, room, document_tokens)
+        # The recipe's: a ~560-token opening leaves ~335 tokens; chunks 2-6 are ~580 (1.7x).
+        assert 0 < room and document_tokens >= 1.5 * room, (opening_tokens, room, document_tokens)
 
 
 def test_multi_search_reward_is_the_fraction_right() -> None:

@@ -413,3 +413,22 @@ def test_search_qa_with_shared_memory_carries_notes_across_episodes():
     metrics = second.episode_metrics()
     assert metrics["memory/hits"] == 1.0 and metrics["memory/writes"] == 0.0 and "search/em" in metrics
     assert second.queries == []  # memory calls are not searches
+
+
+def test_memory_tools_option_offers_only_the_named_tools():
+    memory = memory_tools({"mode": "episode", "tools": ["memory_write", "memory_read"]})
+    assert [item.name for item in memory.tools] == ["memory_write", "memory_read"]
+    assert [item.name for item in memory_tools("episode").tools] == ["memory_write", "memory_read", "memory_search"]
+    env = make("long-qa", memory={"mode": "episode", "tools": ["memory_write", "memory_read"]})
+    assert env.tools.names() == ["memory_write", "memory_read"]
+    prompt = env.reset(options={"task_index": 0})[0][0]["content"]
+    assert "memory_search" not in prompt and "look your notes up (memory_read)" in prompt
+    assert "(memory_read or memory_search)" in make("long-qa").reset(options={"task_index": 0})[0][0]["content"]
+    with pytest.raises(ValueError, match="^memory.tools: long-qa needs memory_write and memory_read"):
+        make("long-qa", memory={"mode": "episode", "tools": ["memory_write", "memory_search"]})
+
+
+@pytest.mark.parametrize("value", [[], ["memory_forget"], ["memory_read", "memory_read"], 3])
+def test_bad_memory_tools_option_names_the_field(value):
+    with pytest.raises(ValueError, match=r"^memory.tools: expected a non-empty list of distinct names from memory_write, memory_read, memory_search"):
+        make("arithmetic", memory={"mode": "episode", "tools": value})

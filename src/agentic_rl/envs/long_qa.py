@@ -72,9 +72,10 @@ SYSTEM_PROMPT = (
     "You read a long document one chunk at a time; earlier chunks are not shown again. Questions about the document "
     "come after the last chunk. After each chunk, save every fact you may be asked about with memory_write (one short "
     "note per fact, keyed by what it is about), then reply to get the next chunk. When the questions come, look your "
-    "notes up (memory_read or memory_search) and answer all questions in order inside one <answer></answer>, "
+    "notes up ({lookup}) and answer all questions in order inside one <answer></answer>, "
     "separated by semicolons, e.g. <answer>4821; amber</answer>."
 )
+"""With the memory tools; ``{lookup}`` names the lookup tools offered."""
 SYSTEM_PROMPT_NO_MEMORY = (
     "You read a long document one chunk at a time; earlier chunks may leave your context. Questions about the document "
     "come after the last chunk. After each chunk, reply with the facts you may be asked about, since what you write is "
@@ -277,8 +278,11 @@ def make_long_qa_env(
     ``self_critique``: reflection, see :class:`ToolEnv`."""
     tasks = LongQATasks(split=split, seed=seed, num_tasks=num_tasks, num_chunks=num_chunks, chunk_sentences=chunk_sentences, num_facts=num_facts, num_questions=num_questions)
     tools = memory_tools(memory)
+    if tools is not None and not {"memory_write", "memory_read"} <= set(tools.offered):
+        raise ValueError(f"memory.tools: long-qa needs memory_write and memory_read (to save facts and look them up), got {list(tools.offered)}")
     if system_prompt is None:
-        system_prompt = SYSTEM_PROMPT if tools is not None else SYSTEM_PROMPT_NO_MEMORY
+        lookup = " or ".join(name for name in ("memory_read", "memory_search") if tools is not None and name in tools.offered)
+        system_prompt = SYSTEM_PROMPT.format(lookup=lookup) if tools is not None else SYSTEM_PROMPT_NO_MEMORY
     return LongQAEnv(
         tasks,
         ToolRegistry([]),

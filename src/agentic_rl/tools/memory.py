@@ -28,10 +28,11 @@ from agentic_rl.retrieval.bm25 import BM25Retriever, tokenize
 from agentic_rl.tools.base import Tool, tool
 from agentic_rl.tools.registry import ToolRegistry
 
-__all__ = ["EVICTION_POLICIES", "MEMORY_MODES", "MemoryConfig", "MemoryStore", "MemoryTools", "WriteOutcome", "add_memory_tools", "load_shared_stores", "memory_tools", "shared_store", "shared_stores_state"]
+__all__ = ["EVICTION_POLICIES", "MEMORY_MODES", "MEMORY_TOOL_NAMES", "MemoryConfig", "MemoryStore", "MemoryTools", "WriteOutcome", "add_memory_tools", "load_shared_stores", "memory_tools", "shared_store", "shared_stores_state"]
 
 EVICTION_POLICIES = ("lru", "fifo")
 MEMORY_MODES = ("none", "episode", "shared")
+MEMORY_TOOL_NAMES = ("memory_write", "memory_read", "memory_search")
 MAX_SEARCH_K = 10
 MAX_QUERY_CHARS = 1_000
 _KEYS_SHOWN = 20  # a read miss lists at most this many keys
@@ -224,6 +225,9 @@ class MemoryConfig:
     """``lru`` forgets the note used (written, read or found) longest ago; ``fifo`` the note written longest ago."""
     store: str = "default"
     """Name of the shared store (``shared`` mode): envs naming the same store share notes."""
+    tools: tuple[str, ...] = MEMORY_TOOL_NAMES
+    """Which memory tools the agent is offered (each tool's schema costs prompt tokens: a
+    small model's task may need only ``memory_write`` and ``memory_read``)."""
 
     def __post_init__(self) -> None:
         if self.mode not in MEMORY_MODES:
@@ -236,6 +240,10 @@ class MemoryConfig:
             raise ValueError(f"memory.eviction: expected one of {', '.join(EVICTION_POLICIES)}, got {self.eviction!r}")
         if not isinstance(self.store, str) or not self.store:
             raise ValueError(f"memory.store: expected a non-empty name, got {self.store!r}")
+        tools = (self.tools,) if isinstance(self.tools, str) else self.tools
+        if not isinstance(tools, (list, tuple)) or not tools or any(name not in MEMORY_TOOL_NAMES for name in tools) or len(set(tools)) != len(tools):
+            raise ValueError(f"memory.tools: expected a non-empty list of distinct names from {', '.join(MEMORY_TOOL_NAMES)}, got {self.tools!r}")
+        object.__setattr__(self, "tools", tuple(tools))
 
     @classmethod
     def parse(cls, spec: Any) -> "MemoryConfig":
@@ -297,16 +305,20 @@ _COUNTERS = ("writes", "rejected", "reads", "searches", "hits", "misses", "evict
 
 
 class MemoryTools:
-    """One episode's memory tools (``memory_write``, ``memory_read``, ``memory_search``)
-    over ``store`` (a fresh one per episode when ``shared`` is False), with counters.
+    """One episode's memory tools (those of ``memory_write``, ``memory_read``,
+    ``memory_search`` named in ``tools``) over ``store`` (a fresh one per episode when ``shared`` is False), with counters.
 
     ``reset()`` starts the next episode: counters to zero, and a non-shared store cleared.
     ``metrics()`` gives ``memory/<counter>`` values for an env's ``episode_metrics``.
     """
 
-    def __init__(self, store: MemoryStore | None = None, *, shared: bool = False, max_writes: int = 64) -> None:
+    def __init__(self, store: MemoryStore | None = None, *, shared: bool = False, max_writes: int = 64, tools: tuple[str, ...] = MEMORY_TOOL_NAMES) -> None:
         if not isinstance(max_writes, int) or isinstance(max_writes, bool) or max_writes < 1:
             raise ValueError(f"max_writes: expected a positive int, got {max_writes!r}")
+        unknown = [name for name in tools if name not in MEMORY_TOOL_NAMES]
+        if unknown or not tools:
+            raise ValueError(f"tools: expected names from {', '.join(MEMORY_TOOL_NAMES)}, got {list(tools)!r}")
+        self.offered = tuple(tools)
         self.store = store if store is not None else MemoryStore()
         self.shared = shared
         self.max_writes = max_writes
@@ -319,8 +331,8 @@ class MemoryTools:
         if config.mode == "none":
             return None
         if config.mode == "shared":
-            return cls(shared_store(config.store, **config.store_caps()), shared=True, max_writes=config.max_writes)
-        return cls(MemoryStore(**config.store_caps()), max_writes=config.max_writes)
+            return cls(shared_store(config.store, **config.store_caps()), shared=True, max_writes=config.max_writes, tools=config.tools)
+        return cls(MemoryStore(**config.store_caps()), max_writes=config.max_writes, tools=config.tools)
 
     def reset(self) -> None:
         with self._lock:
@@ -397,7 +409,7 @@ class MemoryTools:
     def _make_tools(self) -> list[Tool]:
         @tool(name="memory_write")
         def memory_write(text: str, key: Optional[str] = None) -> str:
-            """Save a note in your memory, to read it back later with memory_read or memory_search.
+            """Save a note in your memory, to read it back later.
 
             Args:
                 text: The note, e.g. "Paris is the capital of France".
@@ -424,7 +436,7 @@ class MemoryTools:
             """
             return self._search(query, k)
 
-        return [memory_write, memory_read, memory_search]
+        return [item for item in (memory_write, memory_read, memory_search) if item.name in self.offered]
 
 
 def memory_tools(spec: Any) -> MemoryTools | None:
