@@ -165,6 +165,9 @@ def test_invalid_command_is_penalised_and_the_game_does_not_see_it(games_dir) ->
     observations, reward, terminated, truncated, info = env.step(command("dance wildly"))
     assert (reward, terminated, truncated, info["turn_reward"], info["invalid_action"]) == (0.0, False, False, -0.1, True)
     assert observations[0]["content"].startswith("Invalid action: nothing happened.") and sent == []
+    # It does not repeat the game's last reply (here the whole intro), already in the conversation.
+    assert env.games[0].prompt not in observations[0]["content"]
+    assert observations[0]["content"] == "Invalid action: nothing happened.\n\n" + env.action_hint()
     _, reward, terminated, truncated, info = env.step(command("LOOK"))
     assert sent == ["look"] and (reward, terminated, truncated, info["answer"]) == (0.0, False, True, "look")
 

@@ -84,6 +84,11 @@ class DiscreteTextGame:
     def render(self) -> str:
         raise NotImplementedError
 
+    def render_unchanged(self) -> str:
+        """What an invalid move shows of the unchanged state: by default ``render()`` again
+        (a grid is the state); a game whose ``render`` is its last reply overrides it."""
+        return self.render()
+
     def action_hint(self) -> str:
         return "Reply with one action: " + ", ".join(f"<answer>{name}</answer>" for name in self.actions) + "."
 
@@ -127,7 +132,7 @@ class DiscreteTextGame:
         }
         if self.done:
             return [], float(outcome.reward), outcome.terminated, truncated, info
-        text = "\n\n".join(part for part in (outcome.note, self.render(), self.action_hint()) if part)
+        text = "\n\n".join(part for part in (outcome.note, self.render() if action is not None else self.render_unchanged(), self.action_hint()) if part)
         return [{"role": "user", "content": text}], float(outcome.reward), False, False, info
 
     def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:

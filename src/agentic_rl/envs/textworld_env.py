@@ -5,7 +5,7 @@ Each turn the model sees the game's reply without TextWorld's ASCII banner and s
 and, by default, the admissible commands (TextWorld's list of the commands that make sense
 in the current state); it answers ``<answer>take keycard</answer>``, one of those commands
 in any case. A reply that names none is an invalid move: a small penalty, the game does not
-see it. The outcome reward of a step is the score it gained over the game's maximum times
+see it, and the next observation says so and lists the commands (not the last reply again). The outcome reward of a step is the score it gained over the game's maximum times
 ``score_reward``, plus ``win_reward`` on winning: following the walkthrough earns
 ``score_reward + win_reward`` (1 by default). Losing ends the episode without the bonus.
 """
@@ -86,6 +86,11 @@ class TextWorldEnv(DiscreteTextGame):
 
     def render(self) -> str:
         return self.text
+
+    def render_unchanged(self) -> str:
+        """Nothing: ``render`` is the game's last reply, already in the conversation (at the
+        start, the whole intro: repeating it after every invalid move made long prompts)."""
+        return ""
 
     def expert_reply(self) -> str:
         """The scripted expert's next message: the first of TextWorld's winning commands from
