@@ -177,3 +177,43 @@ def test_parse_action() -> None:
 def test_bad_options_raise_value_error_naming_the_option(name, options, field) -> None:
     with pytest.raises(ValueError, match=f"^{field}:"):
         make(name, **options)
+
+
+def test_frozenlake_relative_view_states_the_offsets_of_a_hand_made_lake() -> None:
+    from agentic_rl.envs.frozenlake import Lake, render_relative
+
+    #  _ _ O
+    #  _ _ G
+    #  _ P O
+    lake = Lake(3, start=(2, 1), goal=(1, 2), holes=frozenset({(0, 2), (2, 2)}))
+    assert render_relative(lake) == (
+        "Goal: 1 up, 1 right.\n"
+        "Holes: 1 right; 2 up, 1 right.\n"
+        "Next to you: Up ice, Down edge, Left ice, Right hole."
+    )
+    assert render_relative(lake, (1, 1)) == (
+        "Goal: 1 right.\n"
+        "Holes: 1 up, 1 right; 1 down, 1 right.\n"
+        "Next to you: Up ice, Down ice, Left ice, Right goal."
+    )
+    assert render_relative(Lake(2, (0, 0), (1, 1), frozenset())).startswith("Goal: 1 down, 1 right.\nHoles: none.\n")
+
+
+def test_frozenlake_views_play_the_same_levels() -> None:
+    grid, relative = make("frozenlake", split="test"), make("frozenlake", split="test", view="relative")
+    check_env(relative)
+    assert [t.prompt for t in grid.tasks[:50]] == [t.prompt for t in relative.tasks[:50]]
+    assert "Symbols: P you" in grid.reset(options={"task_index": 0})[0][0]["content"]
+    for index in range(30):
+        messages, _ = relative.reset(options={"task_index": index})
+        assert messages[0]["content"].startswith("You are solving the FrozenLake puzzle") and "Symbols" not in messages[0]["content"]
+        assert messages[1]["content"].startswith("Goal: ")
+        # The expert does not depend on the view: it solves every level shown relatively.
+        for _ in range(relative.max_turns):
+            observations, reward, terminated, truncated, info = relative.step({"role": "assistant", "content": relative.expert_reply()})
+            if terminated or truncated:
+                break
+            assert observations[0]["content"].startswith("Goal: ")
+        assert (reward, info["correct"]) == (1.0, True)
+    with pytest.raises(ValueError, match="^view: expected one of grid, relative, got 'map'"):
+        make("frozenlake", view="map")

@@ -6,6 +6,11 @@ path, symbols P _ O G, reward 1 on reaching the goal, 0 for a hole), without the
 ice: moves are deterministic. Holes end the episode with reward 0. The outcome ``reward``
 is 1 on success; a small per-step penalty and the invalid-action penalty are process
 rewards (``info["turn_reward"]``).
+
+``view`` chooses what the model is shown of the same lake: ``grid`` (RAGEN's symbols, row
+by row) or ``relative`` (where the goal and each hole lie from the player, and what is on
+each side of it). A small model cannot locate ``P`` against ``G`` across the grid's lines:
+the relative view states those offsets in words, the same information.
 """
 
 from __future__ import annotations
@@ -25,6 +30,14 @@ SYSTEM_PROMPT = (
     "Moving off the grid leaves you where you are. Answer with one move per turn, e.g. "
     "<answer>Left</answer> (Up, Down, Left or Right)."
 )
+RELATIVE_SYSTEM_PROMPT = (
+    "You are solving the FrozenLake puzzle: walk to the goal without falling into a hole.\n"
+    "Each turn you are told where the goal and the holes are from you (rows up or down, "
+    "columns left or right) and what is on each side of you: ice, hole, goal or edge.\n"
+    "Moving into an edge leaves you where you are. Answer with one move per turn, e.g. "
+    "<answer>Left</answer> (Up, Down, Left or Right)."
+)
+VIEWS = ("grid", "relative")
 
 Cell = tuple[int, int]
 
@@ -51,6 +64,30 @@ def render(lake: Lake, player: Cell | None = None) -> str:
                 cells.append("O" if cell in lake.holes else "G" if cell == lake.goal else "_")
         rows.append(" ".join(cells))
     return "\n".join(rows)
+
+
+def offset_words(player: Cell, cell: Cell) -> str:
+    """Where ``cell`` lies from ``player``: ``1 up, 2 right``; ``here`` for the same cell."""
+    rows, cols = cell[0] - player[0], cell[1] - player[1]
+    parts = [f"{abs(rows)} {'up' if rows < 0 else 'down'}"] if rows else []
+    parts += [f"{abs(cols)} {'left' if cols < 0 else 'right'}"] if cols else []
+    return ", ".join(parts) or "here"
+
+
+def render_relative(lake: Lake, player: Cell | None = None) -> str:
+    """The lake from the player: the goal's and each hole's offset (nearest hole first),
+    then the cell on each side (``edge`` where a move would leave the grid)."""
+    player = lake.start if player is None else player
+    holes = sorted(lake.holes, key=lambda h: (abs(h[0] - player[0]) + abs(h[1] - player[1]), h))
+    sides = []
+    for action in ACTIONS:
+        cell = step_cell(lake.size, player, action)
+        sides.append(f"{action} {'edge' if cell == player else 'hole' if cell in lake.holes else 'goal' if cell == lake.goal else 'ice'}")
+    return "\n".join([
+        f"Goal: {offset_words(player, lake.goal)}.",
+        f"Holes: {'; '.join(offset_words(player, hole) for hole in holes) or 'none'}.",
+        f"Next to you: {', '.join(sides)}.",
+    ])
 
 
 def step_cell(size: int, cell: Cell, action: str) -> Cell:
@@ -96,9 +133,10 @@ def generator(size: int, num_holes: int):
 class FrozenLakeEnv(DiscreteTextGame):
     metric_prefix = "frozenlake"
 
-    def __init__(self, tasks: LevelTasks, *, step_penalty: float, success_reward: float, **game) -> None:
+    def __init__(self, tasks: LevelTasks, *, step_penalty: float, success_reward: float, view: str = "grid", **game) -> None:
         super().__init__(actions=ACTIONS, **game)
         self.tasks, self.step_penalty, self.success_reward = tasks, step_penalty, success_reward
+        self.draw = render_relative if view == "relative" else render
         self.lake: Lake | None = None
         self.player: Cell = (0, 0)
 
@@ -122,7 +160,7 @@ class FrozenLakeEnv(DiscreteTextGame):
 
     def render(self) -> str:
         assert self.lake is not None
-        return render(self.lake, self.player)
+        return self.draw(self.lake, self.player)
 
     def expert_reply(self) -> str:
         """The scripted expert's next move: the first step of a shortest hole-free path from
@@ -146,18 +184,26 @@ def make_frozenlake_env(
     step_penalty: float = 0.01,
     invalid_penalty: float = 0.1,
     success_reward: float = 1.0,
-    system_prompt: str = SYSTEM_PROMPT,
+    view: str = "grid",
+    system_prompt: str | None = None,
 ) -> FrozenLakeEnv:
     """Build the frozenlake env: a ``size`` x ``size`` lake with ``num_holes`` holes and a
-    guaranteed path of at least ``size - 1`` moves; level i of each split is the same on every machine."""
+    guaranteed path of at least ``size - 1`` moves; level i of each split is the same on every
+    machine, whatever the ``view`` (``grid`` or ``relative``). ``system_prompt``: None is the
+    view's own."""
+    if view not in VIEWS:
+        raise ValueError(f"view: expected one of {', '.join(VIEWS)}, got {view!r}")
     if not 2 <= size <= 16:
         raise ValueError(f"size: expected an int in [2, 16], got {size}")
     if not 0 <= num_holes <= size * size // 2:
         raise ValueError(f"num_holes: expected an int in [0, {size * size // 2}] for size {size}, got {num_holes}")
     if step_penalty < 0:
         raise ValueError(f"step_penalty: expected a number >= 0, got {step_penalty}")
+    # Levels (and the train/test split, a hash of the grid) do not depend on the view.
     tasks = LevelTasks("frozenlake", generator(size, num_holes), render, split=split, seed=seed, num_tasks=num_tasks)
+    if system_prompt is None:
+        system_prompt = RELATIVE_SYSTEM_PROMPT if view == "relative" else SYSTEM_PROMPT
     return FrozenLakeEnv(
-        tasks, step_penalty=step_penalty, success_reward=success_reward,
+        tasks, step_penalty=step_penalty, success_reward=success_reward, view=view,
         system_prompt=system_prompt, max_turns=max_turns, invalid_penalty=invalid_penalty,
     )
