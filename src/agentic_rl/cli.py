@@ -444,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     training = commands.add_parser("train", help="run a training recipe (default: the embedded CPU demo)")
     training.add_argument("recipe", nargs="?", default="default", help="recipe name (see `agentic-rl recipes`) or a YAML file")
-    training.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any config key, e.g. steps=20 or optim.lr=1e-6 (with --resume: steps, optim.lr/schedule/warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints)")
+    training.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any config key, e.g. steps=20 or optim.lr=1e-6 (with --resume: steps, optim.lr/schedule/warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints, backend.api_key)")
     training.add_argument("--output-dir", help="run directory (default runs/<recipe>-<time>)")
     training.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest complete checkpoint, with its own config.yaml (--set may change what is safe mid-run)")
     training.add_argument("--nproc", type=int, default=1, metavar="N", help="train on N processes on this machine (torchrun; one GPU each where there are GPUs); see trainer.strategy")
