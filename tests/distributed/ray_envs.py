@@ -20,7 +20,9 @@ class ParityEnv:
 
     def reset(self, *, seed=None, options=None):
         self.index = (options or {}).get("task_index", 0)
-        return [{"role": "system", "content": "Reply."}, {"role": "user", "content": f"Task {self.index}: say something."}], {"task_id": f"parity-{self.index}"}
+        # The reset info (kept in Trajectory.info) shows the training step the env was given.
+        info = {"task_id": f"parity-{self.index}", "training_step": (options or {}).get("training_step")}
+        return [{"role": "system", "content": "Reply."}, {"role": "user", "content": f"Task {self.index}: say something."}], info
 
     def step(self, message):
         content = message["content"]

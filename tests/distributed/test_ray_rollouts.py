@@ -66,9 +66,11 @@ def test_sync_mode_equals_the_single_process_trainer(tiny) -> None:
     config = _config(distributed={"engine": "ray", "rollout_workers": 2})
     remote = _trainer(tiny, config, lambda model: RayRollouts(config, model))
     try:
-        for _ in range(2):
+        for step in range(2):
             (expected, expected_groups), (got, got_groups) = local.step(), remote.step()
             assert [t.token_ids for g in got_groups for t in g.trajectories] == [t.token_ids for g in expected_groups for t in g.trajectories]
+            # The workers' envs get the training step at reset, as the trainer's own do (ZeroSearch's schedule reads it).
+            assert {t.info["training_step"] for g in got_groups + expected_groups for t in g.trajectories} == {step}
             assert got["reward_mean"] == expected["reward_mean"]
             assert expected["grad_norm"] > 0
             for key in ("loss", "grad_norm", "entropy", "kl_mean"):
@@ -99,6 +101,8 @@ def test_async_mode_bounds_staleness_and_overtakes_a_slow_group(tiny) -> None:
             seen.append([g.task_id for g in groups])
             assert metrics["staleness_max"] <= 1
             assert metrics["staleness_0"] + metrics["staleness_1"] == pytest.approx(1.0)
+            # A group sampled ahead carries the step of the weights it was requested under.
+            assert {t.info["training_step"] for g in groups for t in g.trajectories} <= {metrics["step"], metrics["step"] - 1}
         assert "parity-0" not in seen[0]  # overtaken: the step took groups that finished first
         assert any(m > 0 for m in [metrics["groups_in_flight"]])
         assert trainer.rollout_correction == "tis"

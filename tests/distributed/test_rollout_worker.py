@@ -71,6 +71,16 @@ def test_a_worker_behind_loads_the_weights_its_request_carries(tiny) -> None:
         worker.close()
 
 
+def test_the_training_step_reaches_every_env_reset(tiny) -> None:
+    model, tokenizer = tiny
+    worker = RolloutWorker(_config(env={"name": "ray_envs:ParityEnv"}), engine=HFBackend(copy.deepcopy(model), tokenizer), make_env=env_factory("ray_envs:ParityEnv", {}, split="train"))
+    try:
+        assert [t.info["training_step"] for t in worker.rollout_group(0, [1, 2], training_step=7).trajectories] == [7, 7]
+        assert [t.info["training_step"] for t in worker.rollout_group(1, [3]).trajectories] == [None]  # evaluation gives none
+    finally:
+        worker.close()
+
+
 class _Remote:
     """A RemoteTokenBackend stand-in whose requests finish when the test says."""
 

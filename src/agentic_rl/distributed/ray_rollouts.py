@@ -108,8 +108,8 @@ class RayRollouts:
         self._publish(source)
         return self.weight_version
 
-    def _request(self, worker: int, task_index: int, seeds: list[int]):
-        return self.workers[worker].rollout_group.remote(task_index, seeds, self.weight_version, [self._weights_ref])
+    def _request(self, worker: int, task_index: int, seeds: list[int], training_step: int | None):
+        return self.workers[worker].rollout_group.remote(task_index, seeds, self.weight_version, [self._weights_ref], training_step)
 
     def _healthy(self, worker: int) -> bool:
         """Whether ``worker`` takes requests: not known to have failed, or answering again
@@ -139,14 +139,15 @@ class RayRollouts:
             time.sleep(0.2)
         return True
 
-    def rollout(self, task_indices: list[int], *, group_size: int, seed: int) -> list[TrajectoryGroup]:
+    def rollout(self, task_indices: list[int], *, group_size: int, seed: int, training_step: int | None = None) -> list[TrajectoryGroup]:
         """Sync mode: one group per task, in order, task position p on worker p mod n. The
-        requests a failing worker held come back as infrastructure-error groups."""
+        requests a failing worker held come back as infrastructure-error groups.
+        ``training_step`` reaches every env's reset, as in process."""
         ray = import_ray()
         workers = len(self.workers)
         ready = {worker: self._wait_healthy(worker) for worker in sorted({p % workers for p in range(len(task_indices))})}
         refs = [
-            self._request(position % workers, task, [stream_seed(seed, position * group_size + j) for j in range(group_size)]) if ready[position % workers] else None
+            self._request(position % workers, task, [stream_seed(seed, position * group_size + j) for j in range(group_size)], training_step) if ready[position % workers] else None
             for position, task in enumerate(task_indices)
         ]
         groups = []
@@ -170,7 +171,9 @@ class RayRollouts:
                 time.sleep(0.2)  # every worker is restarting
             worker = min(healthy, key=self._load.__getitem__)
             self._load[worker] += 1
-            future = self._request(worker, task, [stream_seed(base, ordinal * group_size + j) for j in range(group_size)]).future()
+            # The training step of a group sampled ahead is the weight version it is requested
+            # under: the step whose weights sample it, as sync mode's step index is.
+            future = self._request(worker, task, [stream_seed(base, ordinal * group_size + j) for j in range(group_size)], version).future()
             future.add_done_callback(lambda future, worker=worker: self._done(worker, future))
             return future
 

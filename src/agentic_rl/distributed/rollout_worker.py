@@ -92,10 +92,12 @@ class RolloutWorker:
             self._newest = int(version)
             return self._newest
 
-    def rollout_group(self, task_index: int, seeds: list[int], min_version: int = 0, weights: Any = None) -> TrajectoryGroup:
+    def rollout_group(self, task_index: int, seeds: list[int], min_version: int = 0, weights: Any = None, training_step: int | None = None) -> TrajectoryGroup:
         """``len(seeds)`` episodes of ``task_index`` (episode j draws from stream
         ``seeds[j]``), sampled by weights of version ``min_version`` or newer: a worker
-        behind (e.g. restarted) first loads ``weights`` (``[ObjectRef]`` or tensors by name)."""
+        behind (e.g. restarted) first loads ``weights`` (``[ObjectRef]`` or tensors by name).
+        ``training_step`` reaches each env's reset as in process (schedules such as
+        ZeroSearch's noise read it)."""
         if self._newest < min_version:
             if weights is None:
                 raise ValueError(f"rollout worker has weights version {self._newest}, the request needs {min_version} and carries none")
@@ -111,7 +113,7 @@ class RolloutWorker:
                 if remaining[0] == 0:
                     done.set()
 
-        episodes = [Episode.reset(self.make_env, task_index, group, limits=self.config.rollout, renderer=self.renderer, on_finish=on_finish) for _ in seeds]
+        episodes = [Episode.reset(self.make_env, task_index, group, limits=self.config.rollout, renderer=self.renderer, on_finish=on_finish, training_step=training_step) for _ in seeds]
         for episode, seed in zip(episodes, seeds):
             episode.seed = int(seed)
             if not episode.finished:

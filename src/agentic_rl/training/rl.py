@@ -43,7 +43,7 @@ def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tu
     process would sample it, and every rank receives all groups in task order."""
     config, dist = trainer.config, trainer.dist
     if config.distributed.engine == "ray":  # rollout workers own the envs (distributed/ray_rollouts.py); rank 0 asks them
-        return dist.broadcast_object(trainer.backend.rollout(task_indices, group_size=config.group_size, seed=seed) if dist.is_main else None), {}
+        return dist.broadcast_object(trainer.backend.rollout(task_indices, group_size=config.group_size, seed=seed, training_step=trainer.step_index) if dist.is_main else None), {}
     if not dist.distributed:
         return rollout(trainer.backend, trainer.make_env, task_indices, group_size=config.group_size, config=config.rollout, seed=seed, training_step=trainer.step_index), {}
     mine = list(range(dist.rank, len(task_indices), dist.world_size))
