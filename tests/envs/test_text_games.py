@@ -9,7 +9,7 @@ import random
 import pytest
 
 from agentic_rl.envs import check_env, make
-from agentic_rl.envs.frozenlake import shortest_path
+from agentic_rl.envs.frozenlake import FrozenLakeEnv, shortest_path
 from agentic_rl.envs.text_game import parse_action
 from agentic_rl.envs.sokoban import push, solve
 
@@ -217,3 +217,5 @@ def test_frozenlake_views_play_the_same_levels() -> None:
         assert (reward, info["correct"]) == (1.0, True)
     with pytest.raises(ValueError, match="^view: expected one of grid, relative, got 'map'"):
         make("frozenlake", view="map")
+    with pytest.raises(ValueError, match="^view: expected one of grid, relative, got 'map'"):
+        FrozenLakeEnv(grid.tasks, step_penalty=0.0, success_reward=1.0, view="map")  # built directly, not through make

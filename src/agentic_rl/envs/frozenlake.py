@@ -134,6 +134,8 @@ class FrozenLakeEnv(DiscreteTextGame):
     metric_prefix = "frozenlake"
 
     def __init__(self, tasks: LevelTasks, *, step_penalty: float, success_reward: float, view: str = "grid", **game) -> None:
+        if view not in VIEWS:
+            raise ValueError(f"view: expected one of {', '.join(VIEWS)}, got {view!r}")
         super().__init__(actions=ACTIONS, **game)
         self.tasks, self.step_penalty, self.success_reward = tasks, step_penalty, success_reward
         self.draw = render_relative if view == "relative" else render
@@ -191,8 +193,6 @@ def make_frozenlake_env(
     guaranteed path of at least ``size - 1`` moves; level i of each split is the same on every
     machine, whatever the ``view`` (``grid`` or ``relative``). ``system_prompt``: None is the
     view's own."""
-    if view not in VIEWS:
-        raise ValueError(f"view: expected one of {', '.join(VIEWS)}, got {view!r}")
     if not 2 <= size <= 16:
         raise ValueError(f"size: expected an int in [2, 16], got {size}")
     if not 0 <= num_holes <= size * size // 2:
@@ -201,7 +201,7 @@ def make_frozenlake_env(
         raise ValueError(f"step_penalty: expected a number >= 0, got {step_penalty}")
     # Levels (and the train/test split, a hash of the grid) do not depend on the view.
     tasks = LevelTasks("frozenlake", generator(size, num_holes), render, split=split, seed=seed, num_tasks=num_tasks)
-    if system_prompt is None:
+    if system_prompt is None:  # an unknown view is FrozenLakeEnv's error
         system_prompt = RELATIVE_SYSTEM_PROMPT if view == "relative" else SYSTEM_PROMPT
     return FrozenLakeEnv(
         tasks, step_penalty=step_penalty, success_reward=success_reward, view=view,
