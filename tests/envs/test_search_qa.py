@@ -68,7 +68,7 @@ def test_oracle_answers_every_one_hop_lookup():
     for index in range(60):
         reward, _ = run_episode(env, oracle_policy("hermes"), index)
         assert reward == 1.0 and len(env.queries) == 1
-        assert env.episode_metrics()["search/em_1hop"] == 1.0
+        assert env.episode_metrics()["search/em_1hop"] == env.episode_metrics()["search/em_lookup"] == 1.0
 
 
 def test_train_and_test_worlds_are_disjoint():
@@ -333,6 +333,8 @@ def test_engine_oracle_masks_information_and_reports_search_metrics(tokenizer):
     groups = rollout(backend, make_env, range(6), group_size=1, config=RolloutConfig(max_total_tokens=4096))
     trajectories = [t for g in groups for t in g.trajectories]
     assert all(t.correct and t.termination_reason == "answered" for t in trajectories)
+    question_types = {task.id: task.metadata["question_type"] for task in SearchQATasks(split="test", hops=[2, 3])[:6]}
+    assert set(question_types.values()) >= {"bridge", "comparison"}
     for trajectory in trajectories:
         assert trajectory.num_turns >= 3  # at least two searches, then the answer
         for turn in trajectory.turns[:-1]:
@@ -340,8 +342,10 @@ def test_engine_oracle_masks_information_and_reports_search_metrics(tokenizer):
             assert trajectory.loss_mask[turn.response_end : turn.observation_end] == [0] * len(observation)
             assert "Doc 1(Title:" in tokenizer.decode(observation)
             assert trajectory.loss_mask[turn.response_start : turn.response_end] == [1] * (turn.response_end - turn.response_start)
-        hops = trajectory.info["episode_metrics"].keys() - {"search/searches", "search/answer_recall", "search/repeated_queries", "search/em", "search/f1"}
+        by_kind = trajectory.info["episode_metrics"].keys() - {"search/searches", "search/answer_recall", "search/repeated_queries", "search/em", "search/f1"}
+        hops = {key for key in by_kind if key.endswith("hop")}
         assert len(hops) == 1 and hops.pop() in {"search/em_1hop", "search/em_2hop", "search/em_3hop"}
+        assert by_kind - {key for key in by_kind if key.endswith("hop")} == {"search/em_" + question_types[trajectory.task_id]}
     metrics = aggregate_metrics([g.trajectories for g in groups], k=1)
     assert metrics["avg@1"] == 1.0
     assert metrics["search/answer_recall"] == 1.0 and metrics["search/em"] == 1.0

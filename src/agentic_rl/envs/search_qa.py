@@ -340,6 +340,9 @@ class SearchQAEnv(ToolEnv):
         hops = self.task.metadata.get("hops") if self.task is not None else None
         if hops:  # per hop count (averaged over the episodes that have it): 1-hop and 2-hop EM apart
             metrics[f"search/em_{hops}hop"] = self.final["em"]
+        question_type = self.task.metadata.get("question_type") if self.task is not None else None
+        if question_type:  # lookup / bridge / comparison apart: 2-hop EM mixes bridges with comparisons
+            metrics[f"search/em_{question_type}"] = self.final["em"]
         metrics.update(super().episode_metrics(trajectory))  # reflection/*, memory/*
         return metrics
 
