@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from agentic_rl.algorithms import AGGREGATIONS, POLICY_LOSSES, aggregate, compute_policy_loss, policy_loss, token_covariance
+from agentic_rl.algorithms import AGGREGATIONS, POLICY_LOSSES, ROW_LOCAL_LOSSES, aggregate, compute_policy_loss, policy_loss, token_covariance
 from agentic_rl.config import AlgorithmConfig
 
 NEW_LOSSES = ("gspo", "gspo-token", "cispo", "sapo", "clip-cov", "kl-cov", "gpg", "reinforce")
@@ -486,3 +486,29 @@ def test_registry_names_and_parameters() -> None:
     assert POLICY_LOSSES.params("gpg") == POLICY_LOSSES.params("reinforce") == tail
     with pytest.raises(TypeError, match="policy loss 'gspo' takes no parameter 'clip_low'; its parameters: gspo_clip_low, gspo_clip_high"):
         compute_policy_loss("gspo", *_hand_batch(), clip_low=0.2)
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+@pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
+def test_row_local_losses_ignore_zero_advantage_rows_exactly(name: str, aggregation: str) -> None:
+    """What lets the trainer skip all-zero-advantage trajectories: for a row-local loss,
+    dropping such rows (the normalisers kept the whole batch's) leaves the loss and every
+    other row's gradient unchanged, and the dropped rows get a zero gradient. The
+    covariance losses select tokens across rows, so they are not row-local."""
+    assert (name in ROW_LOCAL_LOSSES) == (name not in ("clip-cov", "kl-cov"))
+    if name not in ROW_LOCAL_LOSSES:
+        return
+    logprobs, old, advantages, mask = _random_batch(23)
+    advantages[1] = 0.0
+    advantages[3] = 0.0
+    keep = [0, 2, 4]
+    norms = dict(num_tokens=float(mask.sum()), num_sequences=5.0, norm_length=7.0, aggregation=aggregation)
+    whole = logprobs.clone().requires_grad_(True)
+    full = compute_policy_loss(name, whole, old, advantages, mask, **norms).loss
+    full.backward()
+    part = logprobs[keep].clone().requires_grad_(True)
+    kept = compute_policy_loss(name, part, old[keep], advantages[keep], mask[keep], **norms).loss
+    kept.backward()
+    assert kept.item() == pytest.approx(full.item(), rel=1e-12, abs=1e-15)
+    torch.testing.assert_close(whole.grad[keep], part.grad, rtol=1e-12, atol=1e-15)
+    assert torch.count_nonzero(whole.grad[[1, 3]]) == 0

@@ -22,6 +22,9 @@ from agentic_rl.training.checkpoint import COMPLETE
 
 TIMING = ("_time_s", "tokens_per_s")
 FP32 = ("--set", "precision=fp32")  # the same numbers on every CPU (auto picks bf16 where it is fast)
+# The random model's advantages are all zero, which the update would skip: forward every
+# trajectory, so that the ranks' forward passes (their entropy) are compared too.
+FORWARD_ALL = ("--set", "skip_zero_advantage=false")
 
 
 def _cli(*args: str, wait: bool = True, timeout: float = 300):
@@ -45,7 +48,7 @@ def _metrics(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("one") / "run"
-    _cli("smoke", *FP32, "--set", "checkpoint_every=0", "--output-dir", str(run))
+    _cli("smoke", *FP32, *FORWARD_ALL, "--set", "checkpoint_every=0", "--output-dir", str(run))
     return run
 
 
@@ -55,7 +58,7 @@ def test_two_ranks_write_the_run_of_one_process(strategy: str, one_process: Path
     run = tmp_path / "run"
     scratch = Path(tempfile.gettempdir())
     before = set(scratch.glob("agentic-rl-rank1-*"))
-    output = _cli("smoke", *FP32, "--nproc", "2", "--set", f"trainer.strategy={strategy}", "--set", "checkpoint_every=0", "--output-dir", str(run))
+    output = _cli("smoke", *FP32, *FORWARD_ALL, "--nproc", "2", "--set", f"trainer.strategy={strategy}", "--set", "checkpoint_every=0", "--output-dir", str(run))
     assert _layout(run) == _layout(one_process)
     assert output.count("held-out accuracy") == 1  # one display: rank 0's
     ours, theirs = _metrics(run), _metrics(one_process)

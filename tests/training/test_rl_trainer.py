@@ -217,3 +217,50 @@ def test_sampler_logprobs_as_old_give_the_recomputed_update_without_its_forward_
 
 
 original = RLTrainer._old_logprobs
+
+
+def test_skipping_zero_advantage_trajectories_updates_the_weights_as_the_full_batch(tiny, monkeypatch) -> None:
+    """skip_zero_advantage (the default) leaves the groups whose samples scored alike out
+    of the forward and backward passes: two mini-batches (so the pre-update log-probs
+    matter) update the weights as the full batch does, from fewer forwarded trajectories.
+    A batch with no advantage left still steps the optimizer (Adam's momentum moves the
+    weights) exactly as the full batch's zero gradient does."""
+    forwarded: list[int] = []
+    collate_ = RLTrainer._collate
+    monkeypatch.setattr(RLTrainer, "_collate", lambda self, scored, members, old: forwarded.extend(members) or collate_(self, scored, members, old))
+    results = {}
+    for skip in (False, True):
+        trainer = _trainer(tiny, _config(mini_batches=2, steps=2, group_size=2, skip_zero_advantage=skip))
+        assert trainer.skip_zero_advantage is skip
+        forwarded.clear()
+        metrics, _ = trainer.step()
+        results[skip] = (trainer, metrics, sorted(forwarded))
+    (full, full_metrics, full_rows), (skipping, metrics, rows) = results[False], results[True]
+    assert 0.0 < metrics["frac_zero_std_groups"] < 1.0, "the batch needs both kinds of group"
+    assert full_rows == list(range(8)) and full_metrics["zero_advantage_skipped"] == 0.0
+    assert len(rows) == 8 * (1 - metrics["frac_zero_std_groups"]) and metrics["zero_advantage_skipped"] == pytest.approx(metrics["frac_zero_std_groups"])
+    assert metrics["grad_norm"] == pytest.approx(full_metrics["grad_norm"], rel=1e-4)
+    for (name, value), other in zip(full.model.named_parameters(), skipping.model.parameters()):
+        torch.testing.assert_close(other, value, atol=1e-5, rtol=1e-4, msg=name)  # Adam divides float noise by tiny second moments
+    # a batch whose advantages are all zero: nothing forwarded, the optimizer steps as before
+    groups, kept, _ = full._sample()
+    before = [p.detach().clone() for p in full.model.parameters()]
+    for trainer in (full, skipping):
+        scored, _, _ = trainer.score_groups(kept, groups)
+        scored.advantages = [[0.0] * len(row) for row in scored.advantages]
+        forwarded.clear()
+        zero = trainer.update(scored)
+    assert forwarded == [] and zero["zero_advantage_skipped"] == 1.0
+    for (name, value), other, old in zip(full.model.named_parameters(), skipping.model.parameters(), before):
+        torch.testing.assert_close(other, value, atol=1e-5, rtol=1e-4, msg=name)  # Adam divides float noise by tiny second moments
+    assert any(not torch.equal(value, old) for value, old in zip(full.model.parameters(), before))
+
+
+@pytest.mark.parametrize("algorithm", [{"kl_coef": 0.05}, {"policy_loss": "kl-cov"}, {"preset": "ppo"}])
+def test_zero_advantage_trajectories_stay_where_a_loss_term_reads_them(tiny, algorithm) -> None:
+    """A KL loss, a covariance-selected loss and a critic all read trajectories whose
+    advantage is zero: there every trajectory is forwarded."""
+    trainer = _trainer(tiny, _config(steps=1, algorithm=algorithm))
+    assert trainer.skip_zero_advantage is False
+    metrics, _ = trainer.step()
+    assert metrics["zero_advantage_skipped"] == 0.0

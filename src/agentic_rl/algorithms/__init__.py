@@ -24,6 +24,7 @@ from agentic_rl.algorithms.kl import KL_ESTIMATORS, kl_penalty
 from agentic_rl.algorithms.losses import (
     AGGREGATIONS,
     POLICY_LOSSES,
+    ROW_LOCAL_LOSSES,
     PolicyLossOutput,
     aggregate,
     compute_policy_loss,
@@ -46,6 +47,7 @@ __all__ = [
     "GROUP_FILTERS",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
+    "ROW_LOCAL_LOSSES",
     "PRESETS",
     "PRESET_DESCRIPTIONS",
     "ROLLOUT_CORRECTIONS",

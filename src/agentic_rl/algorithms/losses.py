@@ -124,11 +124,23 @@ POLICY_LOSSES = Registry("policy loss", inputs=4)
 """Name -> ``fn(logprobs, old_logprobs, advantages, mask, **params) -> PolicyLossOutput`` (inputs [B, T])."""
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+ROW_LOCAL_LOSSES: set[str] = set()
+"""Policy losses in which each sequence's term is its advantages times a function of its
+own tokens only: a sequence whose advantages are all zero adds exactly nothing to the loss
+or its gradient, so the trainer may leave it out of the forward pass (the normalisers stay
+the whole batch's). Losses that couple sequences (clip-cov and kl-cov select tokens by a
+batch covariance) are not row-local."""
+
+
+def register_policy_loss(name: str, *, row_local: bool = False) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator adding a policy loss to :data:`POLICY_LOSSES`. It takes ``(logprobs,
     old_logprobs, advantages, mask)`` [B, T] and the keywords ``aggregation``,
     ``num_tokens``, ``num_sequences``, ``norm_length`` (passed on to :func:`aggregate`)
-    besides its own parameters, and returns a :class:`PolicyLossOutput`."""
+    besides its own parameters, and returns a :class:`PolicyLossOutput`. ``row_local``:
+    the loss is zero, with zero gradient, on a sequence whose advantages are all zero,
+    whatever the other sequences hold (see :data:`ROW_LOCAL_LOSSES`)."""
+    if row_local:
+        ROW_LOCAL_LOSSES.add(name)
     return POLICY_LOSSES.register(name)
 
 
@@ -137,7 +149,7 @@ def compute_policy_loss(name: str, logprobs: Tensor, old_logprobs: Tensor, advan
     return POLICY_LOSSES.call(name, logprobs, old_logprobs, advantages, mask, **params)
 
 
-@register_policy_loss("ppo-clip")
+@register_policy_loss("ppo-clip", row_local=True)
 def policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,

@@ -52,7 +52,7 @@ def token_covariance(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tens
         return (advantages - masked_mean(advantages, mask)) * (logprobs - masked_mean(logprobs, mask))
 
 
-@register_policy_loss("gspo")
+@register_policy_loss("gspo", row_local=True)
 def gspo(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -100,7 +100,7 @@ def gspo(
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
 
-@register_policy_loss("gspo-token")
+@register_policy_loss("gspo-token", row_local=True)
 def gspo_token(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -141,7 +141,7 @@ def gspo_token(
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
 
-@register_policy_loss("cispo")
+@register_policy_loss("cispo", row_local=True)
 def cispo(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -179,7 +179,7 @@ def cispo(
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
 
-@register_policy_loss("sapo")
+@register_policy_loss("sapo", row_local=True)
 def sapo(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -316,7 +316,7 @@ def kl_cov(
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
 
-@register_policy_loss("gpg")
+@register_policy_loss("gpg", row_local=True)
 def gpg(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -338,7 +338,7 @@ def gpg(
     return PolicyLossOutput(loss=loss, metrics=ratio_metrics(_log_ratio(logprobs, old_logprobs, mask), mask))
 
 
-@register_policy_loss("reinforce")
+@register_policy_loss("reinforce", row_local=True)
 def reinforce_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,

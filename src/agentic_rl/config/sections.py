@@ -453,6 +453,12 @@ class TrainConfig(Section):
     mini_batches: int = Field(1, ge=1)
     """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
     micro_batch_tokens: MicroBatchTokens = 8192
+    skip_zero_advantage: bool = True
+    """Leave trajectories whose advantages are all zero (e.g. every GRPO group whose samples
+    scored alike) out of the update's forward and backward passes. The gradient is unchanged
+    (the loss's normalisers stay the whole batch's); it applies where that holds: a row-local
+    policy loss, no KL loss term, no critic. The update's entropy and ratio metrics then cover
+    the trained trajectories; ``zero_advantage_skipped`` reports the fraction left out."""
     precision: Literal["auto", "fp32", "bf16-mixed"] = "auto"
     """fp32, or bf16-mixed (float32 master weights and optimizer state, bf16 forward/backward, float32 log-probs and losses, bf16 rollout weights); auto = bf16-mixed on GPUs and on CPUs where bf16 matmuls measure faster, else fp32."""
     kl_reference: Literal["auto", "fp32", "bf16", "cpu"] = "auto"

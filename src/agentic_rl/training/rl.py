@@ -12,7 +12,7 @@ from contextlib import nullcontext
 
 import torch
 
-from agentic_rl.algorithms import aggregate, compute_policy_loss, kl_penalty, resolve_old_logprobs, resolve_rollout_correction, rollout_correction, value_loss
+from agentic_rl.algorithms import ROW_LOCAL_LOSSES, aggregate, compute_policy_loss, kl_penalty, resolve_old_logprobs, resolve_rollout_correction, rollout_correction, value_loss
 from agentic_rl.config import TrainConfig, check_world_size
 from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.envs.base import Env
@@ -141,6 +141,12 @@ class RLTrainer:
         self.step_index = 0
         self.stream = None
         """Async mode's stream of groups sampled ahead (distributed.max_staleness set; built at the first step)."""
+        self.skip_zero_advantage = (
+            config.skip_zero_advantage and algorithm.policy_loss in ROW_LOCAL_LOSSES and self.critic is None
+            and (self.reference is None or algorithm.kl_in_reward)
+        )
+        """Whether the update leaves all-zero-advantage trajectories out (exact only where no
+        loss term reads them: a row-local policy loss, no KL loss, no critic)."""
         self.nonfinite = NonFiniteGuard(config.max_nonfinite_steps, hint="lower optim.lr or check the rewards")
         self.response_length_history: list[float] = []
 
@@ -379,9 +385,10 @@ class RLTrainer:
         config, dist = self.config, self.dist
         order = torch.randperm(len(scored.trajectories), generator=torch.Generator().manual_seed(config.seed + self.step_index)).tolist()
         minis = [order[i :: config.mini_batches] for i in range(config.mini_batches)]
-        # Each rank trains on every world-size-th trajectory of each mini-batch; the
-        # normalisers stay the whole mini-batch's, so the ranks' losses add up to its loss.
-        shares = [mini[dist.rank :: dist.world_size] for mini in minis]
+        trained = self._trained(scored)
+        # Each rank trains on every world-size-th trajectory of each mini-batch that the loss
+        # reads; the normalisers stay the whole mini-batch's, so the ranks' losses add up to its loss.
+        shares = [[i for i in mini if trained[i]][dist.rank :: dist.world_size] for mini in minis]
         updates = config.ppo_epochs * config.mini_batches
         # The parameters each optimizer holds: under FSDP2 a root module left unsharded by a
         # gradient-free forward (pre-update values or KL) exposes its full tensors as its
@@ -408,7 +415,17 @@ class RLTrainer:
         finally:
             self._train_mode(False)
         tally.merge_ranks(dist)
-        return tally.metrics(updates=updates, critic=self.critic is not None, lr=self.scheduler.get_last_lr()[0], trajectories=scored.trajectories)
+        metrics = tally.metrics(updates=updates, critic=self.critic is not None, lr=self.scheduler.get_last_lr()[0], trajectories=scored.trajectories)
+        metrics["zero_advantage_skipped"] = 1.0 - sum(trained) / max(len(trained), 1)
+        return metrics
+
+    def _trained(self, scored: ScoredBatch) -> list[bool]:
+        """Per trajectory, whether the update forwards it: all of them, or (``skip_zero_advantage``
+        where exact) those with a non-zero advantage on a sampled token; the others would
+        add exactly zero to the loss and its gradient."""
+        if not self.skip_zero_advantage:
+            return [True] * len(scored.trajectories)
+        return [any(a != 0.0 for a, m in zip(row, t.loss_mask) if m) for t, row in zip(scored.trajectories, scored.advantages)]
 
     def _old_logprobs(self, scored: ScoredBatch, members: list[int]) -> list[list[float] | None]:
         """The pre-update log-probs of the trajectories ``members`` (this rank's), by index."""
@@ -452,7 +469,9 @@ class RLTrainer:
             "num_sequences": float(len(mini)),
             "norm_length": float(self.config.rollout.max_total_tokens),
         }
-        buckets: list[list[int] | None] = list(length_buckets(lengths, self.config.micro_batch_tokens, len(share))) if share else []
+        # Nothing to train on (every trajectory skipped): one padding micro-batch still gives
+        # zero gradients, so the optimizer steps exactly as it would on the full batch.
+        buckets: list[list[int] | None] = list(length_buckets(lengths, self.config.micro_batch_tokens, len(share))) if share else [None]
         buckets += [None] * self.dist.lockstep_padding(len(buckets))
         for index, bucket in enumerate(buckets):
             last = index == len(buckets) - 1

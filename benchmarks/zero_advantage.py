@@ -1,0 +1,106 @@
+"""The RL update with all-zero-advantage trajectories skipped vs forwarded
+(``skip_zero_advantage``), same batch, same run.
+
+    python benchmarks/zero_advantage.py --model RUN/checkpoints/step-0/model [--recipe search-qa] [--repeats 3] [--json out.json]
+
+Workload: one RL step of ``--recipe`` (default search-qa: 8 tasks x 8 episodes, GRPO-TCR,
+2 mini-batches, the recipe's precision) sampled once with ``--model``, a cold-started
+model (a run's SFT checkpoint or ``final/``): the untrained model solves nothing, so every
+group would score alike and there would be nothing to compare. The update of that one
+scored batch then runs ``--repeats`` times per side, alternating sides (drift hits both),
+each time from the same weights and optimizer state. Reported: the share of trajectories
+with a non-zero advantage (what the skipping side forwards), the median update seconds per
+side, the speed-up, and how far the two sides' updated weights are apart (max |diff|),
+which should be float noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a cold-started model folder (a run's checkpoint model or final/)")
+    parser.add_argument("--recipe", default="search-qa")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0, help="which step's tasks are sampled")
+    parser.add_argument("--json", help="write the results here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from agentic_rl.config import TrainConfig, build
+    from agentic_rl.engines.factory import build_backend
+    from agentic_rl.envs import env_factory
+    from agentic_rl.models import load
+    from agentic_rl.models.precision import apply_precision
+    from agentic_rl.recipes import load_recipe
+    from agentic_rl.training.rl import RLTrainer
+
+    recipe = load_recipe(args.recipe)[1]
+    recipe.update(model={**recipe.get("model", {}), "name": args.model, "device": "cpu"}, seed=args.seed)
+    model, tokenizer = load(args.model, device="cpu")
+    model = model.float()
+    precision = apply_precision(model, build(TrainConfig, recipe).precision).precision
+    env_config = build(TrainConfig, recipe).env
+    env = env_factory(env_config.name, env_config.options, split="train")
+    probe = env()
+    tasks = list(range(build(TrainConfig, recipe).task_offset, probe.num_tasks))
+    trainers = {}
+    for skip in (False, True):
+        config = build(TrainConfig, {**recipe, "skip_zero_advantage": skip})
+        backend = build_backend(config.backend, config.model, loaded=(model, tokenizer), precision=precision)
+        trainers[skip] = RLTrainer(config, model, tokenizer, backend, env, tasks)
+    assert trainers[True].skip_zero_advantage, "the recipe's algorithm reads zero-advantage trajectories: nothing to skip"
+    groups, kept, _ = trainers[False]._sample()
+    scored, _, _ = trainers[False].score_groups(kept, groups)
+    tokens = sum(len(t.token_ids) for t in scored.trajectories)
+    moving = trainers[True]._trained(scored)
+    share = sum(moving) / max(len(moving), 1)
+    trained_tokens = sum(len(t.token_ids) for t, m in zip(scored.trajectories, moving) if m)
+    if not any(moving):
+        print(f"--model: {args.model} solved all or none of each task's samples: no advantage, nothing to compare; pass a cold-started model")
+        return 2
+    start = copy.deepcopy(model.state_dict())
+    optimizer_state = copy.deepcopy(trainers[False].optimizer.state_dict())
+    scheduler_state = copy.deepcopy(trainers[False].scheduler.state_dict())
+    times: dict[bool, list[float]] = {side: [] for side in trainers}
+    after: dict[bool, dict] = {}
+    for _ in range(args.repeats):
+        for side, trainer in trainers.items():
+            model.load_state_dict(start)
+            trainer.optimizer.load_state_dict(optimizer_state)
+            trainer.scheduler.load_state_dict(scheduler_state)
+            began = time.perf_counter()
+            trainer.update(scored)
+            times[side].append(time.perf_counter() - began)
+            after[side] = {name: value.detach().clone() for name, value in model.state_dict().items()}
+    gap = max(float((after[False][name] - after[True][name]).abs().max()) for name in after[True])
+    medians = {side: statistics.median(values) for side, values in times.items()}
+    result = {
+        "recipe": args.recipe, "precision": precision,
+        "batch": {"trajectories": len(scored.trajectories), "tokens": tokens, "nonzero_advantage_share": share, "nonzero_advantage_tokens": trained_tokens},
+        "update_s": {"forward_all": times[False], "skip_zero": times[True]},
+        "median_update_s": {"forward_all": medians[False], "skip_zero": medians[True]},
+        "speedup": medians[False] / medians[True], "max_weight_diff": gap, "torch_threads": torch.get_num_threads(),
+    }
+    print(f"batch: {len(scored.trajectories)} trajectories, {tokens} tokens ({precision}); {share:.0%} of them ({trained_tokens} tokens) with a non-zero advantage")
+    for side, label in ((False, "forward all"), (True, "skip zero  ")):
+        print(f"{label}: median update {medians[side]:.2f} s  ({', '.join(f'{t:.2f}' for t in times[side])})")
+    print(f"speed-up {result['speedup']:.2f}x; updated weights differ by at most {gap:.2e}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(result, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
