@@ -30,3 +30,30 @@ def test_applied_on_glibc(fresh, monkeypatch):
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("not glibc")
     assert fresh.tune_malloc() is True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
+def test_release_memory_hands_the_freed_heap_back(monkeypatch):
+    """Tuned, glibc keeps a freed 512 MB block resident; release_memory hands it back, but
+    not while the process is under its ``above`` share of the machine's memory."""
+    import platform
+
+    import torch
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("not glibc")
+    monkeypatch.delenv("AGENTIC_RL_MALLOC_TUNING", raising=False)
+    assert allocator.tune_malloc() is True
+    block = torch.ones(128 << 20)  # 512 MB, every page touched
+    held = allocator.resident_bytes()
+    del block
+    assert allocator.resident_bytes() > held - (64 << 20)  # freed, still resident
+    assert allocator.release_memory(above=0.99) == 0  # far below 99% of the machine
+    released = allocator.release_memory()
+    assert released > 400 << 20 and allocator.resident_bytes() < held - (400 << 20)
+
+
+def test_release_memory_does_nothing_without_the_tuning(fresh, monkeypatch):
+    monkeypatch.setenv("AGENTIC_RL_MALLOC_TUNING", "0")
+    assert fresh.tune_malloc() is False
+    assert fresh.release_memory() == 0

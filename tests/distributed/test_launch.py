@@ -19,8 +19,8 @@ import torch
 from safetensors.torch import load_file
 
 from agentic_rl.training.checkpoint import COMPLETE
+from agentic_rl.training.rl_metrics import MACHINE_METRICS
 
-TIMING = ("_time_s", "tokens_per_s")
 FP32 = ("--set", "precision=fp32")  # the same numbers on every CPU (auto picks bf16 where it is fast)
 # The random model's advantages are all zero, which the update would skip: forward every
 # trajectory, so that the ranks' forward passes (their entropy) are compared too.
@@ -42,7 +42,7 @@ def _layout(run: Path) -> list[str]:
 
 
 def _metrics(run: Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if not k.endswith(TIMING)} for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in json.loads(line).items() if k not in MACHINE_METRICS} for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,9 @@ from safetensors.torch import load_file
 pytest.importorskip("ray")
 
 from agentic_rl.training.checkpoint import COMPLETE  # noqa: E402
+from agentic_rl.training.rl_metrics import MACHINE_METRICS  # noqa: E402
 
 STEPS = 3
-TIMING = ("step_time_s", "rollout_time_s", "update_time_s", "weight_sync_time_s", "tokens_per_s")
 
 
 def _recipe(path: Path, **distributed) -> Path:
@@ -57,7 +57,7 @@ def _wait(process: subprocess.Popen, timeout: float = 300) -> str:
 
 
 def _metrics(run: Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in json.loads(line).items() if k not in MACHINE_METRICS} for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow

@@ -106,11 +106,12 @@ def test_sigkill_mid_run_then_resume_gives_the_same_weights_and_metrics(tmp_path
     assert straight.keys() == resumed.keys()
     for name in straight:
         assert torch.equal(straight[name], resumed[name]), name
-    timing = ("step_time_s", "rollout_time_s", "update_time_s", "weight_sync_time_s", "tokens_per_s")
     import json
 
+    from agentic_rl.training.rl_metrics import MACHINE_METRICS
+
     def metrics(run: Path) -> list[dict]:
-        return [{k: v for k, v in json.loads(line).items() if k not in timing} for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in json.loads(line).items() if k not in MACHINE_METRICS} for line in (run / "metrics.jsonl").read_text().splitlines()]
 
     assert metrics(tmp_path / "straight") == metrics(interrupted)
     assert len(metrics(interrupted)) == STEPS

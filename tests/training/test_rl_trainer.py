@@ -14,6 +14,7 @@ from agentic_rl.engines.hf import HFBackend
 from agentic_rl.training.batch import collate
 from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.rl import RLTrainer, score
+from agentic_rl.training.rl_metrics import MACHINE_METRICS
 
 
 class ParityEnv:
@@ -83,11 +84,9 @@ def test_metrics_have_the_documented_keys(tiny) -> None:
 
 
 def test_same_seed_same_metrics(tiny) -> None:
-    timing = ("step_time_s", "rollout_time_s", "update_time_s", "weight_sync_time_s", "tokens_per_s")
-
     def run() -> list[dict]:
         trainer = _trainer(tiny, _config())
-        return [{k: v for k, v in trainer.step()[0].items() if k not in timing} for _ in range(2)]
+        return [{k: v for k, v in trainer.step()[0].items() if k not in MACHINE_METRICS} for _ in range(2)]
 
     first, second = run(), run()
     assert first == second

@@ -3,7 +3,7 @@ the lean decode forward, the chunked vocabulary head and malloc tuning.
 
 The rest of the package calls only these names:
 
-- loading a model: ``tune_malloc()``, ``set_linear_kernel(model, kernel)`` ("auto",
+- loading a model: ``tune_malloc()`` (and ``release_memory()`` between phases, ``resident_bytes()``), ``set_linear_kernel(model, kernel)`` ("auto",
   "onednn" or "torch"; ``linear_kernel(model)`` says which is in place);
 - a rollout session: ``packed_weights(model)`` (a context in which the oneDNN weights stay
   packed) and ``decoder_for(model)`` (the lean forward, or None: keep transformers');
@@ -16,7 +16,7 @@ float32 rounding. The modules: ``onednn`` (linear layers), ``native`` (+ native.
 AVX-512 kernels), ``lean`` (decode forward), ``head`` (chunked head), ``allocator``.
 """
 
-from agentic_rl.accel.allocator import tune_malloc
+from agentic_rl.accel.allocator import release_memory, resident_bytes, tune_malloc
 from agentic_rl.accel.head import head_logprobs
 from agentic_rl.accel.lean import LeanDecoder, decoder_for, lean_decoder
 from agentic_rl.accel.onednn import LINEAR_KERNELS, OneDNNLinear, linear_kernel, onednn_available, packed_weights, set_linear_kernel
@@ -31,6 +31,8 @@ __all__ = [
     "linear_kernel",
     "onednn_available",
     "packed_weights",
+    "release_memory",
+    "resident_bytes",
     "set_linear_kernel",
     "tune_malloc",
 ]

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from agentic_rl.accel import release_memory
 from agentic_rl.config import ConfigError, TrainConfig, build, redact_url, resume_config
 from agentic_rl.engines.factory import build_backend
 from agentic_rl.envs import env_factory, mixed_spec_of
@@ -222,6 +223,7 @@ def _train(config, name: str, events: RunEvents | None, loaded, resume, override
             else:
                 stage.run(state)
             run.mark_complete(stage.name)
+            release_memory()  # the next stage allocates other shapes: hand this one's free heap back
     finally:
         backend.close()  # e.g. stops a managed vLLM server
     return TrainResult(run.path, state.evals, state.steps)

@@ -12,6 +12,7 @@ from contextlib import nullcontext
 
 import torch
 
+from agentic_rl.accel import release_memory, resident_bytes
 from agentic_rl.algorithms import ROW_LOCAL_LOSSES, aggregate, compute_policy_loss, kl_penalty, resolve_old_logprobs, resolve_rollout_correction, rollout_correction, value_loss
 from agentic_rl.config import TrainConfig, check_world_size
 from agentic_rl.distributed import DistContext, make_strategy
@@ -33,6 +34,9 @@ from agentic_rl.training.curriculum import Curriculum
 from agentic_rl.training.task_schedule import MixedTaskSchedule, TaskPools, TaskSchedule
 from agentic_rl.training.value import Critic
 from agentic_rl.types import Trajectory, TrajectoryGroup
+
+RELEASE_MEMORY_ABOVE = 0.5
+"""Fraction of physical memory held by the process past which a step hands free heap pages back."""
 
 __all__ = ["ROLLOUT_MODES", "NonFiniteError", "RLTrainer", "ScoredBatch", "keep_groups", "score", "shaped_rewards", "usable_trajectories"]
 
@@ -230,6 +234,12 @@ class RLTrainer:
             sync_started = time.monotonic()
             self.backend.sync_weights(self.strategy.full_weights(self.model))  # the next rollouts sample from the new weights
             metrics["weight_sync_time_s"] = time.monotonic() - sync_started
+        # The heap keeps the update's freed activations for the next step (accel/allocator.py);
+        # past half the machine's memory, fragmentation is handed back before it can grow further.
+        metrics["host_memory_released_gb"] = release_memory(above=RELEASE_MEMORY_ABOVE) / 2**30
+        resident = resident_bytes()
+        if resident is not None:
+            metrics["host_rss_gb"] = resident / 2**30
         metrics.update(
             step=self.step_index,
             step_time_s=time.monotonic() - started,

@@ -15,6 +15,13 @@ from agentic_rl.training.scoring import usable_trajectories
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 
+MACHINE_METRICS = (
+    "step_time_s", "rollout_time_s", "update_time_s", "weight_sync_time_s", "tokens_per_s", "host_rss_gb", "host_memory_released_gb",
+)
+"""Step metrics that measure the machine, not the run: they differ between runs of the
+same seed (compare runs without them)."""
+
+
 ENV_TOOL_METRICS = ("tool_calls_per_episode", "tool_success_rate", "malformed_call_rate")
 """``rollout_metrics`` of the tool calls an env ran and parsed: an agent program runs its
 tools itself (its step metrics carry ``calls_per_episode``, model calls through the
