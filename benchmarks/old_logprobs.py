@@ -18,10 +18,9 @@ far the two sides' updated weights are apart (max |diff|), which should be float
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import statistics
-import time
+
+from update_sides import time_update_sides
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,7 +54,6 @@ def main(argv: list[str] | None = None) -> int:
         "mini_batches": 2, "precision": "fp32",
     }
     trainers = {}
-    start = copy.deepcopy(model.state_dict())
     for side in ("recompute", "sampler"):
         config = TrainConfig.model_validate({**data, "algorithm": {**data["algorithm"], "old_logprobs": side}})
         trainers[side] = RLTrainer(config, model, tokenizer, HFBackend(model, tokenizer), env, list(range(1000, 2000)))
@@ -66,21 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if not moving and not args.allow_flat:
         print(f"--model: {args.model} solved all or none of each task's samples: no advantage, no update to compare; pass a cold-started model (a demo run's final/)")
         return 2
-    optimizer_state = copy.deepcopy(trainers["recompute"].optimizer.state_dict())
-    scheduler_state = copy.deepcopy(trainers["recompute"].scheduler.state_dict())
-    times: dict[str, list[float]] = {side: [] for side in trainers}
-    after: dict[str, dict] = {}
-    for _ in range(args.repeats):
-        for side, trainer in trainers.items():
-            model.load_state_dict(start)
-            trainer.optimizer.load_state_dict(optimizer_state)
-            trainer.scheduler.load_state_dict(scheduler_state)
-            began = time.perf_counter()
-            trainer.update(scored)
-            times[side].append(time.perf_counter() - began)
-            after[side] = {name: value.detach().clone() for name, value in model.state_dict().items()}
-    gap = max(float((after["recompute"][name] - after["sampler"][name]).abs().max()) for name in after["sampler"])
-    medians = {side: statistics.median(values) for side, values in times.items()}
+    times, medians, gap = time_update_sides(trainers, model, scored, args.repeats)
     result = {
         "batch": {"trajectories": len(scored.trajectories), "tokens": tokens, "mini_batches": 2, "nonzero_advantage_share": moving},
         "update_s": times, "median_update_s": medians, "speedup": medians["recompute"] / medians["sampler"],

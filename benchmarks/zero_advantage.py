@@ -17,10 +17,9 @@ which should be float noise.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import statistics
-import time
+
+from update_sides import time_update_sides
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -69,22 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if not any(moving):
         print(f"--model: {args.model} solved all or none of each task's samples: no advantage, nothing to compare; pass a cold-started model")
         return 2
-    start = copy.deepcopy(model.state_dict())
-    optimizer_state = copy.deepcopy(trainers[False].optimizer.state_dict())
-    scheduler_state = copy.deepcopy(trainers[False].scheduler.state_dict())
-    times: dict[bool, list[float]] = {side: [] for side in trainers}
-    after: dict[bool, dict] = {}
-    for _ in range(args.repeats):
-        for side, trainer in trainers.items():
-            model.load_state_dict(start)
-            trainer.optimizer.load_state_dict(optimizer_state)
-            trainer.scheduler.load_state_dict(scheduler_state)
-            began = time.perf_counter()
-            trainer.update(scored)
-            times[side].append(time.perf_counter() - began)
-            after[side] = {name: value.detach().clone() for name, value in model.state_dict().items()}
-    gap = max(float((after[False][name] - after[True][name]).abs().max()) for name in after[True])
-    medians = {side: statistics.median(values) for side, values in times.items()}
+    times, medians, gap = time_update_sides(trainers, model, scored, args.repeats)
     result = {
         "recipe": args.recipe, "precision": precision,
         "batch": {"trajectories": len(scored.trajectories), "tokens": tokens, "nonzero_advantage_share": share, "nonzero_advantage_tokens": trained_tokens},

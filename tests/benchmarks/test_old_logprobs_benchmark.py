@@ -14,7 +14,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "old_logprobs.py"
 
 
-def test_both_sides_time_the_same_update(tmp_path) -> None:
+def test_both_sides_time_the_same_update(tmp_path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as running the script does: its shared helper beside it
     spec = importlib.util.spec_from_file_location("old_logprobs_benchmark", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
