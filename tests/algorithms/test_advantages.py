@@ -89,6 +89,24 @@ def test_equal_rewards_give_zero_advantage():
     assert torch.all(adv == 0)
 
 
+@pytest.mark.parametrize("value", [0.1, 0.35, 0.6, 1.1])
+def test_equal_rewards_inexact_in_float_give_exactly_zero(value):
+    """Eight rewards of 0.6 sum to a float32 mean of 0.59999994; the old sum-then-divide
+    gave that group GRPO advantages of 0.056. Every group estimator gives exactly 0, the
+    std is exactly 0, and DAPO's zero-variance filter drops the group."""
+    from agentic_rl.algorithms import drop_zero_variance
+
+    groups = [0] * 8 + [1] * 2
+    inputs = _inputs([value] * 8 + [0.0, 1.0], groups)
+    for name in ("grpo", "rloo", "reinforce++-baseline"):
+        adv = compute_advantages(name, inputs)
+        assert torch.count_nonzero(adv[:8]) == 0, name
+        assert torch.count_nonzero(adv[8:]) == 6, name
+    mean, std, _ = group_stats(inputs.rewards, inputs.group_index)
+    assert torch.equal(mean[:8], inputs.rewards[:8]) and torch.count_nonzero(std[:8]) == 0
+    assert drop_zero_variance(inputs.rewards, inputs.group_index).tolist() == [False] * 8 + [True] * 2
+
+
 def test_group_stats_and_zero_std_fraction():
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0])
     groups = torch.tensor([0, 0, 0, 0, 1, 1, 2])

@@ -78,14 +78,20 @@ def group_stats(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor, T
     """Per-trajectory statistics of its group: (mean[B], std[B], group_sizes[B]).
 
     ``std`` is the unbiased (n - 1) standard deviation, as ``torch.std``; it is 0 for a
-    group of size 1 (where torch.std would give nan).
+    group of size 1 (where torch.std would give nan). A group whose rewards are all equal
+    gets exactly that reward as its mean and exactly 0 as its std: summed in float32, eight
+    rewards of 0.6 average to 0.59999994, and (r - mean) / (std + eps) would hand such a
+    group an advantage of 0.056 on every token where it has none.
     """
     rewards = as_float(rewards)
     _, inverse = torch.unique(group_index, return_inverse=True)
     num_groups = int(inverse.max()) + 1 if inverse.numel() else 0
     sizes = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device).index_add_(0, inverse, torch.ones_like(rewards))
     sums = torch.zeros_like(sizes).index_add_(0, inverse, rewards)
-    mean = (sums / sizes)[inverse]
+    highest = torch.full_like(sizes, float("-inf")).scatter_reduce(0, inverse, rewards, "amax")
+    lowest = torch.full_like(sizes, float("inf")).scatter_reduce(0, inverse, rewards, "amin")
+    flat = (highest == lowest)[inverse]
+    mean = torch.where(flat, rewards, (sums / sizes)[inverse])
     squares = torch.zeros_like(sizes).index_add_(0, inverse, (rewards - mean) ** 2)
     std = (squares / (sizes - 1).clamp(min=1)).sqrt()[inverse]
     return mean, std, sizes[inverse]
@@ -155,6 +161,6 @@ def rloo(inputs: AdvantageInputs) -> Tensor:
     """
     rewards = as_float(inputs.rewards)
     mean, _, sizes = group_stats(rewards, inputs.group_index)
-    others_mean = (mean * sizes - rewards) / (sizes - 1).clamp(min=1)
-    advantage = torch.where(sizes > 1, rewards - others_mean, torch.zeros_like(rewards))
+    # r_i - (n mean - r_i) / (n - 1) = n / (n - 1) (r_i - mean): exactly 0 for an all-equal group.
+    advantage = torch.where(sizes > 1, (rewards - mean) * sizes / (sizes - 1).clamp(min=1), torch.zeros_like(rewards))
     return _broadcast(advantage, inputs.response_mask)
