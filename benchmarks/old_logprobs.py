@@ -18,9 +18,8 @@ far the two sides' updated weights are apart (max |diff|), which should be float
 from __future__ import annotations
 
 import argparse
-import json
 
-from update_sides import time_update_sides
+from update_sides import finish, time_update_sides
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -73,11 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"batch: {len(scored.trajectories)} trajectories, {tokens} tokens, 2 mini-batches, {moving:.0%} with a non-zero advantage")
     for side, value in medians.items():
         print(f"old_logprobs {side:9s}: median update {value:.2f} s  ({', '.join(f'{t:.2f}' for t in times[side])})")
-    print(f"speed-up {result['speedup']:.2f}x; updated weights differ by at most {gap:.2e}")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(result, handle, indent=1)
-    return 0
+    return finish(result, args.json)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ weights and optimizer state."""
 from __future__ import annotations
 
 import copy
+import json
 import statistics
 import time
 
@@ -30,3 +31,12 @@ def time_update_sides(trainers: dict, model, scored, repeats: int) -> tuple[dict
     sides = list(after)
     gap = max(float((after[a][name] - after[b][name]).abs().max()) for a in sides for b in sides if a != b for name in after[a])
     return times, {side: statistics.median(values) for side, values in times.items()}, gap
+
+
+def finish(result: dict, json_path: str | None) -> int:
+    """Print the speed-up line of ``result`` and write it to ``json_path`` (when given)."""
+    print(f"speed-up {result['speedup']:.2f}x; updated weights differ by at most {result['max_weight_diff']:.2e}")
+    if json_path:
+        with open(json_path, "w") as handle:
+            json.dump(result, handle, indent=1)
+    return 0

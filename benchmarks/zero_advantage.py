@@ -17,9 +17,8 @@ which should be float noise.
 from __future__ import annotations
 
 import argparse
-import json
 
-from update_sides import time_update_sides
+from update_sides import finish, time_update_sides
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -79,11 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"batch: {len(scored.trajectories)} trajectories, {tokens} tokens ({precision}); {share:.0%} of them ({trained_tokens} tokens) with a non-zero advantage")
     for side, label in ((False, "forward all"), (True, "skip zero  ")):
         print(f"{label}: median update {medians[side]:.2f} s  ({', '.join(f'{t:.2f}' for t in times[side])})")
-    print(f"speed-up {result['speedup']:.2f}x; updated weights differ by at most {gap:.2e}")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(result, handle, indent=1)
-    return 0
+    return finish(result, args.json)
 
 
 if __name__ == "__main__":
