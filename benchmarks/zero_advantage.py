@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     groups, kept, _ = trainers[False]._sample()
     scored, _, _ = trainers[False].score_groups(kept, groups)
     tokens = sum(len(t.token_ids) for t in scored.trajectories)
-    moving = trainers[True]._trained(scored)
+    # what the skipping side forwards: a non-zero advantage on some sampled token
+    moving = [any(a != 0.0 for a, m in zip(row, t.loss_mask) if m) for t, row in zip(scored.trajectories, scored.advantages)]
     share = sum(moving) / max(len(moving), 1)
     trained_tokens = sum(len(t.token_ids) for t, m in zip(scored.trajectories, moving) if m)
     if not any(moving):
