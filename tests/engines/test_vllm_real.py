@@ -88,6 +88,9 @@ def test_two_grpo_steps_train_on_the_servers_rollouts(served) -> None:
         "model": {"name": "smollm2-135m", "device": "cpu"}, "precision": "fp32", "backend": {"kind": "vllm"},
         "env": {"name": "arithmetic", "max_turns": 2}, "rollout": {"max_new_tokens": 48, "max_total_tokens": 1024},
         "steps": 2, "tasks_per_step": 2, "group_size": 4, "optim": {"lr": 1e-5}, "checkpoint_every": 0,
+        # Forward every episode: with only 2 groups, both may score alike and the default
+        # would train (and measure the sampler gap) on nothing.
+        "skip_zero_advantage": False,
     })
     make_env = lambda: envs.make("arithmetic", max_turns=2)  # noqa: E731
     trainer = RLTrainer(config, model, tokenizer, backend, make_env, list(range(100)))
