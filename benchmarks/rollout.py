@@ -85,8 +85,8 @@ def hf_generate(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> 
 def _generate(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> None:
     width = max(len(p) for p in prompts)
     pad = tokenizer.pad_token_id
-    input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=model.device)
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
     with torch.no_grad():
         model.generate(
             input_ids=input_ids, attention_mask=attention_mask, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
