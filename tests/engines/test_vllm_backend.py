@@ -255,12 +255,86 @@ def test_a_running_server_is_used_as_it_is(backend) -> None:
     ("overrides", "message"),
     [
         ({"algorithm": {"rollout": "arpo"}, "arpo": {"initial_samples": 2}, "group_size": 2}, "algorithm.rollout: backend.kind vllm: ARPO branches on per-token entropies"),
-        ({"lora": {"enabled": True}}, "lora.enabled: backend.kind vllm: pushing LoRA adapters into a server is not implemented yet"),
+        ({"backend": {"kind": "sglang"}, "lora": {"enabled": True}}, "lora.enabled: backend.kind sglang: pushing LoRA adapters into an SGLang server is not implemented yet"),
     ],
 )
 def test_training_settings_the_vllm_backend_refuses(overrides: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         TrainConfig.model_validate({"backend": {"kind": "vllm"}, **overrides})
+    assert TrainConfig.model_validate({"backend": {"kind": "vllm"}, "lora": {"enabled": True}}).lora.enabled  # adapters are pushed into vLLM
+
+
+@pytest.fixture
+def lora_tiny():
+    """The tiny model with rank-4 adapters (peft), as ``lora.enabled`` trains it."""
+    from agentic_rl.config import LoraConfig
+    from agentic_rl.models.lora import apply_lora
+
+    model, tokenizer = load("tiny-random", device="cpu")
+    return apply_lora(model, LoraConfig(enabled=True, r=4)), tokenizer
+
+
+def _adapter_sum(model) -> float:
+    return sum(float(p.detach().double().sum()) for name, p in model.named_parameters() if ".lora_" in name)
+
+
+def test_a_lora_policy_is_served_as_its_base_and_pushes_only_its_adapters(fake_vllm, lora_tiny) -> None:
+    from safetensors.torch import load_file
+
+    model, _ = lora_tiny
+    backend = build_vllm_backend(BackendConfig(kind="vllm", python=fake_vllm, max_concurrency=2), "tiny-random", loaded=lora_tiny)
+    try:
+        command = backend.server.command()
+        assert command[command.index("--max-lora-rank") + 1] == "8" and "--enable-lora" in command  # rank 4 rounds up to vLLM's 8
+        assert _state(backend)["max_lora_rank"] == 8
+        # The served folder holds the base under plain Hugging Face names.
+        served = load_file(backend.server.model_dir / "model.safetensors")
+        assert set(served) == {name for name, _ in load("tiny-random", device="cpu")[0].named_parameters()}
+        q_proj = model.base_model.model.model.layers[0].self_attn.q_proj.base_layer.weight
+        assert torch.equal(served["model.layers.0.self_attn.q_proj.weight"], q_proj.detach().to(backend.weights_dtype))
+        sampling = SamplingParams(max_new_tokens=4, seed=1)
+        backend.generate([[5, 6]], sampling, stop_token_ids=[STOP])
+        assert _state(backend)["requests"][-1]["model"] == "policy"  # no adapter pushed yet: the base answers
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if ".lora_B" in name:
+                    parameter.fill_(0.01)
+        assert backend.sync_weights(model) == 1
+        state = _state(backend)
+        assert state["reloads"] == 0 and state["lora_loads"] == 1  # the adapters moved, the base did not
+        assert state["lora_sum"] == pytest.approx(_adapter_sum(model), rel=1e-9)
+        completion = backend.generate([[5, 6]], sampling, stop_token_ids=[STOP])[0]
+        assert completion.weight_version == 1 and completion.logprobs[0] == -0.125  # the adapter answered
+        assert _state(backend)["requests"][-1]["model"] == "policy-lora" and backend.last_sync_s > 0
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if ".lora_B" in name:
+                    parameter.fill_(-0.02)
+        assert backend.sync_weights(model) == 2  # replaced in place (a second load of the name needs load_inplace)
+        state = _state(backend)
+        assert state["lora_loads"] == 2 and state["lora_sum"] == pytest.approx(_adapter_sum(model), rel=1e-9)
+        assert sorted(p.name for p in backend.weights_folder.glob("adapter-*")) == ["adapter-2"]  # older versions removed
+        # A server that died comes back with the base and gets the newest adapter again.
+        with pytest.raises(httpx.HTTPError):
+            httpx.post(f"{backend.base_url}/fake/die")
+        backend.server.process.wait(timeout=30)
+        completion = backend.generate([[5, 6]], sampling, stop_token_ids=[STOP])[0]
+        assert completion.error is None and completion.logprobs[0] == -0.125 and backend.restarts == 1
+        assert _state(backend)["adapters"] == {"policy-lora": str(backend.weights_folder / "adapter-2")}
+    finally:
+        backend.close()
+
+
+def test_a_server_started_without_lora_is_named_as_the_problem(backend, lora_tiny, tmp_path) -> None:
+    from agentic_rl.engines.http import BackendError
+
+    other = VLLMBackend(backend.tokenizer, backend.base_url, weights_folder=tmp_path)
+    try:
+        with pytest.raises(BackendError, match="--enable-lora --max-lora-rank N"):
+            other.sync_weights(lora_tiny[0])
+        assert other.model_name == "policy" and other.weight_version == 0
+    finally:
+        other.close()
 
 
 def test_vllm_runs_with_one_trainer_process() -> None:
@@ -268,15 +342,18 @@ def test_vllm_runs_with_one_trainer_process() -> None:
         check_world_size(TrainConfig.model_validate({"backend": {"kind": "vllm"}}), 2)
 
 
-def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path) -> None:
+@pytest.mark.parametrize("lora", [False, True])
+def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path, lora: bool) -> None:
     """The pipeline end to end on the vllm backend (fake server, tiny model): rollouts come
-    from the server, every optimizer step is pushed into it, the server is stopped at the end."""
+    from the server, every optimizer step is pushed into it (full weights, or the LoRA
+    adapters), the server is stopped at the end."""
     from agentic_rl.training.pipeline import train
 
     config = {
         "model": {"name": "tiny-random", "device": "cpu"}, "precision": "fp32", "backend": {"kind": "vllm", "python": fake_vllm},
         "env": {"name": "arithmetic", "max_turns": 1}, "rollout": {"max_new_tokens": 8, "max_total_tokens": 256},
         "eval": {"num_tasks": 2}, "steps": 2, "tasks_per_step": 2, "group_size": 2, "checkpoint_every": 0, "output_dir": str(tmp_path / "run"),
+        "lora": {"enabled": lora, "r": 4}, "skip_zero_advantage": False,
     }
     result = train(config)
     assert [step["weight_sync_time_s"] > 0 for step in result.steps] == [True, True]

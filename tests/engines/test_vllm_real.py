@@ -127,3 +127,40 @@ def test_the_gateway_serves_through_vllm(served) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="module")
+def served_lora():
+    """The embedded model with rank-8 adapters on a server started for LoRA (its own server:
+    ``--enable-lora`` is a start-up flag)."""
+    from agentic_rl.config import LoraConfig
+    from agentic_rl.models.lora import apply_lora
+
+    model, tokenizer = load("smollm2-135m", device="cpu")
+    model = apply_lora(model, LoraConfig(enabled=True, r=8))
+    backend = build_vllm_backend(BackendConfig(kind="vllm", python=PYTHON), "smollm2-135m", loaded=(model, tokenizer))
+    yield model, tokenizer, backend
+    backend.close()
+
+
+def test_the_server_follows_the_trainers_lora_adapters(served_lora) -> None:
+    """Only the adapters are pushed (the server holds the base): afterwards its log-probs
+    are the trainer's LoRA model's, and no longer the base's."""
+    model, tokenizer, backend = served_lora
+    prompt = _prompt(tokenizer)
+    completion = backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=24), stop_token_ids=[tokenizer.eos_token_id])[0]
+    assert completion.error is None and len(completion.token_ids) > 4
+    before = _trainer_logprobs(model, prompt, completion.token_ids)  # lora_B starts at zero: the base model
+    assert (torch.tensor(completion.logprobs) - before).abs().max() < BF16_TOLERANCE
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".lora_B" in name:
+                parameter.normal_(0, 0.1)
+    after = _trainer_logprobs(model, prompt, completion.token_ids)
+    version = backend.sync_weights(model)
+    assert backend.model_name == "policy-lora" and 0 < backend.last_sync_s < 60
+    served_now = _server_logprobs(backend, prompt, completion.token_ids)
+    assert (served_now - after).abs().max() < BF16_TOLERANCE  # the adapters answer
+    assert (served_now - before).abs().max() > 4 * BF16_TOLERANCE  # not the base alone
+    assert backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=4), stop_token_ids=[2])[0].weight_version == version

@@ -493,7 +493,7 @@ class TrainConfig(Section):
         if self.backend.kind in ("vllm", "sglang"):
             for field, value, why in (
                 ("algorithm.rollout", self.algorithm.rollout == "arpo", "ARPO branches on per-token entropies, which only the hf backend returns"),
-                ("lora.enabled", self.lora.enabled, "pushing LoRA adapters into a server is not implemented yet"),
+                ("lora.enabled", self.lora.enabled and self.backend.kind == "sglang", "pushing LoRA adapters into an SGLang server is not implemented yet (backend.kind vllm takes them)"),
             ):
                 if value:
                     raise ValueError(f"{field}: backend.kind {self.backend.kind}: {why}")

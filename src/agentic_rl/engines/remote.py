@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import torch
 
+from agentic_rl.engines.adapters import base_weights, is_lora
 from agentic_rl.engines.base import Completion, SamplingParams
 from agentic_rl.engines.http import RETRY_STATUS, BackendError, json_body, one_line, post_json
 from agentic_rl.seeds import stream_seed
@@ -44,8 +45,8 @@ def weights_by_name(source: Any) -> dict[str, torch.Tensor]:
     name -> tensor mapping (what a sharded trainer gathers)."""
     if isinstance(source, Mapping):
         return dict(source)
-    if hasattr(source, "peft_config"):
-        raise ValueError("a server engine takes full weights; LoRA models are not supported yet (use backend.kind hf)")
+    if is_lora(source):
+        raise ValueError("this server engine takes full weights; LoRA adapters are pushed into vLLM only (backend.kind vllm, or hf)")
     return {name: parameter for name, parameter in source.named_parameters()}
 
 
@@ -61,14 +62,15 @@ def write_weights(weights: Mapping[str, torch.Tensor], folder: Path, dtype: torc
 
 def serve_folder(model, tokenizer, folder: Path, dtype: torch.dtype) -> Path:
     """A Hugging Face folder a server can load: ``model``'s config, ``tokenizer`` and its
-    current weights in ``dtype`` (weight syncs overwrite the weights file later)."""
+    current weights in ``dtype`` (weight syncs overwrite the weights file later); a LoRA
+    model's base weights (its adapters are pushed apart)."""
     folder.mkdir(parents=True, exist_ok=True)
     model.config.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     generation = getattr(model, "generation_config", None)
     if generation is not None:
         generation.save_pretrained(folder)
-    write_weights(weights_by_name(model), folder, dtype)
+    write_weights(base_weights(model) if is_lora(model) else weights_by_name(model), folder, dtype)
     return folder
 
 

