@@ -161,6 +161,9 @@ def test_the_server_follows_the_trainers_lora_adapters(served_lora) -> None:
     version = backend.sync_weights(model)
     assert backend.model_name == "policy-lora" and 0 < backend.last_sync_s < 60
     served_now = _server_logprobs(backend, prompt, completion.token_ids)
-    assert (served_now - after).abs().max() < BF16_TOLERANCE  # the adapters answer
-    assert (served_now - before).abs().max() > 4 * BF16_TOLERANCE  # not the base alone
+    # The adapters answer. vLLM applies them in bf16 too (its LoRA kernels), which widens the
+    # per-token tail: measured on a bf16 server, mean 0.033-0.035 and max 0.20-0.26 (lora_B
+    # drawn at 0.1 and 0.05); max 0.07 on the base before the push.
+    assert (served_now - after).abs().mean() < 0.1 and (served_now - after).abs().max() < 2 * BF16_TOLERANCE
+    assert (served_now - before).abs().max() > 4 * BF16_TOLERANCE  # not the base alone (measured 5.2)
     assert backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=4), stop_token_ids=[2])[0].weight_version == version
