@@ -343,11 +343,16 @@ def test_vllm_runs_with_one_trainer_process() -> None:
 
 
 @pytest.mark.parametrize("lora", [False, True])
-def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path, lora: bool) -> None:
+def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path, monkeypatch, lora: bool) -> None:
     """The pipeline end to end on the vllm backend (fake server, tiny model): rollouts come
     from the server, every optimizer step is pushed into it (full weights, or the LoRA
     adapters), the server is stopped at the end."""
     from agentic_rl.training.pipeline import train
+
+    pushes = {"full": 0, "adapter": 0}
+    reload, load_adapter = VLLMBackend.reload, VLLMBackend.load_adapter
+    monkeypatch.setattr(VLLMBackend, "reload", lambda self, folder: (pushes.__setitem__("full", pushes["full"] + 1), reload(self, folder))[1])
+    monkeypatch.setattr(VLLMBackend, "load_adapter", lambda self, folder: (pushes.__setitem__("adapter", pushes["adapter"] + 1), load_adapter(self, folder))[1])
 
     config = {
         "model": {"name": "tiny-random", "device": "cpu"}, "precision": "fp32", "backend": {"kind": "vllm", "python": fake_vllm},
@@ -357,6 +362,7 @@ def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path,
     }
     result = train(config)
     assert [step["weight_sync_time_s"] > 0 for step in result.steps] == [True, True]
+    assert pushes["adapter" if lora else "full"] >= 2 and pushes["full" if lora else "adapter"] == 0  # LoRA moves adapters only
     import json
 
     rows = [json.loads(line) for line in (result.run_dir / "rollouts.jsonl").read_text().splitlines()]
