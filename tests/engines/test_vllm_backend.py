@@ -256,6 +256,7 @@ def test_a_running_server_is_used_as_it_is(backend) -> None:
     [
         ({"algorithm": {"rollout": "arpo"}, "arpo": {"initial_samples": 2}, "group_size": 2}, "algorithm.rollout: backend.kind vllm: ARPO branches on per-token entropies"),
         ({"backend": {"kind": "sglang"}, "lora": {"enabled": True}}, "lora.enabled: backend.kind sglang: pushing LoRA adapters into an SGLang server is not implemented yet"),
+        ({"lora": {"enabled": True, "r": 1024}}, "lora.r: backend.kind vllm: vLLM serves adapters up to rank 512, got 1024"),
     ],
 )
 def test_training_settings_the_vllm_backend_refuses(overrides: dict, message: str) -> None:

@@ -494,6 +494,7 @@ class TrainConfig(Section):
             for field, value, why in (
                 ("algorithm.rollout", self.algorithm.rollout == "arpo", "ARPO branches on per-token entropies, which only the hf backend returns"),
                 ("lora.enabled", self.lora.enabled and self.backend.kind == "sglang", "pushing LoRA adapters into an SGLang server is not implemented yet (backend.kind vllm takes them)"),
+                ("lora.r", self.lora.enabled and self.lora.r > 512, f"vLLM serves adapters up to rank 512, got {self.lora.r}"),
             ):
                 if value:
                     raise ValueError(f"{field}: backend.kind {self.backend.kind}: {why}")
