@@ -260,12 +260,16 @@ class RemoteTokenBackend:
             if self.weights_folder is None:
                 raise ValueError(f"{type(self).__name__}: weights_folder is needed to push weights into a server this process did not start")
             started = time.monotonic()
-            write_weights(weights_by_name(source), self.weights_folder, self.weights_dtype)
-            self.before_request()
-            self.reload(self.weights_folder)
+            self.push(source)
             self.last_sync_s = time.monotonic() - started
         self.weight_version += 1
         return self.weight_version
+
+    def push(self, source: Any) -> None:
+        """Move ``source``'s weights into the server: write them to the weights folder, reload."""
+        write_weights(weights_by_name(source), self.weights_folder, self.weights_dtype)
+        self.before_request()
+        self.reload(self.weights_folder)
 
     def stage_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
         """Thread-safe: push ``weights`` as ``version`` at the next point where no request is

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import shutil
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -101,13 +100,10 @@ class VLLMBackend(RemoteTokenBackend):
     def reload(self, folder: Path) -> None:
         post_json(self.client, f"{self.base_url}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}, max_retries=self.max_retries)
 
-    def sync_weights(self, source: Any = None) -> int:
+    def push(self, source: Any) -> None:
         """Full weights as the base class pushes them; a LoRA model pushes its adapters only."""
-        if source is None or not is_lora(source):
-            return super().sync_weights(source)
-        if self.weights_folder is None:
-            raise ValueError("VLLMBackend: weights_folder is needed to push adapters into a server this process did not start")
-        started = time.monotonic()
+        if not is_lora(source):
+            return super().push(source)
         # A new folder per version: the server reads it while loading, and a restart re-loads the newest.
         folder = write_adapter(source, self.weights_folder / f"adapter-{self.weight_version + 1}")
         self.before_request()
@@ -115,9 +111,6 @@ class VLLMBackend(RemoteTokenBackend):
         for old in self.weights_folder.glob("adapter-*"):
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)
-        self.last_sync_s = time.monotonic() - started
-        self.weight_version += 1
-        return self.weight_version
 
     def load_adapter(self, folder: Path) -> None:
         """Load (or replace in place) the served adapter from ``folder``; requests name it from now on."""
