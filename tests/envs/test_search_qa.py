@@ -63,6 +63,35 @@ def test_hops_filter_one_hop_lookups_and_lists():
             SearchQATasks(hops=bad)
 
 
+def test_question_weights_draw_question_types_in_proportion():
+    """hops [1, 2] keeps 5 lookup, 3 bridge and 2 comparison templates: {bridge: 3,
+    comparison: 2} gives them weights 5 : 9 : 4 (uniform draws: 5 : 3 : 2)."""
+    from collections import Counter
+
+    def shares(**options):
+        counts = Counter(t.metadata["question_type"] for t in SearchQATasks(split="train", hops=[1, 2], num_tasks=2000, **options))
+        return {kind: counts[kind] / 2000 for kind in ("lookup", "bridge", "comparison")}
+
+    weighted = shares(question_weights={"bridge": 3, "comparison": 2})
+    for kind, expected in {"lookup": 5 / 18, "bridge": 9 / 18, "comparison": 4 / 18}.items():
+        assert weighted[kind] == pytest.approx(expected, abs=0.035)
+    assert shares(question_weights={"lookup": 0})["lookup"] == 0.0
+    # Unweighted splits keep their tasks; weights of 1 give the same proportions, other draws.
+    assert SearchQATasks(split="test", hops=2)[0].prompt == SearchQATasks(split="test", hops=2, question_weights=None)[0].prompt
+    assert shares(question_weights={}) == pytest.approx({"lookup": 0.5, "bridge": 0.3, "comparison": 0.2}, abs=0.035)
+    for bad, message in (
+        ({"bridges": 2}, "unknown question type 'bridges'; known: bridge, comparison, lookup"),
+        ({"bridge": -1}, "question_weights.bridge: expected a non-negative number"),
+        ({"bridge": "3"}, "question_weights.bridge: expected a non-negative number"),
+        ({"lookup": 0}, "every question type left by types and hops has weight 0"),
+        ([2, 1], "expected a mapping"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            SearchQATasks(hops=1, question_weights=bad)
+    with pytest.raises(ValueError, match="question_weights: weighs the built-in question types"):
+        make("search-qa", qa_path="qa.jsonl", question_weights={"bridge": 2})
+
+
 def test_oracle_answers_every_one_hop_lookup():
     env = make("search-qa", split="test", hops=1)
     for index in range(60):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -359,10 +359,21 @@ class SearchQATasks(GeneratedTasks):
     Task i of a split is the same on every machine. ``types`` restricts the question
     types (names in :data:`QUESTION_TYPES`); ``hops`` restricts to questions of that many
     hops (1: a single lookup; 2 or 3: bridge and comparison chains), or of any of a list
-    of hop counts (e.g. ``[1, 2]``, the search-qa recipe's mix).
+    of hop counts (e.g. ``[1, 2]``, the search-qa recipe's mix). Each task draws its template
+    uniformly from the ones kept, or, with ``question_weights`` (question type -> weight, e.g.
+    ``{"bridge": 3}``; types not named weigh 1), in proportion to its question type's weight.
     """
 
-    def __init__(self, *, split: str = "train", seed: int = 0, num_tasks: int | None = None, types: Sequence[str] | None = None, hops: int | Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        seed: int = 0,
+        num_tasks: int | None = None,
+        types: Sequence[str] | None = None,
+        hops: int | Sequence[int] | None = None,
+        question_weights: Mapping[str, float] | None = None,
+    ) -> None:
         if split not in SPLITS:
             raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
         unknown = sorted(set(types or ()) - set(QUESTION_TYPES))
@@ -377,13 +388,15 @@ class SearchQATasks(GeneratedTasks):
         if not names:
             raise ValueError("no question type left after filtering by types and hops")
         self.types = names
+        self.weights = _template_weights(names, question_weights)
         self.size = DEFAULT_NUM_TASKS[split] if num_tasks is None else num_tasks
         if self.size < 1:
             raise ValueError(f"num_tasks: expected a positive int, got {num_tasks}")
 
     def generate(self, index: int) -> Task:
         rng = random.Random(f"search-qa:{self.split}:{self.seed}:{index}")
-        kind = self.types[rng.randrange(len(self.types))]
+        # Unweighted draws keep randrange, so the tasks of unweighted splits stay as they were.
+        kind = self.types[rng.randrange(len(self.types))] if self.weights is None else rng.choices(self.types, weights=self.weights)[0]
         question, answer, start, plan, qtype, hops = QUESTION_TYPES[kind](rng, self.world)
         return Task(
             id=f"search-qa-{self.split}-{self.seed}-{index}",
@@ -402,9 +415,32 @@ def _hops_filter(hops: Any) -> set[int] | None:
     return set(values)
 
 
+def _template_weights(names: Sequence[str], question_weights: Mapping[str, float] | None) -> list[float] | None:
+    """Each template's draw weight: its question type's in ``question_weights`` (1 if not named)."""
+    if question_weights is None:
+        return None
+    if not isinstance(question_weights, Mapping):
+        raise ValueError(f"question_weights: expected a mapping of question type to weight, e.g. {{bridge: 3}}, got {question_weights!r}")
+    known = sorted({_question_type_of(name) for name in QUESTION_TYPES})
+    for key, weight in question_weights.items():
+        if key not in known:
+            raise ValueError(f"question_weights: unknown question type {key!r}; known: {', '.join(known)}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
+            raise ValueError(f"question_weights.{key}: expected a non-negative number, got {weight!r}")
+    weights = [float(question_weights.get(_question_type_of(name), 1.0)) for name in names]
+    if not any(weights):
+        raise ValueError("question_weights: every question type left by types and hops has weight 0")
+    return weights
+
+
 @functools.lru_cache(maxsize=None)
 def _hops_of(kind: str) -> int:
     return QUESTION_TYPES[kind](random.Random(0), _worlds(0)["train"])[5]
+
+
+@functools.lru_cache(maxsize=None)
+def _question_type_of(kind: str) -> str:
+    return QUESTION_TYPES[kind](random.Random(0), _worlds(0)["train"])[4]
 
 
 # --------------------------------------------------------------------------- oracle

@@ -33,7 +33,7 @@ simulated search engine (:mod:`agentic_rl.retrieval.simulated`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -379,6 +379,7 @@ def make_search_qa_env(
     num_tasks: int | None = None,
     types: Sequence[str] | None = None,
     hops: int | Sequence[int] | None = None,
+    question_weights: Mapping[str, float] | None = None,
     qa_path: str | None = None,
     corpus_path: str | None = None,
     index_path: str | None = None,
@@ -412,7 +413,8 @@ def make_search_qa_env(
     replace the built-in corpus, and so does ``retriever``: ``{kind: simulated, model, ...}``
     (:class:`~agentic_rl.retrieval.simulated.SimulationConfig`: ZeroSearch's LLM-simulated
     search with a noise curriculum) or, in Python, a ``SimulatedSearchEngine``. ``top_k`` documents per search, each cut to
-    ``max_doc_chars`` characters. ``few_shot`` oracle demonstrations (built-in questions only).
+    ``max_doc_chars`` characters. ``question_weights`` (question type -> weight, e.g.
+    ``{bridge: 3}``) draws the built-in questions' types in those proportions. ``few_shot`` oracle demonstrations (built-in questions only).
     ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``
     (``episode`` or ``shared`` memory tools; hermes format only), ``plan_first`` /
     ``plan_reward`` (a plan as the first turn): see :class:`ToolEnv`.
@@ -426,9 +428,11 @@ def make_search_qa_env(
     if max_doc_chars is not None and max_doc_chars < 1:
         raise ValueError(f"max_doc_chars: expected a positive int or None, got {max_doc_chars}")
     if qa_path:
+        if question_weights is not None:
+            raise ValueError("question_weights: weighs the built-in question types; a qa_path file has none (leave it out)")
         tasks: Sequence[Task] = QATasks(qa_path.replace("{split}", split), num_tasks=num_tasks)
     else:
-        tasks = SearchQATasks(split=split, seed=seed, num_tasks=num_tasks, types=types, hops=hops)
+        tasks = SearchQATasks(split=split, seed=seed, num_tasks=num_tasks, types=types, hops=hops, question_weights=question_weights)
     simulated = _simulated_search(retriever, split) if retriever is not None else None
     if simulated is not None and (corpus_path or index_path or server_url):
         raise ValueError("retriever: a simulated search engine replaces the corpus; give it or corpus_path / index_path / server_url, not both")
