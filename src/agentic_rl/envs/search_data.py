@@ -434,13 +434,18 @@ def _template_weights(names: Sequence[str], question_weights: Mapping[str, float
 
 
 @functools.lru_cache(maxsize=None)
+def _shape_of(kind: str) -> tuple[str, int]:
+    """A template's question type and hop count (the same for every question it makes)."""
+    *_, qtype, hops = QUESTION_TYPES[kind](random.Random(0), _worlds(0)["train"])
+    return qtype, hops
+
+
 def _hops_of(kind: str) -> int:
-    return QUESTION_TYPES[kind](random.Random(0), _worlds(0)["train"])[5]
+    return _shape_of(kind)[1]
 
 
-@functools.lru_cache(maxsize=None)
 def _question_type_of(kind: str) -> str:
-    return QUESTION_TYPES[kind](random.Random(0), _worlds(0)["train"])[4]
+    return _shape_of(kind)[0]
 
 
 # --------------------------------------------------------------------------- oracle
