@@ -1,6 +1,6 @@
-"""Shared by the update benchmarks (old_logprobs.py, zero_advantage.py): time one scored
-batch's RL update under each side's trainer, sides alternating, every run from the same
-weights and optimizer state."""
+"""Shared by the update benchmarks (old_logprobs.py, zero_advantage.py, first_update.py):
+one recipe's scored RL batch with a trainer per side, and the timing of its update under
+each side's trainer, sides alternating, every run from the same weights and optimizer state."""
 
 from __future__ import annotations
 
@@ -8,6 +8,38 @@ import copy
 import json
 import statistics
 import time
+
+
+def recipe_sides(recipe_name: str, model_path: str, seed: int, sides: dict[str, dict]):
+    """One RL step of ``recipe_name`` sampled once with the model at ``model_path`` (loaded
+    in fp32, the recipe's precision applied) and scored, and one RLTrainer per side, each
+    built from the recipe with that side's config overrides. Returns (model, trainers,
+    scored batch, precision)."""
+    from agentic_rl.config import TrainConfig, build
+    from agentic_rl.engines.factory import build_backend
+    from agentic_rl.envs import env_factory
+    from agentic_rl.models import load
+    from agentic_rl.models.precision import apply_precision
+    from agentic_rl.recipes import load_recipe
+    from agentic_rl.training.rl import RLTrainer
+
+    recipe = load_recipe(recipe_name)[1]
+    recipe.update(model={**recipe.get("model", {}), "name": model_path, "device": "cpu"}, seed=seed)
+    model, tokenizer = load(model_path, device="cpu")
+    model = model.float()
+    config = build(TrainConfig, recipe)
+    precision = apply_precision(model, config.precision).precision
+    env = env_factory(config.env.name, config.env.options, split="train")
+    tasks = list(range(config.task_offset, env().num_tasks))
+    trainers = {}
+    for side, overrides in sides.items():
+        side_config = build(TrainConfig, {**recipe, **overrides})
+        backend = build_backend(side_config.backend, side_config.model, loaded=(model, tokenizer), precision=precision)
+        trainers[side] = RLTrainer(side_config, model, tokenizer, backend, env, tasks)
+    first = next(iter(trainers.values()))
+    groups, kept, _ = first._sample()
+    scored, _, _ = first.score_groups(kept, groups)
+    return model, trainers, scored, precision
 
 
 def time_update_sides(trainers: dict, model, scored, repeats: int) -> tuple[dict, dict, float]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from update_sides import finish, time_update_sides
+from update_sides import finish, recipe_sides, time_update_sides
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,31 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
-    from agentic_rl.config import TrainConfig, build
-    from agentic_rl.engines.factory import build_backend
-    from agentic_rl.envs import env_factory
-    from agentic_rl.models import load
-    from agentic_rl.models.precision import apply_precision
-    from agentic_rl.recipes import load_recipe
-    from agentic_rl.training.rl import RLTrainer
-
-    recipe = load_recipe(args.recipe)[1]
-    recipe.update(model={**recipe.get("model", {}), "name": args.model, "device": "cpu"}, seed=args.seed)
-    model, tokenizer = load(args.model, device="cpu")
-    model = model.float()
-    precision = apply_precision(model, build(TrainConfig, recipe).precision).precision
-    env_config = build(TrainConfig, recipe).env
-    env = env_factory(env_config.name, env_config.options, split="train")
-    probe = env()
-    tasks = list(range(build(TrainConfig, recipe).task_offset, probe.num_tasks))
-    trainers = {}
-    for skip in (False, True):
-        config = build(TrainConfig, {**recipe, "skip_zero_advantage": skip})
-        backend = build_backend(config.backend, config.model, loaded=(model, tokenizer), precision=precision)
-        trainers[skip] = RLTrainer(config, model, tokenizer, backend, env, tasks)
+    model, trainers, scored, precision = recipe_sides(
+        args.recipe, args.model, args.seed, {False: {"skip_zero_advantage": False}, True: {"skip_zero_advantage": True}}
+    )
     assert trainers[True].skip_zero_advantage, "the recipe's algorithm reads zero-advantage trajectories: nothing to skip"
-    groups, kept, _ = trainers[False]._sample()
-    scored, _, _ = trainers[False].score_groups(kept, groups)
     tokens = sum(len(t.token_ids) for t in scored.trajectories)
     # what the skipping side forwards: a non-zero advantage on some sampled token
     moving = [any(a != 0.0 for a, m in zip(row, t.loss_mask) if m) for t, row in zip(scored.trajectories, scored.advantages)]

@@ -130,10 +130,11 @@ def resolve_rollout_correction(setting: str, *, precision: str, separate_sampler
 
 def resolve_old_logprobs(setting: str, *, precision: str, policy_logprobs: bool, correction: str) -> str:
     """Where a run's pre-update log-probs come from: ``sampler`` (the log-probs recorded with
-    each sampled token) or ``recompute`` (one forward pass before the updates). ``auto``
-    reuses the sampler's exactly when they are the trainer's own numbers: the engine records
-    its policy's log-probs with the trainer's weights (``policy_logprobs``, the in-process
-    hf engine without a copy) at full precision. An explicit ``sampler`` makes the ratio
+    each sampled token) or ``recompute`` (one forward pass before the updates, over the
+    rows the updates after the first read). ``auto`` reuses the sampler's exactly when they
+    are the trainer's own numbers: the engine records its policy's log-probs with the
+    trainer's weights (``policy_logprobs``, the in-process hf engine without a copy) at
+    full precision. An explicit ``sampler`` makes the ratio
     the one against the sampling policy (verl's bypass mode); with a ``correction`` other
     than none that would weigh the sampler against itself."""
     if setting == "auto":

@@ -137,11 +137,12 @@ class RLTrainer:
         sampler_facts = dict(precision=compute_precision(model), policy_logprobs=bool(getattr(backend, "policy_logprobs", False)), correction=self.rollout_correction)
         self.old_logprobs = resolve_old_logprobs(algorithm.old_logprobs, **sampler_facts)
         """Where the pre-update log-probs of a batch's later updates come from: sampler or recompute."""
-        # Where the sampler's numbers are the trainer's (what auto would reuse), the first
-        # update reads the current log-probs instead (the same values), so the
-        # sampler-vs-trainer metrics stay measured; an explicit sampler elsewhere (bypass
-        # mode) takes the sampler's in every update.
-        self._current_first = self.old_logprobs == "sampler" and resolve_old_logprobs("auto", **sampler_facts) == "sampler"
+        # The first update's policy is the pre-update one, so it reads the current log-probs
+        # (detached: ratio exactly 1): recomputing skips those rows' forward pass, and where
+        # the sampler's numbers are the trainer's the sampler-vs-trainer metrics stay
+        # measured. Only an explicit sampler elsewhere (bypass mode) takes the sampler's in
+        # every update.
+        self._current_first = self.old_logprobs == "recompute" or resolve_old_logprobs("auto", **sampler_facts) == "sampler"
         self.step_index = 0
         self.stream = None
         """Async mode's stream of groups sampled ahead (distributed.max_staleness set; built at the first step)."""
@@ -413,7 +414,9 @@ class RLTrainer:
             # log-probs; in the first update they are the current ones (ratio exactly 1).
             old_logprobs = None
             if updates > 1:
-                members = sorted({i for share in shares for i in share})
+                # Rows read only by the first update need no pre-update pass (see _current_first).
+                later = shares[1:] if self._current_first and config.ppo_epochs == 1 else shares
+                members = sorted({i for share in later for i in share})
                 old_logprobs = self._old_logprobs(scored, members) if self.old_logprobs == "recompute" else self._sampler_logprobs(scored, members)
             for epoch in range(config.ppo_epochs):
                 for index, (mini, share) in enumerate(zip(minis, shares)):
