@@ -227,6 +227,30 @@ def test_require_evidence_pays_the_answer_only_after_every_supporting_document()
     assert run_episode(plain, lambda t, o: searcher(t, o) if not o else f"<answer>{gold}</answer>", 0)[0] == 1.0
 
 
+def test_evidence_reward_pays_the_share_of_supporting_documents_retrieved():
+    """``evidence_reward``: a wrong answer after one of a 2-hop question's two documents
+    earns format + evidence/2, after both format + evidence; the oracle earns 1; answering
+    without a search earns nothing, and no answer (the evidence alone) earns nothing."""
+    env = make("search-qa", split="test", hops=2, types=["older_person_birth_city"], require_evidence=True, format_reward=0.1, evidence_reward=0.2, top_k=2)
+    searcher = oracle_policy("hermes")
+    for index in range(10):
+        env.reset(options={"task_index": index})
+        gold = env.task.answer
+        one_search = lambda t, o: searcher(t, o) if not o else "<answer>unknown</answer>"  # noqa: E731
+        both_searches = lambda t, o: searcher(t, o) if len(o) < 2 else "<answer>unknown</answer>"  # noqa: E731
+        assert run_episode(env, one_search, index)[0] == pytest.approx(0.1 + 0.2 * 0.5)
+        assert run_episode(env, both_searches, index)[0] == pytest.approx(0.1 + 0.2)
+        right_after_one = run_episode(env, lambda t, o: searcher(t, o) if not o else f"<answer>{gold}</answer>", index)[0]
+        assert right_after_one == pytest.approx(0.1 + 0.1)  # require_evidence: the answer's share needs both documents
+        assert run_episode(env, searcher, index)[0] == pytest.approx(1.0)
+        assert run_episode(env, lambda t, o: f"<answer>{gold}</answer>", index)[0] == 0.0
+        assert run_episode(env, lambda t, o: searcher(t, o) if len(o) < 2 else "no answer", index)[0] == 0.0
+    with pytest.raises(ValueError, match=r"^evidence_reward: expected a weight in \[0, 1 - format_reward\] = \[0, 0.9\], got 0.95$"):
+        make("search-qa", format_reward=0.1, evidence_reward=0.95)
+    with pytest.raises(ValueError, match="^evidence_reward: expected a number in \\[0, 1\\], got 'high'$"):
+        make("search-qa", evidence_reward="high")
+
+
 def test_gold_documents_follow_the_question_not_the_task_position():
     """Task ids number positions: with other hops filters, position 0 is another question,
     and each env must get that question's own supporting documents (they share a cache)."""

@@ -15,6 +15,14 @@ per query the episode had already searched (after lower-casing and collapsing sp
 The built-in questions know their supporting documents; a QA JSONL gives them as
 ``supporting_docs`` (document ids or titles).
 
+``evidence_reward``: a share of the reward paid for the fraction of the question's
+gold-supporting documents the episode's searches retrieved, together with a well-formed
+answer (R1-Searcher's / StepSearch's retrieval credit as part of the outcome, so GRPO's
+episode-level advantage sees it): a group whose samples all answer a 2-hop question wrong
+still ranks the one that found the second document above the ones that searched once.
+The answer's own share shrinks by as much, so a right answer with its evidence still
+earns 1.
+
 ``require_evidence``: the answer earns its reward (EM / F1 / judge) only once the episode's
 searches have retrieved every gold-supporting document. Without it a comparison question
 ("the older of A and B") answered after one search is right half the time by luck, and a
@@ -204,6 +212,7 @@ class SearchQAEnv(ToolEnv):
         info_gain_reward: float = 0.0,
         repeat_penalty: float = 0.0,
         require_evidence: bool = False,
+        evidence_reward: float = 0.0,
         gold_documents: GoldDocuments | None = None,
         retriever: Retriever | None = None,
         top_k: int = 3,
@@ -222,6 +231,10 @@ class SearchQAEnv(ToolEnv):
             raise ValueError("info_gain_reward: needs gold_documents and the retriever the search tool uses")
         if require_evidence and (gold_documents is None or retriever is None):
             raise ValueError("require_evidence: needs gold_documents and the retriever the search tool uses")
+        if not 0.0 <= evidence_reward <= 1.0 - format_reward:
+            raise ValueError(f"evidence_reward: expected a weight in [0, 1 - format_reward] = [0, {1.0 - format_reward:g}], got {evidence_reward}")
+        if evidence_reward and (gold_documents is None or retriever is None):
+            raise ValueError("evidence_reward: needs gold_documents and the retriever the search tool uses")
         super().__init__(tasks, tools, **kwargs)
         self.reward_kind = reward
         self.judge = judge
@@ -231,6 +244,7 @@ class SearchQAEnv(ToolEnv):
         answers and training step (``options["training_step"]``) at reset; None: a real corpus."""
         self.info_gain_reward, self.repeat_penalty = float(info_gain_reward), float(repeat_penalty)
         self.require_evidence = bool(require_evidence)
+        self.evidence_weight = float(evidence_reward)
         self.gold_documents, self.retriever, self.top_k = gold_documents, retriever, top_k
         self._reset_episode()
 
@@ -250,7 +264,7 @@ class SearchQAEnv(ToolEnv):
         if self.simulated_search is not None:
             step = (options or {}).get("training_step")
             self.simulated_search.begin_episode(question=self.task.prompt, answers=_golds(self.task), step=step, seed=seed)  # type: ignore[union-attr]
-        if self.info_gain_reward or self.require_evidence:
+        if self.info_gain_reward or self.require_evidence or self.evidence_weight:
             self.gold = frozenset(self.gold_documents(self.task))  # type: ignore[misc, arg-type]
         return messages, info
 
@@ -264,8 +278,13 @@ class SearchQAEnv(ToolEnv):
             base = em if self.reward_kind == "em" else f1
         if self.require_evidence and not self.has_evidence():
             base = 0.0
-        reward = (1.0 - self.format_weight) * base + self.format_weight * float(self.well_formed(answer))
+        formed = float(self.well_formed(answer))
+        reward = (1.0 - self.format_weight - self.evidence_weight) * base + self.format_weight * formed + self.evidence_weight * formed * self.evidence_share()
         return reward, {"em": em, "f1": f1}
+
+    def evidence_share(self) -> float:
+        """The fraction of the question's gold-supporting documents this episode's searches retrieved."""
+        return len(self.found_gold) / len(self.gold) if self.gold else 0.0
 
     def has_evidence(self) -> bool:
         """Whether this episode's searches retrieved every gold-supporting document."""
@@ -336,7 +355,7 @@ class SearchQAEnv(ToolEnv):
             metrics["search/noise_probability"] = self.simulated_search.noise
             metrics["search/noisy_searches"] = float(self.simulated_search.noisy_searches)
         if self.gold:
-            metrics["search/gold_recall"] = len(self.found_gold) / len(self.gold)
+            metrics["search/gold_recall"] = self.evidence_share()
         hops = self.task.metadata.get("hops") if self.task is not None else None
         if hops:  # per hop count (averaged over the episodes that have it): 1-hop and 2-hop EM apart
             metrics[f"search/em_{hops}hop"] = self.final["em"]
@@ -395,6 +414,7 @@ def make_search_qa_env(
     info_gain_reward: float = 0.0,
     repeat_penalty: float = 0.0,
     require_evidence: bool = False,
+    evidence_reward: float = 0.0,
     few_shot: int = 0,
     system_prompt: str | None = None,
     max_calls_per_turn: int | None = None,
@@ -421,7 +441,8 @@ def make_search_qa_env(
     ``reward: judge`` scores answers with an LLM judge built from ``judge`` (options of
     :func:`agentic_rl.rewards.judge.make_judge`). ``info_gain_reward`` / ``repeat_penalty``:
     StepSearch's per-turn process rewards; ``require_evidence``: the answer pays only after
-    every gold-supporting document was retrieved (see the module docstring).
+    every gold-supporting document was retrieved; ``evidence_reward``: the share of the
+    reward paid for the gold documents retrieved (both: see the module docstring).
     """
     if top_k < 1:
         raise ValueError(f"top_k: expected a positive int, got {top_k}")
@@ -438,8 +459,10 @@ def make_search_qa_env(
         raise ValueError("retriever: a simulated search engine replaces the corpus; give it or corpus_path / index_path / server_url, not both")
     if not isinstance(require_evidence, bool):
         raise ValueError(f"require_evidence: expected true or false, got {require_evidence!r}")
-    evidence_option = "info_gain_reward" if info_gain_reward else "require_evidence"
-    if simulated is not None and (info_gain_reward or require_evidence):
+    if not isinstance(evidence_reward, (int, float)) or isinstance(evidence_reward, bool):
+        raise ValueError(f"evidence_reward: expected a number in [0, 1], got {evidence_reward!r}")
+    evidence_option = "info_gain_reward" if info_gain_reward else "evidence_reward" if evidence_reward else "require_evidence"
+    if simulated is not None and (info_gain_reward or require_evidence or evidence_reward):
         raise ValueError(f"{evidence_option}: needs a document collection to find the gold documents in, not a simulated search engine")
     if simulated is not None and few_shot:
         raise ValueError("few_shot: the oracle demonstrations need a document collection, not a simulated search engine")
@@ -453,7 +476,7 @@ def make_search_qa_env(
         raise ValueError("few_shot: demonstrations need the built-in questions (no qa_path)")
     demos = [_demonstration(task, call_parser, search_tool) for task in SearchQATasks(split="demo", seed=seed)[:few_shot]]
     gold_documents: GoldDocuments | None = None
-    if info_gain_reward or require_evidence:
+    if info_gain_reward or require_evidence or evidence_reward:
         if qa_path:
             missing = next((task for task in tasks if "supporting_docs" not in task.metadata), None)
             if missing is not None:
@@ -476,6 +499,7 @@ def make_search_qa_env(
         info_gain_reward=info_gain_reward,
         repeat_penalty=repeat_penalty,
         require_evidence=require_evidence,
+        evidence_reward=evidence_reward,
         gold_documents=gold_documents,
         retriever=search,
         top_k=top_k,
