@@ -134,9 +134,9 @@ def resolve_old_logprobs(setting: str, *, precision: str, policy_logprobs: bool,
     rows the updates after the first read). ``auto`` reuses the sampler's exactly when they
     are the trainer's own numbers: the engine records its policy's log-probs with the
     trainer's weights (``policy_logprobs``, the in-process hf engine without a copy) at
-    full precision. An explicit ``sampler`` makes the ratio
-    the one against the sampling policy (verl's bypass mode); with a ``correction`` other
-    than none that would weigh the sampler against itself."""
+    full precision. An explicit ``sampler`` makes the ratio the one against the sampling
+    policy (verl's bypass mode); with a ``correction`` other than none that would weigh the
+    sampler against itself."""
     if setting == "auto":
         return "sampler" if policy_logprobs and precision != "bf16-mixed" else "recompute"
     if setting == "sampler" and correction != "none":

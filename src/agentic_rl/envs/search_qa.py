@@ -227,14 +227,11 @@ class SearchQAEnv(ToolEnv):
             raise ValueError(f"format_reward: expected a weight in [0, 1], got {format_reward}")
         if info_gain_reward < 0 or repeat_penalty < 0:
             raise ValueError(f"info_gain_reward, repeat_penalty: expected numbers >= 0, got {info_gain_reward}, {repeat_penalty}")
-        if info_gain_reward and (gold_documents is None or retriever is None):
-            raise ValueError("info_gain_reward: needs gold_documents and the retriever the search tool uses")
-        if require_evidence and (gold_documents is None or retriever is None):
-            raise ValueError("require_evidence: needs gold_documents and the retriever the search tool uses")
         if not 0.0 <= evidence_reward <= 1.0 - format_reward:
             raise ValueError(f"evidence_reward: expected a weight in [0, 1 - format_reward] = [0, {1.0 - format_reward:g}], got {evidence_reward}")
-        if evidence_reward and (gold_documents is None or retriever is None):
-            raise ValueError("evidence_reward: needs gold_documents and the retriever the search tool uses")
+        for option, value in (("info_gain_reward", info_gain_reward), ("require_evidence", require_evidence), ("evidence_reward", evidence_reward)):
+            if value and (gold_documents is None or retriever is None):
+                raise ValueError(f"{option}: needs gold_documents and the retriever the search tool uses")
         super().__init__(tasks, tools, **kwargs)
         self.reward_kind = reward
         self.judge = judge
@@ -264,7 +261,7 @@ class SearchQAEnv(ToolEnv):
         if self.simulated_search is not None:
             step = (options or {}).get("training_step")
             self.simulated_search.begin_episode(question=self.task.prompt, answers=_golds(self.task), step=step, seed=seed)  # type: ignore[union-attr]
-        if self.info_gain_reward or self.require_evidence or self.evidence_weight:
+        if self.gold_documents is not None:  # given exactly when an option reads the gold documents
             self.gold = frozenset(self.gold_documents(self.task))  # type: ignore[misc, arg-type]
         return messages, info
 
