@@ -16,7 +16,7 @@ float32 rounding. The modules: ``onednn`` (linear layers), ``native`` (+ native.
 AVX-512 kernels), ``lean`` (decode forward), ``head`` (chunked head), ``allocator``.
 """
 
-from agentic_rl.accel.allocator import release_memory, resident_bytes, tune_malloc
+from agentic_rl.accel.allocator import device_peak_bytes, release_memory, reset_device_peak, resident_bytes, tune_malloc
 from agentic_rl.accel.head import head_logprobs
 from agentic_rl.accel.lean import LeanDecoder, decoder_for, lean_decoder
 from agentic_rl.accel.onednn import LINEAR_KERNELS, OneDNNLinear, linear_kernel, onednn_available, packed_weights, set_linear_kernel
@@ -26,12 +26,14 @@ __all__ = [
     "LeanDecoder",
     "OneDNNLinear",
     "decoder_for",
+    "device_peak_bytes",
     "head_logprobs",
     "lean_decoder",
     "linear_kernel",
     "onednn_available",
     "packed_weights",
     "release_memory",
+    "reset_device_peak",
     "resident_bytes",
     "set_linear_kernel",
     "tune_malloc",

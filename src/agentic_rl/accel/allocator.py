@@ -66,6 +66,24 @@ def resident_bytes() -> int | None:
         return None
 
 
+def reset_device_peak(device) -> None:
+    """Start a new peak for :func:`device_peak_bytes` (CUDA devices; nothing elsewhere)."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def device_peak_bytes(device) -> int | None:
+    """The most the CUDA caching allocator held in live tensors on ``device`` since the last
+    :func:`reset_device_peak` (what the memory planner estimates); None off CUDA."""
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return None
+    return int(torch.cuda.max_memory_allocated(device))
+
+
 def physical_bytes() -> int | None:
     """The machine's physical memory (None where the OS does not say)."""
     try:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 
 
-def build_tiny_model(vocab_size: int, *, pad_token_id: int, eos_token_id: int, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
+def tiny_config(vocab_size: int) -> dict:
+    """The tiny model's architecture as config.json keys (the memory planner reads it too)."""
+    return dict(
+        model_type="llama",
         vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=128,
@@ -21,10 +21,15 @@ def build_tiny_model(vocab_size: int, *, pad_token_id: int, eos_token_id: int, s
         num_key_value_heads=2,
         max_position_embeddings=8192,
         tie_word_embeddings=True,
-        pad_token_id=pad_token_id,
-        eos_token_id=eos_token_id,
-        bos_token_id=None,
     )
+
+
+def build_tiny_model(vocab_size: int, *, pad_token_id: int, eos_token_id: int, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    architecture = tiny_config(vocab_size)
+    del architecture["model_type"]
+    config = LlamaConfig(**architecture, pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=None)
     # Seed through a fork of the RNG so building the model does not disturb the caller's stream.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

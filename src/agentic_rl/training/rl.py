@@ -12,7 +12,7 @@ from contextlib import nullcontext
 
 import torch
 
-from agentic_rl.accel import release_memory, resident_bytes
+from agentic_rl.accel import device_peak_bytes, release_memory, reset_device_peak, resident_bytes
 from agentic_rl.algorithms import ROW_LOCAL_LOSSES, aggregate, compute_policy_loss, kl_penalty, resolve_old_logprobs, resolve_rollout_correction, rollout_correction, value_loss
 from agentic_rl.config import TrainConfig, check_world_size
 from agentic_rl.distributed import DistContext, make_strategy
@@ -211,6 +211,7 @@ class RLTrainer:
     def step(self) -> tuple[dict[str, float], list[TrajectoryGroup]]:
         config = self.config
         started = time.monotonic()
+        reset_device_peak(self.device)
         groups, kept, sampling_metrics = self._sample()
         rollout_time = time.monotonic() - started
         scored, rewards, reward_kl = self.score_groups(kept, groups)
@@ -241,6 +242,9 @@ class RLTrainer:
         resident = resident_bytes()
         if resident is not None:
             metrics["host_rss_gb"] = resident / 2**30
+        peak = device_peak_bytes(self.device)
+        if peak is not None:  # the step's most live GPU memory, to set against `agentic-rl plan`
+            metrics["device_peak_gb"] = peak / 2**30
         metrics.update(
             step=self.step_index,
             step_time_s=time.monotonic() - started,

@@ -16,7 +16,7 @@ from agentic_rl.types import Trajectory, TrajectoryGroup
 
 
 MACHINE_METRICS = (
-    "step_time_s", "rollout_time_s", "update_time_s", "weight_sync_time_s", "tokens_per_s", "host_rss_gb", "host_memory_released_gb",
+    "step_time_s", "rollout_time_s", "update_time_s", "weight_sync_time_s", "tokens_per_s", "host_rss_gb", "host_memory_released_gb", "device_peak_gb",
 )
 """Step metrics that measure the machine, not the run: they differ between runs of the
 same seed (compare runs without them)."""

@@ -1,0 +1,38 @@
+"""DDP's and FSDP2's wrappers at world size 1 give the unwrapped step: gloo on the CPU
+here, NCCL where a GPU is present (benchmarks/gpu_check.py runs this file there)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+WORKER = Path(__file__).with_name("wrapper_worker.py")
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))]
+
+TOLERANCE = {"fp32": 1e-5, "bf16-mixed": 2e-2}
+"""Relative gradient error. fp32: the same products in the same order. bf16-mixed: the
+unwrapped step computes under bf16 autocast, FSDP2 casts the parameters to bf16 once and
+reduces float32 gradients: the same bf16 inputs to the products, other rounding around
+them (measured below 1e-2)."""
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_one_rank_wrapper_steps_like_no_wrapper(strategy, precision, device, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(WORKER), strategy, precision, device, str(tmp_path / "store")], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["backend"] == ("nccl" if device == "cuda" else "gloo")
+    assert result["loss"] == pytest.approx(result["plain_loss"], rel=TOLERANCE[precision])
+    assert result["grad_rel_error"] < TOLERANCE[precision], result
+    # AdamW's first step moves each weight by lr (1e-3) in its gradient's sign: fp32 gives
+    # the same step; under bf16 a near-zero gradient may flip sign, at most 2 lr apart.
+    assert result["weight_max_diff"] < (1e-6 if precision == "fp32" else 2.1e-3), result
