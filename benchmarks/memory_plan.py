@@ -11,8 +11,8 @@ masters), put in the case's compute precision, and one update runs as the traine
 optimizer state exists at the backward's peak). Measured: on CUDA the allocator's peak
 (``torch.cuda.max_memory_allocated``) minus what was allocated before the model; on the
 CPU the process's peak resident memory (VmHWM, reset before the model loads) minus its
-resident memory at that point, with glibc's default malloc (the trainer's tuning keeps freed
-blocks resident, which is retention, not live memory). The estimate is ``planning.plan_memory``'s update peak for
+resident memory at that point, with every block above 128 KB mapped on its own (what is
+resident then follows the live tensors, within 2% between identical runs). The estimate is ``planning.plan_memory``'s update peak for
 the same settings (single process, no KL reference, no critic). Prints the CPU model (and
 GPU) with the table.
 """
@@ -110,21 +110,50 @@ def main() -> None:
         print(json.dumps(measure(model_name, tokens, precision, checkpointing, args.device)))
         return
     print(f"machine: {machine(args.device)}", flush=True)
-    print(f"{'model':<14} {'tokens':>6} {'precision':<10} {'ckpt':<4} {'measured GB':>11} {'planned GB':>10} {'planned/measured':>16}")
+    print(
+        f"{'model':<14} {'tokens':>6} {'precision':<10} {'ckpt':<4} {'measured GB':>11} {'planned GB':>10} {'planned/measured':>16}"
+    )
     results = []
-    for model_name, tokens, precision, checkpointing in itertools.product(args.models, args.tokens, args.precision, args.checkpointing):
+    for model_name, tokens, precision, checkpointing in itertools.product(
+        args.models, args.tokens, args.precision, args.checkpointing
+    ):
         case = [model_name, tokens, precision, checkpointing == "on"]
-        # glibc's defaults: the trainer's malloc tuning keeps freed blocks resident, so the
-        # CPU peak would measure the heap's retention instead of the live tensors.
-        env = {**os.environ, "AGENTIC_RL_MALLOC_TUNING": "0"}
-        out = subprocess.run([sys.executable, __file__, "--device", args.device, "--case", json.dumps(case)], capture_output=True, text=True, env=env)
+        # Every block above 128 KB its own mapping, unmapped when freed: the peak resident
+        # size then follows the live tensors (the trainer's malloc tuning, and glibc's
+        # moving mmap threshold, keep freed blocks resident: +-25% between identical runs).
+        env = {
+            **os.environ,
+            "AGENTIC_RL_MALLOC_TUNING": "0",
+            "MALLOC_MMAP_THRESHOLD_": "131072",
+            "MALLOC_TRIM_THRESHOLD_": "131072",
+        }
+        out = subprocess.run(
+            [sys.executable, __file__, "--device", args.device, "--case", json.dumps(case)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if out.returncode != 0:
-            print(f"{model_name:<14} {tokens:>6} {precision:<10} {checkpointing:<4} failed: {out.stderr.strip().splitlines()[-1:]}")
+            print(
+                f"{model_name:<14} {tokens:>6} {precision:<10} {checkpointing:<4} failed: {out.stderr.strip().splitlines()[-1:]}"
+            )
             continue
         measured = json.loads(out.stdout.strip().splitlines()[-1])["measured_bytes"]
         planned = estimate(*case)
-        results.append({"model": model_name, "tokens": tokens, "precision": precision, "checkpointing": checkpointing, "measured_bytes": measured, "planned_bytes": planned})
-        print(f"{model_name:<14} {tokens:>6} {precision:<10} {checkpointing:<4} {measured / 1e9:>11.3f} {planned / 1e9:>10.3f} {planned / max(measured, 1):>16.2f}", flush=True)
+        results.append(
+            {
+                "model": model_name,
+                "tokens": tokens,
+                "precision": precision,
+                "checkpointing": checkpointing,
+                "measured_bytes": measured,
+                "planned_bytes": planned,
+            }
+        )
+        print(
+            f"{model_name:<14} {tokens:>6} {precision:<10} {checkpointing:<4} {measured / 1e9:>11.3f} {planned / 1e9:>10.3f} {planned / max(measured, 1):>16.2f}",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"machine": machine(args.device), "results": results}, handle, indent=2)

@@ -16,13 +16,19 @@ from agentic_rl.planning.shapes import LORA_MODULES, ModelShape
 
 GB = 1e9
 
-ACTIVATION_FACTORS = {"fp32": (4, 12, 4, 5), "bf16-mixed": (2, 13, 2, 4)}
+ACTIVATION_FACTORS = {"fp32": (4, 10, 4, 4), "bf16-mixed": (2, 13, 2, 4)}
 """Saved activations per token and decoder layer as (bytes per element, multiples of the
 hidden size, of the KV width, of the MLP width) for each compute precision: what a
-Llama-style layer keeps for its backward under the trainer's forward (norm inputs and
-outputs, q/k/v, attention output, the MLP's gate, up, activation and product). fp32 was
-fitted to CPU peaks of the tiny and embedded models (benchmarks/memory_plan.py); bf16-mixed
-counts the tensors autocast keeps (float32 norms, bf16 casts of each projection's input)."""
+Llama-style layer keeps for its backward (norm inputs and outputs, q/k/v, attention
+output, the MLP's gate, up, activation and product). fp32 is fitted to CPU peaks of the
+tiny and the embedded model at 2k-8k tokens (benchmarks/memory_plan.py: within -21%/+12%
+of all eight); bf16-mixed counts the tensors autocast keeps (float32 norms, bf16 casts of
+each projection's input) and is not yet checked against a CUDA peak."""
+
+CHECKPOINTED_LAYERS = 4
+"""With gradient checkpointing, the layers' worth of activations the backward holds at
+once (the recomputed layer, its activations' gradients, attention's backward buffers):
+fitted like ``ACTIVATION_FACTORS`` (3 to 5.4 measured)."""
 
 HEAD_SAVE_BYTES = 256 << 20
 """The chunked vocabulary head keeps its logits for the backward up to this size
@@ -103,7 +109,13 @@ class MemoryPlan:
         return sum(self.rollout.values()) if self.settings.engine == "vllm" else 0.0
 
 
-PERSISTENT = ("weights (fp32 masters)", "optimizer state (AdamW)", "KL reference", "critic (separate)", "engine weights (in-process)")
+PERSISTENT = (
+    "weights (fp32 masters)",
+    "optimizer state (AdamW)",
+    "KL reference",
+    "critic (separate)",
+    "engine weights (in-process)",
+)
 """Items held for the whole run; the others exist only during the update."""
 
 
@@ -127,7 +139,9 @@ def plan_memory(shape: ModelShape, settings: PlanSettings) -> MemoryPlan:
     if s.strategy == "fsdp2":
         # Two layers' full parameters at once (one computing, one prefetched), and the
         # root's (embedding, head) while they run, in the compute dtype.
-        items["gathered layers (FSDP2)"] = compute_bytes * (2 * layer_params + shape.embedding_params * (1 if shape.tie_word_embeddings else 2))
+        items["gathered layers (FSDP2)"] = compute_bytes * (
+            2 * layer_params + shape.embedding_params * (1 if shape.tie_word_embeddings else 2)
+        )
     elif s.precision == "bf16-mixed":
         items["bf16 weight casts (autocast)"] = 2.0 * total  # kept by autograd for the backward
     if s.reference is not None:
@@ -152,14 +166,16 @@ def plan_memory(shape: ModelShape, settings: PlanSettings) -> MemoryPlan:
 def activation_bytes(shape: ModelShape, settings: PlanSettings) -> float:
     """What one micro-batch's forward keeps for its backward, plus the vocabulary head's."""
     dtype_bytes, h_factor, kv_factor, i_factor = ACTIVATION_FACTORS[settings.precision]
-    per_token_layer = dtype_bytes * (h_factor * shape.hidden_size + kv_factor * shape.kv_width + i_factor * shape.intermediate_size)
+    per_token_layer = dtype_bytes * (
+        h_factor * shape.hidden_size + kv_factor * shape.kv_width + i_factor * shape.intermediate_size
+    )
     tokens = settings.micro_batch_tokens
     if settings.gradient_checkpointing:
-        # Each layer's input is kept; one layer's activations exist at a time in the backward.
-        layers = 4.0 * shape.hidden_size * tokens * shape.num_layers + per_token_layer * tokens
+        # Each layer's input is kept; the backward recomputes one layer at a time.
+        layers = 4.0 * shape.hidden_size * tokens * shape.num_layers + CHECKPOINTED_LAYERS * per_token_layer * tokens
     else:
-        layers = per_token_layer * tokens * shape.num_layers
-    layers += per_token_layer * tokens  # a layer's backward holds its activations' gradients too
+        # Every layer's activations, and one layer's gradients of them during its backward.
+        layers = per_token_layer * tokens * (shape.num_layers + 1)
     logits = 4 * tokens * shape.vocab_size
     # The head keeps every chunk's exponentiated logits when they fit, else recomputes them.
     head = (logits if logits <= HEAD_SAVE_BYTES else 0) + HEAD_CHUNK_BYTES
@@ -185,7 +201,11 @@ def advice(plan: MemoryPlan, device_bytes: float) -> str | None:
             fixes.append(f"{label} (~{candidate.peak / GB:.0f} GB)")
             if len(fixes) == 2:
                 break
-    return f"{needs}: " + (f"fits with {' or with '.join(fixes)}" if fixes else "no change tried fits (more ranks, LoRA, checkpointing, smaller micro-batches); use larger devices")
+    return f"{needs}: " + (
+        f"fits with {' or with '.join(fixes)}"
+        if fixes
+        else "no change tried fits (more ranks, LoRA, checkpointing, smaller micro-batches); use larger devices"
+    )
 
 
 def _candidate_changes(s: PlanSettings):

@@ -51,7 +51,9 @@ class ModelShape:
                 qk_norm=config.get("model_type") in ("qwen3", "qwen3_moe"),
             )
         except KeyError as exc:
-            raise ValueError(f"{name}: config.json has no {exc.args[0]!r}; the planner reads Llama-style decoder configs") from None
+            raise ValueError(
+                f"{name}: config.json has no {exc.args[0]!r}; the planner reads Llama-style decoder configs"
+            ) from None
         except (TypeError, ValueError):
             raise ValueError(f"{name}: config.json holds a non-numeric size") from None
         return shape
@@ -106,21 +108,137 @@ class ModelShape:
 KNOWN_CONFIGS: dict[str, dict] = {
     # The published config.json numbers of models people train, so that `agentic-rl plan`
     # works offline for their hub ids (a local folder or the Hugging Face cache wins).
-    "HuggingFaceTB/SmolLM2-135M-Instruct": dict(model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True),
-    "Qwen/Qwen2.5-0.5B-Instruct": dict(model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True),
-    "Qwen/Qwen2.5-1.5B-Instruct": dict(model_type="qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True),
-    "Qwen/Qwen2.5-3B-Instruct": dict(model_type="qwen2", vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2, tie_word_embeddings=True),
-    "Qwen/Qwen2.5-7B-Instruct": dict(model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False),
-    "Qwen/Qwen2.5-14B-Instruct": dict(model_type="qwen2", vocab_size=152064, hidden_size=5120, intermediate_size=13824, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, tie_word_embeddings=False),
-    "Qwen/Qwen2.5-32B-Instruct": dict(model_type="qwen2", vocab_size=152064, hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40, num_key_value_heads=8, tie_word_embeddings=False),
-    "Qwen/Qwen3-4B": dict(model_type="qwen3", vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
-    "Qwen/Qwen3-8B": dict(model_type="qwen3", vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
-    "meta-llama/Llama-3.2-1B-Instruct": dict(model_type="llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=True),
-    "meta-llama/Llama-3.2-3B-Instruct": dict(model_type="llama", vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24, num_key_value_heads=8, tie_word_embeddings=True),
-    "meta-llama/Llama-3.1-8B-Instruct": dict(model_type="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": dict(
+        model_type="llama",
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen2.5-0.5B-Instruct": dict(
+        model_type="qwen2",
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen2.5-1.5B-Instruct": dict(
+        model_type="qwen2",
+        vocab_size=151936,
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen2.5-3B-Instruct": dict(
+        model_type="qwen2",
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=11008,
+        num_hidden_layers=36,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen2.5-7B-Instruct": dict(
+        model_type="qwen2",
+        vocab_size=152064,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        tie_word_embeddings=False,
+    ),
+    "Qwen/Qwen2.5-14B-Instruct": dict(
+        model_type="qwen2",
+        vocab_size=152064,
+        hidden_size=5120,
+        intermediate_size=13824,
+        num_hidden_layers=48,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        tie_word_embeddings=False,
+    ),
+    "Qwen/Qwen2.5-32B-Instruct": dict(
+        model_type="qwen2",
+        vocab_size=152064,
+        hidden_size=5120,
+        intermediate_size=27648,
+        num_hidden_layers=64,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        tie_word_embeddings=False,
+    ),
+    "Qwen/Qwen3-4B": dict(
+        model_type="qwen3",
+        vocab_size=151936,
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen3-8B": dict(
+        model_type="qwen3",
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=False,
+    ),
+    "meta-llama/Llama-3.2-1B-Instruct": dict(
+        model_type="llama",
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        tie_word_embeddings=True,
+    ),
+    "meta-llama/Llama-3.2-3B-Instruct": dict(
+        model_type="llama",
+        vocab_size=128256,
+        hidden_size=3072,
+        intermediate_size=8192,
+        num_hidden_layers=28,
+        num_attention_heads=24,
+        num_key_value_heads=8,
+        tie_word_embeddings=True,
+    ),
+    "meta-llama/Llama-3.1-8B-Instruct": dict(
+        model_type="llama",
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        tie_word_embeddings=False,
+    ),
 }
 # The base (non-Instruct) checkpoints share their Instruct siblings' shapes.
-KNOWN_CONFIGS.update({name.removesuffix("-Instruct"): config for name, config in list(KNOWN_CONFIGS.items()) if name.endswith("-Instruct")})
+KNOWN_CONFIGS.update(
+    {
+        name.removesuffix("-Instruct"): config
+        for name, config in list(KNOWN_CONFIGS.items())
+        if name.endswith("-Instruct")
+    }
+)
 
 
 def _cached_hub_config(hub_id: str) -> dict | None:
@@ -148,5 +266,7 @@ def model_shape(name_or_path: str, builtin: dict[str, dict] | None = None) -> Mo
     config = _cached_hub_config(name_or_path) if name_or_path.count("/") == 1 else None
     config = config or KNOWN_CONFIGS.get(name_or_path)
     if config is None:
-        raise ValueError(f"model.name: no config.json for {name_or_path!r} (not a local folder, not in the Hugging Face cache, not one of the {len(KNOWN_CONFIGS)} known hub ids); pass a folder holding its config.json")
+        raise ValueError(
+            f"model.name: no config.json for {name_or_path!r} (not a local folder, not in the Hugging Face cache, not one of the {len(KNOWN_CONFIGS)} known hub ids); pass a folder holding its config.json"
+        )
     return ModelShape.from_config(config, name_or_path)
