@@ -64,12 +64,32 @@ ALGORITHMS: dict[str, tuple[str, dict[str, Any]]] = {
 
 DEFAULT_ALGORITHMS = ("grpo-t", "grpo-tcr", "dapo", "gspo", "cispo", "ppo")
 
-SHARED = ("env", "reward", "eval", "rollout", "optim", "precision", "steps", "tasks_per_step", "group_size", "ppo_epochs", "mini_batches", "task_offset")
+SHARED = (
+    "env",
+    "reward",
+    "eval",
+    "rollout",
+    "optim",
+    "precision",
+    "steps",
+    "tasks_per_step",
+    "group_size",
+    "ppo_epochs",
+    "mini_batches",
+    "task_offset",
+)
 """Config keys every algorithm takes from the default recipe (after the command line's overrides)."""
 
 AGGREGATED = (
-    "accuracy_before_rl", "accuracy_after", "gain", "eval_tool_calls_per_episode", "entropy_mean",
-    "train_accuracy_mean", "groups_sampled_per_step", "rl_time_s", "wall_time_s",
+    "accuracy_before_rl",
+    "accuracy_after",
+    "gain",
+    "eval_tool_calls_per_episode",
+    "entropy_mean",
+    "train_accuracy_mean",
+    "groups_sampled_per_step",
+    "rl_time_s",
+    "wall_time_s",
 )
 """Per-seed row fields summarised per algorithm (mean, std, min, max over seeds)."""
 
@@ -81,8 +101,14 @@ RL_STAGES = ("rl", "eval_after")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     recipe = "(default: the default recipe's)"
-    parser.add_argument("--algorithms", default=",".join(DEFAULT_ALGORITHMS), help=f"comma-separated labels of {', '.join(ALGORITHMS)} (default {','.join(DEFAULT_ALGORITHMS)})")
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds; every algorithm runs on every seed (default 0,1,2)")
+    parser.add_argument(
+        "--algorithms",
+        default=",".join(DEFAULT_ALGORITHMS),
+        help=f"comma-separated labels of {', '.join(ALGORITHMS)} (default {','.join(DEFAULT_ALGORITHMS)})",
+    )
+    parser.add_argument(
+        "--seeds", default="0,1,2", help="comma-separated seeds; every algorithm runs on every seed (default 0,1,2)"
+    )
     parser.add_argument("--model", help=f"base model {recipe}")
     parser.add_argument("--steps", type=int, help=f"RL steps {recipe}")
     parser.add_argument("--tasks-per-step", type=int, help=f"tasks per RL step {recipe}")
@@ -92,7 +118,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-tasks", type=int, help=f"held-out tasks, greedy {recipe}")
     parser.add_argument("--max-new-tokens", type=int, help=f"tokens per turn {recipe}")
     parser.add_argument("--sft-tasks", type=int, help=f"cold-start collection tasks, sft.collect.num_tasks {recipe}")
-    parser.add_argument("--sft-source", choices=("model", "expert"), help=f"cold-start data, sft.collect.source {recipe}")
+    parser.add_argument(
+        "--sft-source", choices=("model", "expert"), help=f"cold-start data, sft.collect.source {recipe}"
+    )
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--sft-checkpoint", help="start every seed's algorithms from this model folder (no cold start)")
     start.add_argument("--no-sft", action="store_true", help="start from the base model itself (wiring checks)")
@@ -120,12 +148,20 @@ def base_recipe(args: argparse.Namespace) -> dict[str, Any]:
 
     _, recipe = load_recipe("default")
     overrides: dict[str, Any] = {}
-    for flag, key in (("steps", "steps"), ("tasks_per_step", "tasks_per_step"), ("group_size", "group_size"), ("mini_batches", "mini_batches")):
+    for flag, key in (
+        ("steps", "steps"),
+        ("tasks_per_step", "tasks_per_step"),
+        ("group_size", "group_size"),
+        ("mini_batches", "mini_batches"),
+    ):
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
     nested = {
-        ("model", "name"): args.model, ("optim", "lr"): args.lr, ("eval", "num_tasks"): args.eval_tasks,
-        ("rollout", "max_new_tokens"): args.max_new_tokens, ("sft", "collect", "num_tasks"): args.sft_tasks,
+        ("model", "name"): args.model,
+        ("optim", "lr"): args.lr,
+        ("eval", "num_tasks"): args.eval_tasks,
+        ("rollout", "max_new_tokens"): args.max_new_tokens,
+        ("sft", "collect", "num_tasks"): args.sft_tasks,
         ("sft", "collect", "source"): args.sft_source,
     }
     for path, value in nested.items():
@@ -145,7 +181,9 @@ def shared_settings(base: dict[str, Any]) -> dict[str, Any]:
     return {key: dumped[key] for key in SHARED}
 
 
-def algorithm_recipe(label: str, shared: dict[str, Any], default_shared: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
+def algorithm_recipe(
+    label: str, shared: dict[str, Any], default_shared: dict[str, Any]
+) -> tuple[str, dict[str, Any], list[str]]:
     """(recipe name, the recipe this comparison runs, where the recipe deliberately departs
     from the default recipe in a shared setting: ``["mini_batches 4 (default recipe 2)"]``;
     the shared value replaces it)."""
@@ -156,10 +194,16 @@ def algorithm_recipe(label: str, shared: dict[str, Any], default_shared: dict[st
     recipe = deep_merge(load_recipe(recipe_name)[1], overrides)
     own = _flat(build(TrainConfig, recipe).model_dump(mode="json"))
     default = _flat(default_shared)
-    departs = [f"{key} {_short(own[key])} (default recipe {_short(value)})" for key, value in default.items() if own[key] != value]
+    departs = [
+        f"{key} {_short(own[key])} (default recipe {_short(value)})"
+        for key, value in default.items()
+        if own[key] != value
+    ]
     recipe = deep_merge(recipe, shared)
     if "arpo" in recipe and recipe["arpo"].get("initial_samples", 0) > recipe["group_size"]:
-        departs.append(f"arpo.initial_samples {recipe['arpo']['initial_samples']} (more than group_size {recipe['group_size']}: lowered to it)")
+        departs.append(
+            f"arpo.initial_samples {recipe['arpo']['initial_samples']} (more than group_size {recipe['group_size']}: lowered to it)"
+        )
         recipe["arpo"] = {**recipe["arpo"], "initial_samples": recipe["group_size"]}
     return recipe_name, recipe, departs
 
@@ -183,17 +227,26 @@ def _run_settings(recipe: dict[str, Any], *, model: str, seed: int, folder: Path
     """What every run of the comparison sets: start model, seed, no sinks, report or checkpoints."""
     from agentic_rl.recipes import deep_merge
 
-    return deep_merge(recipe, {
-        "model": {"name": model}, "seed": seed, "tracking": {"sinks": [], "report": False},
-        "checkpoint_every": 0, "output_dir": str(folder),
-    })
+    return deep_merge(
+        recipe,
+        {
+            "model": {"name": model},
+            "seed": seed,
+            "tracking": {"sinks": [], "report": False},
+            "checkpoint_every": 0,
+            "output_dir": str(folder),
+        },
+    )
 
 
 def _events(prefix: str):
     from agentic_rl.training.pipeline import RunEvents
 
     def on_step(metrics: dict[str, float]) -> None:
-        print(f"  [{prefix}] step {int(metrics['step']) + 1}: accuracy {metrics.get('accuracy', float('nan')):.2f} entropy {metrics.get('entropy', float('nan')):.3f} ({metrics.get('step_time_s', 0.0):.0f} s)", flush=True)
+        print(
+            f"  [{prefix}] step {int(metrics['step']) + 1}: accuracy {metrics.get('accuracy', float('nan')):.2f} entropy {metrics.get('entropy', float('nan')):.3f} ({metrics.get('step_time_s', 0.0):.0f} s)",
+            flush=True,
+        )
 
     return RunEvents(on_stage=lambda message: print(f"  [{prefix}] {message}", flush=True), on_step=on_step)
 
@@ -217,7 +270,12 @@ def start_run(base: dict[str, Any], args: argparse.Namespace, seed: int, folder:
     else:
         recipe = deep_merge(recipe, {"sft": {"enabled": False}})
     started = time.monotonic()
-    result = train(recipe, name="default", events=_events(f"seed {seed} start"), stages=START_STAGES_SFT if cold_start else START_STAGES_NO_SFT)
+    result = train(
+        recipe,
+        name="default",
+        events=_events(f"seed {seed} start"),
+        stages=START_STAGES_SFT if cold_start else START_STAGES_NO_SFT,
+    )
     wall = time.monotonic() - started
     before = result.evals["after_sft"] if cold_start else result.evals["before"]
     return {
@@ -294,11 +352,19 @@ def aggregate(rows: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[s
         summary: dict[str, Any] = {"seeds": [row["seed"] for row in mine]}
         for key in AGGREGATED:
             values = [row[key] for row in mine if row[key] is not None]
-            summary[key] = None if not values else {
-                "mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-                "min": min(values), "max": max(values),
-            }
-        summary["curve"] = {key: _mean_curve([row["curve"][key] for row in mine]) for key in ("accuracy", "reward_mean", "entropy")}
+            summary[key] = (
+                None
+                if not values
+                else {
+                    "mean": statistics.fmean(values),
+                    "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+                    "min": min(values),
+                    "max": max(values),
+                }
+            )
+        summary["curve"] = {
+            key: _mean_curve([row["curve"][key] for row in mine]) for key in ("accuracy", "reward_mean", "entropy")
+        }
         out[label] = summary
     return out
 
@@ -317,16 +383,31 @@ def markdown(aggregates: dict[str, dict[str, Any]], rows: list[dict[str, Any]], 
         return f"{stats['mean']:.{digits}f}" + ("" if low == high else f" ({low}–{high})")
 
     columns = (
-        ("held-out acc before RL", "accuracy_before_rl", 3), ("held-out acc after RL", "accuracy_after", 3), ("gain", "gain", 3),
-        ("eval tool calls / episode", "eval_tool_calls_per_episode", 2), ("policy entropy (mean over steps)", "entropy_mean", 3),
-        ("train acc (mean over steps)", "train_accuracy_mean", 3), ("groups sampled / step", "groups_sampled_per_step", 1), ("RL time (s)", "rl_time_s", 0),
+        ("held-out acc before RL", "accuracy_before_rl", 3),
+        ("held-out acc after RL", "accuracy_after", 3),
+        ("gain", "gain", 3),
+        ("eval tool calls / episode", "eval_tool_calls_per_episode", 2),
+        ("policy entropy (mean over steps)", "entropy_mean", 3),
+        ("train acc (mean over steps)", "train_accuracy_mean", 3),
+        ("groups sampled / step", "groups_sampled_per_step", 1),
+        ("RL time (s)", "rl_time_s", 0),
     )
     lines = [*settings, "", "Mean over seeds (min–max over seeds in brackets).", ""]
     lines.append("| algorithm | seeds | " + " | ".join(title for title, _, _ in columns) + " |")
     lines.append("|---|---|" + "---|" * len(columns))
     for label, summary in aggregates.items():
-        lines.append(f"| {label} | {len(summary['seeds'])} | " + " | ".join(cell(summary[key], digits) for _, key, digits in columns) + " |")
-    lines += ["", "Per seed:", "", "| algorithm | seed | base acc | acc before RL | acc after RL | eval tool calls / episode | entropy | RL time (s) |", "|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {label} | {len(summary['seeds'])} | "
+            + " | ".join(cell(summary[key], digits) for _, key, digits in columns)
+            + " |"
+        )
+    lines += [
+        "",
+        "Per seed:",
+        "",
+        "| algorithm | seed | base acc | acc before RL | acc after RL | eval tool calls / episode | entropy | RL time (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         entropy = "-" if row["entropy_mean"] is None else f"{row['entropy_mean']:.3f}"
         lines.append(
@@ -348,12 +429,33 @@ def plot(aggregates: dict[str, dict[str, Any]], rows: list[dict[str, Any]], path
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for x, label in enumerate(labels):
         for row in (r for r in rows if r["algorithm"] == label):
-            left.plot([x - 0.15, x + 0.15], [row["accuracy_before_rl"], row["accuracy_after"]], color="0.6", linewidth=0.8, zorder=1)
+            left.plot(
+                [x - 0.15, x + 0.15],
+                [row["accuracy_before_rl"], row["accuracy_after"]],
+                color="0.6",
+                linewidth=0.8,
+                zorder=1,
+            )
             left.scatter([x - 0.15], [row["accuracy_before_rl"]], color="0.45", s=18, zorder=2)
             left.scatter([x + 0.15], [row["accuracy_after"]], color="C0", s=18, zorder=2)
         summary = aggregates[label]
-        left.bar([x - 0.15], [summary["accuracy_before_rl"]["mean"]], width=0.28, color="0.85", label="before RL (mean)" if x == 0 else None, zorder=0)
-        left.bar([x + 0.15], [summary["accuracy_after"]["mean"]], width=0.28, color="C0", alpha=0.3, label="after RL (mean)" if x == 0 else None, zorder=0)
+        left.bar(
+            [x - 0.15],
+            [summary["accuracy_before_rl"]["mean"]],
+            width=0.28,
+            color="0.85",
+            label="before RL (mean)" if x == 0 else None,
+            zorder=0,
+        )
+        left.bar(
+            [x + 0.15],
+            [summary["accuracy_after"]["mean"]],
+            width=0.28,
+            color="C0",
+            alpha=0.3,
+            label="after RL (mean)" if x == 0 else None,
+            zorder=0,
+        )
     left.set_xticks(range(len(labels)), labels)
     left.set_ylabel("held-out accuracy (greedy)")
     left.set_ylim(-0.02, 1.02)
@@ -362,7 +464,9 @@ def plot(aggregates: dict[str, dict[str, Any]], rows: list[dict[str, Any]], path
     for i, label in enumerate(labels):
         curve = aggregates[label]["curve"]["accuracy"]
         steps = [s + 1 for s, value in enumerate(curve) if value is not None]
-        right.plot(steps, [value for value in curve if value is not None], marker="o", markersize=3, color=f"C{i}", label=label)
+        right.plot(
+            steps, [value for value in curve if value is not None], marker="o", markersize=3, color=f"C{i}", label=label
+        )
     right.set_xlabel("RL step")
     right.set_ylabel("training accuracy (sampled groups)")
     right.set_ylim(-0.02, 1.02)
@@ -374,7 +478,13 @@ def plot(aggregates: dict[str, dict[str, Any]], rows: list[dict[str, Any]], path
     plt.close(fig)
 
 
-def settings_lines(args: argparse.Namespace, shared: dict[str, Any], base: dict[str, Any], departures: dict[str, list[str]], starts: list[dict[str, Any]]) -> list[str]:
+def settings_lines(
+    args: argparse.Namespace,
+    shared: dict[str, Any],
+    base: dict[str, Any],
+    departures: dict[str, list[str]],
+    starts: list[dict[str, Any]],
+) -> list[str]:
     from agentic_rl.config import TrainConfig, build
 
     config = build(TrainConfig, base)
@@ -397,7 +507,9 @@ def settings_lines(args: argparse.Namespace, shared: dict[str, Any], base: dict[
         lines.append(f"Base model held-out accuracy per seed: {bases}.")
     for label, changes in departures.items():
         if changes:
-            lines.append(f"{label}: its recipe ({ALGORITHMS[label][0]}) sets {'; '.join(changes)}; it runs with the shared value.")
+            lines.append(
+                f"{label}: its recipe ({ALGORITHMS[label][0]}) sets {'; '.join(changes)}; it runs with the shared value."
+            )
     return lines
 
 
@@ -425,7 +537,15 @@ def main(argv: list[str] | None = None) -> int:
     def write() -> tuple[dict, list[str]]:
         aggregates = aggregate(rows, args.algorithm_labels)
         settings = settings_lines(args, shared, base, departures, starts)
-        payload = {"settings": settings, "args": {k: v for k, v in vars(args).items()}, "shared": shared, "departures": departures, "starts": starts, "rows": rows, "aggregates": aggregates}
+        payload = {
+            "settings": settings,
+            "args": {k: v for k, v in vars(args).items()},
+            "shared": shared,
+            "departures": departures,
+            "starts": starts,
+            "rows": rows,
+            "aggregates": aggregates,
+        }
         (out / "results.json").write_text(json.dumps(payload, indent=2))
         return aggregates, settings
 

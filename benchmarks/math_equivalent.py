@@ -17,7 +17,13 @@ import time
 from agentic_rl.rewards import math_equivalent
 
 NUMERIC = [("12", "12.0"), ("$1,234$", "1234"), ("72", "73"), ("3/4", "0.75"), ("7", "7")]
-LATEX = [("\\frac{1}{2}", "0.5"), ("x+1", "1+x"), ("\\frac{3}{4}", "0.75"), ("2\\pi", "\\pi*2"), ("\\frac{1}{3}", "0.5")]
+LATEX = [
+    ("\\frac{1}{2}", "0.5"),
+    ("x+1", "1+x"),
+    ("\\frac{3}{4}", "0.75"),
+    ("2\\pi", "\\pi*2"),
+    ("\\frac{1}{3}", "0.5"),
+]
 
 
 def ms_per_call(pairs: list[tuple[str, str]], calls: int) -> float:
@@ -35,7 +41,9 @@ def main() -> None:
     math_equivalent("\\frac{1}{2}", "0.5")  # warm-up: worker start, imports
     for label, pairs in (("numeric", NUMERIC), ("latex", LATEX), ("mixed", NUMERIC + LATEX)):
         rounds = [ms_per_call(pairs, args.calls) for _ in range(args.rounds)]
-        print(f"{label:8s} median {statistics.median(rounds):.3f} ms/call (rounds: {', '.join(f'{r:.3f}' for r in rounds)}; load {os.getloadavg()[0]:.1f})")
+        print(
+            f"{label:8s} median {statistics.median(rounds):.3f} ms/call (rounds: {', '.join(f'{r:.3f}' for r in rounds)}; load {os.getloadavg()[0]:.1f})"
+        )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,13 @@ import torch.nn.functional as F
 
 
 def shapes(layers: int, hidden: int, qkv: int, intermediate: int, vocab: int) -> list[tuple[int, int]]:
-    per_layer = [(qkv, hidden), (hidden, hidden), (intermediate, hidden), (intermediate, hidden), (hidden, intermediate)]
+    per_layer = [
+        (qkv, hidden),
+        (hidden, hidden),
+        (intermediate, hidden),
+        (intermediate, hidden),
+        (hidden, intermediate),
+    ]
     return per_layer * layers + [(vocab, hidden)]
 
 
@@ -43,7 +49,10 @@ def main() -> None:
     if not native.available():
         raise SystemExit(f"the native kernels are not available here: {native.unavailable_reason()}")
     generator = torch.Generator().manual_seed(0)
-    weights = [torch.randn(shape, generator=generator) * 0.02 for shape in shapes(args.layers, args.hidden, args.qkv, args.intermediate, args.vocab)]
+    weights = [
+        torch.randn(shape, generator=generator) * 0.02
+        for shape in shapes(args.layers, args.hidden, args.qkv, args.intermediate, args.vocab)
+    ]
     gigabytes = sum(w.numel() for w in weights) * 4 / 1e9
     ours = [native.PackedLinear(w) for w in weights]
     kernels = {"native": lambda x: [p(x[p.in_features]) for p in ours]}
@@ -66,9 +75,22 @@ def main() -> None:
                 run(inputs)
                 best[name] = min(best[name], time.perf_counter() - started)
         flops = 2 * rows * gigabytes * 1e9 / 4
-        row = {"rows": rows, **{name: {"ms": seconds * 1e3, "gb_per_s": gigabytes / seconds, "gflop_per_s": flops / seconds / 1e9} for name, seconds in best.items()}}
+        row = {
+            "rows": rows,
+            **{
+                name: {"ms": seconds * 1e3, "gb_per_s": gigabytes / seconds, "gflop_per_s": flops / seconds / 1e9}
+                for name, seconds in best.items()
+            },
+        }
         results["rows"].append(row)
-        print(f"{rows:>5} " + " ".join(f"{row[name]['ms']:>14.1f} {row[name]['gb_per_s']:>6.1f} {row[name]['gflop_per_s']:>7.0f}" for name in kernels), flush=True)
+        print(
+            f"{rows:>5} "
+            + " ".join(
+                f"{row[name]['ms']:>14.1f} {row[name]['gb_per_s']:>6.1f} {row[name]['gflop_per_s']:>7.0f}"
+                for name in kernels
+            ),
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

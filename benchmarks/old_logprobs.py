@@ -29,7 +29,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--json", help="write the results here")
-    parser.add_argument("--allow-flat", action="store_true", help="time a batch whose advantages are all zero (wiring checks)")
+    parser.add_argument(
+        "--allow-flat", action="store_true", help="time a batch whose advantages are all zero (wiring checks)"
+    )
     return parser.parse_args(argv)
 
 
@@ -47,10 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     model = model.float()
     env = env_factory("arithmetic", {"phrasing": "words", "operators": "-*", "max_turns": 3}, split="train")
     data = {
-        "model": {"name": args.model}, "env": {"name": "arithmetic", "phrasing": "words", "operators": "-*", "max_turns": 3},
+        "model": {"name": args.model},
+        "env": {"name": "arithmetic", "phrasing": "words", "operators": "-*", "max_turns": 3},
         "rollout": {"temperature": 1.0, "max_new_tokens": 96, "max_total_tokens": 1024},
-        "algorithm": {"preset": "grpo-tcr"}, "optim": {"lr": 1e-5}, "steps": 1, "tasks_per_step": args.tasks, "group_size": args.group_size,
-        "mini_batches": 2, "precision": "fp32",
+        "algorithm": {"preset": "grpo-tcr"},
+        "optim": {"lr": 1e-5},
+        "steps": 1,
+        "tasks_per_step": args.tasks,
+        "group_size": args.group_size,
+        "mini_batches": 2,
+        "precision": "fp32",
     }
     trainers = {}
     for side in ("recompute", "sampler"):
@@ -61,15 +69,27 @@ def main(argv: list[str] | None = None) -> int:
     tokens = sum(len(t.token_ids) for t in scored.trajectories)
     moving = sum(any(value != 0.0 for value in row) for row in scored.advantages) / max(len(scored.advantages), 1)
     if not moving and not args.allow_flat:
-        print(f"--model: {args.model} solved all or none of each task's samples: no advantage, no update to compare; pass a cold-started model (a demo run's final/)")
+        print(
+            f"--model: {args.model} solved all or none of each task's samples: no advantage, no update to compare; pass a cold-started model (a demo run's final/)"
+        )
         return 2
     times, medians, gap = time_update_sides(trainers, model, scored, args.repeats)
     result = {
-        "batch": {"trajectories": len(scored.trajectories), "tokens": tokens, "mini_batches": 2, "nonzero_advantage_share": moving},
-        "update_s": times, "median_update_s": medians, "speedup": medians["recompute"] / medians["sampler"],
-        "max_weight_diff": gap, "torch_threads": torch.get_num_threads(),
+        "batch": {
+            "trajectories": len(scored.trajectories),
+            "tokens": tokens,
+            "mini_batches": 2,
+            "nonzero_advantage_share": moving,
+        },
+        "update_s": times,
+        "median_update_s": medians,
+        "speedup": medians["recompute"] / medians["sampler"],
+        "max_weight_diff": gap,
+        "torch_threads": torch.get_num_threads(),
     }
-    print(f"batch: {len(scored.trajectories)} trajectories, {tokens} tokens, 2 mini-batches, {moving:.0%} with a non-zero advantage")
+    print(
+        f"batch: {len(scored.trajectories)} trajectories, {tokens} tokens, 2 mini-batches, {moving:.0%} with a non-zero advantage"
+    )
     for side, value in medians.items():
         print(f"old_logprobs {side:9s}: median update {value:.2f} s  ({', '.join(f'{t:.2f}' for t in times[side])})")
     return finish(result, args.json)

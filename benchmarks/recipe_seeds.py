@@ -38,8 +38,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("recipe", help="a built-in recipe name or a recipe YAML path")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated distinct seeds (default 0,1,2)")
-    parser.add_argument("--metrics", default=",".join(DEFAULT_METRICS), help="comma-separated evaluation metrics shown beside accuracy (default tool_calls_per_episode)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="an override for every run (repeatable)")
+    parser.add_argument(
+        "--metrics",
+        default=",".join(DEFAULT_METRICS),
+        help="comma-separated evaluation metrics shown beside accuracy (default tool_calls_per_episode)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override for every run (repeatable)",
+    )
     parser.add_argument("--output-dir", help="where runs and results go (default runs/seeds-<recipe>)")
     args = parser.parse_args(argv)
     try:
@@ -82,7 +93,11 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float
     for label in dict.fromkeys(labels):
         names = dict.fromkeys(name for row in rows for name in row["evals"].get(label, {}))
         for name in names:
-            values = [row["evals"][label][name] for row in rows if label in row["evals"] and row["evals"][label].get(name) is not None]
+            values = [
+                row["evals"][label][name]
+                for row in rows
+                if label in row["evals"] and row["evals"][label].get(name) is not None
+            ]
             if values:
                 out.setdefault(label, {})[name] = _stats(values)
     out["run"] = {"wall_time_s": _stats([row["wall_time_s"] for row in rows])}
@@ -90,7 +105,13 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float
 
 
 def _stats(values: list[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(values), "std": statistics.pstdev(values), "min": min(values), "max": max(values), "n": len(values)}
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.pstdev(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+    }
 
 
 def markdown(recipe: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
@@ -107,10 +128,18 @@ def markdown(recipe: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -
             continue
         for name, stats in figures.items():
             cells = [_cell(row["evals"].get(label, {}).get(name)) for row in rows]
-            lines.append(f"| {label} | {name} | " + " | ".join(cells) + f" | {_cell(stats['mean'])} ({_cell(stats['min'])}–{_cell(stats['max'])}) |")
+            lines.append(
+                f"| {label} | {name} | "
+                + " | ".join(cells)
+                + f" | {_cell(stats['mean'])} ({_cell(stats['min'])}–{_cell(stats['max'])}) |"
+            )
     wall = summary["run"]["wall_time_s"]
     cells = [f"{row['wall_time_s'] / 60:.1f}" for row in rows]
-    lines.append("| run | wall time (min) | " + " | ".join(cells) + f" | {wall['mean'] / 60:.1f} ({wall['min'] / 60:.1f}–{wall['max'] / 60:.1f}) |")
+    lines.append(
+        "| run | wall time (min) | "
+        + " | ".join(cells)
+        + f" | {wall['mean'] / 60:.1f} ({wall['min'] / 60:.1f}–{wall['max'] / 60:.1f}) |"
+    )
     gains = _gains(summary)
     if gains:
         lines += ["", "Gains of the mean accuracy: " + "; ".join(gains) + "."]
@@ -145,11 +174,20 @@ def main(argv: list[str] | None = None) -> int:
         completed = subprocess.run(command, env=environment)
         wall = time.perf_counter() - start
         if completed.returncode != 0:
-            print(f"[seed {seed}] agentic-rl train exited with {completed.returncode}; see the output above", file=sys.stderr)
+            print(
+                f"[seed {seed}] agentic-rl train exited with {completed.returncode}; see the output above",
+                file=sys.stderr,
+            )
             return completed.returncode
-        rows.append(seed_row(json.loads((folder / "summary.json").read_text()), args.metric_list, seed=seed, wall_time_s=wall))
+        rows.append(
+            seed_row(json.loads((folder / "summary.json").read_text()), args.metric_list, seed=seed, wall_time_s=wall)
+        )
         summary = aggregate(rows)
-        (args.output / "results.json").write_text(json.dumps({"recipe": args.recipe, "overrides": args.overrides, "rows": rows, "aggregate": summary}, indent=2))
+        (args.output / "results.json").write_text(
+            json.dumps(
+                {"recipe": args.recipe, "overrides": args.overrides, "rows": rows, "aggregate": summary}, indent=2
+            )
+        )
         (args.output / "results.md").write_text(markdown(args.recipe, rows, summary))
         print(f"[seed {seed}] done in {wall / 60:.1f} min", flush=True)
     print((args.output / "results.md").read_text())

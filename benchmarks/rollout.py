@@ -47,7 +47,12 @@ def prompts_for(tokenizer, batch: int) -> list[list[int]]:
 
     renderer = ChatRenderer(tokenizer)
     return [
-        renderer.prompt_ids([{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": f"Task {i}: what is {17 * i + 3} times {i + 11}? Think step by step."}])
+        renderer.prompt_ids(
+            [
+                {"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": f"Task {i}: what is {17 * i + 3} times {i + 11}? Think step by step."},
+            ]
+        )
         for i in range(batch)
     ]
 
@@ -89,8 +94,15 @@ def _generate(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> No
     attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
     with torch.no_grad():
         model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-            max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=pad,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            pad_token_id=pad,
         )
 
 
@@ -105,13 +117,22 @@ def vllm_generate(backend, prompts: list[list[int]], new_tokens: int) -> None:
     from agentic_rl.engines.base import SamplingParams
 
     sampling = SamplingParams(temperature=1.0, max_new_tokens=new_tokens)
-    bodies = [{**backend.request_body(p, sampling, stop_token_ids=[], max_new_tokens=new_tokens, seed=i), "ignore_eos": True, "min_tokens": new_tokens} for i, p in enumerate(prompts)]
+    bodies = [
+        {
+            **backend.request_body(p, sampling, stop_token_ids=[], max_new_tokens=new_tokens, seed=i),
+            "ignore_eos": True,
+            "min_tokens": new_tokens,
+        }
+        for i, p in enumerate(prompts)
+    ]
     for future in [backend.submit(body) for body in bodies]:
         completion = future.result()
         assert completion.error is None and len(completion.token_ids) == new_tokens, completion.error
 
 
-def episodes(backend, prompts: list[list[int]], turns: int, tokens_per_turn: int, observation: list[int], *, reuse: bool) -> None:
+def episodes(
+    backend, prompts: list[list[int]], turns: int, tokens_per_turn: int, observation: list[int], *, reuse: bool
+) -> None:
     """``turns`` turns of exactly ``tokens_per_turn`` sampled tokens per trajectory."""
     from agentic_rl.engines.base import SamplingParams
 
@@ -143,11 +164,24 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16, 32])
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--episode-tokens", type=int, default=128, help="sampled tokens per episode (split over 4 turns)")
+    parser.add_argument(
+        "--episode-tokens", type=int, default=128, help="sampled tokens per episode (split over 4 turns)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS), help="our engine's weights: fp32 (the model itself), bf16-mixed (a bf16 copy); default both")
+    parser.add_argument(
+        "--precision",
+        nargs="+",
+        choices=PRECISIONS,
+        default=list(PRECISIONS),
+        help="our engine's weights: fp32 (the model itself), bf16-mixed (a bf16 copy); default both",
+    )
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--vllm", default=None, metavar="PYTHON", help="also measure the vllm backend on a server started from this interpreter (make vllm: .venv-vllm/bin/python)")
+    parser.add_argument(
+        "--vllm",
+        default=None,
+        metavar="PYTHON",
+        help="also measure the vllm backend on a server started from this interpreter (make vllm: .venv-vllm/bin/python)",
+    )
     parser.add_argument("--vllm-dtype", default="auto", choices=["auto", "bfloat16", "float32"])
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -160,14 +194,27 @@ def main() -> None:
     from agentic_rl.engines.hf import HFBackend
 
     speedup = bf16_matmul_speedup()
-    kind = "native bf16 (avx512_bf16 / AMX class)" if speedup >= 1.0 else "bf16 emulated: slower than float32 on this CPU"
-    print(f"bf16/fp32 matmul speed on this machine: {speedup:.2f}x ({kind}; models.precision.bf16_matmul_speedup, {torch.get_num_threads()} threads)\n", flush=True)
+    kind = (
+        "native bf16 (avx512_bf16 / AMX class)" if speedup >= 1.0 else "bf16 emulated: slower than float32 on this CPU"
+    )
+    print(
+        f"bf16/fp32 matmul speed on this machine: {speedup:.2f}x ({kind}; models.precision.bf16_matmul_speedup, {torch.get_num_threads()} threads)\n",
+        flush=True,
+    )
     model, tokenizer = load(args.model)  # float32, oneDNN linear kernels where available ("auto")
     backends = {
         "fp32": HFBackend(model, tokenizer),
         "bf16-mixed": HFBackend(model, tokenizer, weights_dtype=torch.bfloat16) if "bf16-mixed" in precisions else None,
     }
-    results: dict = {"model": args.model, "threads": torch.get_num_threads(), "new_tokens": args.new_tokens, "bf16_matmul_speedup": speedup, "precisions": precisions, "throughput": [], "episodes": {}}
+    results: dict = {
+        "model": args.model,
+        "threads": torch.get_num_threads(),
+        "new_tokens": args.new_tokens,
+        "bf16_matmul_speedup": speedup,
+        "precisions": precisions,
+        "throughput": [],
+        "episodes": {},
+    }
     vllm = None
     if args.vllm:
         from agentic_rl.config import BackendConfig
@@ -178,14 +225,24 @@ def main() -> None:
         dtype = server_dtype(args.vllm_dtype)  # the library's backend.dtype: auto
         results["vllm_dtype"] = dtype
         print(f"starting the vLLM server in {dtype} (not timed) ...", flush=True)
-        vllm = build_vllm_backend(BackendConfig(kind="vllm", python=args.vllm, max_concurrency=max(args.batch_sizes), dtype=dtype), args.model, loaded=(model, tokenizer))
+        vllm = build_vllm_backend(
+            BackendConfig(kind="vllm", python=args.vllm, max_concurrency=max(args.batch_sizes), dtype=dtype),
+            args.model,
+            loaded=(model, tokenizer),
+        )
         vllm_generate(vllm, prompts_for(tokenizer, 2), 4)
     for precision in precisions:  # warm-up
         ours(backends[precision], prompts_for(tokenizer, 2), 4)
     hf_generate(model, tokenizer, prompts_for(tokenizer, 2), 4)
     columns = {"fp32": "ours fp32", "bf16-mixed": "ours bf16"}
-    header = f"{'batch':>5} {'model.generate':>15}" + "".join(f" {columns[p] + ' tok/s':>16} {'vs generate':>11}" for p in precisions)
-    print(header + (f" {'bf16/fp32':>9}" if len(precisions) == 2 else "") + (f" {'vllm tok/s':>11} {'fp32/vllm':>9}" if vllm else ""))
+    header = f"{'batch':>5} {'model.generate':>15}" + "".join(
+        f" {columns[p] + ' tok/s':>16} {'vs generate':>11}" for p in precisions
+    )
+    print(
+        header
+        + (f" {'bf16/fp32':>9}" if len(precisions) == 2 else "")
+        + (f" {'vllm tok/s':>11} {'fp32/vllm':>9}" if vllm else "")
+    )
     for batch in args.batch_sizes:
         prompts = prompts_for(tokenizer, batch)
         tokens = batch * args.new_tokens
@@ -197,8 +254,15 @@ def main() -> None:
         best = best_interleaved(args.repeats, runs)
         reference = tokens / best["reference"]
         fast = {p: tokens / best[p] for p in precisions}
-        row = {"batch": batch, "hf_generate_tokens_per_s": reference, "agentic_rl_tokens_per_s": fast, "speedup_vs_generate": {p: fast[p] / reference for p in precisions}}
-        line = f"{batch:>5} {reference:>15.1f}" + "".join(f" {fast[p]:>16.1f} {fast[p] / reference:>10.2f}x" for p in precisions)
+        row = {
+            "batch": batch,
+            "hf_generate_tokens_per_s": reference,
+            "agentic_rl_tokens_per_s": fast,
+            "speedup_vs_generate": {p: fast[p] / reference for p in precisions},
+        }
+        line = f"{batch:>5} {reference:>15.1f}" + "".join(
+            f" {fast[p]:>16.1f} {fast[p] / reference:>10.2f}x" for p in precisions
+        )
         if len(precisions) == 2:
             row["bf16_over_fp32"] = fast["bf16-mixed"] / fast["fp32"]
             line += f" {row['bf16_over_fp32']:>8.2f}x"
@@ -212,7 +276,10 @@ def main() -> None:
         vllm.close()
     backend = backends["fp32"]  # episodes: the fp32 engine
     prompts = prompts_for(tokenizer, 16)
-    observation = tokenizer("<|im_end|>\n<|im_start|>tool\n<tool_response>\n4242\n</tool_response><|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"][:20]
+    observation = tokenizer(
+        "<|im_end|>\n<|im_start|>tool\n<tool_response>\n4242\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+        add_special_tokens=False,
+    )["input_ids"][:20]
     per_turn = args.episode_tokens // 4
     length = 4 * per_turn + 3 * len(observation)
     runs = {
@@ -223,15 +290,32 @@ def main() -> None:
     # Interleaved repeats: the machine's speed drifts between runs, not within one round.
     best = best_interleaved(args.repeats, runs)
     four_no_reuse = best_of(args.repeats, lambda: episodes(backend, prompts, 4, per_turn, observation, reuse=False))
-    same_length, same_sampled, four = best["one_turn_same_length_s"], best["one_turn_same_sampled_s"], best["four_turns_s"]
+    same_length, same_sampled, four = (
+        best["one_turn_same_length_s"],
+        best["one_turn_same_sampled_s"],
+        best["four_turns_s"],
+    )
     results["episodes"] = {
-        "trajectories": 16, "sampled_tokens": 4 * per_turn, "episode_tokens_after_prompt": length, **best, "four_turns_no_kv_reuse_s": four_no_reuse,
-        "ratio_same_length": four / same_length, "ratio_same_sampled": four / same_sampled,
+        "trajectories": 16,
+        "sampled_tokens": 4 * per_turn,
+        "episode_tokens_after_prompt": length,
+        **best,
+        "four_turns_no_kv_reuse_s": four_no_reuse,
+        "ratio_same_length": four / same_length,
+        "ratio_same_sampled": four / same_sampled,
     }
-    print(f"\n16 episodes on the fp32 engine, 4 turns x {per_turn} sampled tokens + 3 x {len(observation)}-token observations: {four:.2f} s")
-    print(f"  1 turn of the same length ({length} tokens):       {same_length:.2f} s -> 4 turns cost {four / same_length:.2f}x")
-    print(f"  1 turn of the same sampled tokens ({4 * per_turn}): {same_sampled:.2f} s -> 4 turns cost {four / same_sampled:.2f}x")
-    print(f"  4 turns without KV reuse: {four_no_reuse:.2f} s ({four_no_reuse / same_length:.2f}x the 1-turn episode of the same length)")
+    print(
+        f"\n16 episodes on the fp32 engine, 4 turns x {per_turn} sampled tokens + 3 x {len(observation)}-token observations: {four:.2f} s"
+    )
+    print(
+        f"  1 turn of the same length ({length} tokens):       {same_length:.2f} s -> 4 turns cost {four / same_length:.2f}x"
+    )
+    print(
+        f"  1 turn of the same sampled tokens ({4 * per_turn}): {same_sampled:.2f} s -> 4 turns cost {four / same_sampled:.2f}x"
+    )
+    print(
+        f"  4 turns without KV reuse: {four_no_reuse:.2f} s ({four_no_reuse / same_length:.2f}x the 1-turn episode of the same length)"
+    )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

@@ -46,7 +46,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    print(f"isolation: {sandbox.isolation().describe()}; {os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}")
+    print(
+        f"isolation: {sandbox.isolation().describe()}; {os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}"
+    )
     rounds = []
     with sandbox.SandboxPool(size=args.workers) as pool:
         for _ in range(5):  # warm up
@@ -54,7 +56,9 @@ def main() -> None:
         for index in range(args.rounds):
             p50, p95, worst, rate = one_round(pool, args.calls, args.workers)
             rounds.append((p50, p95, rate))
-            print(f"round {index + 1}: {args.calls} sequential calls p50 {p50:.2f} ms, p95 {p95:.2f} ms, max {worst:.2f} ms; {rate:.0f} calls/s with {args.workers} workers (load {os.getloadavg()[0]:.2f})")
+            print(
+                f"round {index + 1}: {args.calls} sequential calls p50 {p50:.2f} ms, p95 {p95:.2f} ms, max {worst:.2f} ms; {rate:.0f} calls/s with {args.workers} workers (load {os.getloadavg()[0]:.2f})"
+            )
     p50, p95, rate = sorted(rounds)[len(rounds) // 2]
     print(f"median round: p50 {p50:.2f} ms, p95 {p95:.2f} ms, {rate:.0f} calls/s with {args.workers} workers")
     start = time.perf_counter()

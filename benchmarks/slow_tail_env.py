@@ -15,13 +15,18 @@ import zlib
 class SlowTailEnv:
     num_tasks = 100_000
 
-    def __init__(self, split: str = "train", step_s: float = 0.5, slow_every: int = 10, slow_factor: float = 5.0) -> None:
+    def __init__(
+        self, split: str = "train", step_s: float = 0.5, slow_every: int = 10, slow_factor: float = 5.0
+    ) -> None:
         self.step_s, self.slow_every, self.slow_factor = step_s, slow_every, slow_factor
         self.index = 0
 
     def reset(self, *, seed=None, options=None):
         self.index = (options or {}).get("task_index", 0)
-        return [{"role": "system", "content": "Reply."}, {"role": "user", "content": f"Task {self.index}: say something."}], {"task_id": f"tail-{self.index}"}
+        return [
+            {"role": "system", "content": "Reply."},
+            {"role": "user", "content": f"Task {self.index}: say something."},
+        ], {"task_id": f"tail-{self.index}"}
 
     def step(self, message):
         content = message["content"]

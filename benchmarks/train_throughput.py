@@ -73,7 +73,13 @@ def matmul_kernels(dtype: torch.dtype) -> dict:
     return kernels
 
 
-def matmul_peak(dtype: torch.dtype = torch.float32, repeats: int = 5, sizes: tuple[int, ...] = (1024, 1536, 2048), kernels: dict | None = None, budget_s: float = 5.0) -> dict[str, float]:
+def matmul_peak(
+    dtype: torch.dtype = torch.float32,
+    repeats: int = 5,
+    sizes: tuple[int, ...] = (1024, 1536, 2048),
+    kernels: dict | None = None,
+    budget_s: float = 5.0,
+) -> dict[str, float]:
     """Best GFLOP/s in ``dtype`` over a few square sizes, per kernel library in this torch
     build. The machine's peak is the best of them: MKL takes a slow code path on some CPUs
     (e.g. AMD EPYC), so its figure alone would understate what the hardware does. A kernel
@@ -98,9 +104,15 @@ def matmul_peak(dtype: torch.dtype = torch.float32, repeats: int = 5, sizes: tup
 
 def flops_per_step(model, batch: int, length: int, selected: int) -> float:
     config = model.config
-    linear = sum(m.weight.numel() for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and "lm_head" not in name)
+    linear = sum(
+        m.weight.numel()
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and "lm_head" not in name
+    )
     head = config.vocab_size * config.hidden_size
-    width = config.num_attention_heads * (getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+    width = config.num_attention_heads * (
+        getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    )
     attention = 6 * config.num_hidden_layers * width * length * batch * length  # QK^T and AV, causal half, fwd+bwd x3
     return 6 * linear * batch * length + 6 * head * selected + attention
 
@@ -112,9 +124,23 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--response-fraction", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS), help="compute precisions to measure (default: both, alternating)")
-    parser.add_argument("--peak-sizes", type=int, nargs="+", default=[1024, 1536, 2048], help="square matmul sizes of the peak sweep (the largest is re-measured beside each step)")
-    parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing (trades compute for memory)")
+    parser.add_argument(
+        "--precision",
+        nargs="+",
+        choices=PRECISIONS,
+        default=list(PRECISIONS),
+        help="compute precisions to measure (default: both, alternating)",
+    )
+    parser.add_argument(
+        "--peak-sizes",
+        type=int,
+        nargs="+",
+        default=[1024, 1536, 2048],
+        help="square matmul sizes of the peak sweep (the largest is re-measured beside each step)",
+    )
+    parser.add_argument(
+        "--checkpointing", action="store_true", help="activation checkpointing (trades compute for memory)"
+    )
     parser.add_argument("--compile", action="store_true", help="torch.compile the backbone")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None)
@@ -130,8 +156,13 @@ def main() -> None:
     from agentic_rl.training.speed import apply_speed_options
 
     speedup = bf16_matmul_speedup()
-    kind = "native bf16 (avx512_bf16 / AMX class)" if speedup >= 1.0 else "bf16 emulated: slower than float32 on this CPU"
-    print(f"bf16/fp32 matmul speed  {speedup:8.2f}x  ({kind}; models.precision.bf16_matmul_speedup, {torch.get_num_threads()} threads)", flush=True)
+    kind = (
+        "native bf16 (avx512_bf16 / AMX class)" if speedup >= 1.0 else "bf16 emulated: slower than float32 on this CPU"
+    )
+    print(
+        f"bf16/fp32 matmul speed  {speedup:8.2f}x  ({kind}; models.precision.bf16_matmul_speedup, {torch.get_num_threads()} threads)",
+        flush=True,
+    )
     sizes = tuple(args.peak_sizes)
     sweeps = {p: matmul_peak(DTYPES[p], sizes=sizes) for p in precisions}
     model, _ = load(args.model, device="cpu")  # float32 weights for both precisions
@@ -164,39 +195,69 @@ def main() -> None:
     for _ in range(args.repeats):
         for precision in precisions:  # interleaved: drift hits both sides
             set_compute_precision(model, precision)
-            local_peaks[precision].append(max(matmul_peak(DTYPES[precision], repeats=3, sizes=(max(sizes),), kernels=beside_kernels[precision]).values()))
+            local_peaks[precision].append(
+                max(
+                    matmul_peak(
+                        DTYPES[precision], repeats=3, sizes=(max(sizes),), kernels=beside_kernels[precision]
+                    ).values()
+                )
+            )
             started = time.perf_counter()
             step()
             times[precision].append(time.perf_counter() - started)
     set_compute_precision(model, "fp32")
 
     result = {
-        "model": args.model, "threads": torch.get_num_threads(), "batch": args.batch, "length": args.length,
-        "checkpointing": args.checkpointing, "compile": args.compile, "linear_kernel": linear_kernel(model),
-        "bf16_matmul_speedup": speedup, "flops_per_step": flops, "precisions": {},
+        "model": args.model,
+        "threads": torch.get_num_threads(),
+        "batch": args.batch,
+        "length": args.length,
+        "checkpointing": args.checkpointing,
+        "compile": args.compile,
+        "linear_kernel": linear_kernel(model),
+        "bf16_matmul_speedup": speedup,
+        "flops_per_step": flops,
+        "precisions": {},
     }
     for precision in precisions:
         seconds = statistics.median(times[precision])
         achieved = flops / seconds / 1e9
-        fraction_beside = statistics.median(flops / t / 1e9 / p for t, p in zip(times[precision], local_peaks[precision]))
+        fraction_beside = statistics.median(
+            flops / t / 1e9 / p for t, p in zip(times[precision], local_peaks[precision])
+        )
         peak = max(*sweeps[precision].values(), *local_peaks[precision])
         result["precisions"][precision] = {
-            "seconds_per_step": seconds, "step_seconds": times[precision], "tokens_per_s": tokens / seconds, "achieved_gflops": achieved,
-            "matmul_dtype": str(DTYPES[precision]).removeprefix("torch."), "matmul_peak_gflops": peak, "matmul_peak_by_kernel": sweeps[precision],
-            "peaks_beside_steps_gflops": local_peaks[precision], "fraction_of_peak": achieved / peak, "fraction_of_peak_beside_step": fraction_beside,
+            "seconds_per_step": seconds,
+            "step_seconds": times[precision],
+            "tokens_per_s": tokens / seconds,
+            "achieved_gflops": achieved,
+            "matmul_dtype": str(DTYPES[precision]).removeprefix("torch."),
+            "matmul_peak_gflops": peak,
+            "matmul_peak_by_kernel": sweeps[precision],
+            "peaks_beside_steps_gflops": local_peaks[precision],
+            "fraction_of_peak": achieved / peak,
+            "fraction_of_peak_beside_step": fraction_beside,
         }
     for precision, r in result["precisions"].items():
         dtype, lows = r["matmul_dtype"], r["peaks_beside_steps_gflops"]
         by_kernel = ", ".join(f"{name} {value:.1f}" for name, value in r["matmul_peak_by_kernel"].items())
         step_times = r["step_seconds"]
         print(f"\n{precision}")
-        print(f"  {dtype} matmul peak {r['matmul_peak_gflops']:8.1f} GFLOP/s (sweep: {by_kernel}; beside steps: {min(lows):.0f}-{max(lows):.0f})")
-        print(f"  fwd+bwd            {r['tokens_per_s']:8.1f} tokens/s  ({r['seconds_per_step']:.2f} s per {args.batch}x{args.length} batch, median of {args.repeats}: {min(step_times):.2f}-{max(step_times):.2f})")
-        print(f"  achieved           {r['achieved_gflops']:8.1f} GFLOP/s = {100 * r['fraction_of_peak_beside_step']:.0f}% of the {dtype} peak measured beside each step (median); {100 * r['fraction_of_peak']:.0f}% of the run's best {dtype} peak")
+        print(
+            f"  {dtype} matmul peak {r['matmul_peak_gflops']:8.1f} GFLOP/s (sweep: {by_kernel}; beside steps: {min(lows):.0f}-{max(lows):.0f})"
+        )
+        print(
+            f"  fwd+bwd            {r['tokens_per_s']:8.1f} tokens/s  ({r['seconds_per_step']:.2f} s per {args.batch}x{args.length} batch, median of {args.repeats}: {min(step_times):.2f}-{max(step_times):.2f})"
+        )
+        print(
+            f"  achieved           {r['achieved_gflops']:8.1f} GFLOP/s = {100 * r['fraction_of_peak_beside_step']:.0f}% of the {dtype} peak measured beside each step (median); {100 * r['fraction_of_peak']:.0f}% of the run's best {dtype} peak"
+        )
     if len(precisions) == 2:
         fp32, bf16 = result["precisions"]["fp32"], result["precisions"]["bf16-mixed"]
         result["bf16_mixed_over_fp32"] = bf16["tokens_per_s"] / fp32["tokens_per_s"]
-        print(f"\nbf16-mixed / fp32       {result['bf16_mixed_over_fp32']:8.2f}x tokens/s  (medians; bf16/fp32 matmul speed on this machine {speedup:.2f}x)")
+        print(
+            f"\nbf16-mixed / fp32       {result['bf16_mixed_over_fp32']:8.2f}x tokens/s  (medians; bf16/fp32 matmul speed on this machine {speedup:.2f}x)"
+        )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(result, handle, indent=2)

@@ -61,7 +61,13 @@ def time_update_sides(trainers: dict, model, scored, repeats: int) -> tuple[dict
             times[side].append(time.perf_counter() - began)
             after[side] = {name: value.detach().clone() for name, value in model.state_dict().items()}
     sides = list(after)
-    gap = max(float((after[a][name] - after[b][name]).abs().max()) for a in sides for b in sides if a != b for name in after[a])
+    gap = max(
+        float((after[a][name] - after[b][name]).abs().max())
+        for a in sides
+        for b in sides
+        if a != b
+        for name in after[a]
+    )
     return times, {side: statistics.median(values) for side, values in times.items()}, gap
 
 

@@ -28,8 +28,18 @@ import time
 def evaluate_with(backend, tasks: int) -> list:
     from agentic_rl.evaluation import evaluate
 
-    result = evaluate({"model": {"name": "smollm2-135m"}, "env": {"name": "arithmetic", "few_shot": 4}, "num_tasks": tasks, "num_samples": 1, "k": 1,
-                       "rollout": {"temperature": 0.0, "max_new_tokens": 128}, "seed": 0}, backend=backend)
+    result = evaluate(
+        {
+            "model": {"name": "smollm2-135m"},
+            "env": {"name": "arithmetic", "few_shot": 4},
+            "num_tasks": tasks,
+            "num_samples": 1,
+            "k": 1,
+            "rollout": {"temperature": 0.0, "max_new_tokens": 128},
+            "seed": 0,
+        },
+        backend=backend,
+    )
     return [group.trajectories[0] for group in result.groups]
 
 
@@ -37,14 +47,21 @@ def grpo_steps(config, model, tokenizer, backend, steps: int) -> list[dict]:
     from agentic_rl import envs
     from agentic_rl.training.rl import RLTrainer
 
-    trainer = RLTrainer(config, model, tokenizer, backend, lambda: envs.make("arithmetic", **config.env.options), list(range(1000)))
+    trainer = RLTrainer(
+        config, model, tokenizer, backend, lambda: envs.make("arithmetic", **config.env.options), list(range(1000))
+    )
     trainer.step()  # warm-up
     return [trainer.step()[0] for _ in range(steps)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vllm", required=True, metavar="PYTHON", help="the interpreter of the vLLM environment (make vllm: .venv-vllm/bin/python)")
+    parser.add_argument(
+        "--vllm",
+        required=True,
+        metavar="PYTHON",
+        help="the interpreter of the vLLM environment (make vllm: .venv-vllm/bin/python)",
+    )
     parser.add_argument("--eval-tasks", type=int, default=64)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--tasks-per-step", type=int, default=4)
@@ -67,7 +84,11 @@ def main() -> None:
     dtype = server_dtype(args.vllm_dtype)  # the library's backend.dtype: auto
     print(f"starting the vLLM server in {dtype} (not timed) ...", flush=True)
     started = time.monotonic()
-    vllm = build_vllm_backend(BackendConfig(kind="vllm", python=args.vllm, max_concurrency=64, dtype=dtype), "smollm2-135m", loaded=(model, tokenizer))
+    vllm = build_vllm_backend(
+        BackendConfig(kind="vllm", python=args.vllm, max_concurrency=64, dtype=dtype),
+        "smollm2-135m",
+        loaded=(model, tokenizer),
+    )
     results: dict = {"server_startup_s": time.monotonic() - started, "vllm_dtype": dtype}
 
     answers = {}
@@ -75,18 +96,32 @@ def main() -> None:
         began = time.monotonic()
         trajectories = evaluate_with(backend, args.eval_tasks)
         answers[name] = [t.answer for t in trajectories]
-        results[f"eval_{name}"] = {"accuracy": statistics.mean(float(t.correct) for t in trajectories), "wall_s": time.monotonic() - began}
+        results[f"eval_{name}"] = {
+            "accuracy": statistics.mean(float(t.correct) for t in trajectories),
+            "wall_s": time.monotonic() - began,
+        }
     agree = sum(a == b for a, b in zip(answers["hf"], answers["vllm"]))
     results["eval_agreement"] = agree / args.eval_tasks
-    print(f"\ngreedy eval, {args.eval_tasks} arithmetic tasks: hf accuracy {results['eval_hf']['accuracy']:.3f} ({results['eval_hf']['wall_s']:.0f} s), "
-          f"vllm {results['eval_vllm']['accuracy']:.3f} ({results['eval_vllm']['wall_s']:.0f} s); same answer on {agree}/{args.eval_tasks} ({results['eval_agreement']:.0%})", flush=True)
+    print(
+        f"\ngreedy eval, {args.eval_tasks} arithmetic tasks: hf accuracy {results['eval_hf']['accuracy']:.3f} ({results['eval_hf']['wall_s']:.0f} s), "
+        f"vllm {results['eval_vllm']['accuracy']:.3f} ({results['eval_vllm']['wall_s']:.0f} s); same answer on {agree}/{args.eval_tasks} ({results['eval_agreement']:.0%})",
+        flush=True,
+    )
 
     base = {
-        "model": {"name": "smollm2-135m"}, "env": {"name": "arithmetic", "max_turns": 2}, "rollout": {"max_new_tokens": 128, "max_total_tokens": 1024},
-        "steps": args.steps + 1, "tasks_per_step": args.tasks_per_step, "group_size": args.group_size, "optim": {"lr": 1e-6}, "checkpoint_every": 0,
+        "model": {"name": "smollm2-135m"},
+        "env": {"name": "arithmetic", "max_turns": 2},
+        "rollout": {"max_new_tokens": 128, "max_total_tokens": 1024},
+        "steps": args.steps + 1,
+        "tasks_per_step": args.tasks_per_step,
+        "group_size": args.group_size,
+        "optim": {"lr": 1e-6},
+        "checkpoint_every": 0,
     }
     keys = ("step_time_s", "rollout_time_s", "update_time_s", "weight_sync_time_s", "tokens_per_s", "response_length")
-    print(f"\nGRPO step, {args.tasks_per_step} tasks x {args.group_size} samples (mean of {args.steps} after a warm-up):")
+    print(
+        f"\nGRPO step, {args.tasks_per_step} tasks x {args.group_size} samples (mean of {args.steps} after a warm-up):"
+    )
     print(f"{'backend':>8} " + " ".join(f"{k:>19}" for k in keys))
     for name, backend in (("hf", hf), ("vllm", vllm)):
         config = TrainConfig.model_validate({**base, "backend": {"kind": name}})

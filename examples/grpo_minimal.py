@@ -28,7 +28,9 @@ from agentic_rl.training.logprobs import token_logprobs
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m", help="built-in name (smollm2-135m, tiny-random) or a Hugging Face folder")
+    parser.add_argument(
+        "--model", default="smollm2-135m", help="built-in name (smollm2-135m, tiny-random) or a Hugging Face folder"
+    )
     parser.add_argument("--steps", type=int, default=8, help="RL steps")
     parser.add_argument("--tasks-per-step", type=int, default=4, help="tasks (groups) per step")
     parser.add_argument("--group-size", type=int, default=8, help="samples per task (G)")
@@ -65,15 +67,23 @@ def grpo_step(model, tokenizer, optimizer, groups, *, temperature: float) -> dic
     )
 
     # GRPO: (r - mean of the group) / (std of the group), on every sampled token -> [B, T].
-    advantages = compute_advantages("grpo", AdvantageInputs(rewards=rewards, response_mask=batch.loss_mask, group_index=group_index))
+    advantages = compute_advantages(
+        "grpo", AdvantageInputs(rewards=rewards, response_mask=batch.loss_mask, group_index=group_index)
+    )
 
     # The trainer's log-probs of the sampled tokens (same temperature as the sampler), and the
     # clipped surrogate against the sampler's log-probs (clip-higher: 1 - 0.2 .. 1 + 0.28).
     model.train()
     logprobs, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask, temperature=temperature)
     out = compute_policy_loss(
-        "ppo-clip", logprobs, batch.per_token["sampler_logprobs"], advantages, batch.loss_mask,
-        clip_low=0.2, clip_high=0.28, aggregation="token-mean",
+        "ppo-clip",
+        logprobs,
+        batch.per_token["sampler_logprobs"],
+        advantages,
+        batch.loss_mask,
+        clip_low=0.2,
+        clip_high=0.28,
+        aggregation="token-mean",
     )
     optimizer.zero_grad(set_to_none=True)
     out.loss.backward()
@@ -109,7 +119,14 @@ def main() -> None:
     print(f"held-out accuracy before: {before:.3f}")
     for step in range(args.steps):
         first = step * args.tasks_per_step
-        groups = rollout(engine, train_env, range(first, first + args.tasks_per_step), group_size=args.group_size, config=limits, seed=args.seed + step)
+        groups = rollout(
+            engine,
+            train_env,
+            range(first, first + args.tasks_per_step),
+            group_size=args.group_size,
+            config=limits,
+            seed=args.seed + step,
+        )
         metrics = grpo_step(model, tokenizer, optimizer, groups, temperature=limits.temperature)
         engine.sync_weights(model)  # the engine now samples from weight version step + 1
         print(f"step {step + 1}/{args.steps}  " + "  ".join(f"{key} {value:.4f}" for key, value in metrics.items()))

@@ -24,16 +24,30 @@ import operator
 import random
 import re
 
-TOOLS = [{
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression with + - * / and parentheses.",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
-    },
-}]
-SYSTEM = "Solve the problem. Call the calculator tool for the arithmetic, then give the result as <answer>NUMBER</answer>."
-OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv, ast.USub: operator.neg}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression with + - * / and parentheses.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
+SYSTEM = (
+    "Solve the problem. Call the calculator tool for the arithmetic, then give the result as <answer>NUMBER</answer>."
+)
+OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+}
 
 
 def calculate(expression: str) -> str:
@@ -99,13 +113,21 @@ def main() -> None:
     from agentic_rl import agents
 
     config = {
-        "model": {"name": args.model}, "steps": args.steps, "tasks_per_step": args.tasks_per_step, "group_size": args.group_size,
-        "rollout": {"max_new_tokens": 64, "max_total_tokens": 1024}, "optim": {"lr": 1e-6}, "output_dir": args.output_dir,
+        "model": {"name": args.model},
+        "steps": args.steps,
+        "tasks_per_step": args.tasks_per_step,
+        "group_size": args.group_size,
+        "rollout": {"max_new_tokens": 64, "max_total_tokens": 1024},
+        "optim": {"lr": 1e-6},
+        "output_dir": args.output_dir,
     }
 
     def show(metrics: dict) -> None:
-        print(f"step {int(metrics['step']) + 1}/{args.steps} reward {metrics['reward_mean']:.3f} calls/episode {metrics['calls_per_episode']:.2f} "
-              f"agent_errors {metrics['agent_errors']:.2f} loss {metrics.get('loss', 0.0):.4f}", flush=True)
+        print(
+            f"step {int(metrics['step']) + 1}/{args.steps} reward {metrics['reward_mean']:.3f} calls/episode {metrics['calls_per_episode']:.2f} "
+            f"agent_errors {metrics['agent_errors']:.2f} loss {metrics.get('loss', 0.0):.4f}",
+            flush=True,
+        )
 
     agents.train(agent, make_tasks(1000, seed=0), reward, config, on_step=show)
 

@@ -45,7 +45,7 @@ def one_thread():
 
 TOOLS_TEMPLATE = (
     "{% if tools %}<|im_start|>system\n{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
-    "# Tools\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}Call one with <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n"
+    '# Tools\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}Call one with <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n'
     "{% elif messages[0]['role'] == 'system' %}<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n{% endif %}"
     "{% for message in messages %}{% if not (loop.first and message['role'] == 'system') %}"
     "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endif %}{% endfor %}"

@@ -38,9 +38,21 @@ class FakeWeb:
         self.requests: list[dict] = []
         self.big_bytes = 3_000_000
         self.results = [
-            {"title": "Vexora Dynamics - Example Wiki", "url": None, "snippet": "Vexora Dynamics is an aerospace company founded in 1987 by Ilsa Marrow."},
-            {"title": "Vexora answers leaked", "url": "https://answers.denied.test/vexora", "snippet": "The answer is Ilsa Marrow."},
-            {"title": "Quenport travel guide", "url": "https://travel.example.org/quenport", "snippet": "Things to do in Quenport."},
+            {
+                "title": "Vexora Dynamics - Example Wiki",
+                "url": None,
+                "snippet": "Vexora Dynamics is an aerospace company founded in 1987 by Ilsa Marrow.",
+            },
+            {
+                "title": "Vexora answers leaked",
+                "url": "https://answers.denied.test/vexora",
+                "snippet": "The answer is Ilsa Marrow.",
+            },
+            {
+                "title": "Quenport travel guide",
+                "url": "https://travel.example.org/quenport",
+                "snippet": "Things to do in Quenport.",
+            },
         ]
         handler = self._handler()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -69,7 +81,13 @@ class FakeWeb:
             def log_message(self, *args) -> None:  # quiet
                 pass
 
-            def _send(self, status: int, body: bytes, content_type: str = "text/html; charset=utf-8", headers: dict | None = None) -> None:
+            def _send(
+                self,
+                status: int,
+                body: bytes,
+                content_type: str = "text/html; charset=utf-8",
+                headers: dict | None = None,
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
@@ -86,7 +104,15 @@ class FakeWeb:
 
             def _record(self, body: bytes = b"") -> tuple[str, dict]:
                 parts = urlsplit(self.path)
-                web.requests.append({"method": self.command, "path": parts.path, "query": parse_qs(parts.query), "headers": dict(self.headers.items()), "body": body})
+                web.requests.append(
+                    {
+                        "method": self.command,
+                        "path": parts.path,
+                        "query": parse_qs(parts.query),
+                        "headers": dict(self.headers.items()),
+                        "body": body,
+                    }
+                )
                 return parts.path, parse_qs(parts.query)
 
             def _search_results(self, query: str, count: int) -> list[dict]:
@@ -101,7 +127,17 @@ class FakeWeb:
                     if token != web.key:
                         return self._json(401, {"error": f"invalid subscription token {token}"})
                     results = self._search_results(query["q"][0], int(query.get("count", ["20"])[0]))
-                    return self._json(200, {"type": "search", "web": {"results": [{"title": r["title"], "url": r["url"], "description": r["snippet"]} for r in results]}})
+                    return self._json(
+                        200,
+                        {
+                            "type": "search",
+                            "web": {
+                                "results": [
+                                    {"title": r["title"], "url": r["url"], "description": r["snippet"]} for r in results
+                                ]
+                            },
+                        },
+                    )
                 if path == "/article":
                     return self._send(200, ARTICLE.encode())
                 if path == "/plain":
@@ -121,9 +157,17 @@ class FakeWeb:
                     paragraphs, size, number = [], 0, 0
                     while size < web.big_bytes:  # distinct paragraphs: extractors drop repeated ones
                         number += 1
-                        paragraphs.append(f"<p>Filler text number {number} about Quenport harbours and ships. ".encode() + b"More filler about the harbour. " * 10 + b"</p>\n")
+                        paragraphs.append(
+                            f"<p>Filler text number {number} about Quenport harbours and ships. ".encode()
+                            + b"More filler about the harbour. " * 10
+                            + b"</p>\n"
+                        )
                         size += len(paragraphs[-1])
-                    body = b"<html><head><title>Big page</title></head><body><article>" + b"".join(paragraphs) + b"</article></body></html>"
+                    body = (
+                        b"<html><head><title>Big page</title></head><body><article>"
+                        + b"".join(paragraphs)
+                        + b"</article></body></html>"
+                    )
                     self.send_response(200)
                     self.send_header("Content-Type", "text/html; charset=utf-8")
                     self.send_header("Content-Length", str(len(body)))
@@ -142,10 +186,21 @@ class FakeWeb:
                 path, _ = self._record(body)
                 if path == "/search":  # Tavily
                     if self.headers.get("Authorization", "") != f"Bearer {web.key}":
-                        return self._json(401, {"detail": {"error": f"Unauthorized: {self.headers.get('Authorization', '')}"}})
+                        return self._json(
+                            401, {"detail": {"error": f"Unauthorized: {self.headers.get('Authorization', '')}"}}
+                        )
                     request = json.loads(body)
                     results = self._search_results(request["query"], int(request.get("max_results", 5)))
-                    return self._json(200, {"query": request["query"], "results": [{"title": r["title"], "url": r["url"], "content": r["snippet"], "score": 0.9 - 0.1 * i} for i, r in enumerate(results)]})
+                    return self._json(
+                        200,
+                        {
+                            "query": request["query"],
+                            "results": [
+                                {"title": r["title"], "url": r["url"], "content": r["snippet"], "score": 0.9 - 0.1 * i}
+                                for i, r in enumerate(results)
+                            ],
+                        },
+                    )
                 return self._json(404, {"error": "no such endpoint"})
 
         return Handler

@@ -32,8 +32,15 @@ def test_listing_on_a_terminal_is_a_table_on_stdout(capsys, monkeypatch) -> None
 
 
 def test_envs_pipes_into_grep() -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "..", "src"), os.environ.get("PYTHONPATH")]))}
-    listed = subprocess.run([sys.executable, "-m", "agentic_rl", "envs"], capture_output=True, text=True, env=env, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [os.path.join(os.path.dirname(__file__), "..", "src"), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    listed = subprocess.run(
+        [sys.executable, "-m", "agentic_rl", "envs"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert listed.returncode == 0 and listed.stderr == ""
     [line] = [line for line in listed.stdout.splitlines() if "arithmetic" in line.split("\t")[0]]
     assert line.startswith("arithmetic\t") and "calculator" in line

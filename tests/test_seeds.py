@@ -22,7 +22,9 @@ def _torch_stream_seed(*parts: int) -> int:
 
 def test_stream_seed_equals_the_int64_tensor_mixer() -> None:
     rng = random.Random(0)
-    cases = [(0,), (1, 2), (2**62 - 1, 5), (-3, 7)] + [tuple(rng.getrandbits(62) for _ in range(rng.randint(1, 3))) for _ in range(500)]
+    cases = [(0,), (1, 2), (2**62 - 1, 5), (-3, 7)] + [
+        tuple(rng.getrandbits(62) for _ in range(rng.randint(1, 3))) for _ in range(500)
+    ]
     for parts in cases:
         assert stream_seed(*parts) == _torch_stream_seed(*parts), parts
     assert stream_seed(0, 0) != stream_seed(0, 1)
@@ -38,6 +40,15 @@ def test_derive_seed_keeps_each_stage_formula() -> None:
     assert derive_seed(5, "arpo-round", 2) == 5 + 2 * 7919
     assert derive_seed(5, "arpo-fill") == 5 + 104_729
     assert derive_seed(5, "async-rollouts") == 5 + 13
-    assert set(STREAMS) == {"run", "rl-step", "filter", "dpo-pairs", "turn", "arpo-round", "arpo-fill", "async-rollouts"}
+    assert set(STREAMS) == {
+        "run",
+        "rl-step",
+        "filter",
+        "dpo-pairs",
+        "turn",
+        "arpo-round",
+        "arpo-fill",
+        "async-rollouts",
+    }
     with pytest.raises(ValueError, match="unknown seed stream 'rl_step'"):
         derive_seed(5, "rl_step")

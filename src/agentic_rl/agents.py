@@ -80,9 +80,15 @@ def _gateway(model, tokenizer, config: TrainConfig) -> Iterator[tuple[Any, Any]]
     from agentic_rl.engines.hf import HFBackend
     from agentic_rl.gateway.server import GatewayServer
 
-    backend = HFBackend(model, tokenizer, batch_size=config.backend.batch_size)  # shares the trainer's weights: no sync copy
+    backend = HFBackend(
+        model, tokenizer, batch_size=config.backend.batch_size
+    )  # shares the trainer's weights: no sync copy
     server = GatewayServer(
-        backend, model_name=config.model.name, port=0, max_context=config.rollout.max_total_tokens, default_max_tokens=config.rollout.max_new_tokens,
+        backend,
+        model_name=config.model.name,
+        port=0,
+        max_context=config.rollout.max_total_tokens,
+        default_max_tokens=config.rollout.max_new_tokens,
         keep_idle_s=0.0,  # the trainer updates these weights between rollouts: no session may outlive one
     )
     server.start()
@@ -100,8 +106,26 @@ def _check_tasks(tasks: Sequence[dict], what: str) -> list[dict]:
     return tasks
 
 
-def _held_out(server, agent: Agent, tasks: list[dict], reward: Reward | None, config: TrainConfig, *, k: int, on_agent_error: str, concurrency: int) -> dict[str, float]:
-    sampler = AgentSampler(server, agent, tasks, reward, concurrency=concurrency, on_agent_error=on_agent_error, timeout_s=config.rollout.timeout_s)
+def _held_out(
+    server,
+    agent: Agent,
+    tasks: list[dict],
+    reward: Reward | None,
+    config: TrainConfig,
+    *,
+    k: int,
+    on_agent_error: str,
+    concurrency: int,
+) -> dict[str, float]:
+    sampler = AgentSampler(
+        server,
+        agent,
+        tasks,
+        reward,
+        concurrency=concurrency,
+        on_agent_error=on_agent_error,
+        timeout_s=config.rollout.timeout_s,
+    )
     try:
         groups, agent_metrics = sampler.sample(list(range(len(tasks))), k, config.seed + EVAL_SEED_OFFSET)
     finally:
@@ -110,8 +134,15 @@ def _held_out(server, agent: Agent, tasks: list[dict], reward: Reward | None, co
 
 
 def evaluate(
-    agent: Agent, tasks: Sequence[dict], reward: Reward | None = None, config: TrainConfig | dict | None = None, *,
-    k: int = 1, on_agent_error: str = "infra", concurrency: int = 16, loaded=None,
+    agent: Agent,
+    tasks: Sequence[dict],
+    reward: Reward | None = None,
+    config: TrainConfig | dict | None = None,
+    *,
+    k: int = 1,
+    on_agent_error: str = "infra",
+    concurrency: int = 16,
+    loaded=None,
 ) -> dict[str, float]:
     """Run ``agent`` ``k`` times on every task against the policy (``config.model``, or
     ``loaded = (model, tokenizer)``) and score each episode with ``reward``; the agent's
@@ -124,14 +155,25 @@ def evaluate(
     tasks = _check_tasks(tasks, "tasks")
     model, tokenizer = _load(config, loaded)
     with _gateway(model, tokenizer, config) as (server, _):
-        return _held_out(server, agent, tasks, reward, config, k=k, on_agent_error=on_agent_error, concurrency=concurrency)
+        return _held_out(
+            server, agent, tasks, reward, config, k=k, on_agent_error=on_agent_error, concurrency=concurrency
+        )
 
 
 def train(
-    agent: Agent, tasks: Sequence[dict], reward: Reward | None = None, config: TrainConfig | dict | None = None, *,
-    eval_tasks: Sequence[dict] | None = None, eval_k: int = 1, resume: str | Path | None = None,
-    on_agent_error: str = "infra", concurrency: int = 16, on_step: Callable[[dict[str, float]], None] | None = None,
-    on_stage: Callable[[str], None] | None = None, loaded=None,
+    agent: Agent,
+    tasks: Sequence[dict],
+    reward: Reward | None = None,
+    config: TrainConfig | dict | None = None,
+    *,
+    eval_tasks: Sequence[dict] | None = None,
+    eval_k: int = 1,
+    resume: str | Path | None = None,
+    on_agent_error: str = "infra",
+    concurrency: int = 16,
+    on_step: Callable[[dict[str, float]], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+    loaded=None,
 ) -> AgentTrainResult:
     """RL on ``agent(task, client)`` over ``tasks`` scored by ``reward(task, result)`` (see
     the module docstring). ``config``: a TrainConfig or its dict (model, algorithm, optim,
@@ -153,7 +195,15 @@ def train(
     model, tokenizer = _load(config, loaded)
     result = AgentTrainResult(model, tokenizer, output_dir=run.path if run is not None else None)
     with _gateway(model, tokenizer, config) as (server, backend):
-        sampler = AgentSampler(server, agent, tasks, reward, concurrency=concurrency, on_agent_error=on_agent_error, timeout_s=config.rollout.timeout_s)
+        sampler = AgentSampler(
+            server,
+            agent,
+            tasks,
+            reward,
+            concurrency=concurrency,
+            on_agent_error=on_agent_error,
+            timeout_s=config.rollout.timeout_s,
+        )
         try:
             trainer = RLTrainer(config, model, tokenizer, backend, None, list(range(len(tasks))), sampler=sampler)
             if checkpoint is not None:
@@ -168,7 +218,16 @@ def train(
                     result.evals[label] = run.read_json(f"eval_{label}.json")
                     return
                 say(f"evaluating the agent ({label}) on {len(eval_tasks)} held-out tasks x {eval_k}")
-                result.evals[label] = _held_out(server, agent, eval_tasks, reward, config, k=eval_k, on_agent_error=on_agent_error, concurrency=concurrency)
+                result.evals[label] = _held_out(
+                    server,
+                    agent,
+                    eval_tasks,
+                    reward,
+                    config,
+                    k=eval_k,
+                    on_agent_error=on_agent_error,
+                    concurrency=concurrency,
+                )
                 if run is not None:
                     run.write_json(f"eval_{label}.json", result.evals[label])
 
@@ -198,7 +257,9 @@ def _open_run(agent: Agent, config: TrainConfig | dict | None, resume: str | Pat
             return None, config, None
         return RunDirectory.create(config.output_dir, name=name, config=config.model_dump()), config, None
     if isinstance(config, TrainConfig):
-        raise ConfigError("resume: pass only the changes as a dict (the run's saved config is the base), not a TrainConfig")
+        raise ConfigError(
+            "resume: pass only the changes as a dict (the run's saved config is the base), not a TrainConfig"
+        )
     run, saved_name, saved = RunDirectory.existing(resume)
     if saved_name != name:
         raise ConfigError(f"resume: {run.path} trained the agent {saved_name}, not {name}")
@@ -225,7 +286,14 @@ def _restore(run, trainer, checkpoint: Path) -> None:
     run.truncate_lines("metrics.jsonl", info["metrics_lines"])
 
 
-def _steps(trainer, run, config: TrainConfig, result: AgentTrainResult, on_step: Callable[[dict[str, float]], None] | None, say: Callable[[str], None]) -> None:
+def _steps(
+    trainer,
+    run,
+    config: TrainConfig,
+    result: AgentTrainResult,
+    on_step: Callable[[dict[str, float]], None] | None,
+    say: Callable[[str], None],
+) -> None:
     """The RL steps left, each logged (metrics.jsonl and the configured trackers) and
     checkpointed every ``checkpoint_every`` steps."""
     from contextlib import nullcontext
@@ -235,7 +303,14 @@ def _steps(trainer, run, config: TrainConfig, result: AgentTrainResult, on_step:
     from agentic_rl.training.rl_metrics import ENV_TOOL_METRICS
 
     resumed = trainer.steps_done > 0
-    sinks = MultiSink(make_sinks(run.path, ["jsonl", *config.tracking.sinks], start_step=trainer.steps_done if resumed else None), on_error=say) if run is not None else nullcontext()
+    sinks = (
+        MultiSink(
+            make_sinks(run.path, ["jsonl", *config.tracking.sinks], start_step=trainer.steps_done if resumed else None),
+            on_error=say,
+        )
+        if run is not None
+        else nullcontext()
+    )
     with sinks:
         while trainer.steps_done < config.steps:
             metrics, _ = trainer.step()
@@ -245,8 +320,17 @@ def _steps(trainer, run, config: TrainConfig, result: AgentTrainResult, on_step:
                 sinks.log(metrics, int(metrics["step"]))
             if on_step is not None:
                 on_step(metrics)
-            if run is not None and config.checkpoint_every and trainer.steps_done % config.checkpoint_every == 0 and trainer.steps_done < config.steps:
+            if (
+                run is not None
+                and config.checkpoint_every
+                and trainer.steps_done % config.checkpoint_every == 0
+                and trainer.steps_done < config.steps
+            ):
                 save_checkpoint(
-                    run.checkpoints, trainer.steps_done, model=trainer.model, trainer_state=trainer.state_dict(),
-                    info={"step": trainer.steps_done, "metrics_lines": len(result.steps)}, keep=config.keep_checkpoints,
+                    run.checkpoints,
+                    trainer.steps_done,
+                    model=trainer.model,
+                    trainer_state=trainer.state_dict(),
+                    info={"step": trainer.steps_done, "metrics_lines": len(result.steps)},
+                    keep=config.keep_checkpoints,
                 )

@@ -29,7 +29,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def install_guard(app, *, token: str | None, allowed_hosts: Sequence[str], max_body_bytes: int, error: Callable[[int, str], Any]) -> None:
+def install_guard(
+    app, *, token: str | None, allowed_hosts: Sequence[str], max_body_bytes: int, error: Callable[[int, str], Any]
+) -> None:
     """Add the request checks (see the module docstring) to ``app``; a failed check answers
     ``error(status, message)`` (each server's own error body)."""
     hosts = {h.lower() for h in allowed_hosts}
@@ -62,14 +64,25 @@ class ASGIServer:
     get HTTP 503)."""
 
     def __init__(
-        self, make_app: Callable[[Sequence[str]], Any], host: str = "127.0.0.1", port: int = 8000, *, allow_remote: bool = False,
-        token: str | None = None, verbose: bool = False, max_concurrency: int = 64, what: str = "the server", name: str = "http-server",
+        self,
+        make_app: Callable[[Sequence[str]], Any],
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        *,
+        allow_remote: bool = False,
+        token: str | None = None,
+        verbose: bool = False,
+        max_concurrency: int = 64,
+        what: str = "the server",
+        name: str = "http-server",
     ) -> None:
         import uvicorn
 
         loopback = is_loopback(host)
         if not loopback and not allow_remote:
-            raise ValueError(f"host {host!r} is not a loopback address; pass allow_remote=True (and a token) to expose {what}")
+            raise ValueError(
+                f"host {host!r} is not a loopback address; pass allow_remote=True (and a token) to expose {what}"
+            )
         if not loopback and not token:
             raise ValueError(f"host {host!r}: serving beyond loopback requires a bearer token")
         self.name = name
@@ -79,7 +92,13 @@ class ASGIServer:
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind((host, port))
         self.server_address = self.socket.getsockname()
-        config = uvicorn.Config(app, log_level="info" if verbose else "warning", access_log=verbose, limit_concurrency=max_concurrency, timeout_keep_alive=5)
+        config = uvicorn.Config(
+            app,
+            log_level="info" if verbose else "warning",
+            access_log=verbose,
+            limit_concurrency=max_concurrency,
+            timeout_keep_alive=5,
+        )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 

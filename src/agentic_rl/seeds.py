@@ -26,7 +26,9 @@ def _signed(x: int) -> int:
     return x - (1 << 64) if x >= 1 << 63 else x
 
 
-def stream_seed(*parts: int) -> int:  # One signed int64 stream seed from integers (e.g. a rollout seed and a trajectory's index).
+def stream_seed(
+    *parts: int,
+) -> int:  # One signed int64 stream seed from integers (e.g. a rollout seed and a trajectory's index).
     value = 0
     for part in parts:
         value = _splitmix64((value + int(part)) & _MASK)
@@ -36,13 +38,21 @@ def stream_seed(*parts: int) -> int:  # One signed int64 stream seed from intege
 # stream -> (multiplier of the run seed, offset, stride of the index)
 _STREAMS: dict[str, tuple[int, int, int]] = {
     "run": (1, 0, 0),  # The run seed itself: held-out evaluations, cold-start collection.
-    "rl-step": (100_003, 0, 1),  # RL step ``index`` (a resampling round adds ``round * 1_000_003`` through ``derive_seed``'s ``round``).
+    "rl-step": (
+        100_003,
+        0,
+        1,
+    ),  # RL step ``index`` (a resampling round adds ``round * 1_000_003`` through ``derive_seed``'s ``round``).
     "filter": (1, 7, 0),  # Difficulty filtering's rollouts.
     "dpo-pairs": (1, 11, 0),  # Preference-pair collection.
     "turn": (1, 0, 1),  # Per-turn batched generation: turn ``index`` of a rollout call.
     "arpo-round": (1, 0, 7919),  # ARPO branching round ``index`` (1, 2, ...).
     "arpo-fill": (1, 104_729, 0),
-    "async-rollouts": (1, 13, 0),  # Async mode's stream of groups (one stream per group ordinal).  # ARPO's global samples that fill the budget left after branching.
+    "async-rollouts": (
+        1,
+        13,
+        0,
+    ),  # Async mode's stream of groups (one stream per group ordinal).  # ARPO's global samples that fill the budget left after branching.
 }
 STREAMS = tuple(_STREAMS)
 

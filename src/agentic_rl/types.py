@@ -24,7 +24,12 @@ TERMINATION_REASONS: tuple[str, ...] = ("answered", "max_turns", "max_tokens", "
 def openai_tools(schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Tools in OpenAI's form ``{"type": "function", "function": {name, description,
     parameters}}``, from that form (``Tool.schema()``) or from bare function schemas."""
-    return [dict(s) if s.get("type") == "function" and isinstance(s.get("function"), dict) else {"type": "function", "function": s} for s in schemas]
+    return [
+        dict(s)
+        if s.get("type") == "function" and isinstance(s.get("function"), dict)
+        else {"type": "function", "function": s}
+        for s in schemas
+    ]
 
 
 @dataclass
@@ -143,7 +148,10 @@ class Trajectory:
     @property
     def weight_versions(self) -> list[int]:
         """The engine weight versions that sampled this trajectory's tokens (sorted, distinct)."""
-        return sorted({turn.weight_version for turn in self.turns} | {version for turn in self.turns for _, version in turn.version_changes})
+        return sorted(
+            {turn.weight_version for turn in self.turns}
+            | {version for turn in self.turns for _, version in turn.version_changes}
+        )
 
     @property
     def response_tokens(self) -> int:
@@ -175,7 +183,13 @@ class Trajectory:
             "num_turns": self.num_turns,
             "response_tokens": self.response_tokens,
             "tool_calls": [
-                {"name": r.name, "ok": r.ok, "malformed": r.malformed, "unknown_tool": r.unknown_tool, "latency_s": r.latency_s}
+                {
+                    "name": r.name,
+                    "ok": r.ok,
+                    "malformed": r.malformed,
+                    "unknown_tool": r.unknown_tool,
+                    "latency_s": r.latency_s,
+                }
                 for r in self.tool_results
             ],
             "wall_time_s": self.wall_time_s,
@@ -184,7 +198,11 @@ class Trajectory:
             **({"env": self.info["env"]} if "env" in self.info else {}),  # a mix's entry
             **({"summaries": self.summary_turns} if self.summary_turns else {}),
             **({"tools": self.template_tools} if self.template_tools else {}),
-            **({"tool_output_template": self.info["tool_output_template"]} if "tool_output_template" in self.info else {}),  # results are bare
+            **(
+                {"tool_output_template": self.info["tool_output_template"]}
+                if "tool_output_template" in self.info
+                else {}
+            ),  # results are bare
         }
 
     @property

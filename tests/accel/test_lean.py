@@ -19,7 +19,14 @@ from agentic_rl.engines.sampling import inverse_cdf
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
 # The lean forward's products run on the native kernels where it builds, else on oneDNN: test both.
-KERNELS = [pytest.param(False, id="onednn"), pytest.param(True, id="native", marks=pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.unavailable_reason()}"))]
+KERNELS = [
+    pytest.param(False, id="onednn"),
+    pytest.param(
+        True,
+        id="native",
+        marks=pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.unavailable_reason()}"),
+    ),
+]
 
 
 def _run(backbone, forward, prompts: torch.Tensor, steps: int, ragged: bool = False) -> list[torch.Tensor]:
@@ -28,7 +35,9 @@ def _run(backbone, forward, prompts: torch.Tensor, steps: int, ragged: bool = Fa
     continues from T - 2b cached tokens (its later entries are stale and masked), so the
     decode steps see rows of different lengths."""
     batch, width = prompts.shape
-    cache = SlotCache(backbone.config, slots=batch, capacity=width + steps, dtype=torch.float32, device=torch.device("cpu"))
+    cache = SlotCache(
+        backbone.config, slots=batch, capacity=width + steps, dtype=torch.float32, device=torch.device("cpu")
+    )
     outputs = []
     lengths = torch.zeros(batch, dtype=torch.long)
     ids = prompts
@@ -51,7 +60,9 @@ def _lean_and_reference(model, prompts: torch.Tensor, steps: int, ragged: bool, 
     backbone, lm_head = split_model(model)
 
     def reference(ids, positions, mask, cache):
-        return backbone(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
+        return backbone(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        ).last_hidden_state
 
     with torch.no_grad(), packed_weights(model):
         lean = lean_decoder(backbone, lm_head, native=native)
@@ -74,7 +85,11 @@ def test_lean_forward_matches_transformers(tiny, ragged, native) -> None:
     backbone, _ = split_model(model)
     prompts = torch.randint(3, 500, (3, 9), generator=torch.Generator().manual_seed(0))
     _, got, expected = _lean_and_reference(model, prompts, steps=4, ragged=ragged, native=native)
-    assert [g.shape for g in got] == [e.shape for e in expected] == [(3, 9, backbone.config.hidden_size)] + [(3, 1, backbone.config.hidden_size)] * 4
+    assert (
+        [g.shape for g in got]
+        == [e.shape for e in expected]
+        == [(3, 9, backbone.config.hidden_size)] + [(3, 1, backbone.config.hidden_size)] * 4
+    )
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
 
@@ -85,7 +100,15 @@ def test_lean_forward_matches_transformers_with_projection_biases(native) -> Non
     """Qwen2 has q/k/v biases: they follow the reordered, scaled q/k rows."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = Qwen2Config(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).eval()
     with torch.no_grad():
@@ -123,7 +146,9 @@ def test_lean_forward_only_where_covered(tiny) -> None:
         def forward(self, x, positions):
             cos, sin = rotary(x, positions)
             half = cos.shape[-1] // 2
-            return torch.cat([cos[..., :half], cos[..., :half].flip(-1)], -1), torch.cat([sin[..., :half], sin[..., :half].flip(-1)], -1)
+            return torch.cat([cos[..., :half], cos[..., :half].flip(-1)], -1), torch.cat(
+                [sin[..., :half], sin[..., :half].flip(-1)], -1
+            )
 
     backbone.rotary_emb = HalvesDiffer()
     assert lean_decoder(backbone) is None
@@ -143,7 +168,9 @@ def test_missing_compiler_falls_back_to_onednn_with_one_warning(tiny, monkeypatc
     prompts = torch.randint(3, 500, (2, 7), generator=torch.Generator().manual_seed(2))
 
     def reference(ids, positions, mask, cache):
-        return backbone(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
+        return backbone(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        ).last_hidden_state
 
     with caplog.at_level(logging.INFO, logger=native.__name__), torch.no_grad(), packed_weights(model):
         lean = decoder_for(model)
@@ -153,7 +180,9 @@ def test_missing_compiler_falls_back_to_onednn_with_one_warning(tiny, monkeypatc
         assert not native.available() and decoder_for(model).native is False  # asked again: no second build or log
     records = [r for r in caplog.records if r.name == native.__name__]
     assert len(records) == 1 and records[0].levelno == logging.WARNING
-    assert "no C++ compiler found (CXX=" in records[0].getMessage() and "decoding uses oneDNN" in records[0].getMessage()
+    assert (
+        "no C++ compiler found (CXX=" in records[0].getMessage() and "decoding uses oneDNN" in records[0].getMessage()
+    )
     assert native.unavailable_reason().startswith("no C++ compiler found (CXX=")
     assert not (tmp_path / "kernels").exists()  # nothing built or cached
     with pytest.raises(RuntimeError, match="not available: no C\\+\\+ compiler"):

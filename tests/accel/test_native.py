@@ -21,7 +21,9 @@ def _loop_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     out = torch.zeros(x.shape[0], weight.shape[0], dtype=torch.float64)
     for m in range(x.shape[0]):
         for n in range(weight.shape[0]):
-            out[m, n] = sum(float(x[m, k]) * float(weight[n, k]) for k in range(x.shape[1])) + (float(bias[n]) if bias is not None else 0.0)
+            out[m, n] = sum(float(x[m, k]) * float(weight[n, k]) for k in range(x.shape[1])) + (
+                float(bias[n]) if bias is not None else 0.0
+            )
     return out
 
 
@@ -33,15 +35,21 @@ def test_matches_a_plain_loop_and_hand_values() -> None:
     out = native.PackedLinear(weight, bias)(x)
     assert torch.equal(out, torch.tensor([[1.0 - 3.0 + 0.25, 2.0 + 2.0 + 1.5 - 1.0], [-1.0 + 0.25, -2.0 + 0.5 - 1.0]]))
     x, weight, bias = _tensors((9, 37), (50, 37), (50,))
-    torch.testing.assert_close(native.PackedLinear(weight, bias)(x).double(), _loop_reference(x, weight, bias), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        native.PackedLinear(weight, bias)(x).double(), _loop_reference(x, weight, bias), rtol=1e-5, atol=1e-5
+    )
 
 
 @needs_kernel
 @pytest.mark.parametrize("rows", [1, 7, 8, 9, 16, 33, 130])  # whole and partial 8-row tiles
-@pytest.mark.parametrize(("out_features", "in_features"), [(1, 5), (48, 64), (50, 70), (97, 1), (200, 33)])  # whole and partial 48-column blocks
+@pytest.mark.parametrize(
+    ("out_features", "in_features"), [(1, 5), (48, 64), (50, 70), (97, 1), (200, 33)]
+)  # whole and partial 48-column blocks
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_matches_f_linear(rows, out_features, in_features, with_bias) -> None:
-    x, weight, bias = _tensors((rows, in_features), (out_features, in_features), (out_features,), seed=rows + out_features)
+    x, weight, bias = _tensors(
+        (rows, in_features), (out_features, in_features), (out_features,), seed=rows + out_features
+    )
     bias = bias if with_bias else None
     packed = native.PackedLinear(weight, bias)
     out = packed(x)
@@ -62,7 +70,9 @@ def test_epilogues_equal_the_ops_they_fuse() -> None:
 
 @needs_kernel
 def test_swish_holds_over_the_whole_float_range() -> None:
-    values = torch.cat([torch.linspace(-120, 100, 20001), torch.tensor([0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 3e38, -3e38])])
+    values = torch.cat(
+        [torch.linspace(-120, 100, 20001), torch.tensor([0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 3e38, -3e38])]
+    )
     got = native.PackedLinear(torch.ones(1, 1))(values[:, None], "swish")[:, 0]
     expected = F.silu(values.double())
     torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=1e-30)
@@ -203,9 +213,13 @@ def test_decode_attention_matches_a_plain_loop(kv_heads, groups, head_dim) -> No
     got = native.decode_attention(queries, keys, values, lengths)
     assert got.shape == (batch, kv_heads * groups * head_dim)
     torch.testing.assert_close(got.double(), _attention_loop(queries, keys, values, lengths), rtol=1e-5, atol=5e-6)
-    torch.testing.assert_close(got, native._attention_reference(queries, keys, values, lengths), rtol=1e-4, atol=1e-5)  # both float32
+    torch.testing.assert_close(
+        got, native._attention_reference(queries, keys, values, lengths), rtol=1e-4, atol=1e-5
+    )  # both float32
     # A single position attends only to itself: the output is that value row.
-    assert torch.equal(got[0].view(kv_heads, groups, head_dim), values[0, :, 0][:, None].expand(kv_heads, groups, head_dim))
+    assert torch.equal(
+        got[0].view(kv_heads, groups, head_dim), values[0, :, 0][:, None].expand(kv_heads, groups, head_dim)
+    )
 
 
 @needs_kernel
@@ -216,4 +230,6 @@ def test_decode_attention_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match=r"lengths must be in \[1, 8\], got \[9, 3\]"):
         native.decode_attention(torch.randn(2, 16), keys, keys, torch.tensor([9, 3]))
     with pytest.raises(ValueError, match="D a multiple of 16"):
-        native.decode_attention(torch.randn(2, 12), torch.randn(2, 1, 8, 12), torch.randn(2, 1, 8, 12), torch.tensor([1, 1]))
+        native.decode_attention(
+            torch.randn(2, 12), torch.randn(2, 1, 8, 12), torch.randn(2, 1, 8, 12), torch.tensor([1, 1])
+        )

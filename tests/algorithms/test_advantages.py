@@ -71,7 +71,9 @@ def test_matches_loop_reference_on_random_groups(name, normalize):
     groups = [4, 4, 4, 1, 1, 9, 9, 9, 9, 9, 2, 0, 0, 0, 4]  # sizes 4, 2, 5, 1, 3, unordered
     rewards = torch.rand(len(groups), generator=gen).tolist()
     mask = (torch.rand(len(groups), 6, generator=gen) > 0.3).float()
-    adv = compute_advantages(name, _inputs(rewards, groups, mask=mask), **ADVANTAGES.params_for(name, {"normalize_by_std": normalize}))
+    adv = compute_advantages(
+        name, _inputs(rewards, groups, mask=mask), **ADVANTAGES.params_for(name, {"normalize_by_std": normalize})
+    )
     expected = torch.tensor(_loop_reference(rewards, groups, name, normalize))
     assert adv.shape == (len(groups), 6)
     assert torch.allclose(adv, expected[:, None] * mask, atol=1e-5)
@@ -122,9 +124,13 @@ def test_group_stats_and_zero_std_fraction():
 def test_compute_advantages_rejects_unknown_params_and_names():
     inputs = _inputs([1, 0], [0, 0])
     # a parameter the estimator does not take is an error, never silently dropped
-    with pytest.raises(TypeError, match=r"advantage estimator 'rloo' takes no parameter 'epsilon'; its parameters: none"):
+    with pytest.raises(
+        TypeError, match=r"advantage estimator 'rloo' takes no parameter 'epsilon'; its parameters: none"
+    ):
         compute_advantages("rloo", inputs, epsilon=1.0)
-    with pytest.raises(TypeError, match=r"'grpo' takes no parameter 'normalise_by_std'; its parameters: epsilon, normalize_by_std"):
+    with pytest.raises(
+        TypeError, match=r"'grpo' takes no parameter 'normalise_by_std'; its parameters: epsilon, normalize_by_std"
+    ):
         compute_advantages("grpo", inputs, normalise_by_std=False)
     # one flat set of knobs still drives every estimator, through params_for
     knobs = {"epsilon": 1.0, "normalize_by_std": False, "gamma": 0.5}
@@ -140,6 +146,7 @@ def test_compute_advantages_rejects_unknown_params_and_names():
 def test_register_advantage_and_duplicate():
     name = "_test_constant"
     try:
+
         @register_advantage(name)
         def constant(inputs, *, value=2.0, **extra):
             return torch.full_like(inputs.response_mask, value)

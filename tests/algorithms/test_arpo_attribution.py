@@ -53,12 +53,14 @@ def padded(rows: list[list[float]], width: int = 8) -> torch.Tensor:
 
 def test_common_prefix_lengths_from_lineages() -> None:
     shared = common_prefix_lengths(LINEAGES, IDS, [len(t) for t in TOKENS])
-    expected = torch.tensor([
-        [7, 5, 5, 0],
-        [5, 8, 6, 0],
-        [5, 6, 7, 0],
-        [0, 0, 0, 4],
-    ])
+    expected = torch.tensor(
+        [
+            [7, 5, 5, 0],
+            [5, 8, 6, 0],
+            [5, 6, 7, 0],
+            [0, 0, 0, 4],
+        ]
+    )
     assert torch.equal(shared, expected)
 
 
@@ -70,12 +72,14 @@ def test_hard_attribution_hand_values() -> None:
     # Tokens 2, 3 shared by t0, t1, t2: mean(1, -1, 2) = 2/3; token 5 of t1/t2 shared by
     # those two: mean(-1, 2) = 0.5; the rest are their own.
     third = 2.0 / 3.0
-    expected = padded([
-        [0, 0, third, third, 0, 1.0, 1.0],
-        [0, 0, third, third, 0, 0.5, -1.0, -1.0],
-        [0, 0, third, third, 0, 0.5, 2.0],
-        [0, 0, 0.5, 0.5],
-    ])
+    expected = padded(
+        [
+            [0, 0, third, third, 0, 1.0, 1.0],
+            [0, 0, third, third, 0, 0.5, -1.0, -1.0],
+            [0, 0, third, third, 0, 0.5, 2.0],
+            [0, 0, 0.5, 0.5],
+        ]
+    )
     assert torch.allclose(out, expected)
 
 

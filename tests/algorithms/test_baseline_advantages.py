@@ -9,11 +9,18 @@ import torch
 
 from agentic_rl.algorithms import ADVANTAGES, AdvantageInputs, compute_advantages, grpo_passk, opo, remax
 
-MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
+MASK = torch.tensor(
+    [[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]]
+)
 
 
 def _inputs(rewards, groups, mask=MASK, **extra):
-    return AdvantageInputs(rewards=torch.tensor(rewards, dtype=torch.float32), response_mask=mask, group_index=torch.tensor(groups), **extra)
+    return AdvantageInputs(
+        rewards=torch.tensor(rewards, dtype=torch.float32),
+        response_mask=mask,
+        group_index=torch.tensor(groups),
+        **extra,
+    )
 
 
 def _per_trajectory(advantages: torch.Tensor, mask: torch.Tensor) -> list[float]:
@@ -90,12 +97,18 @@ def test_passk_hand_values() -> None:
     # group 0: best 1.0, next 0.5; group 1: the best (1.0) is shared; group 2: alone
     inputs = _inputs([0.5, 1.0, 0.0, 1.0, 1.0, 0.0, 3.0], [0, 0, 0, 1, 1, 1, 2], mask=mask)
     std0 = math.sqrt(((0.5 - 0.5) ** 2 + (1.0 - 0.5) ** 2 + (0.0 - 0.5) ** 2) / 2)
-    assert _per_trajectory(grpo_passk(inputs), mask) == pytest.approx([0.0, 0.5 / (std0 + 1e-6), 0.0, 0.0, 0.0, 0.0, 0.0])
-    assert _per_trajectory(grpo_passk(inputs, normalize_by_std=False), mask) == pytest.approx([0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0])
+    assert _per_trajectory(grpo_passk(inputs), mask) == pytest.approx(
+        [0.0, 0.5 / (std0 + 1e-6), 0.0, 0.0, 0.0, 0.0, 0.0]
+    )
+    assert _per_trajectory(grpo_passk(inputs, normalize_by_std=False), mask) == pytest.approx(
+        [0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0]
+    )
 
 
 def test_remax_subtracts_the_greedy_reward_from_the_return() -> None:
-    inputs = _inputs([1.0, 0.0, 1.0, 0.0, 1.0], [0, 0, 0, 1, 1], baseline_rewards=torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0]))
+    inputs = _inputs(
+        [1.0, 0.0, 1.0, 0.0, 1.0], [0, 0, 0, 1, 1], baseline_rewards=torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0])
+    )
     assert _per_trajectory(remax(inputs), MASK) == pytest.approx([0.0, -1.0, 0.0, 0.0, 1.0])
 
 
@@ -105,13 +118,20 @@ def test_remax_reads_token_rewards_over_sampled_tokens() -> None:
     mask = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0]])
     token_rewards = torch.tensor([[0.0, 0.25, 0.0, 0.0, 1.0]])
     inputs = AdvantageInputs(
-        rewards=torch.tensor([1.25]), response_mask=mask, group_index=torch.tensor([0]), token_rewards=token_rewards, baseline_rewards=torch.tensor([0.5]),
+        rewards=torch.tensor([1.25]),
+        response_mask=mask,
+        group_index=torch.tensor([0]),
+        token_rewards=token_rewards,
+        baseline_rewards=torch.tensor([0.5]),
     )
     assert remax(inputs).tolist() == [[1.25 - 0.5, 1.25 - 0.5, 0.0, 1.0 - 0.5, 1.0 - 0.5]]
 
 
 def test_remax_without_a_baseline_is_a_one_line_error() -> None:
-    with pytest.raises(ValueError, match=r"^the remax estimator needs AdvantageInputs.baseline_rewards \(the reward of a greedy rollout of each task\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^the remax estimator needs AdvantageInputs.baseline_rewards \(the reward of a greedy rollout of each task\)$",
+    ):
         remax(_inputs([1.0, 0.0, 1.0, 0.0, 1.0], [0, 0, 0, 1, 1]))
 
 

@@ -16,7 +16,13 @@ def log_sigmoid(x: float) -> float:
 
 def test_dpo_hand_values() -> None:
     # pair 1: h = (-10 - -12) - (-15 - -14) = 2 - (-1) = 3; pair 2: h = (-5 - -4) - (-6 - -6) = -1
-    out = dpo_loss(torch.tensor([-10.0, -5.0]), torch.tensor([-15.0, -6.0]), torch.tensor([-12.0, -4.0]), torch.tensor([-14.0, -6.0]), beta=0.5)
+    out = dpo_loss(
+        torch.tensor([-10.0, -5.0]),
+        torch.tensor([-15.0, -6.0]),
+        torch.tensor([-12.0, -4.0]),
+        torch.tensor([-14.0, -6.0]),
+        beta=0.5,
+    )
     expected = (-log_sigmoid(1.5) - log_sigmoid(-0.5)) / 2
     assert float(out.loss) == pytest.approx(expected, rel=1e-6)
     assert out.chosen_rewards.tolist() == pytest.approx([1.0, -0.5])

@@ -65,9 +65,21 @@ def test_preset_keys_and_named_values():
     assert all(unset <= set(p) <= set(AlgorithmConfig.model_fields) for p in PRESETS.values())
     assert set(PRESET_DESCRIPTIONS) == set(PRESETS)
     default = AlgorithmConfig()
-    assert (default.preset, default.aggregation, default.clip_low, default.clip_high, default.overlong_buffer, default.kl_coef) == ("grpo-tcr", "token-mean", 0.2, 0.315, 64, 0.0)
+    assert (
+        default.preset,
+        default.aggregation,
+        default.clip_low,
+        default.clip_high,
+        default.overlong_buffer,
+        default.kl_coef,
+    ) == ("grpo-tcr", "token-mean", 0.2, 0.315, 64, 0.0)
     # DAPO and StarPO-S keep the 0.28 of their papers; the GRPO-TCR variants follow GRPO-TCR.
-    assert [PRESETS[name]["clip_high"] for name in ("dapo", "starpo-s", "mt-grpo", "gigpo")] == [0.28, 0.28, 0.315, 0.315]
+    assert [PRESETS[name]["clip_high"] for name in ("dapo", "starpo-s", "mt-grpo", "gigpo")] == [
+        0.28,
+        0.28,
+        0.315,
+        0.315,
+    ]
     assert PRESETS["grpo"]["kl_coef"] == 0.04 and PRESETS["dr-grpo"]["normalize_by_std"] is False
 
 

@@ -3,7 +3,16 @@ import math
 import pytest
 import torch
 
-from agentic_rl.algorithms import AGGREGATIONS, POLICY_LOSSES, PolicyLossOutput, aggregate, compute_policy_loss, masked_mean, policy_loss, register_policy_loss
+from agentic_rl.algorithms import (
+    AGGREGATIONS,
+    POLICY_LOSSES,
+    PolicyLossOutput,
+    aggregate,
+    compute_policy_loss,
+    masked_mean,
+    policy_loss,
+    register_policy_loss,
+)
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
 MASK = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
@@ -126,7 +135,9 @@ def test_gradient_at_ratio_one_equals_policy_gradient(mode):
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 1, 1, 0, 0]], dtype=torch.float32)
 
     logprobs = base.clone().requires_grad_(True)
-    policy_loss(logprobs, base.clone(), advantages, mask, clip_high=0.28, clip_ratio_c=3.0, aggregation=mode).loss.backward()
+    policy_loss(
+        logprobs, base.clone(), advantages, mask, clip_high=0.28, clip_ratio_c=3.0, aggregation=mode
+    ).loss.backward()
 
     reference = base.clone().requires_grad_(True)
     aggregate(-(advantages * reference), mask, mode).backward()
@@ -140,19 +151,40 @@ def test_policy_loss_registry_runs_the_registered_function() -> None:
     gen = torch.Generator().manual_seed(5)
     old = torch.randn(2, 4, generator=gen)
     new, advantages = old + 0.3 * torch.randn(2, 4, generator=gen), torch.randn(2, 4, generator=gen)
-    params = dict(clip_low=0.2, clip_high=0.28, clip_ratio_c=3.0, aggregation="seq-mean-token-mean", num_tokens=6.0, num_sequences=2.0, norm_length=4.0)
+    params = dict(
+        clip_low=0.2,
+        clip_high=0.28,
+        clip_ratio_c=3.0,
+        aggregation="seq-mean-token-mean",
+        num_tokens=6.0,
+        num_sequences=2.0,
+        norm_length=4.0,
+    )
     assert POLICY_LOSSES["ppo-clip"] is policy_loss
     via_registry = compute_policy_loss("ppo-clip", new, old, advantages, MASK, **params)
     direct = policy_loss(new, old, advantages, MASK, **params)
     assert torch.equal(via_registry.loss, direct.loss) and via_registry.metrics == direct.metrics
-    assert POLICY_LOSSES.params("ppo-clip") == ("clip_low", "clip_high", "clip_ratio_c", "aggregation", "num_tokens", "num_sequences", "norm_length")
+    assert POLICY_LOSSES.params("ppo-clip") == (
+        "clip_low",
+        "clip_high",
+        "clip_ratio_c",
+        "aggregation",
+        "num_tokens",
+        "num_sequences",
+        "norm_length",
+    )
 
 
 def test_policy_loss_registry_errors_are_one_line() -> None:
     ones = torch.ones(1, 2)
-    with pytest.raises(KeyError, match=r"unknown policy loss 'ppo-clp' \(did you mean 'ppo-clip'\?\); known: .*ppo-clip"):
+    with pytest.raises(
+        KeyError, match=r"unknown policy loss 'ppo-clp' \(did you mean 'ppo-clip'\?\); known: .*ppo-clip"
+    ):
         compute_policy_loss("ppo-clp", ones, ones, ones, ones)
-    with pytest.raises(TypeError, match=r"policy loss 'ppo-clip' takes no parameter 'clip_hi'; its parameters: clip_low, clip_high, clip_ratio_c, aggregation"):
+    with pytest.raises(
+        TypeError,
+        match=r"policy loss 'ppo-clip' takes no parameter 'clip_hi'; its parameters: clip_low, clip_high, clip_ratio_c, aggregation",
+    ):
         compute_policy_loss("ppo-clip", ones, ones, ones, ones, clip_hi=0.3)
     with pytest.raises(ValueError, match="already registered"):
         register_policy_loss("ppo-clip")(policy_loss)
@@ -163,8 +195,25 @@ def test_register_a_policy_loss() -> None:
     try:
 
         @register_policy_loss(name)
-        def vanilla(logprobs, old_logprobs, advantages, mask, *, aggregation="token-mean", num_tokens=None, num_sequences=None, norm_length=None):
-            loss = aggregate(-advantages * logprobs, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+        def vanilla(
+            logprobs,
+            old_logprobs,
+            advantages,
+            mask,
+            *,
+            aggregation="token-mean",
+            num_tokens=None,
+            num_sequences=None,
+            norm_length=None,
+        ):
+            loss = aggregate(
+                -advantages * logprobs,
+                mask,
+                aggregation,
+                num_tokens=num_tokens,
+                num_sequences=num_sequences,
+                norm_length=norm_length,
+            )
             return PolicyLossOutput(loss=loss)
 
         logprobs = torch.full((2, 4), -1.0)
@@ -197,7 +246,11 @@ def test_grpo_tcr_clip_bounds_act_after_a_first_mini_batch_update() -> None:
     minis = [[0, 1, 2, 3][i::2] for i in range(2)]  # the trainer's split: one good and one bad answer each
     assert minis == [[0, 2], [1, 3]]
     first = policy_loss(logprobs_of(minis[0]), old[minis[0]], advantages[minis[0]], mask[minis[0]], **params)
-    assert (first.metrics["clip_frac_low"], first.metrics["clip_frac_high"], first.metrics["ratio_mean"]) == (0.0, 0.0, 1.0)
+    assert (first.metrics["clip_frac_low"], first.metrics["clip_frac_high"], first.metrics["ratio_mean"]) == (
+        0.0,
+        0.0,
+        1.0,
+    )
     first.loss.backward()
     with torch.no_grad():
         logits -= 6.0 * logits.grad  # SGD: logits +1 for the good token, -1 for token 3
@@ -206,7 +259,9 @@ def test_grpo_tcr_clip_bounds_act_after_a_first_mini_batch_update() -> None:
     good = math.e / (math.e + math.exp(-1) + 2) / 0.25  # the good tokens' ratio, 2.14
     bad = math.exp(-1) / (math.e + math.exp(-1) + 2) / 0.25  # token 3's, 0.29
     assert good > 1.315 and bad < 0.8
-    assert second.metrics["clip_frac_high"] == pytest.approx(0.5) and second.metrics["clip_frac_low"] == pytest.approx(0.5)
+    assert second.metrics["clip_frac_high"] == pytest.approx(0.5) and second.metrics["clip_frac_low"] == pytest.approx(
+        0.5
+    )
     assert second.metrics["ratio_max"] == pytest.approx(good, rel=1e-5)
     assert second.loss.item() == pytest.approx((3 * -1.315 + 3 * 0.8) / 6, rel=1e-6)
     second.loss.backward()

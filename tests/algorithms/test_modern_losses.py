@@ -9,7 +9,15 @@ import math
 import pytest
 import torch
 
-from agentic_rl.algorithms import AGGREGATIONS, POLICY_LOSSES, ROW_LOCAL_LOSSES, aggregate, compute_policy_loss, policy_loss, token_covariance
+from agentic_rl.algorithms import (
+    AGGREGATIONS,
+    POLICY_LOSSES,
+    ROW_LOCAL_LOSSES,
+    aggregate,
+    compute_policy_loss,
+    policy_loss,
+    token_covariance,
+)
 from agentic_rl.config import AlgorithmConfig
 
 NEW_LOSSES = ("gspo", "gspo-token", "cispo", "sapo", "clip-cov", "kl-cov", "gpg", "reinforce")
@@ -138,7 +146,11 @@ def test_clip_cov_hand_values_and_selection() -> None:
     ppo = [[-1.28, 0.8, -2.0], [2.2, -0.45]]
     logprobs, out = _run("clip-cov", True, clip_low=0.2, clip_high=0.28, clip_cov_lb=0.3)
     assert out.loss.item() == pytest.approx(_token_mean(*ppo), rel=1e-12)  # detached, not removed
-    assert (out.metrics["clip_frac_low"], out.metrics["clip_frac_high"], out.metrics["cov_selected_frac"]) == pytest.approx((0.2, 0.2, 0.2))
+    assert (
+        out.metrics["clip_frac_low"],
+        out.metrics["clip_frac_high"],
+        out.metrics["cov_selected_frac"],
+    ) == pytest.approx((0.2, 0.2, 0.2))
     out.loss.backward()
     # d(-A r)/d log pi = -A r / 5 on unclipped tokens; clipped and selected tokens get 0.
     expected = torch.tensor([[0.0, 0.0, 0.0], [2.2 / 5, -0.45 / 5, 0.0]], dtype=torch.float64)
@@ -188,7 +200,16 @@ def test_every_loss_reports_the_trainer_metrics_and_ignores_padding(name) -> Non
 def test_a_batch_without_sampled_tokens_loses_nothing(name) -> None:
     """The trainer's padding micro-batch (distributed lockstep): no token, loss 0, no nan."""
     logprobs = torch.full((2, 3), -1.0, dtype=torch.float64, requires_grad=True)
-    out = compute_policy_loss(name, logprobs, logprobs.detach() + 0.5, torch.ones(2, 3, dtype=torch.float64), torch.zeros(2, 3), num_tokens=4.0, num_sequences=2.0, norm_length=3.0)
+    out = compute_policy_loss(
+        name,
+        logprobs,
+        logprobs.detach() + 0.5,
+        torch.ones(2, 3, dtype=torch.float64),
+        torch.zeros(2, 3),
+        num_tokens=4.0,
+        num_sequences=2.0,
+        norm_length=3.0,
+    )
     out.loss.backward()
     assert out.loss.item() == 0.0 and torch.all(logprobs.grad == 0)
     assert all(out.metrics[key] == 0.0 for key in TRAINER_METRICS)
@@ -244,7 +265,9 @@ def _loop_gspo(lp, old, adv, mask, low, high, token_level):
 
 
 def _loop_per_token(fn, lp, old, adv, mask):
-    return [[fn(lp[b][t], old[b][t], adv[b][t]) if mask[b][t] else None for t in range(len(lp[b]))] for b in range(len(lp))]
+    return [
+        [fn(lp[b][t], old[b][t], adv[b][t]) if mask[b][t] else None for t in range(len(lp[b]))] for b in range(len(lp))
+    ]
 
 
 def _loop_cispo(low, high):
@@ -289,13 +312,25 @@ def _loop_ppo(lp, old, adv, mask, low, high):
 
 
 LOOPS = {
-    "gspo": (dict(gspo_clip_low=0.03, gspo_clip_high=0.04), lambda lp, old, adv, mask: _loop_gspo(lp, old, adv, mask, 0.03, 0.04, False)),
-    "gspo-token": (dict(gspo_clip_low=0.03, gspo_clip_high=0.04), lambda lp, old, adv, mask: _loop_gspo(lp, old, adv, mask, 0.03, 0.04, True)),
+    "gspo": (
+        dict(gspo_clip_low=0.03, gspo_clip_high=0.04),
+        lambda lp, old, adv, mask: _loop_gspo(lp, old, adv, mask, 0.03, 0.04, False),
+    ),
+    "gspo-token": (
+        dict(gspo_clip_low=0.03, gspo_clip_high=0.04),
+        lambda lp, old, adv, mask: _loop_gspo(lp, old, adv, mask, 0.03, 0.04, True),
+    ),
     "cispo": (dict(cispo_clip_high=0.1), lambda *x: _loop_per_token(_loop_cispo(None, 0.1), *x)),
-    "cispo-lower": (dict(cispo_clip_low=0.1, cispo_clip_high=0.15), lambda *x: _loop_per_token(_loop_cispo(0.1, 0.15), *x)),
+    "cispo-lower": (
+        dict(cispo_clip_low=0.1, cispo_clip_high=0.15),
+        lambda *x: _loop_per_token(_loop_cispo(0.1, 0.15), *x),
+    ),
     "sapo": (dict(sapo_tau_pos=1.0, sapo_tau_neg=1.05), lambda *x: _loop_per_token(_loop_sapo(1.0, 1.05), *x)),
     # clip-cov's value is PPO's whatever it selects (the selected tokens are detached)
-    "clip-cov": (dict(clip_low=0.2, clip_high=0.28, clip_cov_ratio=0.5, clip_cov_lb=-1.0, clip_cov_ub=1.0), lambda *x: _loop_ppo(*x, 0.2, 0.28)),
+    "clip-cov": (
+        dict(clip_low=0.2, clip_high=0.28, clip_cov_ratio=0.5, clip_cov_lb=-1.0, clip_cov_ub=1.0),
+        lambda *x: _loop_ppo(*x, 0.2, 0.28),
+    ),
     "kl-cov": (dict(kl_cov_ratio=0.2, kl_cov_coef=0.5), lambda *x: _loop_kl_cov(*x, 0.2, 0.5)),
     "gpg": ({}, lambda *x: _loop_per_token(lambda lp, old, a: -a * lp, *x)),
     "reinforce": ({}, lambda *x: _loop_per_token(lambda lp, old, a: -a * math.exp(lp - old), *x)),
@@ -333,7 +368,10 @@ def test_gspo_clip_fractions_match_loop(name) -> None:
             low += a < 0 and s < 0.97
             high += a > 0 and s > 1.04
             tokens += 1
-    assert (out.metrics["clip_frac_low"], out.metrics["clip_frac_high"]) == (pytest.approx(low / tokens), pytest.approx(high / tokens))
+    assert (out.metrics["clip_frac_low"], out.metrics["clip_frac_high"]) == (
+        pytest.approx(low / tokens),
+        pytest.approx(high / tokens),
+    )
     assert low + high > 0
 
 
@@ -346,7 +384,10 @@ def test_micro_batches_add_up_to_the_mini_batch(name, aggregation) -> None:
     params = {**AlgorithmConfig(policy_loss=name, aggregation=aggregation).policy_loss_params()}
     whole = compute_policy_loss(name, logprobs, old, advantages, mask, **params).loss
     norms = {"num_tokens": float(mask.sum()), "num_sequences": 5.0, "norm_length": 7.0}
-    parts = sum(compute_policy_loss(name, logprobs[s], old[s], advantages[s], mask[s], **params, **norms).loss for s in (slice(0, 2), slice(2, 5)))
+    parts = sum(
+        compute_policy_loss(name, logprobs[s], old[s], advantages[s], mask[s], **params, **norms).loss
+        for s in (slice(0, 2), slice(2, 5))
+    )
     assert parts.item() == pytest.approx(whole.item(), rel=1e-12)
 
 
@@ -423,7 +464,9 @@ def test_gspo_gradient_spreads_the_sequence_ratio_over_its_tokens() -> None:
     """Unclipped: d loss_i / d log pi_t = -A_i s_i / |y_i| for each of its tokens."""
     logprobs, old, advantages, mask = _random_batch(7)
     lp = logprobs.clone().requires_grad_(True)
-    compute_policy_loss("gspo", lp, old, advantages, mask, gspo_clip_low=0.9, gspo_clip_high=10.0, aggregation="seq-mean-token-mean").loss.backward()
+    compute_policy_loss(
+        "gspo", lp, old, advantages, mask, gspo_clip_low=0.9, gspo_clip_high=10.0, aggregation="seq-mean-token-mean"
+    ).loss.backward()
     lengths = mask.sum(-1).clamp(min=1)
     s = (((logprobs - old) * mask).sum(-1) / lengths).exp()
     mean_adv = (advantages * mask).sum(-1) / lengths
@@ -460,8 +503,12 @@ def test_advantage_scaling_is_a_per_token_loss_weight(name, aggregation) -> None
     for b, t in torch.nonzero(mask).tolist():
         one = torch.zeros_like(mask)
         one[b, t] = 1.0
-        per_token[b, t] = compute_policy_loss(name, logprobs, old, advantages * one, mask, aggregation="seq-mean-token-sum", num_sequences=1.0).loss
-    assert scaled.item() == pytest.approx(aggregate(per_token * weights, mask, aggregation).item(), rel=1e-10, abs=1e-12)
+        per_token[b, t] = compute_policy_loss(
+            name, logprobs, old, advantages * one, mask, aggregation="seq-mean-token-sum", num_sequences=1.0
+        ).loss
+    assert scaled.item() == pytest.approx(
+        aggregate(per_token * weights, mask, aggregation).item(), rel=1e-10, abs=1e-12
+    )
 
 
 def test_gspo_scaling_by_one_weight_per_sequence() -> None:
@@ -471,20 +518,39 @@ def test_gspo_scaling_by_one_weight_per_sequence() -> None:
     weights = torch.tensor([0.5, 1.5, 1.0, 0.0, 2.0], dtype=torch.float64)[:, None].expand_as(advantages)
     params = dict(gspo_clip_low=0.02, gspo_clip_high=0.02, aggregation="seq-mean-token-mean")
     scaled = compute_policy_loss("gspo", logprobs, old, advantages * weights, mask, **params).loss
-    rows = [compute_policy_loss("gspo", logprobs[b : b + 1], old[b : b + 1], advantages[b : b + 1], mask[b : b + 1], **params).loss for b in range(5)]
-    assert scaled.item() == pytest.approx(sum(w * r.item() for w, r in zip(weights[:, 0].tolist(), rows)) / 5, rel=1e-12)
+    rows = [
+        compute_policy_loss(
+            "gspo", logprobs[b : b + 1], old[b : b + 1], advantages[b : b + 1], mask[b : b + 1], **params
+        ).loss
+        for b in range(5)
+    ]
+    assert scaled.item() == pytest.approx(
+        sum(w * r.item() for w, r in zip(weights[:, 0].tolist(), rows)) / 5, rel=1e-12
+    )
 
 
 def test_registry_names_and_parameters() -> None:
     assert set(NEW_LOSSES) | {"ppo-clip"} == set(POLICY_LOSSES)
     tail = ("aggregation", "num_tokens", "num_sequences", "norm_length")
-    assert POLICY_LOSSES.params("gspo") == POLICY_LOSSES.params("gspo-token") == ("gspo_clip_low", "gspo_clip_high", *tail)
+    assert (
+        POLICY_LOSSES.params("gspo") == POLICY_LOSSES.params("gspo-token") == ("gspo_clip_low", "gspo_clip_high", *tail)
+    )
     assert POLICY_LOSSES.params("cispo") == ("cispo_clip_low", "cispo_clip_high", *tail)
     assert POLICY_LOSSES.params("sapo") == ("sapo_tau_pos", "sapo_tau_neg", *tail)
-    assert POLICY_LOSSES.params("clip-cov") == ("clip_low", "clip_high", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", *tail)
+    assert POLICY_LOSSES.params("clip-cov") == (
+        "clip_low",
+        "clip_high",
+        "clip_cov_ratio",
+        "clip_cov_lb",
+        "clip_cov_ub",
+        *tail,
+    )
     assert POLICY_LOSSES.params("kl-cov") == ("kl_cov_ratio", "kl_cov_coef", *tail)
     assert POLICY_LOSSES.params("gpg") == POLICY_LOSSES.params("reinforce") == tail
-    with pytest.raises(TypeError, match="policy loss 'gspo' takes no parameter 'clip_low'; its parameters: gspo_clip_low, gspo_clip_high"):
+    with pytest.raises(
+        TypeError,
+        match="policy loss 'gspo' takes no parameter 'clip_low'; its parameters: gspo_clip_low, gspo_clip_high",
+    ):
         compute_policy_loss("gspo", *_hand_batch(), clip_low=0.2)
 
 

@@ -272,7 +272,9 @@ def test_matches_python_loop(mode, seed, dtype):
     """The vectorised weights and metrics equal the per-token loop on random inputs
     (ratios both sides of every bound; rows with no, one and all loss tokens)."""
     old, sampler, mask = _random_batch(seed, dtype=dtype)
-    kwargs = ({"cap": 1.5, "low": 0.6, "high": 1.7}, {}, {"cap": 1.2, "low": 0.3, "high": 1.95})[seed]  # seed 1: the defaults
+    kwargs = ({"cap": 1.5, "low": 0.6, "high": 1.7}, {}, {"cap": 1.2, "low": 0.3, "high": 1.95})[
+        seed
+    ]  # seed 1: the defaults
     out = rollout_correction(old, sampler, mask, mode=mode, **kwargs)
     weights, metrics = _reference(old.double().tolist(), sampler.double().tolist(), mask.tolist(), mode, **kwargs)
     rel = 1e-5 if dtype == torch.float32 else 1e-12
@@ -336,7 +338,9 @@ def test_tis_is_truncated_ratio_with_default_cap_2():
     formula = torch.minimum(torch.exp(old - sampler), torch.tensor(2.0, dtype=torch.float64)) * mask
     assert torch.allclose(rollout_correction(old, sampler, mask, mode="tis").weights, formula, rtol=1e-12, atol=0)
     formula = torch.minimum(torch.exp(old - sampler), torch.tensor(3.0, dtype=torch.float64)) * mask
-    assert torch.allclose(rollout_correction(old, sampler, mask, mode="tis", cap=3.0).weights, formula, rtol=1e-12, atol=0)
+    assert torch.allclose(
+        rollout_correction(old, sampler, mask, mode="tis", cap=3.0).weights, formula, rtol=1e-12, atol=0
+    )
 
 
 def test_mis_masks_ratios_outside_bounds_inclusive():
@@ -367,7 +371,9 @@ def test_seq_modes_use_geometric_mean_over_masked_tokens():
     seq_mis = rollout_correction(old, sampler, mask, mode="seq-mis", low=0.8, high=1.25).weights
     assert torch.equal(seq_mis, ((geometric >= 0.8) & (geometric <= 1.25)).double() * mask)
     # The geometric mean is not the arithmetic one: ratios 4 and 1/4 give 1, not 2.125.
-    two = rollout_correction(torch.tensor([[L(0.8), L(0.1)]]), torch.tensor([[L(0.2), L(0.4)]]), torch.ones(1, 2), mode="seq-tis", cap=10.0)
+    two = rollout_correction(
+        torch.tensor([[L(0.8), L(0.1)]]), torch.tensor([[L(0.2), L(0.4)]]), torch.ones(1, 2), mode="seq-tis", cap=10.0
+    )
     assert two.weights[0].tolist() == pytest.approx([1.0, 1.0])
 
 
@@ -446,7 +452,15 @@ def test_unknown_mode_raises(mode):
 
 @pytest.mark.parametrize(
     "bounds",
-    [{"cap": 0.99}, {"cap": 0.0}, {"low": 1.01}, {"low": -0.1}, {"high": 0.99}, {"low": 0.9, "high": 0.95}, {"cap": -2.0, "high": 0.5}],
+    [
+        {"cap": 0.99},
+        {"cap": 0.0},
+        {"low": 1.01},
+        {"low": -0.1},
+        {"high": 0.99},
+        {"low": 0.9, "high": 0.95},
+        {"cap": -2.0, "high": 0.5},
+    ],
 )
 @pytest.mark.parametrize("mode", ROLLOUT_CORRECTIONS)
 def test_bad_bounds_raise(mode, bounds):
@@ -531,10 +545,16 @@ def test_scaled_advantages_equal_weighted_token_loss(mode, seed):
     logprobs, old, advantages, sampler, mask = _ppo_inputs(seed)
     ratio = torch.exp(logprobs.detach() - old)
     inside = (ratio > 0.8) & (ratio < 1.28) & mask.bool()
-    assert inside.any() and (~inside & mask.bool() & (advantages > 0)).any() and (~inside & mask.bool() & (advantages < 0)).any()
+    assert (
+        inside.any()
+        and (~inside & mask.bool() & (advantages > 0)).any()
+        and (~inside & mask.bool() & (advantages < 0)).any()
+    )
     weights = rollout_correction(old, sampler, mask, mode=mode).weights
 
-    scaled = compute_policy_loss("ppo-clip", logprobs, old, advantages * weights, mask, clip_low=0.2, clip_high=0.28, aggregation="token-mean").loss
+    scaled = compute_policy_loss(
+        "ppo-clip", logprobs, old, advantages * weights, mask, clip_low=0.2, clip_high=0.28, aggregation="token-mean"
+    ).loss
     (grad_scaled,) = torch.autograd.grad(scaled, logprobs)
 
     per_token = _hand_ppo_per_token(logprobs, old, advantages)

@@ -79,25 +79,35 @@ def test_masked_whiten_hand_values_and_ignores_unmasked():
     out = masked_whiten(x, mask)
     # masked values 1, 2, 3, 4: mean 2.5, unbiased var 5/3
     scale = 1 / math.sqrt(5 / 3 + 1e-8)
-    assert torch.allclose(out, torch.tensor([[-1.5 * scale, -0.5 * scale, 0.0], [0.5 * scale, 0.0, 1.5 * scale]]), atol=1e-6)
+    assert torch.allclose(
+        out, torch.tensor([[-1.5 * scale, -0.5 * scale, 0.0], [0.5 * scale, 0.0, 1.5 * scale]]), atol=1e-6
+    )
 
 
 def test_outcome_token_rewards_on_the_last_sampled_token():
-    inputs = AdvantageInputs(rewards=torch.tensor([1.0, 2.0, 3.0]), response_mask=torch.tensor([[0, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]]), group_index=torch.tensor([0, 0, 0]))
+    inputs = AdvantageInputs(
+        rewards=torch.tensor([1.0, 2.0, 3.0]),
+        response_mask=torch.tensor([[0, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]]),
+        group_index=torch.tensor([0, 0, 0]),
+    )
     assert outcome_token_rewards(inputs).tolist() == [[0, 0, 1, 0], [2, 0, 0, 0], [0, 0, 0, 0]]
 
 
 def test_gae_estimator_whitens_and_needs_values():
     mask = torch.tensor([[0, 1, 1, 0, 1], [1, 1, 0, 0, 0]])
     values = torch.tensor([[0.0, 0.2, 0.1, 0.0, 0.5], [0.3, 0.3, 0.0, 0.0, 0.0]])
-    inputs = AdvantageInputs(rewards=torch.tensor([1.0, 0.0]), response_mask=mask, group_index=torch.tensor([0, 1]), values=values)
+    inputs = AdvantageInputs(
+        rewards=torch.tensor([1.0, 0.0]), response_mask=mask, group_index=torch.tensor([0, 1]), values=values
+    )
     raw, _ = gae(outcome_token_rewards(inputs), values, mask, gamma=1.0, lam=0.95)
     assert torch.allclose(compute_advantages("gae", inputs, gamma=1.0, lam=0.95, whiten=False), raw)
     whitened = compute_advantages("gae", inputs, gamma=1.0, lam=0.95)
     assert torch.allclose(whitened, masked_whiten(raw, mask))
     assert whitened[mask.bool()].mean().abs() < 1e-6
     with pytest.raises(ValueError, match="critic values"):
-        compute_advantages("gae", AdvantageInputs(rewards=torch.ones(2), response_mask=mask, group_index=torch.tensor([0, 1])))
+        compute_advantages(
+            "gae", AdvantageInputs(rewards=torch.ones(2), response_mask=mask, group_index=torch.tensor([0, 1]))
+        )
 
 
 def test_discounted_token_returns_hand_values():
@@ -133,7 +143,12 @@ def test_reinforce_plus_plus_matches_loop_with_and_without_baseline():
     token_rewards = [[(-0.01 * rng.random() if m else 0.0) for m in row] for row in mask]
     for b, row in enumerate(mask):
         token_rewards[b][max(t for t, m in enumerate(row) if m)] += outcome[b]
-    inputs = AdvantageInputs(rewards=torch.tensor(outcome), response_mask=torch.tensor(mask), group_index=torch.tensor(groups), token_rewards=torch.tensor(token_rewards))
+    inputs = AdvantageInputs(
+        rewards=torch.tensor(outcome),
+        response_mask=torch.tensor(mask),
+        group_index=torch.tensor(groups),
+        token_rewards=torch.tensor(token_rewards),
+    )
     plain = compute_advantages("reinforce++", inputs, gamma=0.9)
     assert torch.allclose(plain, torch.tensor(_loop_reinforce(token_rewards, mask, 0.9)), atol=1e-5)
     baseline = compute_advantages("reinforce++-baseline", inputs, gamma=0.9)

@@ -57,8 +57,13 @@ def _turn_inputs(rewards, groups, turn_rewards, first_tool_turn=None, anchors=No
     padded = torch.tensor([list(r) + [0.0] * (K - len(r)) for r in turn_rewards])
     anchor_tensor = None if anchors is None else torch.tensor([list(a) + [-1] * (K - len(a)) for a in anchors])
     return AdvantageInputs(
-        rewards=torch.tensor(rewards), response_mask=mask, group_index=torch.tensor(groups), turn_index=turn_index,
-        turn_rewards=padded, turn_mask=turn_mask, anchor_index=anchor_tensor,
+        rewards=torch.tensor(rewards),
+        response_mask=mask,
+        group_index=torch.tensor(groups),
+        turn_index=turn_index,
+        turn_rewards=padded,
+        turn_mask=turn_mask,
+        anchor_index=anchor_tensor,
         first_tool_turn=None if first_tool_turn is None else torch.tensor(first_tool_turn),
     )
 
@@ -73,9 +78,7 @@ def test_mt_grpo_hand_values():
 
 
 def test_gigpo_hand_values():
-    inputs = _turn_inputs(
-        [1.0, 0.0, 1.0], [0, 0, 0], [[0.0, 0.0], [0.0, 0.0], [0.0]], anchors=[[0, 1], [0, 1], [0]]
-    )
+    inputs = _turn_inputs([1.0, 0.0, 1.0], [0, 0, 0], [[0.0, 0.0], [0.0, 0.0], [0.0]], anchors=[[0, 1], [0, 1], [0]])
     adv = compute_advantages("gigpo", inputs, gamma=0.5)
     # step returns: [.5, 1], [0, 0], [1]; anchor 0 {.5, 0, 1} -> A^S 0, -1, 1; anchor 1 {1, 0} -> +-S
     # episode: rewards [1, 0, 1], mean 2/3, std sqrt(1/3) -> A^E [1/sqrt3, -2/sqrt3, 1/sqrt3]
@@ -163,9 +166,13 @@ def test_drop_zero_variance_groups():
     assert drop_zero_variance(rewards, groups).tolist() == [False, False, True, True, False, False, False]
     assert filter_groups("zero-variance", rewards, groups).tolist() == [False, False, True, True, False, False, False]
     assert filter_groups("none", rewards, groups).all()
-    with pytest.raises(TypeError, match=r"group filter 'zero-variance' takes no parameter 'keep_fraction'; its parameters: none"):
+    with pytest.raises(
+        TypeError, match=r"group filter 'zero-variance' takes no parameter 'keep_fraction'; its parameters: none"
+    ):
         filter_groups("zero-variance", rewards, groups, keep_fraction=0.5)
-    with pytest.raises(TypeError, match=r"group filter 'top-std' takes no parameter 'keep_frac'; its parameters: keep_fraction"):
+    with pytest.raises(
+        TypeError, match=r"group filter 'top-std' takes no parameter 'keep_frac'; its parameters: keep_fraction"
+    ):
         filter_groups("top-std", rewards, groups, keep_frac=0.5)
     with pytest.raises(KeyError, match=r"unknown group filter 'top' \(did you mean 'top-std'\?\)"):
         filter_groups("top", rewards, groups)
@@ -175,7 +182,16 @@ def test_keep_top_std_groups_hand_and_loop():
     rewards = torch.tensor([0.0, 1.0, 0.0, 0.1, 5.0, 5.0, 0.0, 2.0])
     groups = torch.tensor([3, 3, 1, 1, 2, 2, 0, 0])
     # group stds: 3 -> .707, 1 -> .0707, 2 -> 0, 0 -> 1.414: top half is groups 0 and 3
-    assert keep_top_std(rewards, groups, keep_fraction=0.5).tolist() == [True, True, False, False, False, False, True, True]
+    assert keep_top_std(rewards, groups, keep_fraction=0.5).tolist() == [
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
     # ceil(.25 * 4) = 1 group
     assert keep_top_std(rewards, groups, keep_fraction=0.25).tolist() == [False] * 6 + [True, True]
     rng = random.Random(0)

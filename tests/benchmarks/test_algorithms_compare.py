@@ -13,7 +13,20 @@ import pytest
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "algorithms_compare.py"
-SMALLEST = ["--model", "tiny-random", "--steps", "1", "--tasks-per-step", "2", "--group-size", "2", "--eval-tasks", "2", "--max-new-tokens", "8"]
+SMALLEST = [
+    "--model",
+    "tiny-random",
+    "--steps",
+    "1",
+    "--tasks-per-step",
+    "2",
+    "--group-size",
+    "2",
+    "--eval-tasks",
+    "2",
+    "--max-new-tokens",
+    "8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -26,11 +39,27 @@ def compare():
 
 def test_wiring_mode_runs_every_algorithm_on_every_seed(compare, tmp_path) -> None:
     out = tmp_path / "compare"
-    argv = [*SMALLEST, "--no-sft", "--algorithms", "grpo-t,gspo", "--seeds", "0,1", "--mini-batches", "1", "--output-dir", str(out)]
+    argv = [
+        *SMALLEST,
+        "--no-sft",
+        "--algorithms",
+        "grpo-t,gspo",
+        "--seeds",
+        "0,1",
+        "--mini-batches",
+        "1",
+        "--output-dir",
+        str(out),
+    ]
     assert compare.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     rows = results["rows"]
-    assert sorted((row["algorithm"], row["seed"]) for row in rows) == [("grpo-t", 0), ("grpo-t", 1), ("gspo", 0), ("gspo", 1)]
+    assert sorted((row["algorithm"], row["seed"]) for row in rows) == [
+        ("grpo-t", 0),
+        ("grpo-t", 1),
+        ("gspo", 0),
+        ("gspo", 1),
+    ]
     assert {row["preset"] for row in rows} == {"grpo-t", "gspo"}
     for row in rows:
         assert row["gain"] == pytest.approx(row["accuracy_after"] - row["accuracy_before_rl"])
@@ -56,7 +85,13 @@ def test_wiring_mode_runs_every_algorithm_on_every_seed(compare, tmp_path) -> No
     table = (out / "results.md").read_text()
     assert "gspo: its recipe (gspo) sets mini_batches 4 (default recipe 2)" in table
     assert sum(line.startswith(("| grpo-t | 2 |", "| gspo | 2 |")) for line in table.splitlines()) == 2
-    assert sum(line.startswith(("| grpo-t | 0 |", "| grpo-t | 1 |", "| gspo | 0 |", "| gspo | 1 |")) for line in table.splitlines()) == 4
+    assert (
+        sum(
+            line.startswith(("| grpo-t | 0 |", "| grpo-t | 1 |", "| gspo | 0 |", "| gspo | 1 |"))
+            for line in table.splitlines()
+        )
+        == 4
+    )
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(SystemExit, match=f"--output-dir: {out / 'seed0'} already holds runs; choose another directory"):
         compare.main(argv)  # refused before any run, results kept
@@ -65,7 +100,19 @@ def test_wiring_mode_runs_every_algorithm_on_every_seed(compare, tmp_path) -> No
 
 def test_cold_start_is_the_default_recipes_sft_stage_once_per_seed(compare, tmp_path) -> None:
     out = tmp_path / "compare"
-    argv = [*SMALLEST, "--sft-source", "expert", "--sft-tasks", "4", "--algorithms", "cispo", "--seeds", "3", "--output-dir", str(out)]
+    argv = [
+        *SMALLEST,
+        "--sft-source",
+        "expert",
+        "--sft-tasks",
+        "4",
+        "--algorithms",
+        "cispo",
+        "--seeds",
+        "3",
+        "--output-dir",
+        str(out),
+    ]
     assert compare.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     start_run = out / "seed3" / "start"
@@ -84,4 +131,7 @@ def test_unknown_algorithm_is_a_one_line_error(compare, capsys) -> None:
     with pytest.raises(SystemExit) as error:
         compare.parse_args(["--algorithms", "grpo-t,grpo-x"])
     assert error.value.code == 2
-    assert "--algorithms: expected labels out of grpo-t, grpo-tcr, dapo, gspo, cispo, ppo, arpo, got 'grpo-t,grpo-x'" in capsys.readouterr().err
+    assert (
+        "--algorithms: expected labels out of grpo-t, grpo-tcr, dapo, gspo, cispo, ppo, arpo, got 'grpo-t,grpo-x'"
+        in capsys.readouterr().err
+    )

@@ -20,9 +20,16 @@ def test_both_sides_time_the_same_update(tmp_path, monkeypatch) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out = tmp_path / "result.json"
-    assert module.main(["--model", "tiny-random", "--recipe", "smoke", "--repeats", "2", "--allow-flat", "--json", str(out)]) == 0
+    assert (
+        module.main(
+            ["--model", "tiny-random", "--recipe", "smoke", "--repeats", "2", "--allow-flat", "--json", str(out)]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["recipe"] == "smoke" and result["batch"]["trajectories"] == 4 and result["batch"]["mini_batches"] == 2
     assert [len(result["update_s"][side]) for side in ("every_row", "later_updates")] == [2, 2]
-    assert result["speedup"] == pytest.approx(result["median_update_s"]["every_row"] / result["median_update_s"]["later_updates"])
+    assert result["speedup"] == pytest.approx(
+        result["median_update_s"]["every_row"] / result["median_update_s"]["later_updates"]
+    )
     assert result["max_weight_diff"] < 1e-4

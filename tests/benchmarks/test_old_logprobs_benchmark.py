@@ -20,9 +20,28 @@ def test_both_sides_time_the_same_update(tmp_path, monkeypatch) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out = tmp_path / "result.json"
-    assert module.main(["--model", "tiny-random", "--repeats", "2", "--tasks", "2", "--group-size", "4", "--allow-flat", "--json", str(out)]) == 0
+    assert (
+        module.main(
+            [
+                "--model",
+                "tiny-random",
+                "--repeats",
+                "2",
+                "--tasks",
+                "2",
+                "--group-size",
+                "4",
+                "--allow-flat",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["batch"]["trajectories"] == 8 and result["batch"]["mini_batches"] == 2
     assert [len(result["update_s"][side]) for side in ("recompute", "sampler")] == [2, 2]
-    assert result["speedup"] == pytest.approx(result["median_update_s"]["recompute"] / result["median_update_s"]["sampler"])
+    assert result["speedup"] == pytest.approx(
+        result["median_update_s"]["recompute"] / result["median_update_s"]["sampler"]
+    )
     assert result["max_weight_diff"] < 1e-4

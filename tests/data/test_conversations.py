@@ -27,7 +27,11 @@ def structured(expression: str, call_id: str = "call_0") -> dict:
 CONVERSATION = [
     {"role": "system", "content": "You solve arithmetic problems."},
     {"role": "user", "content": "What is 12 * 3 + 4?"},
-    {"role": "assistant", "content": "Let me compute.", "tool_calls": [structured("12 * 3"), structured("4 + 0", "call_1")]},
+    {
+        "role": "assistant",
+        "content": "Let me compute.",
+        "tool_calls": [structured("12 * 3"), structured("4 + 0", "call_1")],
+    },
     {"role": "tool", "tool_call_id": "call_0", "name": "calculator", "content": "36"},
     {"role": "tool", "tool_call_id": "call_1", "name": "calculator", "content": "4"},
     {"role": "assistant", "content": "", "tool_calls": [structured("36 + 4")]},
@@ -94,12 +98,19 @@ def test_weight_zero_turns_are_prompt(tokenizer, renderer):
     prompt = renderer.prompt_ids(TEXT_ONLY[:5])[:-3]  # up to the generation prompt of the second assistant turn
     assert ids == template_ids(renderer, TEXT_ONLY) and not any(mask[: len(prompt)])
     im_end = end_of_turn_id(renderer)
-    trained = renderer.encode_text(TEXT_ONLY[5]["content"]) + [im_end] + renderer.encode_text(TEXT_ONLY[8]["content"]) + [im_end]
+    trained = (
+        renderer.encode_text(TEXT_ONLY[5]["content"])
+        + [im_end]
+        + renderer.encode_text(TEXT_ONLY[8]["content"])
+        + [im_end]
+    )
     assert [t for t, m in zip(ids, mask) if m] == trained
     later = [*CONVERSATION[:5], {**CONVERSATION[5], "weight": 0}, *CONVERSATION[6:]]
     ids, mask = render_example(later, renderer, PARSER)
     assert ids == template_ids(renderer, TEXT_ONLY)
-    assert [t for t, m in zip(ids, mask) if m] == renderer.encode_text(TEXT_ONLY[2]["content"]) + [im_end] + renderer.encode_text(TEXT_ONLY[8]["content"]) + [im_end]
+    assert [t for t, m in zip(ids, mask) if m] == renderer.encode_text(TEXT_ONLY[2]["content"]) + [
+        im_end
+    ] + renderer.encode_text(TEXT_ONLY[8]["content"]) + [im_end]
 
 
 def test_a_segment_marks_the_turns_of_its_prompt_weight_zero():
@@ -109,11 +120,23 @@ def test_a_segment_marks_the_turns_of_its_prompt_weight_zero():
     segment.info["prompt_messages"] = 5
     messages = trajectory_to_example(segment, PARSER)["messages"]
     assert [m.get("weight") for m in messages if m["role"] == "assistant"] == [0, None, None]
-    assert [m.get("weight") for m in trajectory_to_example(make_trajectory(TEXT_ONLY), PARSER)["messages"] if m["role"] == "assistant"] == [None] * 3
+    assert [
+        m.get("weight")
+        for m in trajectory_to_example(make_trajectory(TEXT_ONLY), PARSER)["messages"]
+        if m["role"] == "assistant"
+    ] == [None] * 3
 
 
 def make_trajectory(messages) -> Trajectory:
-    return Trajectory(task_id="t-1", group_id="g", messages=messages, reward=1.0, correct=True, answer="40", termination_reason="answered")
+    return Trajectory(
+        task_id="t-1",
+        group_id="g",
+        messages=messages,
+        reward=1.0,
+        correct=True,
+        answer="40",
+        termination_reason="answered",
+    )
 
 
 def test_trajectory_to_example_structures_calls_and_skips_demonstrations(renderer):
@@ -139,7 +162,11 @@ def test_trajectory_to_example_structures_calls_and_skips_demonstrations(rendere
 def test_non_canonical_or_malformed_calls_stay_raw_text():
     odd = '<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call>'  # no newlines
     bad = "<tool_call>\n{not json}\n</tool_call>"
-    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": odd}, {"role": "assistant", "content": bad}]
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": odd},
+        {"role": "assistant", "content": bad},
+    ]
     stored = trajectory_to_example(make_trajectory(messages), PARSER)["messages"]
     assert stored[1] == {"role": "assistant", "content": odd}
     assert stored[2] == {"role": "assistant", "content": bad}
@@ -161,14 +188,35 @@ def test_unwrap_observation():
         ({"msgs": []}, "example 3: missing 'messages'"),
         ({"messages": [{"role": "robot", "content": "x"}]}, r"example 3: messages\[0\].role: unknown role 'robot'"),
         (
-            {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}]},
+            {
+                "messages": [
+                    {"role": "user", "content": "q"},
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}],
+                    },
+                ]
+            },
             r"example 3: messages\[1\].tool_calls\[0\].function.arguments: not valid JSON",
         ),
-        ({"messages": [{"role": "user", "content": "q"}, {"role": "tool", "name": "f"}]}, r"example 3: messages\[1\].content: a tool message needs string content"),
+        (
+            {"messages": [{"role": "user", "content": "q"}, {"role": "tool", "name": "f"}]},
+            r"example 3: messages\[1\].content: a tool message needs string content",
+        ),
         ({"messages": [{"role": "user", "content": "q"}]}, "example 3: no assistant message"),
-        ({"messages": [{"role": "user", "content": "q", "weight": 0}, {"role": "assistant", "content": "a"}]}, r"example 3: messages\[0\].weight: expected 0 or 1 on an assistant message"),
-        ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "weight": 0.5}]}, r"messages\[1\].weight: expected 0 or 1 on an assistant message, got 0.5"),
-        ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "weight": 0}]}, "example 3: no assistant message with weight 1"),
+        (
+            {"messages": [{"role": "user", "content": "q", "weight": 0}, {"role": "assistant", "content": "a"}]},
+            r"example 3: messages\[0\].weight: expected 0 or 1 on an assistant message",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "weight": 0.5}]},
+            r"messages\[1\].weight: expected 0 or 1 on an assistant message, got 0.5",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "weight": 0}]},
+            "example 3: no assistant message with weight 1",
+        ),
     ],
 )
 def test_validation_errors_name_example_and_field(example, message):

@@ -12,7 +12,14 @@ import torch
 from agentic_rl.cli import main
 from agentic_rl.data import read_jsonl, render_example
 from agentic_rl.data.conversations import text_messages
-from agentic_rl.data.gsm8k import Annotation, ConversionStats, convert_example, convert_rows, parse_rationale, results_match
+from agentic_rl.data.gsm8k import (
+    Annotation,
+    ConversionStats,
+    convert_example,
+    convert_rows,
+    parse_rationale,
+    results_match,
+)
 from agentic_rl.envs.math_python import gsm8k_to_sft
 from agentic_rl.tools import get_tool, tool
 from agentic_rl.tools.python_tool import make_python_tool
@@ -21,7 +28,9 @@ GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"
 needs_gsm8k = pytest.mark.skipif(not GSM8K.exists(), reason=f"{GSM8K} not present")
 
 # GSM8K train row 2 ("Weng earns $12 an hour..."), copied so the structure test needs no file.
-QUESTION = "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?"
+QUESTION = (
+    "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?"
+)
 RATIONALE = "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\nWorking 50 minutes, she earned 0.2 x 50 = $<<0.2*50=10>>10.\n#### 10"
 
 
@@ -65,10 +74,18 @@ def test_calculator_conversation_structure_hand_checked():
     assert example["messages"] == [
         {"role": "system", "content": "SYS"},
         {"role": "user", "content": QUESTION},
-        {"role": "assistant", "content": "Weng earns 12/60 =", "tool_calls": calls("calculator", {"expression": "12/60"}, "call_0")},
+        {
+            "role": "assistant",
+            "content": "Weng earns 12/60 =",
+            "tool_calls": calls("calculator", {"expression": "12/60"}, "call_0"),
+        },
         {"role": "tool", "tool_call_id": "call_0", "name": "calculator", "content": "0.2"},
         # The "$" before the annotation moves to the turn that continues with the number.
-        {"role": "assistant", "content": "$0.2 per minute.\nWorking 50 minutes, she earned 0.2 x 50 =", "tool_calls": calls("calculator", {"expression": "0.2*50"}, "call_1")},
+        {
+            "role": "assistant",
+            "content": "$0.2 per minute.\nWorking 50 minutes, she earned 0.2 x 50 =",
+            "tool_calls": calls("calculator", {"expression": "0.2*50"}, "call_1"),
+        },
         {"role": "tool", "tool_call_id": "call_1", "name": "calculator", "content": "10"},
         {"role": "assistant", "content": "$10.\n<answer>10</answer>"},
     ]
@@ -98,8 +115,15 @@ def test_mismatches_are_flagged_never_faked():
     calculator = get_tool("calculator")
     kept = list(convert_rows(rows, calculator, keep_mismatches=True))
     wrong = kept[0]
-    assert wrong["messages"][2] == {"role": "tool", "tool_call_id": "call_0", "name": "calculator", "content": "4"}  # the real result
-    assert wrong["metadata"]["mismatches"] == [{"expression": "2+2", "annotated": "5", "tool_output": "4", "tool_ok": True}]
+    assert wrong["messages"][2] == {
+        "role": "tool",
+        "tool_call_id": "call_0",
+        "name": "calculator",
+        "content": "4",
+    }  # the real result
+    assert wrong["metadata"]["mismatches"] == [
+        {"expression": "2+2", "annotated": "5", "tool_output": "4", "tool_ok": True}
+    ]
     refused = kept[1]["metadata"]["mismatches"][0]
     assert not refused["tool_ok"] and refused["tool_output"].startswith("Error:")
     assert [e["metadata"]["source_index"] for e in kept] == [0, 1, 2]
@@ -140,9 +164,16 @@ def test_converted_conversation_replays_token_exactly_in_the_env(tmp_path, token
 
     replies = [m["content"] for m in text_messages(example["messages"], parser) if m["role"] == "assistant"]
     backend = ScriptedBackend(tokenizer, replies)
-    trajectory = rollout(backend, lambda: envs.make("gsm8k", path=str(GSM8K), num_tasks=2, tools=[tool], parser=parser), [0], group_size=1)[0].trajectories[0]
+    trajectory = rollout(
+        backend,
+        lambda: envs.make("gsm8k", path=str(GSM8K), num_tasks=2, tools=[tool], parser=parser),
+        [0],
+        group_size=1,
+    )[0].trajectories[0]
     assert trajectory.correct and trajectory.num_turns == len(replies) == 3
-    assert [r.content for r in trajectory.tool_results] == [m["content"] for m in example["messages"] if m["role"] == "tool"]
+    assert [r.content for r in trajectory.tool_results] == [
+        m["content"] for m in example["messages"] if m["role"] == "tool"
+    ]
     assert trajectory.token_ids == ids and trajectory.loss_mask == mask
 
 
@@ -157,7 +188,9 @@ def test_sft_trains_on_converted_data(tmp_path, tiny):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the tiny model gains nothing from threads on a shared CPU
     try:
-        result = train_sft(model, tokenizer, read_jsonl(out), SFTConfig(epochs=2, batch_size=4, lr=1e-2, warmup_steps=0))
+        result = train_sft(
+            model, tokenizer, read_jsonl(out), SFTConfig(epochs=2, batch_size=4, lr=1e-2, warmup_steps=0)
+        )
     finally:
         torch.set_num_threads(threads)
     assert result.examples == 4 and result.steps == 2 and result.losses[1] < result.losses[0]
@@ -172,5 +205,7 @@ def test_cli(tmp_path, capsys):
     assert rows[0]["messages"][-1]["content"].endswith("<answer>72</answer>")
     assert "3 rows -> 3 conversations with 7 calculator calls; 0 flagged" in " ".join(capsys.readouterr().err.split())
     assert main(["data", "gsm8k-to-sft", str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
-    assert main(["data", "gsm8k-to-sft", str(GSM8K), "--out", str(out), "--tool", "calculator", "--parser", "retool"]) == 2
+    assert (
+        main(["data", "gsm8k-to-sft", str(GSM8K), "--out", str(out), "--tool", "calculator", "--parser", "retool"]) == 2
+    )
     assert "retool format runs python" in capsys.readouterr().err

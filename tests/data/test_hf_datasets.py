@@ -34,7 +34,9 @@ def sources(tmp_path: Path) -> dict[str, object]:
     jsonl.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
     dataset.to_parquet(str(tmp_path / "rows.parquet"))
     dataset.save_to_disk(str(tmp_path / "saved"))
-    datasets.DatasetDict({"train": dataset, "test": datasets.Dataset.from_list(ROWS[:1])}).save_to_disk(str(tmp_path / "saved_dict"))
+    datasets.DatasetDict({"train": dataset, "test": datasets.Dataset.from_list(ROWS[:1])}).save_to_disk(
+        str(tmp_path / "saved_dict")
+    )
     arrow = next((tmp_path / "saved").glob("*.arrow"))
     return {
         "jsonl": str(jsonl),
@@ -48,7 +50,9 @@ def sources(tmp_path: Path) -> dict[str, object]:
 
 def test_every_source_gives_the_same_mapped_tasks(tmp_path):
     for kind, source in sources(tmp_path).items():
-        tasks = tasks_from_dataset(source, fields=FIELDS, split="train", answer=lambda s: s.rpartition("####")[2].strip())
+        tasks = tasks_from_dataset(
+            source, fields=FIELDS, split="train", answer=lambda s: s.rpartition("####")[2].strip()
+        )
         assert [(t.id, t.prompt, t.answer, t.metadata) for t in tasks] == [
             ("p1", "What is 2 + 3?", "5", {"level": 1}),
             ("p2", "What is 4 * 6?", "24", {"level": 2}),
@@ -77,7 +81,9 @@ def test_bad_sources_and_mappings_fail_in_one_line(tmp_path):
     source = sources(tmp_path)["parquet"]
     with pytest.raises(ValueError) as error:
         tasks_from_dataset(source, fields={"prompt": "question"})
-    assert str(error.value) == f"fields.prompt: no column 'question' in {source} (columns: uid, problem, solution, level)"
+    assert (
+        str(error.value) == f"fields.prompt: no column 'question' in {source} (columns: uid, problem, solution, level)"
+    )
     with pytest.raises(ValueError, match="fields.metadata: no column 'grade'"):
         tasks_from_dataset(source, fields={**FIELDS, "metadata": ["grade"]})
     with pytest.raises(ValueError, match="fields: unknown key 'label'; keys: prompt, answer, id, metadata"):
@@ -99,12 +105,18 @@ def gsm8k_rows(count: int) -> list[dict]:
 def test_gsm8k_test_split_through_datasets(tmp_path):
     rows = gsm8k_rows(30)
     # GSM8K in the Hub's shape: a DatasetDict with train and test splits.
-    splits = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:20]), "test": datasets.Dataset.from_list(rows[20:])})
+    splits = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(rows[:20]), "test": datasets.Dataset.from_list(rows[20:])}
+    )
     splits.save_to_disk(str(tmp_path / "gsm8k"))
     for name, part in splits.items():
         part.to_parquet(str(tmp_path / f"{name}-00000-of-00001.parquet"))
     expected = [(r["question"], r["answer"].rpartition("####")[2].strip()) for r in rows[20:]]
-    for options in ({"path": str(tmp_path / "gsm8k")}, {"path": str(tmp_path / "{split}-00000-of-00001.parquet")}, {"dataset": splits}):
+    for options in (
+        {"path": str(tmp_path / "gsm8k")},
+        {"path": str(tmp_path / "{split}-00000-of-00001.parquet")},
+        {"dataset": splits},
+    ):
         env = envs.env_factory("gsm8k", {**options, "tools": []}, split="test")()
         assert [(t.prompt, t.answer) for t in env.tasks] == expected
         envs.check_env(env)
@@ -116,10 +128,26 @@ def test_gsm8k_test_split_through_datasets(tmp_path):
 
 def test_math_python_maps_id_and_metadata_columns(tmp_path):
     source = sources(tmp_path)["parquet"]
-    env = envs.make("math-python", path=source, question_field="problem", answer_field="solution", id_field="uid", metadata_fields=["level"], tools=[])
-    assert [(t.id, t.answer, t.metadata["level"]) for t in env.tasks] == [("p1", "5", 1), ("p2", "24", 2), ("p3", "2", 1)]
+    env = envs.make(
+        "math-python",
+        path=source,
+        question_field="problem",
+        answer_field="solution",
+        id_field="uid",
+        metadata_fields=["level"],
+        tools=[],
+    )
+    assert [(t.id, t.answer, t.metadata["level"]) for t in env.tasks] == [
+        ("p1", "5", 1),
+        ("p2", "24", 2),
+        ("p3", "2", 1),
+    ]
     jsonl = sources(tmp_path)["jsonl"]  # JSONL is read directly, with the same mapping and errors
-    env = envs.make("math-python", path=jsonl, question_field="problem", answer_field="solution", id_field="uid", tools=[])
+    env = envs.make(
+        "math-python", path=jsonl, question_field="problem", answer_field="solution", id_field="uid", tools=[]
+    )
     assert [t.id for t in env.tasks] == ["p1", "p2", "p3"]
     with pytest.raises(ValueError, match="id_field: no column 'key' in .*rows.jsonl row 1"):
-        envs.make("math-python", path=jsonl, question_field="problem", answer_field="solution", id_field="key", tools=[])
+        envs.make(
+            "math-python", path=jsonl, question_field="problem", answer_field="solution", id_field="key", tools=[]
+        )

@@ -44,14 +44,27 @@ def sft(out: str) -> None:
     dist = init_distributed(timeout_s=120)
     model, tokenizer = load("tiny-random", device="cpu")
     examples = [
-        {"messages": [{"role": "user", "content": f"What is {a} + {a * 3}? " * (1 + a % 3)}, {"role": "assistant", "content": f"<answer>{a * 4}</answer>"}]}
+        {
+            "messages": [
+                {"role": "user", "content": f"What is {a} + {a * 3}? " * (1 + a % 3)},
+                {"role": "assistant", "content": f"<answer>{a * 4}</answer>"},
+            ]
+        }
         for a in range(10)
     ]
     config = SFTConfig(epochs=1, batch_size=5, micro_batch_tokens=64, lr=1e-3, warmup_steps=0)
     result = train_sft(model, tokenizer, examples, config, dist=dist)
     if dist.is_main:
         weights = {name: value.detach().clone() for name, value in model.named_parameters()}
-        torch.save({"metrics": {"loss": result.losses, "steps": result.steps}, "weights": weights, "critic": {}, "world_size": dist.world_size}, out)
+        torch.save(
+            {
+                "metrics": {"loss": result.losses, "steps": result.steps},
+                "weights": weights,
+                "critic": {},
+                "world_size": dist.world_size,
+            },
+            out,
+        )
     shutdown()
 
 
@@ -63,15 +76,23 @@ def dpo(out: str) -> None:
     dist = init_distributed(timeout_s=120)
     model, tokenizer = load("tiny-random", device="cpu")
     pairs = [
-        {"prompt": [{"role": "user", "content": f"What is {a} + {a * 3}? " * (1 + a % 3)}],
-         "chosen": [{"role": "assistant", "content": f"<answer>{a * 4}</answer>"}], "rejected": [{"role": "assistant", "content": f"<answer>{a * 4 + 1 + a}</answer>"}]}
+        {
+            "prompt": [{"role": "user", "content": f"What is {a} + {a * 3}? " * (1 + a % 3)}],
+            "chosen": [{"role": "assistant", "content": f"<answer>{a * 4}</answer>"}],
+            "rejected": [{"role": "assistant", "content": f"<answer>{a * 4 + 1 + a}</answer>"}],
+        }
         for a in range(10)
     ]
     config = DPOConfig(epochs=1, batch_size=5, micro_batch_tokens=128, lr=1e-3, warmup_steps=0)
     result = train_dpo(model, tokenizer, pairs, config, dist=dist)
     if dist.is_main:
         weights = {name: value.detach().clone() for name, value in model.named_parameters()}
-        metrics = {"loss": result.losses, "steps": result.steps, "margins": result.margins, "accuracies": result.accuracies}
+        metrics = {
+            "loss": result.losses,
+            "steps": result.steps,
+            "margins": result.margins,
+            "accuracies": result.accuracies,
+        }
         torch.save({"metrics": metrics, "weights": weights, "critic": {}, "world_size": dist.world_size}, out)
     shutdown()
 
@@ -84,12 +105,24 @@ def main(strategy: str, out: str, variant: str = "") -> None:
     lora = variant == "lora"
     torch.set_num_threads(1)
     dist = init_distributed(timeout_s=120)
-    config = TrainConfig.model_validate({
-        "model": {"name": "tiny-random", "device": "cpu"}, "precision": "fp32", "trainer": {"strategy": strategy},
-        "rollout": {"max_new_tokens": 10, "max_total_tokens": 512, "temperature": 1.0}, "steps": 1, "tasks_per_step": 3, "group_size": 3,
-        "ppo_epochs": 2, "mini_batches": 2, "micro_batch_tokens": 64, "optim": {"lr": 1e-3}, "checkpoint_every": 0,
-        "algorithm": ALGORITHMS[variant], "lora": {"enabled": lora, "r": 4},
-    })
+    config = TrainConfig.model_validate(
+        {
+            "model": {"name": "tiny-random", "device": "cpu"},
+            "precision": "fp32",
+            "trainer": {"strategy": strategy},
+            "rollout": {"max_new_tokens": 10, "max_total_tokens": 512, "temperature": 1.0},
+            "steps": 1,
+            "tasks_per_step": 3,
+            "group_size": 3,
+            "ppo_epochs": 2,
+            "mini_batches": 2,
+            "micro_batch_tokens": 64,
+            "optim": {"lr": 1e-3},
+            "checkpoint_every": 0,
+            "algorithm": ALGORITHMS[variant],
+            "lora": {"enabled": lora, "r": 4},
+        }
+    )
     model, tokenizer = load("tiny-random", device="cpu")
     make_env = lambda: envs.make("arithmetic", max_turns=1)  # noqa: E731
     # The same global batch on every rank and in the single process: sampled before any wrapping.
@@ -108,16 +141,25 @@ def main(strategy: str, out: str, variant: str = "") -> None:
     scored, _, _ = trainer.score_groups(groups)  # with the critic's values / the reward KL where the variant uses them
     metrics = trainer.update(scored)
     weights = trainer.strategy.full_weights(model)
-    weights = {name: value.detach().clone() for name, value in (weights.items() if isinstance(weights, dict) else model.named_parameters())}
+    weights = {
+        name: value.detach().clone()
+        for name, value in (weights.items() if isinstance(weights, dict) else model.named_parameters())
+    }
     trainer.backend.sync_weights(trainer.strategy.full_weights(model))
     engine = {name: value.detach().clone() for name, value in backend.model.named_parameters()}
     critic = {}
     if trainer.critic is not None:  # full tensors (a sharded critic's gathered: a collective)
         from torch.distributed.tensor import DTensor
 
-        critic = {name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone() for name, p in trainer.critic.module.named_parameters()}
+        critic = {
+            name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
+            for name, p in trainer.critic.module.named_parameters()
+        }
     if dist.is_main:
-        torch.save({"metrics": metrics, "weights": weights, "engine": engine, "critic": critic, "world_size": dist.world_size}, out)
+        torch.save(
+            {"metrics": metrics, "weights": weights, "engine": engine, "critic": critic, "world_size": dist.world_size},
+            out,
+        )
     shutdown()
 
 

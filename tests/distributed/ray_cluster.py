@@ -109,8 +109,13 @@ def _running(pid: int) -> bool:
 
 
 @contextmanager
-def two_node_ray_cluster(worker_resources: dict[str, float], worker_cpus: int = 1, head_cpus: int = 1,
-                         object_store_bytes: int = 100 * 1024 * 1024, timeout: float = 60.0) -> Iterator[RayCluster]:
+def two_node_ray_cluster(
+    worker_resources: dict[str, float],
+    worker_cpus: int = 1,
+    head_cpus: int = 1,
+    object_store_bytes: int = 100 * 1024 * 1024,
+    timeout: float = 60.0,
+) -> Iterator[RayCluster]:
     tag = f"{os.getpid() % 100000}{next(_counter)}"
     head_ns, worker_ns = f"rayh{tag}", f"rayw{tag}"
     devices = (f"rayvh{tag}", f"rayvw{tag}")  # <= 15 chars (IFNAMSIZ)
@@ -143,21 +148,59 @@ def two_node_ray_cluster(worker_resources: dict[str, float], worker_cpus: int = 
             _ip("-n", ns, "link", "set", "lo", "up")
 
         def start(ns: str, *args: str) -> None:
-            command = ["ip", "netns", "exec", ns, *_ray(), "start", "--disable-usage-stats",
-                       "--object-store-memory", str(object_store_bytes), *args]
+            command = [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                *_ray(),
+                "start",
+                "--disable-usage-stats",
+                "--object-store-memory",
+                str(object_store_bytes),
+                *args,
+            ]
             done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
             if done.returncode != 0:
-                raise RuntimeError(f"`ray start` failed in {ns} ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+                raise RuntimeError(
+                    f"`ray start` failed in {ns} ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+                )
 
         address = f"{HEAD_IP}:{PORT}"
         # One after the other: started together (2 cores) they come up slower, the worker backing off.
-        start(head_ns, "--head", "--node-ip-address", HEAD_IP, "--port", str(PORT), "--num-cpus", str(head_cpus),
-              "--include-dashboard=false", "--temp-dir", str(temp_dir / "h"))
-        start(worker_ns, "--address", address, "--node-ip-address", WORKER_IP, "--num-cpus", str(worker_cpus),
-              "--resources", json.dumps(worker_resources), "--temp-dir", str(temp_dir / "w"))
+        start(
+            head_ns,
+            "--head",
+            "--node-ip-address",
+            HEAD_IP,
+            "--port",
+            str(PORT),
+            "--num-cpus",
+            str(head_cpus),
+            "--include-dashboard=false",
+            "--temp-dir",
+            str(temp_dir / "h"),
+        )
+        start(
+            worker_ns,
+            "--address",
+            address,
+            "--node-ip-address",
+            WORKER_IP,
+            "--num-cpus",
+            str(worker_cpus),
+            "--resources",
+            json.dumps(worker_resources),
+            "--temp-dir",
+            str(temp_dir / "w"),
+        )
         cluster = RayCluster(address, head_ns, worker_ns, HEAD_IP, WORKER_IP, env, temp_dir)
-        waited = cluster.run_in_head([sys.executable, "-c", _WAIT_FOR_NODES, address, "2", str(timeout)],
-                                     capture_output=True, text=True, timeout=timeout + 30)
+        waited = cluster.run_in_head(
+            [sys.executable, "-c", _WAIT_FOR_NODES, address, "2", str(timeout)],
+            capture_output=True,
+            text=True,
+            timeout=timeout + 30,
+        )
         if waited.returncode != 0:
             raise RuntimeError(f"the cluster did not come up with 2 alive nodes: {waited.stderr[-3000:]}")
         yield cluster

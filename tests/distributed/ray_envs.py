@@ -14,7 +14,14 @@ class ParityEnv:
 
     num_tasks = 64
 
-    def __init__(self, split: str = "train", slow_every: int = 0, slow_s: float = 0.0, step_s: float = 0.0, slow_tasks_every: int = 0) -> None:
+    def __init__(
+        self,
+        split: str = "train",
+        slow_every: int = 0,
+        slow_s: float = 0.0,
+        step_s: float = 0.0,
+        slow_tasks_every: int = 0,
+    ) -> None:
         self.slow_every, self.slow_s, self.step_s, self.slow_tasks_every = slow_every, slow_s, step_s, slow_tasks_every
         self.index = 0
 
@@ -22,7 +29,10 @@ class ParityEnv:
         self.index = (options or {}).get("task_index", 0)
         # The reset info (kept in Trajectory.info) shows the training step the env was given.
         info = {"task_id": f"parity-{self.index}", "training_step": (options or {}).get("training_step")}
-        return [{"role": "system", "content": "Reply."}, {"role": "user", "content": f"Task {self.index}: say something."}], info
+        return [
+            {"role": "system", "content": "Reply."},
+            {"role": "user", "content": f"Task {self.index}: say something."},
+        ], info
 
     def step(self, message):
         content = message["content"]
@@ -35,7 +45,13 @@ class ParityEnv:
         if delay:
             time.sleep(delay)
         reward = float(len(content) % 2 == 0)
-        return [], reward, True, False, {"answer": content, "correct": reward > 0, "tool_results": [], "pid": os.getpid()}
+        return (
+            [],
+            reward,
+            True,
+            False,
+            {"answer": content, "correct": reward > 0, "tool_results": [], "pid": os.getpid()},
+        )
 
 
 class NoteTakingEnv(ParityEnv):
@@ -46,5 +62,7 @@ class NoteTakingEnv(ParityEnv):
     def step(self, message):
         from agentic_rl.tools.memory import shared_store
 
-        shared_store("ray-notes", max_notes=16).write(f"worker {os.getpid()} ran task {self.index}", key=f"task-{self.index}")
+        shared_store("ray-notes", max_notes=16).write(
+            f"worker {os.getpid()} ran task {self.index}", key=f"task-{self.index}"
+        )
         return super().step(message)

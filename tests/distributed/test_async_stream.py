@@ -15,7 +15,9 @@ from agentic_rl.types import Trajectory, TrajectoryGroup, Turn
 
 def _group(task: int, versions: list[int]) -> TrajectoryGroup:
     group = TrajectoryGroup(task_id=str(task), group_id=f"g{task}")
-    group.trajectories = [Trajectory(task_id=str(task), group_id=group.group_id, turns=[Turn("x", weight_version=v)]) for v in versions]
+    group.trajectories = [
+        Trajectory(task_id=str(task), group_id=group.group_id, turns=[Turn("x", weight_version=v)]) for v in versions
+    ]
     return group
 
 
@@ -67,7 +69,14 @@ class Workers:
 
 def _stream(workers: Workers, *, batch=2, max_staleness=1, version=0) -> GroupStream:
     tasks = iter(range(1000))
-    return GroupStream(workers.submit, lambda: next(tasks), batch=batch, max_staleness=max_staleness, version=version, on_error=lambda task, error: _group(task, []))
+    return GroupStream(
+        workers.submit,
+        lambda: next(tasks),
+        batch=batch,
+        max_staleness=max_staleness,
+        version=version,
+        on_error=lambda task, error: _group(task, []),
+    )
 
 
 def test_group_staleness_uses_the_oldest_token_version() -> None:

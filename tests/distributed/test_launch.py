@@ -29,7 +29,13 @@ FORWARD_ALL = ("--set", "skip_zero_advantage=false")
 
 def _cli(*args: str, wait: bool = True, timeout: float = 300):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "agentic_rl", "train", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentic_rl", "train", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     if not wait:
         return process
     output, _ = process.communicate(timeout=timeout)
@@ -42,7 +48,10 @@ def _layout(run: Path) -> list[str]:
 
 
 def _metrics(run: Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if k not in MACHINE_METRICS} for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in MACHINE_METRICS}
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +67,19 @@ def test_two_ranks_write_the_run_of_one_process(strategy: str, one_process: Path
     run = tmp_path / "run"
     scratch = Path(tempfile.gettempdir())
     before = set(scratch.glob("agentic-rl-rank1-*"))
-    output = _cli("smoke", *FP32, *FORWARD_ALL, "--nproc", "2", "--set", f"trainer.strategy={strategy}", "--set", "checkpoint_every=0", "--output-dir", str(run))
+    output = _cli(
+        "smoke",
+        *FP32,
+        *FORWARD_ALL,
+        "--nproc",
+        "2",
+        "--set",
+        f"trainer.strategy={strategy}",
+        "--set",
+        "checkpoint_every=0",
+        "--output-dir",
+        str(run),
+    )
     assert _layout(run) == _layout(one_process)
     assert output.count("held-out accuracy") == 1  # one display: rank 0's
     ours, theirs = _metrics(run), _metrics(one_process)
@@ -72,8 +93,13 @@ def test_two_ranks_write_the_run_of_one_process(strategy: str, one_process: Path
         ours, theirs = json.loads((run / name).read_text()), json.loads((one_process / name).read_text())
         assert [t["task_id"] for t in ours["trajectories"]] == [t["task_id"] for t in theirs["trajectories"]]
         assert ours["metrics"]["avg@1"] == theirs["metrics"]["avg@1"]
-        assert ours["metrics"]["mean_response_tokens"] == pytest.approx(theirs["metrics"]["mean_response_tokens"], rel=0.05)
-    straight, ranks = load_file(one_process / "final" / "model.safetensors"), load_file(run / "final" / "model.safetensors")
+        assert ours["metrics"]["mean_response_tokens"] == pytest.approx(
+            theirs["metrics"]["mean_response_tokens"], rel=0.05
+        )
+    straight, ranks = (
+        load_file(one_process / "final" / "model.safetensors"),
+        load_file(run / "final" / "model.safetensors"),
+    )
     for name, value in straight.items():
         torch.testing.assert_close(ranks[name], value, rtol=0, atol=1e-5)
     assert json.loads((run / "precision.json").read_text())["precision"] == "fp32"
@@ -90,7 +116,11 @@ def _rank_process(run: Path, rank: int) -> int | None:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if str(run).encode() in command and f"RANK={rank}".encode() in environ and b"TORCHELASTIC_RUN_ID" in b"\0".join(environ):
+        if (
+            str(run).encode() in command
+            and f"RANK={rank}".encode() in environ
+            and b"TORCHELASTIC_RUN_ID" in b"\0".join(environ)
+        ):
             return int(entry.name)
     return None
 
@@ -123,7 +153,18 @@ def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(strategy:
 
     run = tmp_path / "run"
     ppo = ("--set", "algorithm.preset=ppo", "--set", "algorithm.critic=separate") if critic else ()
-    args = ("--set", f"trainer.strategy={strategy}", "--set", "steps=4", "--set", "checkpoint_every=1", "--set", "trainer.timeout_s=60", *MOVING, *ppo)
+    args = (
+        "--set",
+        f"trainer.strategy={strategy}",
+        "--set",
+        "steps=4",
+        "--set",
+        "checkpoint_every=1",
+        "--set",
+        "trainer.timeout_s=60",
+        *MOVING,
+        *ppo,
+    )
     launcher = _cli("smoke", *FP32, "--nproc", "2", *args, "--output-dir", str(run), wait=False)
     killed = _kill_rank_after_checkpoint(launcher, run)
     output, _ = launcher.communicate(timeout=120)
@@ -226,21 +267,52 @@ def test_two_nodes_with_rendezvous_train_like_one_process(one_process: Path, tmp
         launchers = []
         for node, (name, device, address) in enumerate(zip(hosts.names, hosts.devices, hosts.addresses)):
             command = [
-                "ip", "netns", "exec", name, sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts.addresses[0]}:29555", "--rdzv-id", "arl-test",
-                "--rdzv-conf", f"is_host={str(node == 0).lower()}", "--local-addr", address,
-                "-m", "agentic_rl", "train", "smoke", *FP32, "--set", "checkpoint_every=0", "--output-dir", str(run),
+                "ip",
+                "netns",
+                "exec",
+                name,
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"{hosts.addresses[0]}:29555",
+                "--rdzv-id",
+                "arl-test",
+                "--rdzv-conf",
+                f"is_host={str(node == 0).lower()}",
+                "--local-addr",
+                address,
+                "-m",
+                "agentic_rl",
+                "train",
+                "smoke",
+                *FP32,
+                "--set",
+                "checkpoint_every=0",
+                "--output-dir",
+                str(run),
             ]
             # gloo picks its interface from the host name, which both namespaces share: name it, as on a real cluster.
             env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": device}
-            launchers.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            launchers.append(
+                subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            )
         outputs = [launcher.communicate(timeout=300)[0] for launcher in launchers]
     assert [launcher.returncode for launcher in launchers] == [0, 0], "\n".join(output[-3000:] for output in outputs)
     assert _layout(run) == _layout(one_process)
     for a, b in zip(_metrics(run), _metrics(one_process)):
         for key in ("reward_mean", "accuracy", "response_length"):
             assert a[key] == b[key], key
-    straight, nodes = load_file(one_process / "final" / "model.safetensors"), load_file(run / "final" / "model.safetensors")
+    straight, nodes = (
+        load_file(one_process / "final" / "model.safetensors"),
+        load_file(run / "final" / "model.safetensors"),
+    )
     for name, value in straight.items():
         torch.testing.assert_close(nodes[name], value, rtol=0, atol=1e-5)
 
@@ -253,15 +325,38 @@ def test_sft_then_rl_on_two_ranks_equals_one_process(strategy: str, tmp_path) ->
     from agentic_rl.data import write_jsonl
 
     data = tmp_path / "sft.jsonl"
-    write_jsonl(data, [
-        {"messages": [{"role": "user", "content": f"What is {a} + {a + 3}?"}, {"role": "assistant", "content": f"<answer>{2 * a + 3}</answer>"}]}
-        for a in range(6)
-    ])
-    sft = ("--set", "sft.enabled=true", "--set", f"sft.data={data}", "--set", "sft.train.batch_size=3", "--set", "sft.train.epochs=1", "--set", "checkpoint_every=0", *MOVING)
+    write_jsonl(
+        data,
+        [
+            {
+                "messages": [
+                    {"role": "user", "content": f"What is {a} + {a + 3}?"},
+                    {"role": "assistant", "content": f"<answer>{2 * a + 3}</answer>"},
+                ]
+            }
+            for a in range(6)
+        ],
+    )
+    sft = (
+        "--set",
+        "sft.enabled=true",
+        "--set",
+        f"sft.data={data}",
+        "--set",
+        "sft.train.batch_size=3",
+        "--set",
+        "sft.train.epochs=1",
+        "--set",
+        "checkpoint_every=0",
+        *MOVING,
+    )
     one, two = tmp_path / "one", tmp_path / "two"
     _cli("smoke", *FP32, *sft, "--output-dir", str(one))
     _cli("smoke", *FP32, "--nproc", "2", "--set", f"trainer.strategy={strategy}", *sft, "--output-dir", str(two))
-    losses = [[json.loads(line)["loss"] for line in (run / "sft_metrics.jsonl").read_text().splitlines()] for run in (one, two)]
+    losses = [
+        [json.loads(line)["loss"] for line in (run / "sft_metrics.jsonl").read_text().splitlines()]
+        for run in (one, two)
+    ]
     assert len(losses[0]) == 2 and losses[1] == pytest.approx(losses[0], rel=1e-5)
     expected, got = load_file(one / "final" / "model.safetensors"), load_file(two / "final" / "model.safetensors")
     for name, value in expected.items():

@@ -13,13 +13,31 @@ from agentic_rl.distributed.launch import torchrun_command
 
 
 def test_torchrun_command_drops_the_launcher_flags() -> None:
-    command = torchrun_command(["train", "smoke", "--nproc", "2", "--max-restarts=1", "--set", "steps=3"], nproc=2, max_restarts=1, recipe="smoke", fixed_output_dir=False)
+    command = torchrun_command(
+        ["train", "smoke", "--nproc", "2", "--max-restarts=1", "--set", "steps=3"],
+        nproc=2,
+        max_restarts=1,
+        recipe="smoke",
+        fixed_output_dir=False,
+    )
     assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
-    assert command[3:] == ["--standalone", "--nproc-per-node=2", "--max-restarts=1", "-m", "agentic_rl", "train", "smoke", "--set", "steps=3"]
+    assert command[3:] == [
+        "--standalone",
+        "--nproc-per-node=2",
+        "--max-restarts=1",
+        "-m",
+        "agentic_rl",
+        "train",
+        "smoke",
+        "--set",
+        "steps=3",
+    ]
 
 
 def test_restartable_runs_get_a_fixed_output_dir() -> None:
-    command = torchrun_command(["train", "my.yaml", "--nproc=4"], nproc=4, max_restarts=2, recipe="configs/my.yaml", fixed_output_dir=True)
+    command = torchrun_command(
+        ["train", "my.yaml", "--nproc=4"], nproc=4, max_restarts=2, recipe="configs/my.yaml", fixed_output_dir=True
+    )
     assert command[-2] == "--output-dir" and command[-1].startswith("runs/my-")
     assert "--nproc=4" not in command
 
@@ -31,18 +49,30 @@ def test_single_is_refused_on_several_processes() -> None:
         check_world_size(config, 2)
 
 
-@pytest.mark.parametrize("overrides", [{"algorithm": {"rollout": "arpo"}, "arpo": {"initial_samples": 2}, "group_size": 2}, {"algorithm": {"preset": "ppo"}}])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"algorithm": {"rollout": "arpo"}, "arpo": {"initial_samples": 2}, "group_size": 2},
+        {"algorithm": {"preset": "ppo"}},
+    ],
+)
 def test_arpo_and_a_critic_run_on_several_processes(overrides: dict) -> None:
     check_world_size(TrainConfig.model_validate(overrides), 2)
 
 
 def test_fsdp2_takes_a_critic_and_lora() -> None:
-    assert TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}, "algorithm": {"preset": "ppo"}}).algorithm.critic == "shared"
+    assert (
+        TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}, "algorithm": {"preset": "ppo"}}).algorithm.critic
+        == "shared"
+    )
     TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}, "lora": {"enabled": True}})
 
 
 def test_cli_refuses_before_launching(capsys) -> None:
     assert main(["train", "smoke", "--nproc", "2", "--set", "trainer.strategy=single"]) == 2
     error = capsys.readouterr().err.strip()
-    assert error == "agentic-rl: error: trainer.strategy: 'single' runs one process; with 2 processes use ddp or fsdp2 (or auto)"
+    assert (
+        error
+        == "agentic-rl: error: trainer.strategy: 'single' runs one process; with 2 processes use ddp or fsdp2 (or auto)"
+    )
     assert main(["train", "smoke", "--nproc", "0"]) == 2

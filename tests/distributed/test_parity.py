@@ -30,7 +30,17 @@ def _run(strategy: str, out: Path, ranks: int, *extra: str) -> dict:
     if ranks == 1:
         command = [sys.executable, str(WORKER), strategy, str(out), *extra]
     else:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", str(WORKER), strategy, str(out), *extra]
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={ranks}",
+            str(WORKER),
+            strategy,
+            str(out),
+            *extra,
+        ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return torch.load(out)
@@ -47,7 +57,16 @@ def test_two_ranks_update_like_one_process(strategy: str, single: dict, tmp_path
     ranks = _run(strategy, tmp_path / "out.pt", 2)
     assert ranks["world_size"] == 2
     assert ranks["metrics"]["loss"] == pytest.approx(single["metrics"]["loss"], rel=1e-5, abs=1e-7)
-    for key in ("entropy", "clip_frac_low", "clip_frac_high", "kl", "approx_kl", "ratio_mean", "grad_norm", "rollout_is_weight_mean"):
+    for key in (
+        "entropy",
+        "clip_frac_low",
+        "clip_frac_high",
+        "kl",
+        "approx_kl",
+        "ratio_mean",
+        "grad_norm",
+        "rollout_is_weight_mean",
+    ):
         assert ranks["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-4, abs=1e-6), key
     assert ranks["weights"].keys() == single["weights"].keys()
     for name, value in single["weights"].items():
@@ -56,7 +75,10 @@ def test_two_ranks_update_like_one_process(strategy: str, single: dict, tmp_path
     from agentic_rl.models import load
 
     initial = dict(load("tiny-random", device="cpu")[0].named_parameters())
-    assert max(float((value - initial[name]).abs().max()) for name, value in single["weights"].items()) > 50 * WEIGHT_TOLERANCE  # measured: 4e-3 (4 steps of lr 1e-3)
+    assert (
+        max(float((value - initial[name]).abs().max()) for name, value in single["weights"].items())
+        > 50 * WEIGHT_TOLERANCE
+    )  # measured: 4e-3 (4 steps of lr 1e-3)
     # ... and the engine samples from exactly the trained weights (fsdp2: its gathered copy; ddp: the shared model).
     for name, value in ranks["weights"].items():
         assert torch.equal(ranks["engine"][name], value), name
@@ -85,7 +107,14 @@ def test_lora_updates_like_one_process(strategy: str, single_lora: dict, tmp_pat
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("strategy", "variant"),
-    [("ddp", "critic-shared"), ("ddp", "critic-separate"), ("fsdp2", "critic-shared"), ("fsdp2", "critic-separate"), ("fsdp2", "kl-reward"), ("ddp", "kl-reward")],
+    [
+        ("ddp", "critic-shared"),
+        ("ddp", "critic-separate"),
+        ("fsdp2", "critic-shared"),
+        ("fsdp2", "critic-separate"),
+        ("fsdp2", "kl-reward"),
+        ("ddp", "kl-reward"),
+    ],
 )
 def test_critic_and_kl_reward_update_like_one_process(strategy: str, variant: str, tmp_path) -> None:
     """PPO's value head on the policy (the wrapper syncs the backbone; the head's gradients
@@ -126,7 +155,9 @@ def test_dpo_on_two_ranks_updates_like_one_process(tmp_path) -> None:
     ranks = _run("ddp", tmp_path / "ranks.pt", 2, "dpo")
     assert ranks["metrics"]["steps"] == single["metrics"]["steps"] == 2
     assert ranks["metrics"]["loss"] == pytest.approx(single["metrics"]["loss"], rel=1e-5)
-    assert sorted(ranks["metrics"]["margins"]) == pytest.approx(sorted(single["metrics"]["margins"]), rel=1e-4, abs=1e-6)
+    assert sorted(ranks["metrics"]["margins"]) == pytest.approx(
+        sorted(single["metrics"]["margins"]), rel=1e-4, abs=1e-6
+    )
     assert ranks["metrics"]["accuracies"] == single["metrics"]["accuracies"]
     for name, value in single["weights"].items():
         torch.testing.assert_close(ranks["weights"][name], value, rtol=0, atol=WEIGHT_TOLERANCE)

@@ -47,7 +47,13 @@ def _recipe(path: Path, **distributed) -> Path:
 def _cli(*args: str) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)  # each run starts its own one-machine cluster
-    return subprocess.Popen([sys.executable, "-m", "agentic_rl.cli", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentic_rl.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _wait(process: subprocess.Popen, timeout: float = 300) -> str:
@@ -57,7 +63,10 @@ def _wait(process: subprocess.Popen, timeout: float = 300) -> str:
 
 
 def _metrics(run: Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if k not in MACHINE_METRICS} for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in MACHINE_METRICS}
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 @pytest.mark.slow
@@ -78,7 +87,10 @@ def test_driver_killed_then_resumed_matches_a_straight_run(tmp_path) -> None:
     assert not (interrupted / "final").exists()
     _wait(_cli("train", "--resume", str(interrupted)))
 
-    straight, resumed = load_file(tmp_path / "straight" / "final" / "model.safetensors"), load_file(interrupted / "final" / "model.safetensors")
+    straight, resumed = (
+        load_file(tmp_path / "straight" / "final" / "model.safetensors"),
+        load_file(interrupted / "final" / "model.safetensors"),
+    )
     for name in straight:
         assert torch.equal(straight[name], resumed[name]), name
     # The sampler-vs-trainer mismatch metrics may differ in float noise: a resumed worker
@@ -119,6 +131,9 @@ def test_trainer_group_of_two_ray_ranks_equals_one_process(tmp_path) -> None:
     for expected, got in zip(one, two):
         assert got["reward_mean"] == expected["reward_mean"] and got["response_length"] == expected["response_length"]
         assert got["loss"] == pytest.approx(expected["loss"], rel=1e-4, abs=1e-6)
-    single, ranks = load_file(tmp_path / "one" / "final" / "model.safetensors"), load_file(tmp_path / "two" / "final" / "model.safetensors")
+    single, ranks = (
+        load_file(tmp_path / "one" / "final" / "model.safetensors"),
+        load_file(tmp_path / "two" / "final" / "model.safetensors"),
+    )
     for name in single:
         torch.testing.assert_close(ranks[name].float(), single[name].float(), rtol=0, atol=5e-5)

@@ -44,10 +44,13 @@ def test_actor_with_worker_resource_runs_on_worker_node(tmp_path) -> None:
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     with two_node_ray_cluster({"rollout": 2}) as cluster:
-        done = cluster.run_in_head([sys.executable, str(driver), cluster.address, cluster.head_ip],
-                                   capture_output=True, text=True, timeout=120)
+        done = cluster.run_in_head(
+            [sys.executable, str(driver), cluster.address, cluster.head_ip], capture_output=True, text=True, timeout=120
+        )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("ACTOR ", "TASK ", "NODES ")))
+    lines = dict(
+        line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("ACTOR ", "TASK ", "NODES "))
+    )
     assert lines["ACTOR"] == cluster.worker_ip
     assert lines["TASK"] == cluster.head_ip
     assert lines["NODES"] == str(sorted([cluster.head_ip, cluster.worker_ip]))
@@ -56,20 +59,30 @@ def test_actor_with_worker_resource_runs_on_worker_node(tmp_path) -> None:
 def _recipe(path, address: str) -> None:
     import yaml
 
-    path.write_text(yaml.safe_dump({
-        "description": "two-node ray test",
-        "model": {"name": "tiny-random", "device": "cpu"},
-        "precision": "fp32",
-        "env": {"name": "arithmetic", "max_turns": 2},
-        "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
-        "eval": {"num_tasks": 2},
-        "optim": {"lr": 1e-3},
-        "steps": 2,
-        "tasks_per_step": 2,
-        "group_size": 2,
-        "checkpoint_every": 0,
-        "distributed": {"engine": "ray", "ray_address": address, "rollout_workers": 2, "worker_cpus": 0.5, "worker_resources": {"rollout": 1}},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "description": "two-node ray test",
+                "model": {"name": "tiny-random", "device": "cpu"},
+                "precision": "fp32",
+                "env": {"name": "arithmetic", "max_turns": 2},
+                "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
+                "eval": {"num_tasks": 2},
+                "optim": {"lr": 1e-3},
+                "steps": 2,
+                "tasks_per_step": 2,
+                "group_size": 2,
+                "checkpoint_every": 0,
+                "distributed": {
+                    "engine": "ray",
+                    "ray_address": address,
+                    "rollout_workers": 2,
+                    "worker_cpus": 0.5,
+                    "worker_resources": {"rollout": 1},
+                },
+            }
+        )
+    )
 
 
 @pytest.mark.slow
@@ -83,7 +96,10 @@ def test_training_run_places_rollout_workers_on_the_second_node(tmp_path) -> Non
         _recipe(recipe, cluster.address)
         done = cluster.run_in_head(
             [sys.executable, "-m", "agentic_rl.cli", "train", str(recipe), "--output-dir", str(tmp_path / "run")],
-            capture_output=True, text=True, timeout=600, env={"OMP_NUM_THREADS": "1"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={"OMP_NUM_THREADS": "1"},
         )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"rollout workers ready on {cluster.worker_ip}" in done.stdout + done.stderr

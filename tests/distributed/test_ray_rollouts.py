@@ -31,7 +31,13 @@ def ray_cluster():
     os.environ["RAY_AUTH_MODE"] = "disabled"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING", runtime_env={"env_vars": {"PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="WARNING",
+        runtime_env={"env_vars": {"PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}},
+    )
     yield
     ray.shutdown()
     torch.set_num_threads(threads)
@@ -68,7 +74,9 @@ def test_sync_mode_equals_the_single_process_trainer(tiny) -> None:
     try:
         for step in range(2):
             (expected, expected_groups), (got, got_groups) = local.step(), remote.step()
-            assert [t.token_ids for g in got_groups for t in g.trajectories] == [t.token_ids for g in expected_groups for t in g.trajectories]
+            assert [t.token_ids for g in got_groups for t in g.trajectories] == [
+                t.token_ids for g in expected_groups for t in g.trajectories
+            ]
             # The workers' envs get the training step at reset, as the trainer's own do (ZeroSearch's schedule reads it).
             assert {t.info["training_step"] for g in got_groups + expected_groups for t in g.trajectories} == {step}
             assert got["reward_mean"] == expected["reward_mean"]
@@ -91,7 +99,8 @@ def test_async_mode_bounds_staleness_and_overtakes_a_slow_group(tiny) -> None:
     """max_staleness 1, task 0's group 15x slower than the others: three steps complete,
     no group handed over is staler than 1, and the slow group does not hold the first step."""
     config = _config(
-        {"slow_tasks_every": 64, "slow_s": 3.0, "step_s": 0.2}, distributed={"engine": "ray", "rollout_workers": 2, "max_staleness": 1}
+        {"slow_tasks_every": 64, "slow_s": 3.0, "step_s": 0.2},
+        distributed={"engine": "ray", "rollout_workers": 2, "max_staleness": 1},
     )
     trainer = _trainer(tiny, config, lambda model: RayRollouts(config, model))
     try:
@@ -132,7 +141,9 @@ def test_killed_worker_costs_only_its_trajectories(tiny) -> None:
         assert metrics["grad_norm"] > 0  # the update ran on the other worker's groups
         metrics, groups = trainer.step()
         assert metrics["infra_errors"] == 0, {t.infra_error for g in groups for t in g.trajectories}
-        assert {v for g in groups for t in g.trajectories for v in t.weight_versions} == {1}  # the restarted worker sampled with step 1's weights
+        assert {v for g in groups for t in g.trajectories for v in t.weight_versions} == {
+            1
+        }  # the restarted worker sampled with step 1's weights
         assert trainer.backend.info()[0]["pid"] != victim
     finally:
         trainer.backend.close()
@@ -149,17 +160,39 @@ def test_memory_stores_live_in_the_workers_and_come_back_per_worker(tiny) -> Non
     try:
         rollouts.rollout([0, 1, 2, 3], group_size=1, seed=0)  # task position p runs on worker p mod 2
         saved = rollouts.memory_state()
-        keys = [sorted(key for store in worker if store["name"] == "ray-notes" for key, _ in store["notes"]) for worker in saved]
+        keys = [
+            sorted(key for store in worker if store["name"] == "ray-notes" for key, _ in store["notes"])
+            for worker in saved
+        ]
         assert keys == [["task-0", "task-2"], ["task-1", "task-3"]]
-        restore_memory(rollouts, {"worker_memory": saved[::-1]}, ray_workers=True)  # swapped: worker 0 gets worker 1's notes
-        keys = [sorted(key for store in worker if store["name"] == "ray-notes" for key, _ in store["notes"]) for worker in rollouts.memory_state()]
+        restore_memory(
+            rollouts, {"worker_memory": saved[::-1]}, ray_workers=True
+        )  # swapped: worker 0 gets worker 1's notes
+        keys = [
+            sorted(key for store in worker if store["name"] == "ray-notes" for key, _ in store["notes"])
+            for worker in rollouts.memory_state()
+        ]
         assert keys == [["task-1", "task-3"], ["task-0", "task-2"]]
-        with pytest.raises(ValueError, match=r"memory stores of 1 rollout worker\(s\) and this run has 2; resume with distributed.rollout_workers: 1"):
+        with pytest.raises(
+            ValueError,
+            match=r"memory stores of 1 rollout worker\(s\) and this run has 2; resume with distributed.rollout_workers: 1",
+        ):
             rollouts.load_memory(saved[:1])
         # A checkpoint of an in-process run: every worker starts from its notes.
-        single = [{"name": "ray-notes", "caps": {"max_notes": 16}, "notes": [["hint", "h"]], "next_auto_key": 0, "evictions": 0}]
+        single = [
+            {
+                "name": "ray-notes",
+                "caps": {"max_notes": 16},
+                "notes": [["hint", "h"]],
+                "next_auto_key": 0,
+                "evictions": 0,
+            }
+        ]
         restore_memory(rollouts, {"memory": single}, ray_workers=True)
-        assert [[key for store in worker if store["name"] == "ray-notes" for key, _ in store["notes"]] for worker in rollouts.memory_state()] == [["hint"], ["hint"]]
+        assert [
+            [key for store in worker if store["name"] == "ray-notes" for key, _ in store["notes"]]
+            for worker in rollouts.memory_state()
+        ] == [["hint"], ["hint"]]
     finally:
         rollouts.close()
 
@@ -170,8 +203,17 @@ def test_worker_memory_resumed_without_ray_needs_one_worker() -> None:
     from agentic_rl.tools.memory import shared_store
     from agentic_rl.training.stages import restore_memory
 
-    state = {"name": "ray-notes-local", "caps": {"max_notes": 4}, "notes": [["k", "v"]], "next_auto_key": 0, "evictions": 0}
+    state = {
+        "name": "ray-notes-local",
+        "caps": {"max_notes": 4},
+        "notes": [["k", "v"]],
+        "next_auto_key": 0,
+        "evictions": 0,
+    }
     restore_memory(object(), {"worker_memory": [[state]]}, ray_workers=False)
     assert shared_store("ray-notes-local", max_notes=4).read("k") == "v"
-    with pytest.raises(ValueError, match="memory stores of 2 Ray rollout workers; resume with distributed.engine: ray and rollout_workers: 2"):
+    with pytest.raises(
+        ValueError,
+        match="memory stores of 2 Ray rollout workers; resume with distributed.engine: ray and rollout_workers: 2",
+    ):
         restore_memory(object(), {"worker_memory": [[state], [state]]}, ray_workers=False)

@@ -29,7 +29,12 @@ FAKE_VLLM = Path(__file__).parents[1] / "engines" / "fake_vllm"
 
 
 def _config(**overrides) -> TrainConfig:
-    data = {"model": {"name": "tiny-random", "device": "cpu"}, "env": {"name": "arithmetic"}, "precision": "fp32", "rollout": {"max_new_tokens": 8, "max_total_tokens": 512}}
+    data = {
+        "model": {"name": "tiny-random", "device": "cpu"},
+        "env": {"name": "arithmetic"},
+        "precision": "fp32",
+        "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
+    }
     data.update(overrides)
     return TrainConfig.model_validate(data)
 
@@ -40,11 +45,20 @@ def test_groups_equal_in_process_rollouts_whatever_the_arrival(tiny) -> None:
     model, tokenizer = tiny
     config = _config()
     make_env = env_factory("arithmetic", {}, split="train")
-    expected = rollout(HFBackend(model, tokenizer), make_env, [0, 1, 2, 3], group_size=2, config=config.rollout, seed=11)
+    expected = rollout(
+        HFBackend(model, tokenizer), make_env, [0, 1, 2, 3], group_size=2, config=config.rollout, seed=11
+    )
     worker = RolloutWorker(config, engine=HFBackend(copy.deepcopy(model), tokenizer), make_env=make_env)
     try:
         results: dict[int, object] = {}
-        threads = [threading.Thread(target=lambda p=p: results.__setitem__(p, worker.rollout_group(p, [stream_seed(11, p * 2 + j) for j in range(2)]))) for p in range(4)]
+        threads = [
+            threading.Thread(
+                target=lambda p=p: results.__setitem__(
+                    p, worker.rollout_group(p, [stream_seed(11, p * 2 + j) for j in range(2)])
+                )
+            )
+            for p in range(4)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -57,7 +71,11 @@ def test_groups_equal_in_process_rollouts_whatever_the_arrival(tiny) -> None:
 
 def test_a_worker_behind_loads_the_weights_its_request_carries(tiny) -> None:
     model, tokenizer = tiny
-    worker = RolloutWorker(_config(), engine=HFBackend(copy.deepcopy(model), tokenizer), make_env=env_factory("arithmetic", {}, split="train"))
+    worker = RolloutWorker(
+        _config(),
+        engine=HFBackend(copy.deepcopy(model), tokenizer),
+        make_env=env_factory("arithmetic", {}, split="train"),
+    )
     try:
         new = {name: torch.zeros_like(p) for name, p in model.named_parameters()}
         with pytest.raises(ValueError, match="needs 3 and carries none"):
@@ -73,10 +91,19 @@ def test_a_worker_behind_loads_the_weights_its_request_carries(tiny) -> None:
 
 def test_the_training_step_reaches_every_env_reset(tiny) -> None:
     model, tokenizer = tiny
-    worker = RolloutWorker(_config(env={"name": "ray_envs:ParityEnv"}), engine=HFBackend(copy.deepcopy(model), tokenizer), make_env=env_factory("ray_envs:ParityEnv", {}, split="train"))
+    worker = RolloutWorker(
+        _config(env={"name": "ray_envs:ParityEnv"}),
+        engine=HFBackend(copy.deepcopy(model), tokenizer),
+        make_env=env_factory("ray_envs:ParityEnv", {}, split="train"),
+    )
     try:
-        assert [t.info["training_step"] for t in worker.rollout_group(0, [1, 2], training_step=7).trajectories] == [7, 7]
-        assert [t.info["training_step"] for t in worker.rollout_group(1, [3]).trajectories] == [None]  # evaluation gives none
+        assert [t.info["training_step"] for t in worker.rollout_group(0, [1, 2], training_step=7).trajectories] == [
+            7,
+            7,
+        ]
+        assert [t.info["training_step"] for t in worker.rollout_group(1, [3]).trajectories] == [
+            None
+        ]  # evaluation gives none
     finally:
         worker.close()
 

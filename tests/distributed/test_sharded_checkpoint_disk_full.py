@@ -11,7 +11,7 @@ import sys
 import textwrap
 import time
 
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     import errno, json, sys
     from pathlib import Path
 
@@ -49,7 +49,7 @@ WORKER = textwrap.dedent('''
         outcome = str(error)
     out.with_suffix(f".{dist.rank}.json").write_text(json.dumps({"outcome": outcome, "writes": len(writes)}))
     shutdown()
-''')
+""")
 
 
 def test_a_full_disk_on_one_rank_stops_every_rank_with_one_line(tmp_path) -> None:
@@ -57,7 +57,16 @@ def test_a_full_disk_on_one_rank_stops_every_rank_with_one_line(tmp_path) -> Non
     script.write_text(WORKER)
     root, out = tmp_path / "checkpoints", tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), str(root), str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(script),
+        str(root),
+        str(out),
+    ]
     start = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
@@ -67,5 +76,9 @@ def test_a_full_disk_on_one_rank_stops_every_rank_with_one_line(tmp_path) -> Non
     outcomes = {result["outcome"] for result in results}
     assert len(outcomes) == 1, outcomes
     message = outcomes.pop()
-    assert "\n" not in message and message.startswith("checkpoint step 2 not written: the disk is full") and "step-000001 is kept" in message
+    assert (
+        "\n" not in message
+        and message.startswith("checkpoint step 2 not written: the disk is full")
+        and "step-000001 is kept" in message
+    )
     assert sorted(p.name for p in root.iterdir()) == ["step-000001"]

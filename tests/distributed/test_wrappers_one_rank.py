@@ -13,7 +13,10 @@ import pytest
 import torch
 
 WORKER = Path(__file__).with_name("wrapper_worker.py")
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))]
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")),
+]
 
 TOLERANCE = {"fp32": 1e-5, "bf16-mixed": 2e-2}
 """Relative gradient error. fp32: the same products in the same order. bf16-mixed: the
@@ -27,7 +30,13 @@ them (measured below 1e-2)."""
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_one_rank_wrapper_steps_like_no_wrapper(strategy, precision, device, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(WORKER), strategy, precision, device, str(tmp_path / "store")], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(WORKER), strategy, precision, device, str(tmp_path / "store")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["backend"] == ("nccl" if device == "cuda" else "gloo")

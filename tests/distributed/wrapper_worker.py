@@ -32,9 +32,15 @@ def step(root, model, ids, mask):
     logprobs, _ = root(ids, mask, mask)
     loss = -logprobs.sum() / mask.sum()
     loss.backward()
-    grads = {name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().float().cpu() for name, p in model.named_parameters()}
+    grads = {
+        name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().float().cpu()
+        for name, p in model.named_parameters()
+    }
     optimizer.step()
-    weights = {name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().float().cpu() for name, p in model.named_parameters()}
+    weights = {
+        name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().float().cpu()
+        for name, p in model.named_parameters()
+    }
     return float(loss), grads, weights
 
 
@@ -57,13 +63,19 @@ def main() -> None:
     loss, grads, weights = step(wrapped, model, ids, mask)
     plain_loss, plain_grads, plain_weights = step(PolicyLogprobs(plain), plain, ids, mask)
     names = list(plain_grads)
-    print(json.dumps({
-        "backend": dist.get_backend(),
-        "loss": loss,
-        "plain_loss": plain_loss,
-        "grad_rel_error": max(float((grads[n] - plain_grads[n]).norm() / plain_grads[n].norm().clamp_min(1e-12)) for n in names),
-        "weight_max_diff": max(float((weights[n] - plain_weights[n]).abs().max()) for n in names),
-    }))
+    print(
+        json.dumps(
+            {
+                "backend": dist.get_backend(),
+                "loss": loss,
+                "plain_loss": plain_loss,
+                "grad_rel_error": max(
+                    float((grads[n] - plain_grads[n]).norm() / plain_grads[n].norm().clamp_min(1e-12)) for n in names
+                ),
+                "weight_max_diff": max(float((weights[n] - plain_weights[n]).abs().max()) for n in names),
+            }
+        )
+    )
     dist.destroy_process_group()
 
 

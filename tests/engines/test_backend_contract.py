@@ -40,7 +40,11 @@ class SyncBetweenTurns(ScriptedBackend):
 
 def test_engines_implement_the_contract(tiny, tokenizer) -> None:
     model, _ = tiny
-    engines = [HFBackend(model, tokenizer), ScriptedBackend(tokenizer, ["x"]), OpenAIChatBackend("m", "http://127.0.0.1:9/v1")]
+    engines = [
+        HFBackend(model, tokenizer),
+        ScriptedBackend(tokenizer, ["x"]),
+        OpenAIChatBackend("m", "http://127.0.0.1:9/v1"),
+    ]
     assert [e.interface for e in engines] == ["tokens", "tokens", "chat"]
     assert all(isinstance(e, Backend) and e.weight_version == 0 for e in engines)
     for engine in engines:

@@ -15,7 +15,11 @@ from agentic_rl.engines.hf import HFBackend
 from agentic_rl.engines.sampling import counter_uniform, sample
 
 OBSERVATION = {"role": "tool", "content": "<tool_response>\n42\n</tool_response>"}
-PROMPTS = ["Hi.", "Please add these numbers carefully and explain each step of the work: 12, 345, 6789, 1011 and 1213.", "What is 2 + 2?"]
+PROMPTS = [
+    "Hi.",
+    "Please add these numbers carefully and explain each step of the work: 12, 345, 6789, 1011 and 1213.",
+    "What is 2 + 2?",
+]
 
 
 class TurnsEnv:
@@ -43,10 +47,30 @@ class TurnsEnv:
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def run(tiny, *, continuous: bool, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, group_size: int = 3, max_new_tokens: int = 12, **env):
+def run(
+    tiny,
+    *,
+    continuous: bool,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    group_size: int = 3,
+    max_new_tokens: int = 12,
+    **env,
+):
     model, tokenizer = tiny
-    limits = RolloutConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, continuous_batching=continuous)
-    groups = rollout(HFBackend(model, tokenizer), lambda: TurnsEnv(**env), [0, 1, 2], group_size=group_size, config=limits, seed=seed, return_entropy=True)
+    limits = RolloutConfig(
+        temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, continuous_batching=continuous
+    )
+    groups = rollout(
+        HFBackend(model, tokenizer),
+        lambda: TurnsEnv(**env),
+        [0, 1, 2],
+        group_size=group_size,
+        config=limits,
+        seed=seed,
+        return_entropy=True,
+    )
     return [t for g in groups for t in g.trajectories]
 
 
@@ -68,7 +92,9 @@ def _agreeing(fast: list, reference: list) -> tuple[list, list]:
         a, b = fast[i], reference[i]
         first = next(p for p, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y)
         assert a.token_ids[:first] == b.token_ids[:first] and first > a.prompt_length
-        assert torch.allclose(torch.tensor(a.sampler_logprobs[:first]), torch.tensor(b.sampler_logprobs[:first]), atol=1e-5)
+        assert torch.allclose(
+            torch.tensor(a.sampler_logprobs[:first]), torch.tensor(b.sampler_logprobs[:first]), atol=1e-5
+        )
     keep = [i for i in range(len(fast)) if i not in diverged]
     return [fast[i] for i in keep], [reference[i] for i in keep]
 
@@ -103,7 +129,14 @@ def test_a_slow_tool_does_not_hold_the_others(tiny) -> None:
     finished_at: dict[str, float] = {}
     started = time.monotonic()
     limits = RolloutConfig(max_new_tokens=6)
-    rollout(HFBackend(model, tokenizer), lambda: TurnsEnv(turns=3, slow_s=1.5), [0, 1, 2], config=limits, seed=0, on_finish=lambda t: finished_at.setdefault(t.task_id, time.monotonic() - started))
+    rollout(
+        HFBackend(model, tokenizer),
+        lambda: TurnsEnv(turns=3, slow_s=1.5),
+        [0, 1, 2],
+        config=limits,
+        seed=0,
+        on_finish=lambda t: finished_at.setdefault(t.task_id, time.monotonic() - started),
+    )
     # Tasks 1 and 2 ran all three turns while task 0 waited for its first tool call.
     assert finished_at["task-1"] < 1.5 and finished_at["task-2"] < 1.5
     assert finished_at["task-0"] >= 1.5
@@ -127,7 +160,14 @@ def test_time_queued_for_a_slot_does_not_count_against_the_timeout(tiny) -> None
     started = time.monotonic()
     finished_at: dict[str, float] = {}
     limits = RolloutConfig(max_new_tokens=4, timeout_s=1.5)
-    groups = rollout(HFBackend(model, tokenizer, batch_size=1), lambda: SleepyEnv(turns=2), [0, 1, 2], config=limits, seed=0, on_finish=lambda t: finished_at.setdefault(t.task_id, time.monotonic() - started))
+    groups = rollout(
+        HFBackend(model, tokenizer, batch_size=1),
+        lambda: SleepyEnv(turns=2),
+        [0, 1, 2],
+        config=limits,
+        seed=0,
+        on_finish=lambda t: finished_at.setdefault(t.task_id, time.monotonic() - started),
+    )
     trajectories = [t for g in groups for t in g.trajectories]
     assert "timeout" not in [t.termination_reason for t in trajectories]
     assert all(t.num_turns == 2 and 0.8 <= t.wall_time_s < 1.5 for t in trajectories)
@@ -140,7 +180,9 @@ def test_kv_cache_is_reused_across_turns(tiny) -> None:
     fed: list[int] = []
     hook = model.get_input_embeddings().register_forward_hook(lambda module, args, out: fed.append(args[0].numel()))
     try:
-        [group] = rollout(HFBackend(model, tokenizer), lambda: TurnsEnv(turns=3), [1], config=RolloutConfig(max_new_tokens=8), seed=3)
+        [group] = rollout(
+            HFBackend(model, tokenizer), lambda: TurnsEnv(turns=3), [1], config=RolloutConfig(max_new_tokens=8), seed=3
+        )
     finally:
         hook.remove()
     [trajectory] = group.trajectories
@@ -174,7 +216,9 @@ def test_a_shared_prompt_prefix_is_encoded_once(tiny) -> None:
         backend = HFBackend(model, tokenizer)
         backend.min_shared_prefix = min_shared_prefix
         fed: list[tuple[int, ...]] = []
-        hook = model.get_input_embeddings().register_forward_hook(lambda module, args, out: fed.append(tuple(args[0].shape)))
+        hook = model.get_input_embeddings().register_forward_hook(
+            lambda module, args, out: fed.append(tuple(args[0].shape))
+        )
         try:
             return backend.generate(prompts, sampling, stop_token_ids=[]), fed
         finally:
@@ -244,7 +288,9 @@ def test_a_long_cache_and_a_long_prompt_admitted_together(tiny) -> None:
     generator = torch.Generator().manual_seed(0)
     history = torch.randint(3, 200, (200,), generator=generator).tolist()
     observation = torch.randint(3, 200, (5,), generator=generator).tolist()
-    prompt = torch.randint(3, 200, (410,), generator=generator).tolist()  # past twice the first capacity: no slack from doubling
+    prompt = torch.randint(
+        3, 200, (410,), generator=generator
+    ).tolist()  # past twice the first capacity: no slack from doubling
 
     def run(together: bool) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}

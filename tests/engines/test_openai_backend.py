@@ -72,13 +72,30 @@ class FakeHandler(BaseHTTPRequestHandler):
             if srv.reject_logprobs and "logprobs" in body:
                 return self._send(400, {"error": {"message": "logprobs are not supported by this server"}})
             if srv.reject_tools and "tools" in body:
-                return self._send(400, {"error": {"message": "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set"}})
+                return self._send(
+                    400,
+                    {
+                        "error": {
+                            "message": '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+                        }
+                    },
+                )
             if srv.tool_reply is not None and "tools" in body:
                 if body["messages"][-1]["role"] == "tool":  # the result is back: answer with it
                     message = {"role": "assistant", "content": f"<answer>{body['messages'][-1]['content']}</answer>"}
                 else:
                     name, arguments = srv.tool_reply
-                    message = {"role": "assistant", "content": None, "tool_calls": [{"id": "chatcmpl-tool-1", "type": "function", "function": {"name": name, "arguments": arguments}}]}
+                    message = {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "chatcmpl-tool-1",
+                                "type": "function",
+                                "function": {"name": name, "arguments": arguments},
+                            }
+                        ],
+                    }
                 return self._send(200, {"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]})
             last_user = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
             time.sleep(srv.delays.get(last_user, 0.0))
@@ -91,7 +108,9 @@ class FakeHandler(BaseHTTPRequestHandler):
             words = text.split()
             if body.get("logprobs"):
                 choice["logprobs"] = {
-                    "content": [{"token": w, "logprob": -0.5 * (i + 1), "top_logprobs": []} for i, w in enumerate(words)]
+                    "content": [
+                        {"token": w, "logprob": -0.5 * (i + 1), "top_logprobs": []} for i, w in enumerate(words)
+                    ]
                 }
             self._send(200, {"choices": [choice], "usage": {"completion_tokens": len(words), "prompt_tokens": 3}})
         finally:
@@ -177,7 +196,9 @@ def test_messages_keep_only_portable_keys(server: FakeServer) -> None:
     assert "extra" in conversation[0]  # the caller's messages are not mutated
 
 
-@pytest.mark.parametrize(("server_reason", "expected"), [("length", "length"), ("content_filter", "stop"), (None, "stop")])
+@pytest.mark.parametrize(
+    ("server_reason", "expected"), [("length", "length"), ("content_filter", "stop"), (None, "stop")]
+)
 def test_finish_reason_normalised(server: FakeServer, server_reason: str | None, expected: str) -> None:
     server.finish_reason = server_reason  # type: ignore[assignment]
     with make_backend(server) as backend:
@@ -260,7 +281,11 @@ def test_kind_is_chat() -> None:
 
 # --- tools ------------------------------------------------------------------------
 
-ADD = {"name": "add", "description": "a + b", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}
+ADD = {
+    "name": "add",
+    "description": "a + b",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+}
 
 
 def test_tools_are_sent_and_parsed_calls_come_back_in_the_parser_format(server: FakeServer) -> None:
@@ -284,7 +309,10 @@ def test_tools_are_sent_and_parsed_calls_come_back_in_the_parser_format(server: 
 def test_history_goes_out_structured_when_tools_are_sent(server: FakeServer) -> None:
     conversation = [
         *user("2+3?"),
-        {"role": "assistant", "content": 'Adding.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'},
+        {
+            "role": "assistant",
+            "content": 'Adding.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>',
+        },
         {"role": "tool", "name": "add", "content": "<tool_response>\n5\n</tool_response>"},
         {"role": "assistant", "content": "<tool_call>\nnot json\n</tool_call>"},
         {"role": "tool", "content": "<tool_response>\nError: invalid JSON\n</tool_response>"},
@@ -293,7 +321,13 @@ def test_history_goes_out_structured_when_tools_are_sent(server: FakeServer) -> 
     with make_backend(server) as backend:
         backend.chat([conversation], tools=[[ADD]], **SAMPLING)
     messages = server.requests[0]["body"]["messages"]
-    assert messages[2] == {"role": "assistant", "content": "Adding.", "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]}
+    assert messages[2] == {
+        "role": "assistant",
+        "content": "Adding.",
+        "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+        ],
+    }
     assert messages[3] == {"role": "tool", "tool_call_id": "call_0", "content": "5"}
     # A malformed call stays text, and its error (no call to answer) goes back as a user message.
     assert messages[4] == {"role": "assistant", "content": "<tool_call>\nnot json\n</tool_call>"}
@@ -310,14 +344,20 @@ def test_plain_content_is_the_fallback(server: FakeServer) -> None:
 
 def test_a_server_that_refuses_tools_gets_plain_text_from_then_on(server: FakeServer) -> None:
     server.reject_tools = True
-    conversation = [*user("2+3?"), {"role": "assistant", "content": "<tool_call>\n{\"name\": \"add\", \"arguments\": {}}\n</tool_call>"},
-                    {"role": "tool", "name": "add", "content": "<tool_response>\n5\n</tool_response>"}, {"role": "user", "content": "and?"}]
+    conversation = [
+        *user("2+3?"),
+        {"role": "assistant", "content": '<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>'},
+        {"role": "tool", "name": "add", "content": "<tool_response>\n5\n</tool_response>"},
+        {"role": "user", "content": "and?"},
+    ]
     with make_backend(server, max_retries=0) as backend:
         [first] = backend.chat([conversation], tools=[[ADD]], **SAMPLING)
         [second] = backend.chat([user("b")], tools=[[ADD]], **SAMPLING)
     assert first.text == "echo: and?" and second.text == "echo: b"
     assert ["tools" in r["body"] for r in server.requests] == [True, False, False]
-    assert server.requests[1]["body"]["messages"] == [{k: m[k] for k in ("role", "content", "name") if k in m} for m in conversation]
+    assert server.requests[1]["body"]["messages"] == [
+        {k: m[k] for k in ("role", "content", "name") if k in m} for m in conversation
+    ]
 
 
 def test_no_tools_no_tools_field(server: FakeServer) -> None:
@@ -339,7 +379,10 @@ def test_a_rollout_through_a_tool_parsing_server_runs_the_env_tools(server: Fake
         [group] = rollout(backend, lambda: envs.make("arithmetic"), [0], config=RolloutConfig(max_turns=3))
     [trajectory] = group.trajectories
     calculator_schema = envs.make("arithmetic").tools.schemas()
-    assert server.requests[0]["body"]["tools"] == calculator_schema and calculator_schema[0]["function"]["name"] == "calculator"
+    assert (
+        server.requests[0]["body"]["tools"] == calculator_schema
+        and calculator_schema[0]["function"]["name"] == "calculator"
+    )
     [call_turn, answer_turn] = trajectory.turns
     assert call_turn.assistant_text.startswith("<tool_call>") and [r.ok for r in call_turn.tool_results] == [True]
     result = call_turn.tool_results[0].content

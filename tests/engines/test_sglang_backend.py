@@ -43,7 +43,9 @@ class FakeSGLang(ThreadingHTTPServer):
 
 
 def sample(input_ids: list[int], params: dict) -> tuple[list[int], str]:
-    ids = [10 + (sum(input_ids) + params["sampling_seed"] + 7 * i) % 40 for i in range(3)] + params["stop_token_ids"][:1]
+    ids = [10 + (sum(input_ids) + params["sampling_seed"] + 7 * i) % 40 for i in range(3)] + params["stop_token_ids"][
+        :1
+    ]
     if len(ids) > params["max_new_tokens"]:
         return ids[: params["max_new_tokens"]], "length"
     return ids, "stop"
@@ -94,9 +96,12 @@ class Handler(BaseHTTPRequestHandler):
             version = len(srv.loaded)
         ids, finish = sample(body["input_ids"], body["sampling_params"])
         meta = {
-            "finish_reason": {"type": "abort", "message": "scheduler dropped it"} if abort else {"type": finish, **({"matched": STOP} if finish == "stop" else {})},
+            "finish_reason": {"type": "abort", "message": "scheduler dropped it"}
+            if abort
+            else {"type": finish, **({"matched": STOP} if finish == "stop" else {})},
             "output_token_logprobs": [[-1.0 / (1 + version), token, None] for token in ids],
-            "prompt_tokens": len(body["input_ids"]), "completion_tokens": len(ids),
+            "prompt_tokens": len(body["input_ids"]),
+            "completion_tokens": len(ids),
         }
         self._send(200, {"text": "", "output_ids": ids, "meta_info": meta})
 
@@ -118,22 +123,46 @@ def tiny():
 
 @pytest.fixture
 def backend(fake, tiny):
-    backend = build_backend(BackendConfig(kind="sglang", base_url=fake.base_url, max_concurrency=4), ModelConfig(name="tiny-random"), loaded=tiny)
+    backend = build_backend(
+        BackendConfig(kind="sglang", base_url=fake.base_url, max_concurrency=4),
+        ModelConfig(name="tiny-random"),
+        loaded=tiny,
+    )
     yield backend
     backend.close()
 
 
 def test_generate_sends_input_ids_and_keeps_the_sampled_ids_and_logprobs(backend, fake) -> None:
     assert backend.model_path == "/models/policy"
-    completions = backend.generate([[5, 6, 7], [8, 9]], SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=16, row_seeds=[3, 4]), stop_token_ids=[STOP], max_new_tokens=[16, 2])
+    completions = backend.generate(
+        [[5, 6, 7], [8, 9]],
+        SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=16, row_seeds=[3, 4]),
+        stop_token_ids=[STOP],
+        max_new_tokens=[16, 2],
+    )
     request = next(r for r in fake.requests if r["input_ids"] == [5, 6, 7])
     assert request == {
         "input_ids": [5, 6, 7],
-        "sampling_params": {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 16, "stop_token_ids": [STOP], "skip_special_tokens": False, "sampling_seed": 3},
-        "return_logprob": True, "logprob_start_len": -1,
+        "sampling_params": {
+            "temperature": 0.6,
+            "top_p": 0.95,
+            "max_new_tokens": 16,
+            "stop_token_ids": [STOP],
+            "skip_special_tokens": False,
+            "sampling_seed": 3,
+        },
+        "return_logprob": True,
+        "logprob_start_len": -1,
     }
-    assert completions[0].token_ids == sample([5, 6, 7], request["sampling_params"])[0] and completions[0].token_ids[-1] == STOP
-    assert completions[0].finish_reason == "stop" and completions[1].finish_reason == "length" and len(completions[1].token_ids) == 2
+    assert (
+        completions[0].token_ids == sample([5, 6, 7], request["sampling_params"])[0]
+        and completions[0].token_ids[-1] == STOP
+    )
+    assert (
+        completions[0].finish_reason == "stop"
+        and completions[1].finish_reason == "length"
+        and len(completions[1].token_ids) == 2
+    )
     assert completions[0].logprobs == [-1.0] * 4
 
 
@@ -143,7 +172,9 @@ def test_weights_are_written_as_a_loadable_folder_and_loaded(backend, fake, tiny
     assert (folder / "config.json").is_file() and (folder / "tokenizer_config.json").is_file()
     assert backend.sync_weights(model) == 1
     assert fake.loaded == [str(folder)]
-    assert fake.weights_sum == pytest.approx(sum(float(p.detach().to(backend.weights_dtype).double().sum()) for p in model.parameters()), rel=1e-9)
+    assert fake.weights_sum == pytest.approx(
+        sum(float(p.detach().to(backend.weights_dtype).double().sum()) for p in model.parameters()), rel=1e-9
+    )
     completion = backend.generate([[5]], SamplingParams(max_new_tokens=8, seed=0), stop_token_ids=[STOP])[0]
     assert completion.weight_version == 1 and completion.logprobs[0] == -0.5
     fake.refuse_weights = True
@@ -156,7 +187,14 @@ def test_weights_are_written_as_a_loadable_folder_and_loaded(backend, fake, tiny
 
 def test_aborted_requests_are_infrastructure_errors_and_rollouts_are_token_exact(backend, fake) -> None:
     fake.abort_next = 1
-    groups = rollout(backend, lambda: envs.make("arithmetic", max_turns=2), [0, 1], group_size=2, config=RolloutConfig(max_new_tokens=8), seed=1)
+    groups = rollout(
+        backend,
+        lambda: envs.make("arithmetic", max_turns=2),
+        [0, 1],
+        group_size=2,
+        config=RolloutConfig(max_new_tokens=8),
+        seed=1,
+    )
     trajectories = [t for g in groups for t in g.trajectories]
     failed = [t for t in trajectories if t.infra_error]
     assert len(failed) == 1 and "finish_reason" in failed[0].infra_error and "abort" in failed[0].infra_error
@@ -164,7 +202,9 @@ def test_aborted_requests_are_infrastructure_errors_and_rollouts_are_token_exact
         for turn in trajectory.turns:
             context = trajectory.token_ids[: turn.response_start]
             sampled = trajectory.token_ids[turn.response_start : turn.response_end]
-            assert any(r["input_ids"] == context and sample(context, r["sampling_params"])[0] == sampled for r in fake.requests)
+            assert any(
+                r["input_ids"] == context and sample(context, r["sampling_params"])[0] == sampled for r in fake.requests
+            )
 
 
 def test_sglang_needs_a_base_url_and_trains_in_one_process() -> None:

@@ -86,7 +86,15 @@ def test_turn_version_changes_are_trajectory_positions(tiny) -> None:
     trajectory = Trajectory(task_id="0", group_id="g")
     trajectory.append([1, 2, 3], 0)
     episode = Episode(trajectory, None, RolloutConfig(), renderer)
-    turn, _ = episode.take_completion(Completion(token_ids=[5, 6, 7, 8], logprobs=[-1.0] * 4, finish_reason="length", weight_version=4, version_changes=[(2, 5)]))
+    turn, _ = episode.take_completion(
+        Completion(
+            token_ids=[5, 6, 7, 8],
+            logprobs=[-1.0] * 4,
+            finish_reason="length",
+            weight_version=4,
+            version_changes=[(2, 5)],
+        )
+    )
     assert turn.response_start == 3 and turn.version_changes == [(5, 5)]
     trajectory.turns.append(turn)
     assert trajectory.weight_versions == [4, 5]

@@ -18,15 +18,24 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_alternatives_match_a_forward_pass(tiny, temperature) -> None:
     model, tokenizer = tiny
     backend = HFBackend(model, tokenizer)
-    prompts = [tokenizer("Hello there, how are", add_special_tokens=False)["input_ids"], tokenizer("Hi", add_special_tokens=False)["input_ids"]]
-    completions = backend.generate(prompts, SamplingParams(temperature=temperature, top_p=0.9, max_new_tokens=6, seed=1, top_logprobs=4), stop_token_ids=[2])
+    prompts = [
+        tokenizer("Hello there, how are", add_special_tokens=False)["input_ids"],
+        tokenizer("Hi", add_special_tokens=False)["input_ids"],
+    ]
+    completions = backend.generate(
+        prompts,
+        SamplingParams(temperature=temperature, top_p=0.9, max_new_tokens=6, seed=1, top_logprobs=4),
+        stop_token_ids=[2],
+    )
     for prompt, completion in zip(prompts, completions):
         ids = prompt + completion.token_ids
         with torch.no_grad():
             logits = model(torch.tensor([ids])).logits[0, len(prompt) - 1 : -1].float()
         reference = torch.log_softmax(logits / (temperature or 1.0), -1)
         assert len(completion.top_logprobs) == len(completion.token_ids)
-        for position, (token, logprob, alternatives) in enumerate(zip(completion.token_ids, completion.logprobs, completion.top_logprobs)):
+        for position, (token, logprob, alternatives) in enumerate(
+            zip(completion.token_ids, completion.logprobs, completion.top_logprobs)
+        ):
             values, indices = reference[position].topk(4)
             assert [t for t, _ in alternatives] == indices.tolist()
             assert [v for _, v in alternatives] == pytest.approx(values.tolist(), abs=1e-4)

@@ -40,7 +40,9 @@ def tiny():
 
 @pytest.fixture
 def backend(fake_vllm, tiny):
-    backend = build_vllm_backend(BackendConfig(kind="vllm", python=fake_vllm, max_concurrency=4), "tiny-random", loaded=tiny)
+    backend = build_vllm_backend(
+        BackendConfig(kind="vllm", python=fake_vllm, max_concurrency=4), "tiny-random", loaded=tiny
+    )
     yield backend
     backend.close()
 
@@ -59,10 +61,15 @@ def _sample(prompt: list[int], seed: int, max_tokens: int, stops: list[int]) -> 
 
 
 def test_version_check_names_the_fix(tmp_path, monkeypatch) -> None:
-    with pytest.raises(VLLMUnavailable, match="backend.python: /nonexistent/python does not exist; build its environment with `make vllm`"):
+    with pytest.raises(
+        VLLMUnavailable,
+        match="backend.python: /nonexistent/python does not exist; build its environment with `make vllm`",
+    ):
         vllm_version("/nonexistent/python")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # nothing named vllm there
-    with pytest.raises(VLLMUnavailable, match=r"cannot import vllm \(ModuleNotFoundError: No module named 'vllm'\); build"):
+    with pytest.raises(
+        VLLMUnavailable, match=r"cannot import vllm \(ModuleNotFoundError: No module named 'vllm'\); build"
+    ):
         vllm_version(sys.executable)
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "__init__.py").write_text('__version__ = "0.10.1+cpu"\n')
@@ -75,10 +82,14 @@ def test_a_server_that_exits_at_start_is_one_line_with_its_log(tmp_path, monkeyp
     (tmp_path / "vllm" / "__init__.py").write_text('__version__ = "0.32.0"\n')
     (tmp_path / "vllm" / "entrypoints" / "__init__.py").write_text("")
     (tmp_path / "vllm" / "entrypoints" / "openai" / "__init__.py").write_text("")
-    (tmp_path / "vllm" / "entrypoints" / "openai" / "api_server.py").write_text("raise SystemExit('out of memory for the KV cache')\n")
+    (tmp_path / "vllm" / "entrypoints" / "openai" / "api_server.py").write_text(
+        "raise SystemExit('out of memory for the KV cache')\n"
+    )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     server = VLLMServer(tmp_path / "model", python=sys.executable, startup_timeout_s=60)
-    with pytest.raises(VLLMUnavailable, match="the vLLM server exited with code 1 while starting: out of memory for the KV cache"):
+    with pytest.raises(
+        VLLMUnavailable, match="the vLLM server exited with code 1 while starting: out of memory for the KV cache"
+    ):
         server.start()
 
 
@@ -91,12 +102,22 @@ def test_generate_sends_token_ids_and_keeps_what_the_server_sampled(backend) -> 
     requests = sorted(state["requests"], key=lambda r: len(r["prompt"]))
     assert [r["prompt"] for r in requests] == prompts
     assert requests[0] | {"prompt": None} == {
-        "model": "policy", "prompt": None, "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 11, "logprobs": 0,
-        "return_token_ids": True, "stop_token_ids": [STOP], "skip_special_tokens": False,
+        "model": "policy",
+        "prompt": None,
+        "max_tokens": 16,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "seed": 11,
+        "logprobs": 0,
+        "return_token_ids": True,
+        "stop_token_ids": [STOP],
+        "skip_special_tokens": False,
     }
     assert completions[0].token_ids == _sample(prompts[0], 11, 16, [STOP])[0] and completions[0].token_ids[-1] == STOP
     assert completions[0].finish_reason == "stop"
-    assert completions[1].token_ids == _sample(prompts[1], 12, 2, [STOP])[0] and completions[1].finish_reason == "length"
+    assert (
+        completions[1].token_ids == _sample(prompts[1], 12, 2, [STOP])[0] and completions[1].finish_reason == "length"
+    )
     assert completions[0].logprobs == [-0.5] * len(completions[0].token_ids)
     assert {c.weight_version for c in completions} == {0}
 
@@ -119,7 +140,11 @@ def test_streamed_turns_show_their_tokens_and_add_up_to_the_whole_answer(backend
     import time
 
     sampling = SamplingParams(temperature=0.7, max_new_tokens=16, stream_tokens=True)
-    whole = backend.generate([[5, 6, 7]], SamplingParams(temperature=0.7, max_new_tokens=16, row_seeds=[stream_seed(11, 0)]), stop_token_ids=[STOP])[0]
+    whole = backend.generate(
+        [[5, 6, 7]],
+        SamplingParams(temperature=0.7, max_new_tokens=16, row_seeds=[stream_seed(11, 0)]),
+        stop_token_ids=[STOP],
+    )[0]
     httpx.post(f"{backend.base_url}/fake/slow", json={"delay_s": 0.2, "tokens": 4})
     slow_whole = backend.generate([[5, 6, 7]], SamplingParams(max_new_tokens=16, seed=1), stop_token_ids=[STOP])[0]
     with backend.session(sampling, stop_token_ids=[STOP]) as session:
@@ -132,8 +157,14 @@ def test_streamed_turns_show_their_tokens_and_add_up_to_the_whole_answer(backend
                 seen.append(tokens)
             time.sleep(0.02)
         streamed = _finish(session, "a")
-    assert len(seen) >= 2 and seen[0] == slow_whole.token_ids[: len(seen[0])]  # tokens arrived one by one, before the turn ended
-    assert (streamed.token_ids, streamed.logprobs, streamed.finish_reason) == (slow_whole.token_ids, slow_whole.logprobs, slow_whole.finish_reason)
+    assert (
+        len(seen) >= 2 and seen[0] == slow_whole.token_ids[: len(seen[0])]
+    )  # tokens arrived one by one, before the turn ended
+    assert (streamed.token_ids, streamed.logprobs, streamed.finish_reason) == (
+        slow_whole.token_ids,
+        slow_whole.logprobs,
+        slow_whole.finish_reason,
+    )
     assert _state(backend)["requests"][-1]["stream"] is True
     httpx.post(f"{backend.base_url}/fake/slow", json={"delay_s": 0, "tokens": 0})
     with backend.session(sampling, stop_token_ids=[STOP]) as session:
@@ -171,7 +202,9 @@ def test_sync_weights_pushes_the_trainers_weights_and_versions_the_samples(backe
     state = _state(backend)
     assert state["reloads"] == 1
     expected = sum(float(p.detach().to(backend.weights_dtype).double().sum()) for p in model.parameters())
-    assert state["weights_sum"] == pytest.approx(expected, rel=1e-9)  # in the server's dtype, every parameter once (tied ones too)
+    assert state["weights_sum"] == pytest.approx(
+        expected, rel=1e-9
+    )  # in the server's dtype, every parameter once (tied ones too)
     assert backend.last_sync_s > 0
     completion = backend.generate([[5, 6]], SamplingParams(max_new_tokens=8, seed=1), stop_token_ids=[STOP])[0]
     assert completion.weight_version == 1 and completion.logprobs[0] == -0.25  # the reloaded "model" answered
@@ -184,7 +217,9 @@ def test_multi_turn_rollouts_are_token_exact_and_run_concurrently(backend, tiny)
     """The continuous scheduler drives one request per turn of each episode; each turn's
     request carries the episode's whole context: prompt, earlier turns, observations."""
     make_env = lambda: envs.make("arithmetic", max_turns=3)  # noqa: E731
-    groups = rollout(backend, make_env, [0, 1], group_size=2, config=RolloutConfig(max_new_tokens=8, max_total_tokens=512), seed=3)
+    groups = rollout(
+        backend, make_env, [0, 1], group_size=2, config=RolloutConfig(max_new_tokens=8, max_total_tokens=512), seed=3
+    )
     requests = _state(backend)["requests"]
     trajectories = [t for g in groups for t in g.trajectories]
     assert all(t.infra_error is None for t in trajectories)
@@ -195,18 +230,30 @@ def test_multi_turn_rollouts_are_token_exact_and_run_concurrently(backend, tiny)
             context = trajectory.token_ids[: turn.response_start]
             sampled = trajectory.token_ids[turn.response_start : turn.response_end]
             # A group's episodes share their prompt: one of the requests with this context sampled these tokens.
-            assert any(r["prompt"] == context and _sample(context, r["seed"], r["max_tokens"], [STOP])[0] == sampled for r in requests)
+            assert any(
+                r["prompt"] == context and _sample(context, r["seed"], r["max_tokens"], [STOP])[0] == sampled
+                for r in requests
+            )
             assert trajectory.sampler_logprobs[turn.response_start : turn.response_end] == [-0.5] * len(sampled)
     # Different episodes draw from different streams; a turn's seed differs from the episode's previous turn.
     assert len({r["seed"] for r in requests}) == len(requests)
 
 
 def test_failed_requests_end_their_episodes_as_infrastructure_errors(fake_vllm, tiny) -> None:
-    backend = build_vllm_backend(BackendConfig(kind="vllm", python=fake_vllm, max_concurrency=1), "tiny-random", loaded=tiny)
+    backend = build_vllm_backend(
+        BackendConfig(kind="vllm", python=fake_vllm, max_concurrency=1), "tiny-random", loaded=tiny
+    )
     try:
         backend.max_retries = 0
         httpx.post(f"{backend.base_url}/fake/fail_next", json={"n": 1})
-        groups = rollout(backend, lambda: envs.make("arithmetic", max_turns=1), [0, 1], group_size=1, config=RolloutConfig(max_new_tokens=8), seed=0)
+        groups = rollout(
+            backend,
+            lambda: envs.make("arithmetic", max_turns=1),
+            [0, 1],
+            group_size=1,
+            config=RolloutConfig(max_new_tokens=8),
+            seed=0,
+        )
         errors = [t.infra_error for g in groups for t in g.trajectories]
         assert sum(e is not None for e in errors) == 1 and "HTTP 500" in next(e for e in errors if e)
         assert backend.infra_errors == 1
@@ -228,7 +275,9 @@ def test_a_dead_managed_server_is_restarted_with_the_newest_weights(backend, tin
     from safetensors.torch import load_file
 
     served = load_file(backend.server.model_dir / "model.safetensors")
-    assert torch.equal(served["model.norm.weight"], torch.full_like(served["model.norm.weight"], 0.5))  # what the restarted server loaded
+    assert torch.equal(
+        served["model.norm.weight"], torch.full_like(served["model.norm.weight"], 0.5)
+    )  # what the restarted server loaded
 
 
 def test_close_stops_the_server_and_removes_its_folder(fake_vllm, tiny) -> None:
@@ -254,15 +303,26 @@ def test_a_running_server_is_used_as_it_is(backend) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"algorithm": {"rollout": "arpo"}, "arpo": {"initial_samples": 2}, "group_size": 2}, "algorithm.rollout: backend.kind vllm: ARPO branches on per-token entropies"),
-        ({"backend": {"kind": "sglang"}, "lora": {"enabled": True}}, "lora.enabled: backend.kind sglang: pushing LoRA adapters into an SGLang server is not implemented yet"),
-        ({"lora": {"enabled": True, "r": 1024}}, "lora.r: backend.kind vllm: vLLM serves adapters up to rank 512, got 1024"),
+        (
+            {"algorithm": {"rollout": "arpo"}, "arpo": {"initial_samples": 2}, "group_size": 2},
+            "algorithm.rollout: backend.kind vllm: ARPO branches on per-token entropies",
+        ),
+        (
+            {"backend": {"kind": "sglang"}, "lora": {"enabled": True}},
+            "lora.enabled: backend.kind sglang: pushing LoRA adapters into an SGLang server is not implemented yet",
+        ),
+        (
+            {"lora": {"enabled": True, "r": 1024}},
+            "lora.r: backend.kind vllm: vLLM serves adapters up to rank 512, got 1024",
+        ),
     ],
 )
 def test_training_settings_the_vllm_backend_refuses(overrides: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         TrainConfig.model_validate({"backend": {"kind": "vllm"}, **overrides})
-    assert TrainConfig.model_validate({"backend": {"kind": "vllm"}, "lora": {"enabled": True}}).lora.enabled  # adapters are pushed into vLLM
+    assert TrainConfig.model_validate(
+        {"backend": {"kind": "vllm"}, "lora": {"enabled": True}}
+    ).lora.enabled  # adapters are pushed into vLLM
 
 
 @pytest.fixture
@@ -283,10 +343,14 @@ def test_a_lora_policy_is_served_as_its_base_and_pushes_only_its_adapters(fake_v
     from safetensors.torch import load_file
 
     model, _ = lora_tiny
-    backend = build_vllm_backend(BackendConfig(kind="vllm", python=fake_vllm, max_concurrency=2), "tiny-random", loaded=lora_tiny)
+    backend = build_vllm_backend(
+        BackendConfig(kind="vllm", python=fake_vllm, max_concurrency=2), "tiny-random", loaded=lora_tiny
+    )
     try:
         command = backend.server.command()
-        assert command[command.index("--max-lora-rank") + 1] == "8" and "--enable-lora" in command  # rank 4 rounds up to vLLM's 8
+        assert (
+            command[command.index("--max-lora-rank") + 1] == "8" and "--enable-lora" in command
+        )  # rank 4 rounds up to vLLM's 8
         assert _state(backend)["max_lora_rank"] == 8
         # The served folder holds the base under plain Hugging Face names.
         served = load_file(backend.server.model_dir / "model.safetensors")
@@ -314,7 +378,9 @@ def test_a_lora_policy_is_served_as_its_base_and_pushes_only_its_adapters(fake_v
         assert backend.sync_weights(model) == 2  # replaced in place (a second load of the name needs load_inplace)
         state = _state(backend)
         assert state["lora_loads"] == 2 and state["lora_sum"] == pytest.approx(_adapter_sum(model), rel=1e-9)
-        assert sorted(p.name for p in backend.weights_folder.glob("adapter-*")) == ["adapter-2"]  # older versions removed
+        assert sorted(p.name for p in backend.weights_folder.glob("adapter-*")) == [
+            "adapter-2"
+        ]  # older versions removed
         # A server that died comes back with the base and gets the newest adapter again.
         with pytest.raises(httpx.HTTPError):
             httpx.post(f"{backend.base_url}/fake/die")
@@ -352,18 +418,37 @@ def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path,
 
     pushes = {"full": 0, "adapter": 0}
     reload, load_adapter = VLLMBackend.reload, VLLMBackend.load_adapter
-    monkeypatch.setattr(VLLMBackend, "reload", lambda self, folder: (pushes.__setitem__("full", pushes["full"] + 1), reload(self, folder))[1])
-    monkeypatch.setattr(VLLMBackend, "load_adapter", lambda self, folder: (pushes.__setitem__("adapter", pushes["adapter"] + 1), load_adapter(self, folder))[1])
+    monkeypatch.setattr(
+        VLLMBackend,
+        "reload",
+        lambda self, folder: (pushes.__setitem__("full", pushes["full"] + 1), reload(self, folder))[1],
+    )
+    monkeypatch.setattr(
+        VLLMBackend,
+        "load_adapter",
+        lambda self, folder: (pushes.__setitem__("adapter", pushes["adapter"] + 1), load_adapter(self, folder))[1],
+    )
 
     config = {
-        "model": {"name": "tiny-random", "device": "cpu"}, "precision": "fp32", "backend": {"kind": "vllm", "python": fake_vllm},
-        "env": {"name": "arithmetic", "max_turns": 1}, "rollout": {"max_new_tokens": 8, "max_total_tokens": 256},
-        "eval": {"num_tasks": 2}, "steps": 2, "tasks_per_step": 2, "group_size": 2, "checkpoint_every": 0, "output_dir": str(tmp_path / "run"),
-        "lora": {"enabled": lora, "r": 4}, "skip_zero_advantage": False,
+        "model": {"name": "tiny-random", "device": "cpu"},
+        "precision": "fp32",
+        "backend": {"kind": "vllm", "python": fake_vllm},
+        "env": {"name": "arithmetic", "max_turns": 1},
+        "rollout": {"max_new_tokens": 8, "max_total_tokens": 256},
+        "eval": {"num_tasks": 2},
+        "steps": 2,
+        "tasks_per_step": 2,
+        "group_size": 2,
+        "checkpoint_every": 0,
+        "output_dir": str(tmp_path / "run"),
+        "lora": {"enabled": lora, "r": 4},
+        "skip_zero_advantage": False,
     }
     result = train(config)
     assert [step["weight_sync_time_s"] > 0 for step in result.steps] == [True, True]
-    assert pushes["adapter" if lora else "full"] >= 2 and pushes["full" if lora else "adapter"] == 0  # LoRA moves adapters only
+    assert (
+        pushes["adapter" if lora else "full"] >= 2 and pushes["full" if lora else "adapter"] == 0
+    )  # LoRA moves adapters only
     import json
 
     rows = [json.loads(line) for line in (result.run_dir / "rollouts.jsonl").read_text().splitlines()]
@@ -397,8 +482,22 @@ def test_serve_puts_the_gateway_in_front_of_vllm(fake_vllm, tmp_path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "agentic_rl", "serve", "tiny-random", "--engine", "vllm", "--port", str(port), "--set", f"backend.python={fake_vllm}"]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    command = [
+        sys.executable,
+        "-m",
+        "agentic_rl",
+        "serve",
+        "tiny-random",
+        "--engine",
+        "vllm",
+        "--port",
+        str(port),
+        "--set",
+        f"backend.python={fake_vllm}",
+    ]
+    server = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
@@ -410,10 +509,14 @@ def test_serve_puts_the_gateway_in_front_of_vllm(fake_vllm, tmp_path) -> None:
             except httpx.HTTPError:
                 time.sleep(0.5)
         client = openai.OpenAI(base_url=f"{url}/episodes/e1/v1", api_key="unused", max_retries=0)
-        reply = client.chat.completions.create(model="tiny-random", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, seed=3)
+        reply = client.chat.completions.create(
+            model="tiny-random", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, seed=3
+        )
         assert reply.choices[0].finish_reason == "stop"
         [call] = httpx.get(f"{url}/episodes/e1").json()["calls"]
-        assert len(call["completion_ids"]) == 4 and call["logprobs"] == [-0.5] * 4  # the fake vLLM's 3 tokens + stop, its log-probs
+        assert (
+            len(call["completion_ids"]) == 4 and call["logprobs"] == [-0.5] * 4
+        )  # the fake vLLM's 3 tokens + stop, its log-probs
     finally:
         server.terminate()
         output, _ = server.communicate(timeout=60)
@@ -422,8 +525,15 @@ def test_serve_puts_the_gateway_in_front_of_vllm(fake_vllm, tmp_path) -> None:
     managed = output.split("with vLLM at ")[1].split()[0]
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{managed}/health", timeout=2)
-    bad = subprocess.run([sys.executable, "-m", "agentic_rl", "serve", "tiny-random", "--set", "backend.base_url=http://x"], capture_output=True, text=True, timeout=120)
-    assert bad.returncode != 0 and "only with --engine vllm" in bad.stderr + bad.stdout and "Traceback" not in bad.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "agentic_rl", "serve", "tiny-random", "--set", "backend.base_url=http://x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        bad.returncode != 0 and "only with --engine vllm" in bad.stderr + bad.stdout and "Traceback" not in bad.stderr
+    )
 
 
 def test_the_gateway_streams_vllm_turns_as_sampled_and_a_client_that_leaves_frees_the_request(backend) -> None:
@@ -441,7 +551,9 @@ def test_the_gateway_streams_vllm_turns_as_sampled_and_a_client_that_leaves_free
         httpx.post(f"{backend.base_url}/fake/slow", json={"delay_s": 0.1, "tokens": 12})
         client = openai.OpenAI(base_url=server.episode_url("s"), api_key="unused", max_retries=0)
         started, arrivals, text = time.monotonic(), [], ""
-        for chunk in client.chat.completions.create(model="tiny-random", messages=[{"role": "user", "content": "Hi"}], max_tokens=12, stream=True, seed=1):
+        for chunk in client.chat.completions.create(
+            model="tiny-random", messages=[{"role": "user", "content": "Hi"}], max_tokens=12, stream=True, seed=1
+        ):
             if chunk.choices and chunk.choices[0].delta.content:
                 arrivals.append(time.monotonic() - started)
                 text += chunk.choices[0].delta.content
@@ -450,7 +562,9 @@ def test_the_gateway_streams_vllm_turns_as_sampled_and_a_client_that_leaves_free
         assert len(arrivals) >= 3 and arrivals[0] < arrivals[-1] - 0.5  # spread over the ~1.2 s of sampling
 
         httpx.post(f"{backend.base_url}/fake/slow", json={"delay_s": 0.05, "tokens": 400})
-        stream = client.chat.completions.create(model="tiny-random", messages=[{"role": "user", "content": "Hi"}], max_tokens=400, stream=True, seed=2)
+        stream = client.chat.completions.create(
+            model="tiny-random", messages=[{"role": "user", "content": "Hi"}], max_tokens=400, stream=True, seed=2
+        )
         for count, _ in enumerate(stream):
             if count == 3:
                 break

@@ -20,10 +20,14 @@ from agentic_rl.models import load
 from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.rl import RLTrainer
 
-PYTHON = os.environ.get("AGENTIC_RL_VLLM_PYTHON", str(Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"))
+PYTHON = os.environ.get(
+    "AGENTIC_RL_VLLM_PYTHON", str(Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python")
+)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not Path(PYTHON).is_file(), reason=f"no vLLM environment at {PYTHON} (build it with `make vllm`)"),
+    pytest.mark.skipif(
+        not Path(PYTHON).is_file(), reason=f"no vLLM environment at {PYTHON} (build it with `make vllm`)"
+    ),
 ]
 
 BF16_TOLERANCE = 0.25
@@ -42,7 +46,9 @@ def served():
 
 
 def _prompt(tokenizer) -> list[int]:
-    return tokenizer.apply_chat_template([{"role": "user", "content": "What is 12 + 30?"}], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 12 + 30?"}], add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
 
 
 def _trainer_logprobs(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
@@ -56,15 +62,25 @@ def _trainer_logprobs(model, prompt: list[int], completion: list[int]) -> torch.
 
 def _server_logprobs(backend, prompt: list[int], completion: list[int]) -> torch.Tensor:
     """The server's log-probs of ``completion`` after ``prompt`` (teacher-forced: prompt_logprobs)."""
-    body = {"model": backend.model_name, "prompt": prompt + completion, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 0}
-    rows = httpx.post(f"{backend.base_url}/v1/completions", json=body, timeout=120).json()["choices"][0]["prompt_logprobs"]
+    body = {
+        "model": backend.model_name,
+        "prompt": prompt + completion,
+        "max_tokens": 1,
+        "prompt_logprobs": 0,
+        "temperature": 0,
+    }
+    rows = httpx.post(f"{backend.base_url}/v1/completions", json=body, timeout=120).json()["choices"][0][
+        "prompt_logprobs"
+    ]
     return torch.tensor([rows[len(prompt) + i][str(token)]["logprob"] for i, token in enumerate(completion)])
 
 
 def test_the_server_follows_the_trainers_weights(served) -> None:
     model, tokenizer, backend = served
     prompt = _prompt(tokenizer)
-    completion = backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=24), stop_token_ids=[tokenizer.eos_token_id])[0]
+    completion = backend.generate(
+        [prompt], SamplingParams(temperature=0, max_new_tokens=24), stop_token_ids=[tokenizer.eos_token_id]
+    )[0]
     assert completion.error is None and len(completion.token_ids) > 4
     before = _trainer_logprobs(model, prompt, completion.token_ids)
     # The sampler's log-probs are the trainer's up to the server's rounding.
@@ -79,19 +95,33 @@ def test_the_server_follows_the_trainers_weights(served) -> None:
     served_now = _server_logprobs(backend, prompt, completion.token_ids)
     assert (served_now - after).abs().max() < BF16_TOLERANCE  # the new weights answer
     assert (served_now - before).abs().max() > 4 * BF16_TOLERANCE  # not the old ones (measured 1.6)
-    assert backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=4), stop_token_ids=[2])[0].weight_version == version
+    assert (
+        backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=4), stop_token_ids=[2])[
+            0
+        ].weight_version
+        == version
+    )
 
 
 def test_two_grpo_steps_train_on_the_servers_rollouts(served) -> None:
     model, tokenizer, backend = served
-    config = TrainConfig.model_validate({
-        "model": {"name": "smollm2-135m", "device": "cpu"}, "precision": "fp32", "backend": {"kind": "vllm"},
-        "env": {"name": "arithmetic", "max_turns": 2}, "rollout": {"max_new_tokens": 48, "max_total_tokens": 1024},
-        "steps": 2, "tasks_per_step": 2, "group_size": 4, "optim": {"lr": 1e-5}, "checkpoint_every": 0,
-        # Forward every episode: with only 2 groups, both may score alike and the default
-        # would train (and measure the sampler gap) on nothing.
-        "skip_zero_advantage": False,
-    })
+    config = TrainConfig.model_validate(
+        {
+            "model": {"name": "smollm2-135m", "device": "cpu"},
+            "precision": "fp32",
+            "backend": {"kind": "vllm"},
+            "env": {"name": "arithmetic", "max_turns": 2},
+            "rollout": {"max_new_tokens": 48, "max_total_tokens": 1024},
+            "steps": 2,
+            "tasks_per_step": 2,
+            "group_size": 4,
+            "optim": {"lr": 1e-5},
+            "checkpoint_every": 0,
+            # Forward every episode: with only 2 groups, both may score alike and the default
+            # would train (and measure the sampler gap) on nothing.
+            "skip_zero_advantage": False,
+        }
+    )
     make_env = lambda: envs.make("arithmetic", max_turns=2)  # noqa: E731
     trainer = RLTrainer(config, model, tokenizer, backend, make_env, list(range(100)))
     assert trainer.rollout_correction != "none"  # bf16 sampler, float32 trainer: the correction is on
@@ -101,7 +131,9 @@ def test_two_grpo_steps_train_on_the_servers_rollouts(served) -> None:
     for metrics in steps:
         assert metrics["skipped_infra"] == 0.0 and metrics["response_length"] > 0
         assert 0 < metrics["weight_sync_time_s"] < 60
-        assert metrics["rollout_logprob_diff_mean"] < 0.1  # sampler and trainer agree up to the server's rounding (bf16: ~0.01-0.02)
+        assert (
+            metrics["rollout_logprob_diff_mean"] < 0.1
+        )  # sampler and trainer agree up to the server's rounding (bf16: ~0.01-0.02)
 
 
 def test_the_gateway_serves_through_vllm(served) -> None:
@@ -116,12 +148,29 @@ def test_the_gateway_serves_through_vllm(served) -> None:
     server.start()
     try:
         client = openai.OpenAI(base_url=server.episode_url("real"), api_key="unused", max_retries=0)
-        tools = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate arithmetic.", "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]
-        reply = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "What is 12 * 7?"}], tools=tools, max_tokens=24, seed=1)
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "calculator",
+                    "description": "Evaluate arithmetic.",
+                    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+                },
+            }
+        ]
+        reply = client.chat.completions.create(
+            model="smollm2",
+            messages=[{"role": "user", "content": "What is 12 * 7?"}],
+            tools=tools,
+            max_tokens=24,
+            seed=1,
+        )
         assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
         [call] = server.store.get("real").calls
         assert call.completion_ids and len(call.logprobs) == len(call.completion_ids)
-        assert "<tool_call>" in tokenizer.decode(call.prompt_ids) or "calculator" in tokenizer.decode(call.prompt_ids)  # the tools reached the prompt
+        assert "<tool_call>" in tokenizer.decode(call.prompt_ids) or "calculator" in tokenizer.decode(
+            call.prompt_ids
+        )  # the tools reached the prompt
         trainer = _trainer_logprobs(model, call.prompt_ids, call.completion_ids)
         assert (trainer - torch.tensor(call.logprobs)).abs().max().item() < BF16_TOLERANCE
     finally:
@@ -148,7 +197,9 @@ def test_the_server_follows_the_trainers_lora_adapters(served_lora) -> None:
     are the trainer's LoRA model's, and no longer the base's."""
     model, tokenizer, backend = served_lora
     prompt = _prompt(tokenizer)
-    completion = backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=24), stop_token_ids=[tokenizer.eos_token_id])[0]
+    completion = backend.generate(
+        [prompt], SamplingParams(temperature=0, max_new_tokens=24), stop_token_ids=[tokenizer.eos_token_id]
+    )[0]
     assert completion.error is None and len(completion.token_ids) > 4
     before = _trainer_logprobs(model, prompt, completion.token_ids)  # lora_B starts at zero: the base model
     assert (torch.tensor(completion.logprobs) - before).abs().max() < BF16_TOLERANCE
@@ -166,4 +217,9 @@ def test_the_server_follows_the_trainers_lora_adapters(served_lora) -> None:
     # drawn at 0.1 and 0.05); max 0.07 on the base before the push.
     assert (served_now - after).abs().mean() < 0.1 and (served_now - after).abs().max() < 2 * BF16_TOLERANCE
     assert (served_now - before).abs().max() > 4 * BF16_TOLERANCE  # not the base alone (measured 5.2)
-    assert backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=4), stop_token_ids=[2])[0].weight_version == version
+    assert (
+        backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=4), stop_token_ids=[2])[
+            0
+        ].weight_version
+        == version
+    )

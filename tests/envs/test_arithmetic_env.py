@@ -14,7 +14,11 @@ from agentic_rl.types import ToolResult
 
 def call(expression, *, name: str = "calculator", **extra) -> str:
     """A well-formed hermes tool call."""
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"expression": expression, **extra}}) + "\n</tool_call>"
+    return (
+        "<tool_call>\n"
+        + json.dumps({"name": name, "arguments": {"expression": expression, **extra}})
+        + "\n</tool_call>"
+    )
 
 
 def started(env: ToolEnv, index: int = 0):
@@ -169,7 +173,10 @@ def test_reversed_steps_sets_the_share_of_order_reversing_subtractions(share) ->
         steps = task.prompt.split(", ", 1)[1].split(", then ")
         assert sum(" from " in step for step in steps) == (len(steps) if share else 0)
     # the default share keeps the tasks each seed always had
-    assert ArithmeticTasks(split="train", phrasing="words", reversed_steps=0.5)[0].prompt == ArithmeticTasks(split="train", phrasing="words")[0].prompt
+    assert (
+        ArithmeticTasks(split="train", phrasing="words", reversed_steps=0.5)[0].prompt
+        == ArithmeticTasks(split="train", phrasing="words")[0].prompt
+    )
 
 
 def test_words_demonstrations_call_the_calculator_with_the_parenthesized_expression() -> None:
@@ -177,7 +184,9 @@ def test_words_demonstrations_call_the_calculator_with_the_parenthesized_express
     messages, _ = env.reset(options={"task_index": 0})
     demo = ArithmeticTasks(split="demo", phrasing="words")[0]
     assert messages[1]["content"] == demo.prompt
-    assert json.loads(messages[2]["content"].split("<tool_call>")[1].split("</tool_call>")[0])["arguments"] == {"expression": demo.metadata["expression"]}
+    assert json.loads(messages[2]["content"].split("<tool_call>")[1].split("</tool_call>")[0])["arguments"] == {
+        "expression": demo.metadata["expression"]
+    }
 
 
 def test_num_tasks_limits_the_split() -> None:
@@ -290,21 +299,27 @@ def test_tool_call_returns_observation_and_continues() -> None:
     observations, reward, terminated, truncated, info = env.step(
         {"role": "assistant", "content": "Let me compute.\n" + call(task.metadata["expression"])}
     )
-    assert observations == [{"role": "tool", "name": "calculator", "content": f"<tool_response>\n{task.answer}\n</tool_response>"}]
+    assert observations == [
+        {"role": "tool", "name": "calculator", "content": f"<tool_response>\n{task.answer}\n</tool_response>"}
+    ]
     assert (reward, terminated, truncated) == (0.0, False, False)
     [result] = info["tool_results"]
     assert isinstance(result, ToolResult)
     assert (result.name, result.content, result.ok, result.malformed) == ("calculator", task.answer, True, False)
     assert info["correct"] is False and info["answer"] is None
     # ... and the answer on the next turn is scored.
-    observations, reward, terminated, truncated, info = env.step({"role": "assistant", "content": f"<answer>{task.answer}</answer>"})
+    observations, reward, terminated, truncated, info = env.step(
+        {"role": "assistant", "content": f"<answer>{task.answer}</answer>"}
+    )
     assert (observations, reward, terminated, truncated, info["correct"]) == ([], 1.0, True, False, True)
 
 
 def test_several_calls_in_one_turn_each_get_a_result() -> None:
     env = make("arithmetic")
     started(env)
-    observations, _, terminated, _, info = env.step({"role": "assistant", "content": call("2 + 3") + call("6 * 7") + call("10 - 1")})
+    observations, _, terminated, _, info = env.step(
+        {"role": "assistant", "content": call("2 + 3") + call("6 * 7") + call("10 - 1")}
+    )
     assert not terminated
     assert [o["content"] for o in observations] == [f"<tool_response>\n{v}\n</tool_response>" for v in ("5", "42", "9")]
     assert [r.content for r in info["tool_results"]] == ["5", "42", "9"]
@@ -314,7 +329,9 @@ def test_several_calls_in_one_turn_each_get_a_result() -> None:
 def test_oversized_call_is_a_malformed_call_and_not_run() -> None:
     env = make("arithmetic", max_argument_chars=200)
     started(env)
-    observations, _, terminated, _, info = env.step({"role": "assistant", "content": call("2 + 3") + call("+".join(["1"] * 200))})
+    observations, _, terminated, _, info = env.step(
+        {"role": "assistant", "content": call("2 + 3") + call("+".join(["1"] * 200))}
+    )
     assert not terminated
     short, long = info["tool_results"][1], info["tool_results"][0]  # parse errors come first
     assert (short.name, short.content, short.ok) == ("calculator", "5", True)
@@ -336,13 +353,25 @@ def test_failing_tool_is_not_malformed() -> None:
 @pytest.mark.parametrize(
     ("text", "name", "error"),
     [
-        ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"\n</tool_call>', INVALID_CALL, "invalid JSON"),
+        (
+            '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"\n</tool_call>',
+            INVALID_CALL,
+            "invalid JSON",
+        ),
         ("<tool_call>not json at all</tool_call>", INVALID_CALL, "invalid JSON"),
         (call("1+1", name="search"), "search", "unknown tool 'search'"),
         (call(5), "calculator", "argument 'expression' must be string"),
         (call("1+1", precision=3), "calculator", "unexpected argument 'precision'"),
-        ('<tool_call>\n{"name": "calculator", "arguments": {}}\n</tool_call>', "calculator", "missing required argument 'expression'"),
-        ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"}}', INVALID_CALL, "unclosed <tool_call>"),
+        (
+            '<tool_call>\n{"name": "calculator", "arguments": {}}\n</tool_call>',
+            "calculator",
+            "missing required argument 'expression'",
+        ),
+        (
+            '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"}}',
+            INVALID_CALL,
+            "unclosed <tool_call>",
+        ),
     ],
 )
 def test_malformed_call_gives_error_observation(text: str, name: str, error: str) -> None:
@@ -396,7 +425,9 @@ def test_step_before_reset_raises() -> None:
 
 
 def test_make_unknown_name_suggests_the_closest() -> None:
-    with pytest.raises(UnknownEnvError, match=r"unknown env 'arithmetc' \(did you mean 'arithmetic'\?\); registered envs: .*arithmetic"):
+    with pytest.raises(
+        UnknownEnvError, match=r"unknown env 'arithmetc' \(did you mean 'arithmetic'\?\); registered envs: .*arithmetic"
+    ):
         make("arithmetc")
     with pytest.raises(KeyError):  # UnknownEnvError is a KeyError
         make("zzzz")

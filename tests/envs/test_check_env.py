@@ -16,7 +16,9 @@ class GoodEnv:
 
     def reset(self, *, seed=None, options=None):
         index = random.Random(seed).randrange(self.num_tasks)
-        return [{"role": "system", "content": "Answer."}, {"role": "user", "content": f"Question {index}"}], {"task_id": str(index)}
+        return [{"role": "system", "content": "Answer."}, {"role": "user", "content": f"Question {index}"}], {
+            "task_id": str(index)
+        }
 
     def step(self, assistant_message):
         return [], 1.0, True, False, {}

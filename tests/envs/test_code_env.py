@@ -25,7 +25,9 @@ def reply(code: str) -> dict:
 
 
 def score(code: str, *, partial_credit: bool = False, task=TASK) -> tuple[float, dict]:
-    env = envs.make("code", partial_credit=partial_credit, tools=(), test_timeout_s=3.0)  # short: the hang hack waits it out
+    env = envs.make(
+        "code", partial_credit=partial_credit, tools=(), test_timeout_s=3.0
+    )  # short: the hang hack waits it out
     env.reset(options={"task": task})
     _, reward, terminated, _, info = env.step(reply(code))
     assert terminated
@@ -44,7 +46,16 @@ def test_check_env_on_every_dataset(tmp_path):
 
 
 def test_oracle_earns_one_and_wrong_or_empty_answers_zero():
-    assert score("def add(a, b):\n    return a + b\n") == (1.0, {"answer": "def add(a, b):\n    return a + b\n", "correct": True, "tool_results": [], "tests_passed": 4, "tests_total": 4})
+    assert score("def add(a, b):\n    return a + b\n") == (
+        1.0,
+        {
+            "answer": "def add(a, b):\n    return a + b\n",
+            "correct": True,
+            "tool_results": [],
+            "tests_passed": 4,
+            "tests_total": 4,
+        },
+    )
     assert score("def add(a, b):\n    return a - b\n")[0] == 0.0
     assert score("")[0] == 0.0
     env = envs.make("code", tools=())
@@ -92,8 +103,8 @@ HACKS = {
         "def add(a, b):\n    return None\n"
     ),
     "patch the report stream": (
-        "import os, sys\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"value\": \"3\"}\\n')\n    except OSError:\n        pass\n"
-        "sys.stdout.write('\\nfeedbeef {\"passed\": [true, true, true, true], \"setup_ok\": true}\\n')\n"
+        'import os, sys\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b\'{"value": "3"}\\n\')\n    except OSError:\n        pass\n'
+        'sys.stdout.write(\'\\nfeedbeef {"passed": [true, true, true, true], "setup_ok": true}\\n\')\n'
         "def add(a, b):\n    return None\n"
     ),
     "hang": "def add(a, b):\n    while True:\n        pass\n",
@@ -137,12 +148,22 @@ def test_procedural_references_pass_and_are_deterministic_and_disjoint_from_huma
     names = {task.metadata["entry_point"] for task in ProceduralCodeTasks(2000)}
     assert len(names) > 50 and not names & humaneval
     for task in tasks[:14]:
-        report = run_unit_tests(task.answer, prompt=task.metadata["prompt"], test=task.metadata["test"], entry_point=task.metadata["entry_point"])
+        report = run_unit_tests(
+            task.answer,
+            prompt=task.metadata["prompt"],
+            test=task.metadata["test"],
+            entry_point=task.metadata["entry_point"],
+        )
         assert report.all_passed and report.total >= 5, task.id
 
 
 def test_bad_options_fail_in_one_line(tmp_path):
-    for options, word in (({"dataset": "mbpp"}, "dataset"), ({"dataset": "humaneval", "path": "x.jsonl"}, "path"), ({"tools": ["search"]}, "tools"), ({"parser": "react"}, "parser")):
+    for options, word in (
+        ({"dataset": "mbpp"}, "dataset"),
+        ({"dataset": "humaneval", "path": "x.jsonl"}, "path"),
+        ({"tools": ["search"]}, "tools"),
+        ({"parser": "react"}, "parser"),
+    ):
         with pytest.raises(ValueError, match=word):
             envs.make("code", **options)
     bad = tmp_path / "bad.jsonl"
@@ -163,7 +184,9 @@ def test_humaneval_canonical_solutions_all_earn_one():
 
     def run(task):
         meta = task.metadata
-        return task.id, run_unit_tests(task.answer, prompt=meta["prompt"], test=meta["test"], entry_point=meta["entry_point"], timeout_s=20.0)
+        return task.id, run_unit_tests(
+            task.answer, prompt=meta["prompt"], test=meta["test"], entry_point=meta["entry_point"], timeout_s=20.0
+        )
 
     with ThreadPoolExecutor(2) as pool:  # ~15 s on two cores; each run is two sandboxed processes
         failed = [(task_id, report) for task_id, report in pool.map(run, tasks) if not report.all_passed]

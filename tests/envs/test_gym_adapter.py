@@ -33,7 +33,9 @@ def test_transitions_equal_gymnasiums(moves) -> None:
     reference.reset(seed=3)
     assert plain_text(reference.render()).strip("\n") in messages[-1]["content"]
     for action in moves:
-        observations, reward, terminated, truncated, info = env.step({"role": "assistant", "content": f"<answer>{ACTIONS[action].upper()}</answer>"})
+        observations, reward, terminated, truncated, info = env.step(
+            {"role": "assistant", "content": f"<answer>{ACTIONS[action].upper()}</answer>"}
+        )
         _, expected_reward, expected_terminated, expected_truncated, _ = reference.step(action)
         assert (reward, terminated, truncated) == (expected_reward, expected_terminated, expected_truncated)
         assert info["answer"] == ACTIONS[action] and info["correct"] == (terminated and reward > 0)
@@ -47,11 +49,16 @@ def test_transitions_equal_gymnasiums(moves) -> None:
 def test_the_goal_path_scores_one_and_a_hole_zero() -> None:
     env = make("gymnasium", **OPTIONS)
     env.reset(options={"task_index": 0})
-    total = sum(env.step({"role": "assistant", "content": f"<answer>{a}</answer>"})[1] for a in ["Down", "Down", "Right", "Right", "Down", "Right"])
+    total = sum(
+        env.step({"role": "assistant", "content": f"<answer>{a}</answer>"})[1]
+        for a in ["Down", "Down", "Right", "Right", "Down", "Right"]
+    )
     assert total == 1.0 and env.episode_metrics()["gym/success"] == 1.0
     env.reset(options={"task_index": 0})
     _, reward, terminated, _, info = env.step({"role": "assistant", "content": "<answer>Right</answer>"})
-    _, reward, terminated, _, info = env.step({"role": "assistant", "content": "<answer>Down</answer>"})  # the hole at (1, 1)
+    _, reward, terminated, _, info = env.step(
+        {"role": "assistant", "content": "<answer>Down</answer>"}
+    )  # the hole at (1, 1)
     assert (reward, terminated, info["correct"]) == (0.0, True, False)
 
 
@@ -63,14 +70,18 @@ def test_player_is_visible_without_terminal_colours() -> None:
 def test_invalid_action_is_penalised_and_leaves_the_env_alone() -> None:
     env = make("gymnasium", **OPTIONS, max_turns=2)
     env.reset(options={"task_index": 0})
-    observations, reward, terminated, truncated, info = env.step({"role": "assistant", "content": "<answer>Jump</answer>"})
+    observations, reward, terminated, truncated, info = env.step(
+        {"role": "assistant", "content": "<answer>Jump</answer>"}
+    )
     assert (reward, terminated, truncated, info["turn_reward"]) == (0.0, False, False, -0.1)
     assert "[S]FFF" in observations[0]["content"]
     assert env.step({"role": "assistant", "content": "<answer>Left</answer>"})[3]  # truncated at max_turns
 
 
 def test_observation_formatter_and_default_action_names() -> None:
-    env = make("gymnasium", env_kwargs={"is_slippery": False}, observation_formatter="tests.envs.test_gym_adapter:state_text")
+    env = make(
+        "gymnasium", env_kwargs={"is_slippery": False}, observation_formatter="tests.envs.test_gym_adapter:state_text"
+    )
     messages, _ = env.reset(options={"task_index": 0})
     assert messages[-1]["content"].startswith("state 0")
     observations, *_ = env.step({"role": "assistant", "content": "<answer>1</answer>"})  # Down

@@ -16,14 +16,20 @@ def test_import_path_builds_the_same_env_as_the_registered_name() -> None:
     assert type(by_path) is type(by_name) and by_path.num_tasks == by_name.num_tasks
     assert by_path.reset(options={"task_index": 3})[0] == by_name.reset(options={"task_index": 3})[0]
     assert accepts_option(PATH, "split")
-    assert env_factory(PATH, {}, split="train")().reset(options={"task_index": 0})[0] == make("arithmetic", split="train").reset(options={"task_index": 0})[0]
+    assert (
+        env_factory(PATH, {}, split="train")().reset(options={"task_index": 0})[0]
+        == make("arithmetic", split="train").reset(options={"task_index": 0})[0]
+    )
 
 
 @pytest.mark.parametrize(
     ("name", "message"),
     [
         ("no_such_module_xyz:Env", "env: cannot import 'no_such_module_xyz:Env': ModuleNotFoundError"),
-        ("agentic_rl.envs.arithmetic:NoSuchEnv", "env: cannot import 'agentic_rl.envs.arithmetic:NoSuchEnv': AttributeError"),
+        (
+            "agentic_rl.envs.arithmetic:NoSuchEnv",
+            "env: cannot import 'agentic_rl.envs.arithmetic:NoSuchEnv': AttributeError",
+        ),
         ("agentic_rl.envs.arithmetic:__doc__", "is not a class or function"),
         ("arithmetc", "did you mean 'arithmetic'?"),
     ],

@@ -14,13 +14,18 @@ from agentic_rl.rewards import extract_tag, math_equivalent
 GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 needs_gsm8k = pytest.mark.skipif(not GSM8K.exists(), reason=f"{GSM8K} not present")
 
-RETOOL_CALL = "April is 48, May is half.\n<code>\n```python\napril = 48\nmay = april // 2\nprint(april + may)\n```\n</code>"
+RETOOL_CALL = (
+    "April is 48, May is half.\n<code>\n```python\napril = 48\nmay = april // 2\nprint(april + may)\n```\n</code>"
+)
 
 
 @pytest.fixture
 def tasks(tmp_path) -> str:
     path = tmp_path / "tasks.jsonl"
-    rows = [{"question": "What is 6*7?", "answer": "6*7 = <<6*7=42>>42\n#### 42"}, {"question": "Half of 9?", "answer": "#### 4.5"}]
+    rows = [
+        {"question": "What is 6*7?", "answer": "6*7 = <<6*7=42>>42\n#### 42"},
+        {"question": "Half of 9?", "answer": "#### 4.5"},
+    ]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return str(path)
 
@@ -30,7 +35,9 @@ def test_retool_env_step_runs_code_and_wraps_output(tasks):
     try:
         assert "<code>\n```python" in env.system_prompt and "<interpreter>" in env.system_prompt
         env.reset(options={"task_index": 0})
-        observations, reward, terminated, truncated, info = env.step({"role": "assistant", "content": "<code>\n```python\nv = 6 * 7\nprint(v)\n```\n</code>"})
+        observations, reward, terminated, truncated, info = env.step(
+            {"role": "assistant", "content": "<code>\n```python\nv = 6 * 7\nprint(v)\n```\n</code>"}
+        )
         assert (reward, terminated, truncated) == (0.0, False, False)
         assert observations == [{"role": "tool", "name": "python", "content": "<interpreter>\n42\n</interpreter>"}]
         # State persists across blocks (the notebook loop); long output is cut with a marker.
@@ -39,7 +46,9 @@ def test_retool_env_step_runs_code_and_wraps_output(tasks):
         assert content.startswith("<interpreter>\n4242") and content.endswith("4242\n</interpreter>")
         assert "[output truncated: 140 more characters]" in content
         # A malformed block is an error observation in the same tags, and is not run.
-        observations, _, terminated, _, info = env.step({"role": "assistant", "content": "<code>```python\nprint(1)\n</code>"})
+        observations, _, terminated, _, info = env.step(
+            {"role": "assistant", "content": "<code>```python\nprint(1)\n</code>"}
+        )
         assert not terminated and info["tool_results"][0].malformed
         assert observations[0]["content"].startswith("<interpreter>\nError: unclosed ``` fence")
         _, reward, terminated, _, info = env.step({"role": "assistant", "content": "So <answer>42</answer>"})
@@ -53,7 +62,9 @@ def test_retool_needs_the_python_tool(tasks):
         envs.make("math-python", path=tasks, parser="retool", tools=["calculator"])
 
 
-@pytest.mark.parametrize(("parser", "tools"), [("hermes", ["python"]), ("retool", ["python"]), ("hermes", ["calculator"])])
+@pytest.mark.parametrize(
+    ("parser", "tools"), [("hermes", ["python"]), ("retool", ["python"]), ("hermes", ["calculator"])]
+)
 def test_few_shot_demonstrations_use_real_tool_outputs(tasks, parser, tools):
     env = envs.make("math-python", path=tasks, parser=parser, tools=tools, few_shot=2, timeout_s=5)
     try:
@@ -62,7 +73,24 @@ def test_few_shot_demonstrations_use_real_tool_outputs(tasks, parser, tools):
         env.close()
     roles = [m["role"] for m in messages]
     # system, then demo 1 (two calls), demo 2 (three calls), then the question.
-    assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant", "user"]
+    assert roles == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+    ]
     assert messages[1]["content"] == DEMO_PROBLEMS[0]["question"] and messages[-1]["content"] == "What is 6*7?"
     first_call = env.parser.parse(messages[2]["content"]).calls[0]
     if tools == ["python"]:
@@ -81,7 +109,10 @@ def test_few_shot_without_tools_shows_reasoning_only(tasks):
     env = envs.make("math-python", path=tasks, tools=[], few_shot=1)
     messages, _ = env.reset(options={"task_index": 0})
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
-    assert messages[2]["content"] == "Each morning she fills 24/6 = 4 boxes.\nIn 5 mornings she fills 4*5 = 20 boxes.\n<answer>20</answer>"
+    assert (
+        messages[2]["content"]
+        == "Each morning she fills 24/6 = 4 boxes.\nIn 5 mornings she fills 4*5 = 20 boxes.\n<answer>20</answer>"
+    )
     with pytest.raises(ValueError, match=r"few_shot: expected an int in \[0, 4\]"):
         envs.make("math-python", path=tasks, few_shot=5)
 

@@ -22,7 +22,15 @@ def _play(env, index: int, reply) -> tuple[float, dict]:
             return total, env.episode_metrics()
 
 
-@pytest.mark.parametrize("name,options", [("long-qa", {}), ("long-qa", {"split": "test", "num_chunks": 10, "num_facts": 8, "num_questions": 4}), ("multi-search-qa", {}), ("multi-search-qa", {"split": "test", "num_questions": 2, "hops": [1, 2]})])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("long-qa", {}),
+        ("long-qa", {"split": "test", "num_chunks": 10, "num_facts": 8, "num_questions": 4}),
+        ("multi-search-qa", {}),
+        ("multi-search-qa", {"split": "test", "num_questions": 2, "hops": [1, 2]}),
+    ],
+)
 def test_oracle_scores_one_and_an_empty_policy_zero(name, options) -> None:
     env = make(name, **options)
     check_env(env)
@@ -34,18 +42,27 @@ def test_long_qa_streams_the_document_and_asks_at_the_end() -> None:
     env = make("long-qa", num_chunks=4, chunk_sentences=5, num_facts=3, num_questions=2)
     messages, _ = env.reset(options={"task_index": 3})
     task = env.task
-    assert messages[-1]["content"].endswith(task.metadata["chunks"][0]) and not FACT_PATTERN.search(task.metadata["chunks"][0])  # chunk 1 (kept by every policy) holds no fact
+    assert messages[-1]["content"].endswith(task.metadata["chunks"][0]) and not FACT_PATTERN.search(
+        task.metadata["chunks"][0]
+    )  # chunk 1 (kept by every policy) holds no fact
     assert sum(len(FACT_PATTERN.findall(chunk)) for chunk in task.metadata["chunks"]) == 3
     for k in (2, 3, 4):  # any reply that is not an answer gets the next chunk
         observations, reward, terminated, truncated, _ = env.step({"role": "assistant", "content": "ok"})
-        assert observations == [{"role": "user", "content": f"Chunk {k} of 4:\n{task.metadata['chunks'][k - 1]}"}] and (reward, terminated, truncated) == (0.0, False, False)
+        assert observations == [{"role": "user", "content": f"Chunk {k} of 4:\n{task.metadata['chunks'][k - 1]}"}] and (
+            reward,
+            terminated,
+            truncated,
+        ) == (0.0, False, False)
     observations, *_ = env.step({"role": "assistant", "content": "ok"})
     assert observations[-1]["content"] == questions_message(task.metadata["questions"])
     first, second = task.metadata["answers"]
     _, reward, terminated, _, info = env.step({"role": "assistant", "content": f"<answer>{first}; wrong</answer>"})
     assert (reward, terminated, info["correct"], info["per_question"]) == (0.5, True, False, [1.0, 0.0])
     assert env.episode_metrics()["long_qa/accuracy"] == 0.5 and env.episode_metrics()["long_qa/chunks_read"] == 1.0
-    assert make("long-qa", seed=1).tasks[0] != make("long-qa").tasks[0] and make("long-qa").tasks[5] == make("long-qa").tasks[5]
+    assert (
+        make("long-qa", seed=1).tasks[0] != make("long-qa").tasks[0]
+        and make("long-qa").tasks[5] == make("long-qa").tasks[5]
+    )
 
 
 def test_long_qa_oracle_answers_from_its_notes_within_the_memory_caps() -> None:
@@ -111,7 +128,9 @@ def test_multi_search_reward_is_the_fraction_right() -> None:
     env = make("multi-search-qa", num_questions=3)
     env.reset(options={"task_index": 2})
     golds = env.task.metadata["answers"]
-    _, reward, terminated, _, info = env.step({"role": "assistant", "content": f"<answer>{golds[0]}; no; {golds[2]}</answer>"})
+    _, reward, terminated, _, info = env.step(
+        {"role": "assistant", "content": f"<answer>{golds[0]}; no; {golds[2]}</answer>"}
+    )
     assert reward == pytest.approx(2 / 3) and terminated and not info["correct"]
     assert env.task.prompt.count("\n") == 3  # the three questions, numbered, under one line
     with pytest.raises(ValueError, match="num_questions"):
@@ -124,7 +143,10 @@ def test_plan_first_format_reward_and_adherence() -> None:
     env.reset(options={"task_index": 0})
     plan = "1. search the company\n2. search its founder\n3. answer"
     observations, reward, terminated, _, _ = env.step({"role": "assistant", "content": f"<plan>{plan}</plan>"})
-    assert observations == [{"role": "user", "content": "Plan noted. Now carry it out."}] and (reward, terminated) == (0.0, False)
+    assert observations == [{"role": "user", "content": "Plan noted. Now carry it out."}] and (reward, terminated) == (
+        0.0,
+        False,
+    )
     env.step({"role": "assistant", "content": env.expert_reply()})  # one search of the two planned
     _, reward, terminated, _, _ = env.step({"role": "assistant", "content": "<answer>nobody</answer>"})
     metrics = env.episode_metrics()
@@ -132,7 +154,12 @@ def test_plan_first_format_reward_and_adherence() -> None:
     assert (metrics["plan/made"], metrics["plan/steps"], metrics["plan/adherence"]) == (1.0, 3.0, 0.5)
     env.reset(options={"task_index": 0})  # no plan: the first turn is an ordinary turn, no format reward
     _, reward, terminated, _, _ = env.step({"role": "assistant", "content": f"<answer>{env.task.answer}</answer>"})
-    assert terminated and reward == pytest.approx(0.8) and env.episode_metrics()["plan/made"] == 0.0 and "plan/adherence" not in env.episode_metrics()
+    assert (
+        terminated
+        and reward == pytest.approx(0.8)
+        and env.episode_metrics()["plan/made"] == 0.0
+        and "plan/adherence" not in env.episode_metrics()
+    )
     with pytest.raises(ValueError, match="plan_reward: rewards the plan"):
         make("arithmetic", plan_reward=0.1)
     with pytest.raises(ValueError, match="plan_first: expected true or false"):

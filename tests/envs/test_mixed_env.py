@@ -8,7 +8,10 @@ from agentic_rl import envs
 from agentic_rl.config import ConfigError, EvalConfig, TrainConfig, build
 from agentic_rl.envs import check_env, env_factory, make
 
-MIX = [{"name": "arithmetic", "weight": 3, "label": "easy", "digits": 1, "num_tasks": 5}, {"name": "frozenlake", "weight": 1, "num_tasks": 4}]
+MIX = [
+    {"name": "arithmetic", "weight": 3, "label": "easy", "digits": 1, "num_tasks": 5},
+    {"name": "frozenlake", "weight": 1, "num_tasks": 4},
+]
 
 
 def test_tasks_are_the_entries_end_to_end_and_reset_names_the_entry() -> None:
@@ -38,7 +41,10 @@ def test_task_indices_interleave_entries_from_the_offset_and_group_into_pools() 
 def test_the_split_reaches_each_entry() -> None:
     train = make("mix", mix=[{"name": "arithmetic"}], split="train")
     test = make("mix", mix=[{"name": "arithmetic"}], split="test")
-    assert (train.num_tasks, test.num_tasks) == (make("arithmetic", split="train").num_tasks, make("arithmetic", split="test").num_tasks)
+    assert (train.num_tasks, test.num_tasks) == (
+        make("arithmetic", split="train").num_tasks,
+        make("arithmetic", split="test").num_tasks,
+    )
 
 
 def test_tools_of_every_entry_are_visible_before_a_reset() -> None:
@@ -55,9 +61,15 @@ def test_tools_of_every_entry_are_visible_before_a_reset() -> None:
     [
         ([{"name": "arithmatic"}], "env: mix[0].name: unknown env 'arithmatic' (did you mean 'arithmetic'?)"),
         ([{"name": "arithmetic", "weight": 0}], "env: mix[0].weight: expected a finite number > 0, got 0"),
-        ([{"name": "arithmetic"}, {"name": "frozenlake", "weight": -1}], "env: mix[1].weight: expected a finite number > 0, got -1"),
+        (
+            [{"name": "arithmetic"}, {"name": "frozenlake", "weight": -1}],
+            "env: mix[1].weight: expected a finite number > 0, got -1",
+        ),
         ([{"name": "arithmetic", "weight": "heavy"}], "env: mix[0].weight: expected a finite number > 0, got 'heavy'"),
-        ([{"name": "arithmetic"}, {"name": "arithmetic", "digits": 4}], "env: mix[1].label: two entries are labelled 'arithmetic'"),
+        (
+            [{"name": "arithmetic"}, {"name": "arithmetic", "digits": 4}],
+            "env: mix[1].label: two entries are labelled 'arithmetic'",
+        ),
         ([{"name": "arithmetic", "digitz": 2}], "env: mix[0] (arithmetic): env 'arithmetic' has no option 'digitz'"),
         ([{"name": "mix", "mix": []}], "env: mix[0].name: a mix cannot contain a mix"),
         ([{"weight": 1}], "env: mix[0].name: expected an env name, got None"),
@@ -75,7 +87,10 @@ def test_bad_entries_fail_with_one_line_naming_the_entry(mix, message) -> None:
 @pytest.mark.parametrize(
     "env, message",
     [
-        ({"name": "frozenlake", "mix": MIX}, "env.name: set either env.name (one env, here 'frozenlake') or env.mix (several), not both"),
+        (
+            {"name": "frozenlake", "mix": MIX},
+            "env.name: set either env.name (one env, here 'frozenlake') or env.mix (several), not both",
+        ),
         ({"mix": MIX, "few_shot": 2}, "env: few_shot: with env.mix, options go into each entry (env.mix[i].few_shot)"),
         ({"name": "mix"}, "env: mix: env.name mix needs the entries"),
     ],
@@ -97,8 +112,12 @@ def test_a_mix_config_round_trips_and_names_the_mix_env() -> None:
 def test_what_a_mix_cannot_collect_is_refused_in_one_line() -> None:
     with pytest.raises(ConfigError, match=r"^dpo.enabled: collecting this from an env.mix is not supported yet"):
         build(TrainConfig, {"env": {"mix": MIX}, "dpo": {"enabled": True}})
-    assert build(TrainConfig, {"env": {"mix": MIX}, "sft": {"enabled": True}}).sft.enabled  # the model's own rollouts, per entry
-    assert build(TrainConfig, {"env": {"mix": MIX}, "sft": {"enabled": True, "collect": {"source": "expert"}}}).sft.enabled  # each entry's expert
+    assert build(
+        TrainConfig, {"env": {"mix": MIX}, "sft": {"enabled": True}}
+    ).sft.enabled  # the model's own rollouts, per entry
+    assert build(
+        TrainConfig, {"env": {"mix": MIX}, "sft": {"enabled": True, "collect": {"source": "expert"}}}
+    ).sft.enabled  # each entry's expert
     with pytest.raises(ConfigError, match=r"^curriculum.by: env reweights the entries of an env.mix"):
         build(TrainConfig, {"curriculum": {"enabled": True, "by": "env"}})
 

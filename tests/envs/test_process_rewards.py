@@ -40,7 +40,16 @@ def test_stepsearch_information_gain_and_repeated_query_penalty():
     hop_1 = lambda e: oracle_reply(e.task, [], e.parser)  # noqa: E731
     hop_2 = lambda e: oracle_reply(e.task, e.retrieved[:1], e.parser)  # noqa: E731
     answer = lambda e: oracle_reply(e.task, [e.retrieved[0], e.retrieved[3]], e.parser)  # noqa: E731
-    group = play(env, [hop_1, lambda e: search(e, e.queries[0].upper() + "  "), lambda e: search(e, "weather tomorrow"), hop_2, answer])
+    group = play(
+        env,
+        [
+            hop_1,
+            lambda e: search(e, e.queries[0].upper() + "  "),
+            lambda e: search(e, "weather tomorrow"),
+            hop_2,
+            answer,
+        ],
+    )
     trajectory = group.trajectories[0]
     assert len(env.gold) == 2  # a 2-hop question: two supporting documents
     # hop 1 finds one of two gold docs; the same query again (case and spaces aside) finds
@@ -56,12 +65,36 @@ def test_stepsearch_information_gain_and_repeated_query_penalty():
 
 def test_stepsearch_with_a_qa_file_names_gold_documents_by_id_or_title(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
-    docs = [("d1", "Alpha", "Alpha Corp was founded by Bob Stone."), ("d2", "Bob Stone", "Bob Stone was born in Lyon."), ("d3", "Gamma", "Gamma is a river.")]
+    docs = [
+        ("d1", "Alpha", "Alpha Corp was founded by Bob Stone."),
+        ("d2", "Bob Stone", "Bob Stone was born in Lyon."),
+        ("d3", "Gamma", "Gamma is a river."),
+    ]
     corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in docs))
     qa = tmp_path / "qa.jsonl"
-    qa.write_text(json.dumps({"question": "Where was the founder of Alpha Corp born?", "answers": ["Lyon"], "supporting_docs": ["Alpha", "d2"]}) + "\n")
-    env = envs.make("search-qa", qa_path=str(qa), corpus_path=str(corpus), top_k=1, info_gain_reward=2.0, repeat_penalty=0.5)
-    group = play(env, [search(env, "Gamma river"), search(env, "Alpha Corp founded"), search(env, "Bob Stone born"), search(env, "bob stone born"), "<answer>Lyon</answer>"])
+    qa.write_text(
+        json.dumps(
+            {
+                "question": "Where was the founder of Alpha Corp born?",
+                "answers": ["Lyon"],
+                "supporting_docs": ["Alpha", "d2"],
+            }
+        )
+        + "\n"
+    )
+    env = envs.make(
+        "search-qa", qa_path=str(qa), corpus_path=str(corpus), top_k=1, info_gain_reward=2.0, repeat_penalty=0.5
+    )
+    group = play(
+        env,
+        [
+            search(env, "Gamma river"),
+            search(env, "Alpha Corp founded"),
+            search(env, "Bob Stone born"),
+            search(env, "bob stone born"),
+            "<answer>Lyon</answer>",
+        ],
+    )
     assert [turn.turn_reward for turn in group.trajectories[0].turns] == [0.0, 1.0, 1.0, -0.5, 0.0]
     qa.write_text(json.dumps({"question": "q?", "answers": ["a"]}) + "\n")
     with pytest.raises(ValueError, match="info_gain_reward: task qa-0 of .* has no supporting_docs"):

@@ -39,11 +39,21 @@ def test_wrong_then_right_is_discounted_and_reported():
     env.reset(options={"task_index": 0})
     gold = env.task.answer
     observations, reward, terminated, truncated, info = say(env, f"<answer>{wrong_number(gold)}</answer>")
-    assert (reward, terminated, truncated, info["correct"], info["answer"]) == (0.0, False, False, False, wrong_number(gold))
+    assert (reward, terminated, truncated, info["correct"], info["answer"]) == (
+        0.0,
+        False,
+        False,
+        False,
+        wrong_number(gold),
+    )
     assert observations == [{"role": "user", "content": f"Your answer {wrong_number(gold)} is incorrect. Try again."}]
     observations, reward, terminated, truncated, info = say(env, f"<answer>{gold}</answer>")
     assert (observations, reward, terminated, truncated, info["correct"]) == ([], pytest.approx(0.9), True, False, True)
-    assert env.episode_metrics() == {"reflection/attempts_used": 2.0, "reflection/correct_at_1": 0.0, "reflection/correct_at_final": 1.0}
+    assert env.episode_metrics() == {
+        "reflection/attempts_used": 2.0,
+        "reflection/correct_at_1": 0.0,
+        "reflection/correct_at_final": 1.0,
+    }
 
 
 def test_reward_is_the_final_attempts_times_the_discount_per_extra_attempt():
@@ -60,7 +70,11 @@ def test_right_at_first_attempt_is_the_plain_episode():
     env.reset(options={"task_index": 2})
     observations, reward, terminated, _, info = say(env, f"<answer>{env.task.answer}</answer>")
     assert (observations, reward, terminated, info["correct"]) == ([], 1.0, True, True)
-    assert env.episode_metrics() == {"reflection/attempts_used": 1.0, "reflection/correct_at_1": 1.0, "reflection/correct_at_final": 1.0}
+    assert env.episode_metrics() == {
+        "reflection/attempts_used": 1.0,
+        "reflection/correct_at_1": 1.0,
+        "reflection/correct_at_final": 1.0,
+    }
 
 
 def test_exhausted_attempts_end_the_episode_with_the_last_answer():
@@ -70,7 +84,11 @@ def test_exhausted_attempts_end_the_episode_with_the_last_answer():
     assert [s[2] for s in steps] == [False, False, True]  # terminated only after the third
     assert [len(s[0]) for s in steps] == [1, 1, 0]  # feedback twice, nothing after the last
     assert steps[-1][1] == 0.0 and steps[-1][4]["answer"] == "c" and steps[-1][4]["correct"] is False
-    assert env.episode_metrics() == {"reflection/attempts_used": 3.0, "reflection/correct_at_1": 0.0, "reflection/correct_at_final": 0.0}
+    assert env.episode_metrics() == {
+        "reflection/attempts_used": 3.0,
+        "reflection/correct_at_1": 0.0,
+        "reflection/correct_at_final": 0.0,
+    }
     env.reset(options={"task_index": 3})  # counters are per episode
     assert env.episode_metrics()["reflection/attempts_used"] == 0.0
 
@@ -87,9 +105,15 @@ def test_a_missing_answer_is_a_failed_attempt_and_tool_turns_go_on_between_attem
     env = make("arithmetic", attempts=2, max_turns=6)
     env.reset(options={"task_index": 0})
     observations, reward, terminated, _, info = say(env, "I think it is big.")
-    assert observations == [{"role": "user", "content": "You did not give a final answer inside <answer></answer>. Try again."}]
+    assert observations == [
+        {"role": "user", "content": "You did not give a final answer inside <answer></answer>. Try again."}
+    ]
     assert (reward, terminated, info["answer"]) == (0.0, False, None)
-    call = "<tool_call>\n" + json.dumps({"name": "calculator", "arguments": {"expression": env.task.metadata["expression"]}}) + "\n</tool_call>"
+    call = (
+        "<tool_call>\n"
+        + json.dumps({"name": "calculator", "arguments": {"expression": env.task.metadata["expression"]}})
+        + "\n</tool_call>"
+    )
     observations, *_ = say(env, call)
     assert observations[0]["role"] == "tool" and env.task.answer in observations[0]["content"]
     assert say(env, f"<answer>{env.task.answer}</answer>")[1:3] == (1.0, True)  # discount 1 by default
@@ -99,7 +123,10 @@ def test_self_critique_asks_for_a_critique_first():
     env = make("arithmetic", attempts=2, self_critique=True)
     env.reset(options={"task_index": 0})
     [feedback] = say(env, "<answer>7</answer>")[0]
-    assert feedback["content"] == "Your answer 7 is incorrect. First write a short critique of what went wrong, then try again."
+    assert (
+        feedback["content"]
+        == "Your answer 7 is incorrect. First write a short critique of what went wrong, then try again."
+    )
 
 
 def test_long_or_multiline_answers_are_not_quoted():
@@ -114,7 +141,12 @@ def test_feedback_never_contains_the_gold_answer_arithmetic():
     for index in range(300):
         env.reset(options={"task_index": index})
         gold = env.task.answer
-        for reply in (f"<answer>{wrong_number(gold)}</answer>", "no answer here", "<answer></answer>", f"<answer>{env.task.prompt}</answer>"):
+        for reply in (
+            f"<answer>{wrong_number(gold)}</answer>",
+            "no answer here",
+            "<answer></answer>",
+            f"<answer>{env.task.prompt}</answer>",
+        ):
             env.reset(options={"task_index": index})
             observations, reward, terminated, _, _ = say(env, reply)
             assert not terminated and reward == 0.0
@@ -123,8 +155,13 @@ def test_feedback_never_contains_the_gold_answer_arithmetic():
             # Nothing but the model's own answer is quoted: without it, no trace of the gold.
             answer = re.search(r"<answer>(.*)</answer>", reply)
             quoted = answer.group(1) if answer and answer.group(1) else ""
-            assert gold not in feedback["content"].replace(quoted, "", 1) if quoted else gold not in feedback["content"], (index, reply, feedback)
-            assert re.fullmatch(r"(Your answer (.*) is incorrect|You did not give a final answer inside <answer></answer>)\. Try again\.", feedback["content"])
+            assert (
+                gold not in feedback["content"].replace(quoted, "", 1) if quoted else gold not in feedback["content"]
+            ), (index, reply, feedback)
+            assert re.fullmatch(
+                r"(Your answer (.*) is incorrect|You did not give a final answer inside <answer></answer>)\. Try again\.",
+                feedback["content"],
+            )
 
 
 def test_feedback_never_contains_the_gold_answer_search_qa():
@@ -134,7 +171,16 @@ def test_feedback_never_contains_the_gold_answer_search_qa():
         golds = env.task.metadata.get("answers") or [env.task.answer]
         # A wrong entity from the question itself (the likeliest wrong answer), or a word.
         words = re.findall(r"[A-Z][a-z]+", env.task.prompt)
-        guess = next((w for w in words if not any(squad_normalize(w) in squad_normalize(g) or squad_normalize(g) in squad_normalize(w) for g in golds)), "unknown")
+        guess = next(
+            (
+                w
+                for w in words
+                if not any(
+                    squad_normalize(w) in squad_normalize(g) or squad_normalize(g) in squad_normalize(w) for g in golds
+                )
+            ),
+            "unknown",
+        )
         observations, reward, terminated, _, info = say(env, f"<answer>{guess}</answer>")
         assert not terminated and reward == 0.0 and info["correct"] is False
         [feedback] = observations
@@ -151,7 +197,11 @@ def test_search_qa_partial_f1_is_not_correct_and_metrics_merge():
     _, reward, terminated, _, info = say(env, f"<answer>{gold}</answer>")
     assert terminated and reward == pytest.approx(0.8) and info["em"] == 1.0
     metrics = env.episode_metrics()
-    assert metrics["search/em"] == 1.0 and metrics["reflection/correct_at_1"] == 0.0 and metrics["reflection/correct_at_final"] == 1.0
+    assert (
+        metrics["search/em"] == 1.0
+        and metrics["reflection/correct_at_1"] == 0.0
+        and metrics["reflection/correct_at_final"] == 1.0
+    )
 
 
 def test_code_env_feedback_says_nothing_of_the_tests():
@@ -169,7 +219,13 @@ def test_default_attempts_is_the_plain_episode():
     env = make("arithmetic")
     assert env.attempts == 1 and env.episode_metrics() == {}
     env.reset(options={"task_index": 0})
-    assert say(env, "<answer>5</answer>") == ([], 0.0, True, False, {"answer": "5", "correct": False, "tool_results": []})
+    assert say(env, "<answer>5</answer>") == (
+        [],
+        0.0,
+        True,
+        False,
+        {"answer": "5", "correct": False, "tool_results": []},
+    )
     env.reset(options={"task_index": 0})
     assert say(env, "nothing") == ([], 0.0, True, False, {"answer": None, "correct": False, "tool_results": []})
     assert env.episode_metrics() == {}
@@ -220,21 +276,41 @@ def template_ids(tokenizer, messages):
 def test_engine_trajectory_is_token_exact_with_masked_feedback(tokenizer):
     env = make("arithmetic", attempts=3, attempt_discount=0.9)
     task = env.tasks[0]
-    call = "<tool_call>\n" + json.dumps({"name": "calculator", "arguments": {"expression": task.metadata["expression"]}}) + "\n</tool_call>"
+    call = (
+        "<tool_call>\n"
+        + json.dumps({"name": "calculator", "arguments": {"expression": task.metadata["expression"]}})
+        + "\n</tool_call>"
+    )
     replies = ["<answer>12</answer>", call, f"<answer>{task.answer}</answer>"]
     backend = ScriptedBackend(tokenizer, replies)
-    [group] = rollout(backend, lambda: make("arithmetic", attempts=3, attempt_discount=0.9), [0], config=RolloutConfig(max_total_tokens=4096))
+    [group] = rollout(
+        backend,
+        lambda: make("arithmetic", attempts=3, attempt_discount=0.9),
+        [0],
+        config=RolloutConfig(max_total_tokens=4096),
+    )
     [trajectory] = group.trajectories
     assert trajectory.termination_reason == "answered" and trajectory.correct is True
     assert trajectory.reward == pytest.approx(0.9) and trajectory.answer == task.answer
     assert [turn.reward for turn in trajectory.turns] == [0.0, 0.0, pytest.approx(0.9)]
-    assert [m["role"] for m in trajectory.messages] == ["system", "user", "assistant", "user", "assistant", "tool", "assistant"]
+    assert [m["role"] for m in trajectory.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     assert trajectory.messages[3] == {"role": "user", "content": "Your answer 12 is incorrect. Try again."}
     # The feedback is observation: loss_mask 0, exactly the template's user turn.
     first = trajectory.turns[0]
     feedback = trajectory.token_ids[first.response_end : first.observation_end]
     assert trajectory.loss_mask[first.response_end : first.observation_end] == [0] * len(feedback)
-    assert tokenizer.decode(feedback) == f"\n<|im_start|>user\nYour answer 12 is incorrect. Try again.{IM_END}\n<|im_start|>assistant\n"
+    assert (
+        tokenizer.decode(feedback)
+        == f"\n<|im_start|>user\nYour answer 12 is incorrect. Try again.{IM_END}\n<|im_start|>assistant\n"
+    )
     for turn, reply in zip(trajectory.turns, replies):
         sampled = trajectory.token_ids[turn.response_start : turn.response_end]
         assert trajectory.loss_mask[turn.response_start : turn.response_end] == [1] * len(sampled)
@@ -242,14 +318,25 @@ def test_engine_trajectory_is_token_exact_with_masked_feedback(tokenizer):
     # Each call saw exactly the trajectory so far, and the whole trajectory is the chat
     # template's rendering of its messages, token for token.
     assert backend.prompts == [trajectory.token_ids[: turn.response_start] for turn in trajectory.turns]
-    assert trajectory.token_ids + tokenizer("\n", add_special_tokens=False)["input_ids"] == template_ids(tokenizer, trajectory.messages)
-    assert trajectory.info["episode_metrics"] == {"reflection/attempts_used": 2.0, "reflection/correct_at_1": 0.0, "reflection/correct_at_final": 1.0}
+    assert trajectory.token_ids + tokenizer("\n", add_special_tokens=False)["input_ids"] == template_ids(
+        tokenizer, trajectory.messages
+    )
+    assert trajectory.info["episode_metrics"] == {
+        "reflection/attempts_used": 2.0,
+        "reflection/correct_at_1": 0.0,
+        "reflection/correct_at_final": 1.0,
+    }
 
 
 def test_engine_eval_shows_attempt_one_and_final_accuracy(tokenizer):
     """Four tasks: two right at once, one right at the second attempt, one never."""
     tasks = make("arithmetic").tasks
-    plan = {tasks[0].prompt: ["right"], tasks[1].prompt: ["right"], tasks[2].prompt: ["wrong", "right"], tasks[3].prompt: ["wrong", "wrong"]}
+    plan = {
+        tasks[0].prompt: ["right"],
+        tasks[1].prompt: ["right"],
+        tasks[2].prompt: ["wrong", "right"],
+        tasks[3].prompt: ["wrong", "wrong"],
+    }
 
     def script(prompt_ids, call_index):
         text = tokenizer.decode(prompt_ids)
@@ -258,13 +345,17 @@ def test_engine_eval_shows_attempt_one_and_final_accuracy(tokenizer):
         return f"<answer>{task.answer}</answer>" if plan[task.prompt][attempt] == "right" else "<answer>-5</answer>"
 
     make_env = lambda: make("arithmetic", attempts=2, attempt_discount=0.5)  # noqa: E731
-    groups = rollout(ScriptedBackend(tokenizer, script), make_env, range(4), config=RolloutConfig(max_total_tokens=4096))
+    groups = rollout(
+        ScriptedBackend(tokenizer, script), make_env, range(4), config=RolloutConfig(max_total_tokens=4096)
+    )
     trajectories = [t for g in groups for t in g.trajectories]
     assert [t.reward for t in trajectories] == [1.0, 1.0, 0.5, 0.0]
     assert [t.correct for t in trajectories] == [True, True, True, False]
     assert [t.termination_reason for t in trajectories] == ["answered"] * 4
     metrics = aggregate_metrics([g.trajectories for g in groups], k=1)
-    assert metrics["reflection/correct_at_1"] == 0.5 and metrics["reflection/correct_at_final"] == 0.75 == metrics["avg@1"]
+    assert (
+        metrics["reflection/correct_at_1"] == 0.5 and metrics["reflection/correct_at_final"] == 0.75 == metrics["avg@1"]
+    )
     assert metrics["reflection/attempts_used"] == pytest.approx(1.5)
     # An RL step logs the same env metrics, so attempt 1 vs the final attempt is a training curve too.
     step = rollout_metrics(groups, torch.tensor([t.reward for t in trajectories]), excluded=0)
@@ -274,7 +365,9 @@ def test_engine_eval_shows_attempt_one_and_final_accuracy(tokenizer):
 def test_engine_turn_limit_cuts_a_retry(tokenizer):
     """The engine's own max_turns can end an episode after feedback: reward 0, not correct."""
     backend = ScriptedBackend(tokenizer, ["<answer>1</answer>"])
-    [group] = rollout(backend, lambda: make("arithmetic", attempts=5, max_turns=10), [0], config=RolloutConfig(max_turns=2))
+    [group] = rollout(
+        backend, lambda: make("arithmetic", attempts=5, max_turns=10), [0], config=RolloutConfig(max_turns=2)
+    )
     [trajectory] = group.trajectories
     assert trajectory.termination_reason == "max_turns" and trajectory.reward == 0.0 and trajectory.correct is False
     assert trajectory.info["episode_metrics"]["reflection/attempts_used"] == 2.0

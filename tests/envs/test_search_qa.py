@@ -69,7 +69,9 @@ def test_question_weights_draw_question_types_in_proportion():
     from collections import Counter
 
     def shares(**options):
-        counts = Counter(t.metadata["question_type"] for t in SearchQATasks(split="train", hops=[1, 2], num_tasks=2000, **options))
+        counts = Counter(
+            t.metadata["question_type"] for t in SearchQATasks(split="train", hops=[1, 2], num_tasks=2000, **options)
+        )
         return {kind: counts[kind] / 2000 for kind in ("lookup", "bridge", "comparison")}
 
     weighted = shares(question_weights={"bridge": 3, "comparison": 2})
@@ -77,7 +79,10 @@ def test_question_weights_draw_question_types_in_proportion():
         assert weighted[kind] == pytest.approx(expected, abs=0.035)
     assert shares(question_weights={"lookup": 0})["lookup"] == 0.0
     # Unweighted splits keep their tasks; weights of 1 give the same proportions, other draws.
-    assert SearchQATasks(split="test", hops=2)[0].prompt == SearchQATasks(split="test", hops=2, question_weights=None)[0].prompt
+    assert (
+        SearchQATasks(split="test", hops=2)[0].prompt
+        == SearchQATasks(split="test", hops=2, question_weights=None)[0].prompt
+    )
     assert shares(question_weights={}) == pytest.approx({"lookup": 0.5, "bridge": 0.3, "comparison": 0.2}, abs=0.035)
     for bad, message in (
         ({"bridges": 2}, "unknown question type 'bridges'; known: bridge, comparison, lookup"),
@@ -103,7 +108,9 @@ def test_oracle_answers_every_one_hop_lookup():
 def test_train_and_test_worlds_are_disjoint():
     worlds = _worlds(0)
     train_text = " ".join(d.text for d in worlds["train"].documents())
-    test_names = [e["name"] for kind in ("people", "companies", "inventions", "cities") for e in getattr(worlds["test"], kind)]
+    test_names = [
+        e["name"] for kind in ("people", "companies", "inventions", "cities") for e in getattr(worlds["test"], kind)
+    ]
     assert not any(re.search(rf"\b{re.escape(name)}\b", train_text) for name in test_names[:300])
     train_prompts = {t.prompt for t in SearchQATasks(split="train")[:500]}
     assert not train_prompts & {t.prompt for t in SearchQATasks(split="test")[:500]}
@@ -201,7 +208,9 @@ def test_answering_without_a_search_never_pays_more_than_searching():
         assert search_wrong == pytest.approx(options["format_reward"])
         # A lucky guess without searching: no format term, and no answer term either once
         # the answer needs its evidence retrieved (the shipped recipe's require_evidence).
-        assert search_right == 1.0 and skip_right == pytest.approx(0.0 if options.get("require_evidence") else 1.0 - options["format_reward"])
+        assert search_right == 1.0 and skip_right == pytest.approx(
+            0.0 if options.get("require_evidence") else 1.0 - options["format_reward"]
+        )
         assert max(skip_wrong, skip_right) < search_right
 
 
@@ -209,7 +218,15 @@ def test_require_evidence_pays_the_answer_only_after_every_supporting_document()
     """The shortcut RL found on 2-hop questions: answer after the first search (a comparison
     is right half the time by luck). With ``require_evidence`` a right answer without the
     second document earns only the format term; the oracle's full search still earns 1."""
-    env = make("search-qa", split="test", hops=2, types=["older_person_birth_city"], require_evidence=True, format_reward=0.1, top_k=2)
+    env = make(
+        "search-qa",
+        split="test",
+        hops=2,
+        types=["older_person_birth_city"],
+        require_evidence=True,
+        format_reward=0.1,
+        top_k=2,
+    )
     searcher = oracle_policy("hermes")
     for index in range(10):
         env.reset(options={"task_index": index})
@@ -231,7 +248,16 @@ def test_evidence_reward_pays_the_share_of_supporting_documents_retrieved():
     """``evidence_reward``: a wrong answer after one of a 2-hop question's two documents
     earns format + evidence/2, after both format + evidence; the oracle earns 1; answering
     without a search earns nothing, and no answer (the evidence alone) earns nothing."""
-    env = make("search-qa", split="test", hops=2, types=["older_person_birth_city"], require_evidence=True, format_reward=0.1, evidence_reward=0.2, top_k=2)
+    env = make(
+        "search-qa",
+        split="test",
+        hops=2,
+        types=["older_person_birth_city"],
+        require_evidence=True,
+        format_reward=0.1,
+        evidence_reward=0.2,
+        top_k=2,
+    )
     searcher = oracle_policy("hermes")
     for index in range(10):
         env.reset(options={"task_index": index})
@@ -240,12 +266,16 @@ def test_evidence_reward_pays_the_share_of_supporting_documents_retrieved():
         both_searches = lambda t, o: searcher(t, o) if len(o) < 2 else "<answer>unknown</answer>"  # noqa: E731
         assert run_episode(env, one_search, index)[0] == pytest.approx(0.1 + 0.2 * 0.5)
         assert run_episode(env, both_searches, index)[0] == pytest.approx(0.1 + 0.2)
-        right_after_one = run_episode(env, lambda t, o: searcher(t, o) if not o else f"<answer>{gold}</answer>", index)[0]
+        right_after_one = run_episode(env, lambda t, o: searcher(t, o) if not o else f"<answer>{gold}</answer>", index)[
+            0
+        ]
         assert right_after_one == pytest.approx(0.1 + 0.1)  # require_evidence: the answer's share needs both documents
         assert run_episode(env, searcher, index)[0] == pytest.approx(1.0)
         assert run_episode(env, lambda t, o: f"<answer>{gold}</answer>", index)[0] == 0.0
         assert run_episode(env, lambda t, o: searcher(t, o) if len(o) < 2 else "no answer", index)[0] == 0.0
-    with pytest.raises(ValueError, match=r"^evidence_reward: expected a weight in \[0, 1 - format_reward\] = \[0, 0.9\], got 0.95$"):
+    with pytest.raises(
+        ValueError, match=r"^evidence_reward: expected a weight in \[0, 1 - format_reward\] = \[0, 0.9\], got 0.95$"
+    ):
         make("search-qa", format_reward=0.1, evidence_reward=0.95)
     with pytest.raises(ValueError, match="^evidence_reward: expected a number in \\[0, 1\\], got 'high'$"):
         make("search-qa", evidence_reward="high")
@@ -266,7 +296,12 @@ def test_require_evidence_needs_gold_documents(tmp_path):
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"question": "q?", "answers": ["a"]}) + "\n")
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": f"d{i}", "title": f"T{i}", "text": f"Alpha Corp fact number {i}."}) + "\n" for i in range(3)))
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": f"d{i}", "title": f"T{i}", "text": f"Alpha Corp fact number {i}."}) + "\n"
+            for i in range(3)
+        )
+    )
     with pytest.raises(ValueError, match="require_evidence: task qa-0 of .* has no supporting_docs"):
         make("search-qa", qa_path=str(qa), corpus_path=str(corpus), require_evidence=True)
     with pytest.raises(ValueError, match="require_evidence: expected true or false, got 'yes'"):
@@ -312,7 +347,11 @@ def test_malformed_search_calls_hermes():
 def test_malformed_search_calls_search_r1():
     env = make("search-qa", split="test", parser="search_r1")
     env.reset(options={"task_index": 0})
-    for text, message in [("<search> unclosed", "unclosed"), ("<search>   </search>", "empty query"), ("</search> stray", "without a matching")]:
+    for text, message in [
+        ("<search> unclosed", "unclosed"),
+        ("<search>   </search>", "empty query"),
+        ("</search> stray", "without a matching"),
+    ]:
         observations, _, terminated, _, info = env.step({"role": "assistant", "content": text})
         assert not terminated and message in info["tool_results"][0].content
         assert observations[0]["content"].startswith("<information>Error")
@@ -343,20 +382,34 @@ def test_episode_metrics_recall_and_repeats():
     env.reset(options={"task_index": 0})
     assert run_episode(env, oracle_policy("hermes"), 0)[0] == 1.0
     metrics = env.episode_metrics()
-    assert metrics["search/answer_recall"] == 1.0 and metrics["search/em"] == 1.0 and metrics["search/repeated_queries"] == 0.0
+    assert (
+        metrics["search/answer_recall"] == 1.0
+        and metrics["search/em"] == 1.0
+        and metrics["search/repeated_queries"] == 0.0
+    )
 
 
 def test_custom_qa_file_and_corpus(tmp_path):
     corpus = write_corpus(
-        [Document("1", "Zorbu", "Zorbu is the capital of Quandia."), Document("2", "Mirel", "Mirel is a river in Sonta.")],
+        [
+            Document("1", "Zorbu", "Zorbu is the capital of Quandia."),
+            Document("2", "Mirel", "Mirel is a river in Sonta."),
+        ],
         tmp_path / "corpus.jsonl",
     )
     qa = tmp_path / "test.jsonl"
-    qa.write_text(json.dumps({"question": "What is the capital of Quandia?", "answers": ["Zorbu", "Zorbu City"]}) + "\n")
+    qa.write_text(
+        json.dumps({"question": "What is the capital of Quandia?", "answers": ["Zorbu", "Zorbu City"]}) + "\n"
+    )
     env = make("search-qa", split="test", qa_path=str(tmp_path / "{split}.jsonl"), corpus_path=str(corpus))
     assert env.num_tasks == 1
     env.reset(options={"task_index": 0})
-    _, _, _, _, info = env.step({"role": "assistant", "content": '<tool_call>{"name": "search", "arguments": {"query": "capital Quandia"}}</tool_call>'})
+    _, _, _, _, info = env.step(
+        {
+            "role": "assistant",
+            "content": '<tool_call>{"name": "search", "arguments": {"query": "capital Quandia"}}</tool_call>',
+        }
+    )
     assert info["tool_results"][0].content.startswith("Doc 1(Title: Zorbu)")
     _, reward, _, _, _ = env.step({"role": "assistant", "content": "<answer>the Zorbu city</answer>"})
     assert reward == 1.0
@@ -372,9 +425,13 @@ def _scripted_oracle(tokenizer, env):
 
     def script(prompt_ids, call_index):
         text = tokenizer.decode(prompt_ids)
-        question = next(q for q in tasks if q in text.split("<|im_start|>user")[-1] or q in text[text.rfind("<|im_start|>user") :])
+        question = next(
+            q for q in tasks if q in text.split("<|im_start|>user")[-1] or q in text[text.rfind("<|im_start|>user") :]
+        )
         after = text[text.rfind(question) :]
-        observations = [o.strip() for o in re.findall(r"<tool_response>\n(.*?)\n</tool_response>", after, flags=re.DOTALL)]
+        observations = [
+            o.strip() for o in re.findall(r"<tool_response>\n(.*?)\n</tool_response>", after, flags=re.DOTALL)
+        ]
         return oracle_reply(tasks[question], observations, parser)
 
     return script
@@ -394,8 +451,16 @@ def test_engine_oracle_masks_information_and_reports_search_metrics(tokenizer):
             observation = trajectory.token_ids[turn.response_end : turn.observation_end]
             assert trajectory.loss_mask[turn.response_end : turn.observation_end] == [0] * len(observation)
             assert "Doc 1(Title:" in tokenizer.decode(observation)
-            assert trajectory.loss_mask[turn.response_start : turn.response_end] == [1] * (turn.response_end - turn.response_start)
-        by_kind = trajectory.info["episode_metrics"].keys() - {"search/searches", "search/answer_recall", "search/repeated_queries", "search/em", "search/f1"}
+            assert trajectory.loss_mask[turn.response_start : turn.response_end] == [1] * (
+                turn.response_end - turn.response_start
+            )
+        by_kind = trajectory.info["episode_metrics"].keys() - {
+            "search/searches",
+            "search/answer_recall",
+            "search/repeated_queries",
+            "search/em",
+            "search/f1",
+        }
         hops = {key for key in by_kind if key.endswith("hop")}
         assert len(hops) == 1 and hops <= {"search/em_1hop", "search/em_2hop", "search/em_3hop"}
         assert by_kind - hops == {"search/em_" + question_types[trajectory.task_id]}

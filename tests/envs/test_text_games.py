@@ -59,7 +59,11 @@ def test_oracle_solves_every_level_and_random_policy_does_not(name) -> None:
         outcome, process, solved, _ = play(env, index, plan.__getitem__)
         oracle.append(outcome)
         assert solved and outcome == 1.0 and process < 1.0
-        assert env.episode_metrics() == {f"{name}/success": 1.0, f"{name}/invalid_action_rate": 0.0, f"{name}/steps": float(len(plan))}
+        assert env.episode_metrics() == {
+            f"{name}/success": 1.0,
+            f"{name}/invalid_action_rate": 0.0,
+            f"{name}/steps": float(len(plan)),
+        }
         moves = random.Random(index).choices(["Up", "Down", "Left", "Right"], k=env.max_turns)
         rand.append(play(env, index, moves.__getitem__)[0])
     assert sum(oracle) / len(oracle) == 1.0
@@ -120,7 +124,10 @@ def test_sokoban_push_rules() -> None:
     walls = frozenset({(0, 3)})
     assert push(walls, (0, 0), frozenset({(0, 1)}), "Right") == ((0, 1), frozenset({(0, 2)}))
     assert push(walls, (0, 1), frozenset({(0, 2)}), "Right") == ((0, 1), frozenset({(0, 2)}))  # box against a wall
-    assert push(walls, (0, 0), frozenset({(0, 1), (0, 2)}), "Right") == ((0, 0), frozenset({(0, 1), (0, 2)}))  # two boxes
+    assert push(walls, (0, 0), frozenset({(0, 1), (0, 2)}), "Right") == (
+        (0, 0),
+        frozenset({(0, 1), (0, 2)}),
+    )  # two boxes
 
 
 def test_frozenlake_hole_ends_the_episode_with_reward_zero() -> None:
@@ -141,7 +148,9 @@ def test_invalid_actions_are_penalised_and_the_episode_goes_on(name) -> None:
     env = make(name, max_turns=3)
     env.reset(options={"task_index": 0})
     for turn in range(3):
-        observations, reward, terminated, truncated, info = env.step({"role": "assistant", "content": "I go north-west"})
+        observations, reward, terminated, truncated, info = env.step(
+            {"role": "assistant", "content": "I go north-west"}
+        )
         assert reward == 0.0 and info["turn_reward"] == -0.1 and info["invalid_action"] and not terminated
         assert truncated == (turn == 2)
         if not truncated:
@@ -187,14 +196,10 @@ def test_frozenlake_relative_view_states_the_offsets_of_a_hand_made_lake() -> No
     #  _ P O
     lake = Lake(3, start=(2, 1), goal=(1, 2), holes=frozenset({(0, 2), (2, 2)}))
     assert render_relative(lake) == (
-        "Goal: 1 up, 1 right.\n"
-        "Holes: 1 right; 2 up, 1 right.\n"
-        "Next to you: Up ice, Down edge, Left ice, Right hole."
+        "Goal: 1 up, 1 right.\nHoles: 1 right; 2 up, 1 right.\nNext to you: Up ice, Down edge, Left ice, Right hole."
     )
     assert render_relative(lake, (1, 1)) == (
-        "Goal: 1 right.\n"
-        "Holes: 1 up, 1 right; 1 down, 1 right.\n"
-        "Next to you: Up ice, Down ice, Left ice, Right goal."
+        "Goal: 1 right.\nHoles: 1 up, 1 right; 1 down, 1 right.\nNext to you: Up ice, Down ice, Left ice, Right goal."
     )
     assert render_relative(Lake(2, (0, 0), (1, 1), frozenset())).startswith("Goal: 1 down, 1 right.\nHoles: none.\n")
 
@@ -206,11 +211,16 @@ def test_frozenlake_views_play_the_same_levels() -> None:
     assert "Symbols: P you" in grid.reset(options={"task_index": 0})[0][0]["content"]
     for index in range(30):
         messages, _ = relative.reset(options={"task_index": index})
-        assert messages[0]["content"].startswith("You are solving the FrozenLake puzzle") and "Symbols" not in messages[0]["content"]
+        assert (
+            messages[0]["content"].startswith("You are solving the FrozenLake puzzle")
+            and "Symbols" not in messages[0]["content"]
+        )
         assert messages[1]["content"].startswith("Goal: ")
         # The expert does not depend on the view: it solves every level shown relatively.
         for _ in range(relative.max_turns):
-            observations, reward, terminated, truncated, info = relative.step({"role": "assistant", "content": relative.expert_reply()})
+            observations, reward, terminated, truncated, info = relative.step(
+                {"role": "assistant", "content": relative.expert_reply()}
+            )
             if terminated or truncated:
                 break
             assert observations[0]["content"].startswith("Goal: ")

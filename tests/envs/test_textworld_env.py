@@ -42,7 +42,11 @@ def test_game_seeds_of_the_splits_are_disjoint_and_stable() -> None:
     assert all(s % 2 == 0 for s in train) and all(s % 2 == 1 for s in test) and max(train | test) < 2**31
     assert game_seed("train", 0, 5) == game_seed("train", 0, 5) != game_seed("train", 1, 5)
     # The cache key changes with every generation option and with TextWorld's version.
-    keys = {GenerationOptions(*values).key(version) for values in [(1, 3, 1), (2, 3, 1), (1, 4, 1), (1, 3, 2)] for version in ["1.7.0", "1.8.0"]}
+    keys = {
+        GenerationOptions(*values).key(version)
+        for values in [(1, 3, 1), (2, 3, 1), (1, 4, 1), (1, 3, 2)]
+        for version in ["1.7.0", "1.8.0"]
+    }
     assert len(keys) == 8
 
 
@@ -115,7 +119,12 @@ def test_a_generated_game_is_won_by_its_walkthrough(games_dir) -> None:
         total, info, terminated, truncated = play(env, index, lambda env, turn: command(walkthrough[turn].upper()))
         assert (total, terminated, truncated, info["correct"]) == (1.0, True, False, True)
         metrics = env.episode_metrics()
-        assert metrics == {"textworld/success": 1.0, "textworld/invalid_action_rate": 0.0, "textworld/steps": 2.0, "textworld/score": 1.0}
+        assert metrics == {
+            "textworld/success": 1.0,
+            "textworld/invalid_action_rate": 0.0,
+            "textworld/steps": 2.0,
+            "textworld/score": 1.0,
+        }
 
 
 def test_the_expert_wins_after_a_detour_and_the_win_pays_score_and_bonus(games_dir) -> None:
@@ -152,8 +161,10 @@ def test_check_env_passes_and_the_opening_is_the_cleaned_game_text(games_dir) ->
     assert messages[0]["role"] == "system" and info["task_id"] == "textworld-train-0-0"
     assert "$$$$" not in text and "-= " in text and env.games[0].prompt in text  # the objective, no banner
     assert "Admissible commands: " in text and all(c in text for c in env.actions) and "look" in env.actions
-    assert make("textworld", cache_dir=games_dir, show_commands=False, **TINY).reset(options={"task_index": 0})[0][-1]["content"].endswith(
-        "Reply with one command, e.g. <answer>look</answer>."
+    assert (
+        make("textworld", cache_dir=games_dir, show_commands=False, **TINY)
+        .reset(options={"task_index": 0})[0][-1]["content"]
+        .endswith("Reply with one command, e.g. <answer>look</answer>.")
     )
 
 
@@ -163,7 +174,13 @@ def test_invalid_command_is_penalised_and_the_game_does_not_see_it(games_dir) ->
     sent, step = [], env.game.step
     env.game.step = lambda text: sent.append(text) or step(text)
     observations, reward, terminated, truncated, info = env.step(command("dance wildly"))
-    assert (reward, terminated, truncated, info["turn_reward"], info["invalid_action"]) == (0.0, False, False, -0.1, True)
+    assert (reward, terminated, truncated, info["turn_reward"], info["invalid_action"]) == (
+        0.0,
+        False,
+        False,
+        -0.1,
+        True,
+    )
     assert observations[0]["content"].startswith("Invalid action: nothing happened.") and sent == []
     # It does not repeat the game's last reply (here the whole intro), already in the conversation.
     assert env.games[0].prompt not in observations[0]["content"]
@@ -185,4 +202,8 @@ def test_games_are_cached_by_options_and_seed_and_test_games_differ(games_dir, m
     assert again.games[0] == first and again.reset(options={"task_index": 0}) == env.reset(options={"task_index": 0})
     monkeypatch.undo()
     test = make("textworld", cache_dir=games_dir, split="test", **TINY).games[0]
-    assert test.metadata["seed"] % 2 == 1 and first.metadata["seed"] % 2 == 0 and test.metadata["path"] != first.metadata["path"]
+    assert (
+        test.metadata["seed"] % 2 == 1
+        and first.metadata["seed"] % 2 == 0
+        and test.metadata["path"] != first.metadata["path"]
+    )

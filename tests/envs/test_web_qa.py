@@ -40,12 +40,19 @@ def qa_path(tmp_path):
 
 
 def options(web, qa_path, **extra):
-    return {"qa_path": qa_path, "web": {"base_url": web.url, "allow_private_addresses": True, "deny_domains": ["denied.test"]}, **extra}
+    return {
+        "qa_path": qa_path,
+        "web": {"base_url": web.url, "allow_private_addresses": True, "deny_domains": ["denied.test"]},
+        **extra,
+    }
 
 
 def calls(*pairs) -> str:
     parser = get_parser("hermes")
-    return "\n".join(parser.format_call(ToolCall(name=name, arguments=arguments, id=f"call_{i}")) for i, (name, arguments) in enumerate(pairs))
+    return "\n".join(
+        parser.format_call(ToolCall(name=name, arguments=arguments, id=f"call_{i}"))
+        for i, (name, arguments) in enumerate(pairs)
+    )
 
 
 def test_registered_and_passes_check_env(web, qa_path):
@@ -61,10 +68,14 @@ def test_registered_and_passes_check_env(web, qa_path):
 def test_scripted_episode_scores_the_answer(web, qa_path, answer, reward):
     env = envs.make("web-qa", **options(web, qa_path))
     env.reset(options={"task_index": 0})
-    observations, step_reward, terminated, truncated, info = env.step({"role": "assistant", "content": calls(("web_search", {"query": "Vexora Dynamics founder"}))})
+    observations, step_reward, terminated, truncated, info = env.step(
+        {"role": "assistant", "content": calls(("web_search", {"query": "Vexora Dynamics founder"}))}
+    )
     assert not terminated and step_reward == 0.0
     assert f"URL: {web.url}/article" in observations[0]["content"] and "denied.test" not in observations[0]["content"]
-    observations, _, terminated, _, _ = env.step({"role": "assistant", "content": calls(("browse", {"url": f"{web.url}/article"}))})
+    observations, _, terminated, _, _ = env.step(
+        {"role": "assistant", "content": calls(("browse", {"url": f"{web.url}/article"}))}
+    )
     assert not terminated and "founded in 1987 by Ilsa Marrow" in observations[0]["content"]
     final = f"It is <answer>{answer}</answer>" if answer else "I could not find it."
     _, step_reward, terminated, truncated, info = env.step({"role": "assistant", "content": final})
@@ -77,7 +88,14 @@ def test_scripted_episode_scores_the_answer(web, qa_path, answer, reward):
 def test_refused_and_failed_calls_are_observations(web, qa_path):
     env = envs.make("web-qa", **options(web, qa_path))
     env.reset(options={"task_index": 1})
-    observations, _, terminated, _, info = env.step({"role": "assistant", "content": calls(("browse", {"url": "https://answers.denied.test/vexora"}), ("browse", {"url": f"{web.url}/file.pdf"}))})
+    observations, _, terminated, _, info = env.step(
+        {
+            "role": "assistant",
+            "content": calls(
+                ("browse", {"url": "https://answers.denied.test/vexora"}), ("browse", {"url": f"{web.url}/file.pdf"})
+            ),
+        }
+    )
     assert not terminated
     assert [result.ok for result in info["tool_results"]] == [False, False]
     assert "blocked here (deny list: denied.test)" in observations[0]["content"]
@@ -95,7 +113,11 @@ def test_f1_reward_and_bad_options(web, qa_path):
 
 def test_rollout_with_a_scripted_policy(web, qa_path, tokenizer):
     """The whole engine path: a scripted model searches, reads, answers; reward 1."""
-    script = [calls(("web_search", {"query": "Vexora Dynamics founder"})), calls(("browse", {"url": f"{web.url}/article"})), "<answer>Ilsa Marrow</answer>"]
+    script = [
+        calls(("web_search", {"query": "Vexora Dynamics founder"})),
+        calls(("browse", {"url": f"{web.url}/article"})),
+        "<answer>Ilsa Marrow</answer>",
+    ]
     backend = ScriptedBackend(tokenizer, script)
     make_env = envs.env_factory("web-qa", options(web, qa_path))
     [group] = rollout(backend, make_env, [0], config=RolloutConfig(max_new_tokens=128, max_total_tokens=4096), seed=0)

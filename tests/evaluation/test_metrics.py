@@ -118,20 +118,44 @@ def python(ok: bool = True, latency_s: float = 0.2, malformed: bool = False) -> 
 def test_aggregate_metrics_exact_values() -> None:
     # Task A: 3 samples, answers 42 / 42.0 / 7, only the first correct.
     task_a = [
-        make_trajectory(correct=True, answer="42", reward=1.0, reason="answered", response_tokens=10,
-                        turns=[[search(latency_s=0.1)], []]),
-        make_trajectory(correct=False, answer="42.0", reward=0.0, reason="answered", response_tokens=20,
-                        turns=[[search(ok=False, latency_s=0.3), python(latency_s=0.2)]]),
-        make_trajectory(correct=False, answer="7", reward=0.5, reason="max_turns", response_tokens=30,
-                        turns=[[python(ok=False, malformed=True, latency_s=0.0)], [], []]),
+        make_trajectory(
+            correct=True,
+            answer="42",
+            reward=1.0,
+            reason="answered",
+            response_tokens=10,
+            turns=[[search(latency_s=0.1)], []],
+        ),
+        make_trajectory(
+            correct=False,
+            answer="42.0",
+            reward=0.0,
+            reason="answered",
+            response_tokens=20,
+            turns=[[search(ok=False, latency_s=0.3), python(latency_s=0.2)]],
+        ),
+        make_trajectory(
+            correct=False,
+            answer="7",
+            reward=0.5,
+            reason="max_turns",
+            response_tokens=30,
+            turns=[[python(ok=False, malformed=True, latency_s=0.0)], [], []],
+        ),
     ]
     # Task B: 3 samples; majority of the first 2 is "x" (wrong); third is correct "y".
     task_b = [
         make_trajectory(correct=False, answer="x", reward=0.0, reason="max_tokens", response_tokens=5, turns=[[]]),
-        make_trajectory(correct=False, answer="x", reward=0.0, reason="error", response_tokens=0, turns=[],
-                        infra_error="sandbox crashed"),
-        make_trajectory(correct=True, answer="y", reward=1.0, reason="answered", response_tokens=15,
-                        turns=[[], []]),
+        make_trajectory(
+            correct=False,
+            answer="x",
+            reward=0.0,
+            reason="error",
+            response_tokens=0,
+            turns=[],
+            infra_error="sandbox crashed",
+        ),
+        make_trajectory(correct=True, answer="y", reward=1.0, reason="answered", response_tokens=15, turns=[[], []]),
     ]
     metrics = aggregate_metrics([task_a, task_b], k=2)
 
@@ -191,8 +215,9 @@ def test_aggregate_metrics_without_tool_calls_or_correct_samples() -> None:
 
 def test_aggregate_metrics_maj_uses_first_k_only() -> None:
     def traj(answer: str, correct: bool) -> Trajectory:
-        return make_trajectory(correct=correct, answer=answer, reward=0.0, reason="answered",
-                               response_tokens=1, turns=[])
+        return make_trajectory(
+            correct=correct, answer=answer, reward=0.0, reason="answered", response_tokens=1, turns=[]
+        )
 
     group = [traj("b", False), traj("a", True), traj("a", True)]
     assert aggregate_metrics([group], k=1)["maj@1"] == 0.0  # only "b" votes

@@ -15,7 +15,22 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grpo_minimal.py"
 
 def test_grpo_minimal_runs_on_the_tiny_model() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(agentic_rl.__file__).parents[1])}
-    args = ["--model", "tiny-random", "--steps", "2", "--tasks-per-step", "2", "--group-size", "2", "--eval-tasks", "2", "--few-shot", "0", "--max-new-tokens", "8"]
+    args = [
+        "--model",
+        "tiny-random",
+        "--steps",
+        "2",
+        "--tasks-per-step",
+        "2",
+        "--group-size",
+        "2",
+        "--eval-tasks",
+        "2",
+        "--few-shot",
+        "0",
+        "--max-new-tokens",
+        "8",
+    ]
     result = subprocess.run([sys.executable, str(EXAMPLE), *args], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()

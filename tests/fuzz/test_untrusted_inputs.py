@@ -16,14 +16,42 @@ from agentic_rl.data import read_jsonl
 from agentic_rl.data.conversations import validate_example
 from agentic_rl.parsers import PARSERS, ParseResult, get_parser
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 # Model text is mostly near-miss markup: fragments of every parser's syntax glued at random.
 FRAGMENTS = [
-    "<tool_call>", "</tool_call>", "<answer>", "</answer>", "<search>", "</search>", "<code>", "</code>", "```python\n", "```",
-    '{"name": ', '"calculator"', '"arguments": ', "{", "}", "[", "]", '"', ":", ",", "\\", "\n", "null", "1e999", "NaN", "x" * 50,
+    "<tool_call>",
+    "</tool_call>",
+    "<answer>",
+    "</answer>",
+    "<search>",
+    "</search>",
+    "<code>",
+    "</code>",
+    "```python\n",
+    "```",
+    '{"name": ',
+    '"calculator"',
+    '"arguments": ',
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    ":",
+    ",",
+    "\\",
+    "\n",
+    "null",
+    "1e999",
+    "NaN",
+    "x" * 50,
 ]
-model_text = st.one_of(st.text(max_size=400), st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=8), max_size=60).map("".join))
+model_text = st.one_of(
+    st.text(max_size=400), st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=8), max_size=60).map("".join)
+)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
@@ -39,7 +67,24 @@ def test_parsers_never_raise_on_model_text(name: str, text: str) -> None:
     assert isinstance(result, ParseResult)
 
 
-KNOWN_KEYS = ["steps", "group_size", "optim", "lr", "algorithm", "preset", "rollout", "temperature", "model", "name", "env", "backend", "kind", "lora", "r", "seed"]
+KNOWN_KEYS = [
+    "steps",
+    "group_size",
+    "optim",
+    "lr",
+    "algorithm",
+    "preset",
+    "rollout",
+    "temperature",
+    "model",
+    "name",
+    "env",
+    "backend",
+    "kind",
+    "lora",
+    "r",
+    "seed",
+]
 config_data = st.recursive(
     json_values,
     lambda children: st.dictionaries(st.sampled_from(KNOWN_KEYS) | st.text(max_size=8), children, max_size=5),
@@ -66,7 +111,10 @@ def test_set_assignments_raise_only_config_errors(assignments: list[str]) -> Non
 
 
 @FUZZ
-@given(content=st.binary(max_size=600) | st.lists(json_values.map(json.dumps), max_size=6).map(lambda lines: "\n".join(lines).encode()))
+@given(
+    content=st.binary(max_size=600)
+    | st.lists(json_values.map(json.dumps), max_size=6).map(lambda lines: "\n".join(lines).encode())
+)
 def test_jsonl_loader_raises_only_value_errors(tmp_path_factory, content: bytes) -> None:
     path = tmp_path_factory.mktemp("jsonl") / "data.jsonl"
     path.write_bytes(content)
@@ -78,7 +126,17 @@ def test_jsonl_loader_raises_only_value_errors(tmp_path_factory, content: bytes)
 
 
 @FUZZ
-@given(example=json_values | st.fixed_dictionaries({"messages": st.lists(st.dictionaries(st.sampled_from(["role", "content", "tool_calls", "name"]), json_values, max_size=4), max_size=5)}))
+@given(
+    example=json_values
+    | st.fixed_dictionaries(
+        {
+            "messages": st.lists(
+                st.dictionaries(st.sampled_from(["role", "content", "tool_calls", "name"]), json_values, max_size=4),
+                max_size=5,
+            )
+        }
+    )
+)
 def test_conversation_validator_raises_only_value_errors(example) -> None:
     try:
         validate_example(example)

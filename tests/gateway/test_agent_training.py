@@ -28,8 +28,15 @@ TASKS = [{"id": f"t{i}", "question": f"Say something about {i}."} for i in range
 
 
 def _config(**overrides) -> TrainConfig:
-    data = {"model": {"name": "tiny-random", "device": "cpu"}, "precision": "fp32", "steps": 2, "tasks_per_step": 4, "group_size": 4,
-            "rollout": {"max_new_tokens": 8, "max_total_tokens": 512}, "optim": {"lr": 1e-3}}
+    data = {
+        "model": {"name": "tiny-random", "device": "cpu"},
+        "precision": "fp32",
+        "steps": 2,
+        "tasks_per_step": 4,
+        "group_size": 4,
+        "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
+        "optim": {"lr": 1e-3},
+    }
     data.update(overrides)
     return TrainConfig.model_validate(data)
 
@@ -57,14 +64,29 @@ def test_sixteen_concurrent_episodes_per_step_train_the_policy(tiny) -> None:
 
 def test_a_seeded_run_repeats(tiny) -> None:
     """Episode streams come from the run's seed: two runs sample the same replies."""
-    runs = [agents.train(one_call_agent, TASKS, parity, _config(steps=1), loaded=(copy.deepcopy(tiny[0]), tiny[1])).steps[0] for _ in range(2)]
+    runs = [
+        agents.train(one_call_agent, TASKS, parity, _config(steps=1), loaded=(copy.deepcopy(tiny[0]), tiny[1])).steps[0]
+        for _ in range(2)
+    ]
     assert runs[0]["reward_mean"] == runs[1]["reward_mean"] and runs[0]["response_length"] == runs[1]["response_length"]
 
 
 def rewriting_agent(task, client):
     """Two calls; the second rewrites the history (a summary): two samples per episode."""
-    first = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": task["question"]}], max_tokens=4).choices[0].message.content
-    return client.chat.completions.create(model="policy", messages=[{"role": "user", "content": f"Summary: {first[:10]}. Go on."}], max_tokens=4).choices[0].message.content
+    first = (
+        client.chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": task["question"]}], max_tokens=4
+        )
+        .choices[0]
+        .message.content
+    )
+    return (
+        client.chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": f"Summary: {first[:10]}. Go on."}], max_tokens=4
+        )
+        .choices[0]
+        .message.content
+    )
 
 
 def test_an_agent_that_rewrites_its_history_trains_on_every_sample(tiny) -> None:
@@ -84,7 +106,9 @@ def test_agent_exceptions_are_infra_errors_or_zero_reward(tiny) -> None:
     infra = agents.train(flaky_agent, TASKS[:2] * 2, parity, config, loaded=(copy.deepcopy(tiny[0]), tiny[1])).steps[0]
     assert infra["agent_errors"] == 1.0 and infra["infra_errors"] == 8 and infra["skipped_infra"] == 1.0
     with pytest.raises(ValueError, match="on_agent_error"):
-        agents.train(flaky_agent, TASKS, parity, config, on_agent_error="ignore", loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+        agents.train(
+            flaky_agent, TASKS, parity, config, on_agent_error="ignore", loaded=(copy.deepcopy(tiny[0]), tiny[1])
+        )
 
 
 def test_episode_level_advantages_by_hand() -> None:
@@ -92,13 +116,24 @@ def test_episode_level_advantages_by_hand() -> None:
     segment), b (reward 0) one; a's samples both get a's advantage, and b counts once."""
 
     def sample(reward: float) -> Trajectory:
-        return Trajectory(task_id="x", group_id="g", token_ids=[1, 2, 3], loss_mask=[0, 1, 1], sampler_logprobs=[0.0, -1.0, -1.0], reward=reward)
+        return Trajectory(
+            task_id="x",
+            group_id="g",
+            token_ids=[1, 2, 3],
+            loss_mask=[0, 1, 1],
+            sampler_logprobs=[0.0, -1.0, -1.0],
+            reward=reward,
+        )
 
     a, b = sample(1.0), sample(0.0)
     a.segments = [sample(1.0)]
     group = TrajectoryGroup(task_id="x", group_id="g", trajectories=[a, b])
     scored = score([group], AlgorithmConfig(preset="grpo"), max_total_tokens=512)
-    alone = score([TrajectoryGroup(task_id="x", group_id="g", trajectories=[sample(1.0), sample(0.0)])], AlgorithmConfig(preset="grpo"), max_total_tokens=512)
+    alone = score(
+        [TrajectoryGroup(task_id="x", group_id="g", trajectories=[sample(1.0), sample(0.0)])],
+        AlgorithmConfig(preset="grpo"),
+        max_total_tokens=512,
+    )
     up, down = alone.advantages[0][1], alone.advantages[1][1]
     assert up > 0 > down
     assert scored.trajectories == [a.segments[0], a, b]
@@ -123,9 +158,18 @@ def by_task(task, answer) -> float:
 def test_evaluate_scores_k_episodes_per_task(tiny) -> None:
     tasks = TASKS[:6]  # t0..t5: tasks t0, t2, t4 score 1
     metrics = agents.evaluate(chained_agent, tasks, by_task, _config(), k=3, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
-    assert metrics["avg@3"] == pytest.approx(0.5) and metrics["pass@3"] == pytest.approx(0.5) and metrics["mean_reward"] == pytest.approx(0.5)
+    assert (
+        metrics["avg@3"] == pytest.approx(0.5)
+        and metrics["pass@3"] == pytest.approx(0.5)
+        and metrics["mean_reward"] == pytest.approx(0.5)
+    )
     assert metrics["num_tasks"] == 6 and metrics["num_samples"] == 18
-    assert metrics["calls_per_episode"] == 2.0 and metrics["samples_per_episode"] == 1.0 and metrics["mean_turns"] == 2.0 and metrics["agent_errors"] == 0.0
+    assert (
+        metrics["calls_per_episode"] == 2.0
+        and metrics["samples_per_episode"] == 1.0
+        and metrics["mean_turns"] == 2.0
+        and metrics["agent_errors"] == 0.0
+    )
     flaky = agents.evaluate(flaky_agent, tasks, by_task, _config(), k=2, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
     assert flaky["agent_errors"] == pytest.approx(2 / 6) and flaky["infra_error_rate"] == pytest.approx(2 / 6)
     assert flaky["avg@2"] == pytest.approx(2 / 6)  # t0 failed (scored as not correct): t2 and t4 remain
@@ -139,7 +183,9 @@ def test_evaluate_scores_k_episodes_per_task(tiny) -> None:
         return replies[-1]
 
     for _ in range(2):
-        agents.evaluate(recording_agent, TASKS[:4], parity, _config(), concurrency=1, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+        agents.evaluate(
+            recording_agent, TASKS[:4], parity, _config(), concurrency=1, loaded=(copy.deepcopy(tiny[0]), tiny[1])
+        )
     assert replies[:4] == replies[4:]
 
 
@@ -150,47 +196,127 @@ def test_a_run_directory_with_held_out_evals_checkpoints_and_an_exact_resume(tin
 
     run = tmp_path / "run"
     config = _config(steps=2, checkpoint_every=1, output_dir=str(run), seed=3)
-    first = agents.train(one_call_agent, TASKS, parity, config, eval_tasks=TASKS[:4], eval_k=2, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+    first = agents.train(
+        one_call_agent, TASKS, parity, config, eval_tasks=TASKS[:4], eval_k=2, loaded=(copy.deepcopy(tiny[0]), tiny[1])
+    )
     assert set(first.evals) == {"before", "after"} and first.evals["before"]["num_samples"] == 8
     assert json.loads((run / "eval_after.json").read_text()) == first.evals["after"]
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000001"]  # none at the last step: final/ is the model
-    assert (run / "final" / "config.json").is_file() and "recipe: " + agents.agent_name(one_call_agent) in (run / "config.yaml").read_text()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "step-000001"
+    ]  # none at the last step: final/ is the model
+    assert (run / "final" / "config.json").is_file() and "recipe: " + agents.agent_name(one_call_agent) in (
+        run / "config.yaml"
+    ).read_text()
     with pytest.raises(ConfigError, match="already holds a run"):
         agents.train(one_call_agent, TASKS, parity, config, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
 
     # Resume from step 1 with one more step: step 2 is the interrupted run's step 2 again.
     stages = []
-    resumed = agents.train(one_call_agent, TASKS, parity, {"steps": 3}, eval_tasks=TASKS[:4], eval_k=2, resume=run, on_stage=stages.append, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+    resumed = agents.train(
+        one_call_agent,
+        TASKS,
+        parity,
+        {"steps": 3},
+        eval_tasks=TASKS[:4],
+        eval_k=2,
+        resume=run,
+        on_stage=stages.append,
+        loaded=(copy.deepcopy(tiny[0]), tiny[1]),
+    )
     assert "resumed from step-000001 (step 1 of 3)" in stages and "resume: steps: 2 -> 3" in stages
     assert [int(s["step"]) for s in resumed.steps] == [0, 1, 2]
-    assert resumed.steps[1]["reward_mean"] == first.steps[1]["reward_mean"] and resumed.steps[1]["response_length"] == first.steps[1]["response_length"]
+    assert (
+        resumed.steps[1]["reward_mean"] == first.steps[1]["reward_mean"]
+        and resumed.steps[1]["response_length"] == first.steps[1]["response_length"]
+    )
     assert resumed.steps[1]["loss"] == pytest.approx(first.steps[1]["loss"], abs=1e-6)
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
     assert resumed.evals["before"] == first.evals["before"]  # evaluated once, read back
     with pytest.raises(ConfigError, match="cannot change mid-run"):
-        agents.train(one_call_agent, TASKS, parity, {"group_size": 2}, resume=run, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+        agents.train(
+            one_call_agent, TASKS, parity, {"group_size": 2}, resume=run, loaded=(copy.deepcopy(tiny[0]), tiny[1])
+        )
     with pytest.raises(ConfigError, match="trained the agent .*one_call_agent, not .*chained_agent"):
         agents.train(chained_agent, TASKS, parity, None, resume=run, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
 
 
 def test_the_example_agent_and_the_train_agent_command(tmp_path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(EXAMPLES / "openai_agent.py"), "--model", "tiny-random", "--steps", "2", "--tasks-per-step", "2", "--group-size", "2"],
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "openai_agent.py"),
+            "--model",
+            "tiny-random",
+            "--steps",
+            "2",
+            "--tasks-per-step",
+            "2",
+            "--group-size",
+            "2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert [line.split()[1] for line in done.stdout.splitlines() if line.startswith("step ")] == ["1/2", "2/2"]
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("".join(json.dumps({"question": f"What is {i} * 3 + 1?", "answer": i * 3 + 1}) + "\n" for i in range(8)))
-    command = [sys.executable, "-m", "agentic_rl", "train-agent", "openai_agent:agent", "--reward", "openai_agent:reward", "--tasks", str(tasks),
-               "--output-dir", str(tmp_path / "run"), "--eval-tasks", str(tasks), "--eval-k", "2", "--set", "model.name=tiny-random", "--set", "steps=1", "--set", "tasks_per_step=2", "--set", "group_size=2", "--set", "precision=fp32"]
+    tasks.write_text(
+        "".join(json.dumps({"question": f"What is {i} * 3 + 1?", "answer": i * 3 + 1}) + "\n" for i in range(8))
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "agentic_rl",
+        "train-agent",
+        "openai_agent:agent",
+        "--reward",
+        "openai_agent:reward",
+        "--tasks",
+        str(tasks),
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--eval-tasks",
+        str(tasks),
+        "--eval-k",
+        "2",
+        "--set",
+        "model.name=tiny-random",
+        "--set",
+        "steps=1",
+        "--set",
+        "tasks_per_step=2",
+        "--set",
+        "group_size=2",
+        "--set",
+        "precision=fp32",
+    ]
     done = subprocess.run(command, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     [logged] = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert (tmp_path / "run" / "final").is_dir()
-    assert "calls_per_episode" in logged and "tool_success_rate" not in logged and "tool_calls_per_episode" not in logged  # no env tool metrics (always 0 here)
-    assert "model calls " in done.stderr and "tool ok" not in done.stderr  # the agent runs its own tools: the step line shows model calls
-    assert "held-out (before): avg@2 " in done.stderr and "held-out (after): avg@2 " in done.stderr  # progress and results on stderr, as for train
+    assert (
+        "calls_per_episode" in logged and "tool_success_rate" not in logged and "tool_calls_per_episode" not in logged
+    )  # no env tool metrics (always 0 here)
+    assert (
+        "model calls " in done.stderr and "tool ok" not in done.stderr
+    )  # the agent runs its own tools: the step line shows model calls
+    assert (
+        "held-out (before): avg@2 " in done.stderr and "held-out (after): avg@2 " in done.stderr
+    )  # progress and results on stderr, as for train
     assert json.loads((tmp_path / "run" / "eval_after.json").read_text())["num_samples"] == 16
-    bad = subprocess.run([sys.executable, "-m", "agentic_rl", "train-agent", "nowhere:agent", "--tasks", str(tasks)], env=env, capture_output=True, text=True, timeout=120)
-    assert bad.returncode != 0 and "agent: cannot import 'nowhere:agent'" in bad.stderr + bad.stdout and "Traceback" not in bad.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "agentic_rl", "train-agent", "nowhere:agent", "--tasks", str(tasks)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        bad.returncode != 0
+        and "agent: cannot import 'nowhere:agent'" in bad.stderr + bad.stdout
+        and "Traceback" not in bad.stderr
+    )

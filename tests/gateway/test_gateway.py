@@ -39,7 +39,11 @@ def test_models_and_a_completion_validate_as_the_sdk_types(client) -> None:
 
 def test_streaming_gives_the_same_text_as_one_response(client) -> None:
     whole = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=8, seed=5, n=2)
-    chunks = list(client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=8, seed=5, n=2, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny", messages=HELLO, max_tokens=8, seed=5, n=2, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert all(isinstance(c, openai.types.chat.ChatCompletionChunk) for c in chunks)
     for index in range(2):
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == index)
@@ -49,9 +53,21 @@ def test_streaming_gives_the_same_text_as_one_response(client) -> None:
 
 def test_concurrent_requests_get_what_they_would_get_alone(client) -> None:
     """16 requests at once share decode batches; each one's tokens depend only on its seed."""
-    alone = [client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=6, seed=s).choices[0].message.content for s in range(4)]
+    alone = [
+        client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=6, seed=s).choices[0].message.content
+        for s in range(4)
+    ]
     with ThreadPoolExecutor(16) as pool:
-        together = list(pool.map(lambda s: client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=6, seed=s % 4).choices[0].message.content, range(16)))
+        together = list(
+            pool.map(
+                lambda s: (
+                    client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=6, seed=s % 4)
+                    .choices[0]
+                    .message.content
+                ),
+                range(16),
+            )
+        )
     assert together == alone * 4
 
 
@@ -75,7 +91,9 @@ def test_bad_requests_are_openai_style_400s(server, body, param) -> None:
 
 
 def test_malformed_json_unknown_routes_and_the_sdk_error(server, client) -> None:
-    response = httpx.post(f"{server.url}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert response.status_code == 400 and response.json()["error"]["message"] == "the body must be JSON"
     assert httpx.get(f"{server.url}/v1/nothing").status_code == 404
     assert httpx.get(f"{server.url}/v1/nothing").json()["error"]["type"] == "invalid_request_error"
@@ -90,33 +108,51 @@ def test_an_episode_records_exact_tokens_that_chain_into_one_trajectory(server, 
     trajectory whose sampled tokens are the engine's."""
     episode = openai.OpenAI(base_url=server.episode_url("agent-1"), api_key="unused", max_retries=0)
     first = episode.chat.completions.create(model="tiny", messages=HELLO, max_tokens=6, seed=1)
-    history = [*HELLO, first.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "And again."}]
+    history = [
+        *HELLO,
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "user", "content": "And again."},
+    ]
     episode.chat.completions.create(model="tiny", messages=history, max_tokens=6, seed=2)
     assert httpx.post(f"{server.url}/episodes/agent-1/reward", json={"reward": 1.0}).json()["reward"] == 1.0
     trace = httpx.get(f"{server.url}/episodes/agent-1").json()
     assert trace["reward"] == 1.0 and len(trace["calls"]) == 2
     one, two = trace["calls"]
-    assert two["prompt_ids"][: len(one["prompt_ids"]) + len(one["completion_ids"])] == one["prompt_ids"] + one["completion_ids"]
+    assert (
+        two["prompt_ids"][: len(one["prompt_ids"]) + len(one["completion_ids"])]
+        == one["prompt_ids"] + one["completion_ids"]
+    )
     tokenizer = tiny[1]
-    assert tokenizer.decode(two["prompt_ids"][len(one["prompt_ids"]) + len(one["completion_ids"]) :]).count("And again.") == 1
+    assert (
+        tokenizer.decode(two["prompt_ids"][len(one["prompt_ids"]) + len(one["completion_ids"]) :]).count("And again.")
+        == 1
+    )
     calls = server.store.get("agent-1").calls
     [trajectory] = calls_to_trajectories(calls, reward=1.0)
     assert trajectory.token_ids == two["prompt_ids"] + two["completion_ids"]
     sampled = [t for t, m in zip(trajectory.token_ids, trajectory.loss_mask) if m]
     assert sampled == one["completion_ids"] + two["completion_ids"]
-    assert [lp for lp, m in zip(trajectory.sampler_logprobs, trajectory.loss_mask) if m] == one["logprobs"] + two["logprobs"]
+    assert [lp for lp, m in zip(trajectory.sampler_logprobs, trajectory.loss_mask) if m] == one["logprobs"] + two[
+        "logprobs"
+    ]
     assert trajectory.reward == 1.0 and trajectory.num_turns == 2
 
 
 def test_an_agent_that_rewrites_its_history_gives_one_sample_per_call(server) -> None:
     episode = openai.OpenAI(base_url=server.episode_url("summariser"), api_key="unused", max_retries=0)
     episode.chat.completions.create(model="tiny", messages=HELLO, max_tokens=4, seed=1)
-    episode.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Summary: they said hi. Continue."}], max_tokens=4, seed=2)
+    episode.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Summary: they said hi. Continue."}], max_tokens=4, seed=2
+    )
     assert len(calls_to_trajectories(server.store.get("summariser").calls, reward=0.5)) == 2
 
 
 def test_the_episode_header_joins_an_episode_on_the_plain_routes(server) -> None:
-    response = httpx.post(f"{server.url}/v1/chat/completions", json={"model": "tiny", "messages": HELLO, "max_tokens": 3}, headers={"x-episode-id": "by-header"})
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={"model": "tiny", "messages": HELLO, "max_tokens": 3},
+        headers={"x-episode-id": "by-header"},
+    )
     assert response.status_code == 200 and len(server.store.get("by-header").calls) == 1
 
 
@@ -185,20 +221,40 @@ def test_tool_calls_come_back_as_openai_tool_calls_and_results_go_in(tiny) -> No
     server.start()
     try:
         client = openai.OpenAI(base_url=server.episode_url("tools"), api_key="unused", max_retries=0)
-        tools = [{"type": "function", "function": {"name": "add", "description": "a + b", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]
-        response = client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "2+3?"}], tools=tools)
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "add",
+                    "description": "a + b",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                    },
+                },
+            }
+        ]
+        response = client.chat.completions.create(
+            model="scripted", messages=[{"role": "user", "content": "2+3?"}], tools=tools
+        )
         choice = response.choices[0]
         assert choice.finish_reason == "tool_calls"
         [tool_call] = choice.message.tool_calls
         assert tool_call.function.name == "add" and json.loads(tool_call.function.arguments) == {"a": 2, "b": 3}
-        history = [{"role": "user", "content": "2+3?"}, choice.message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": tool_call.id, "content": "5"}]
+        history = [
+            {"role": "user", "content": "2+3?"},
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": tool_call.id, "content": "5"},
+        ]
         client.chat.completions.create(model="scripted", messages=history, tools=tools)
         one, two = server.store.get("tools").calls
         assert two.prompt_ids[: len(one.prompt_ids) + len(one.completion_ids)] == one.prompt_ids + one.completion_ids
         added = tokenizer.decode(two.prompt_ids[len(one.prompt_ids) + len(one.completion_ids) :])
         assert "<tool_response>\n5\n</tool_response>" in added
         assert "add" in tokenizer.decode(one.prompt_ids)  # the tools are described in the system prompt
-        plain = client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "2+3?"}], tools=tools, tool_choice="none")
+        plain = client.chat.completions.create(
+            model="scripted", messages=[{"role": "user", "content": "2+3?"}], tools=tools, tool_choice="none"
+        )
         assert plain.choices[0].message.tool_calls is None and "<tool_call>" in plain.choices[0].message.content
     finally:
         server.shutdown()
@@ -214,7 +270,10 @@ def test_calls_to_trajectories_by_hand() -> None:
     first, second = calls_to_trajectories(calls, reward=2.0, task_id="t", group_id="g")
     assert first.token_ids == [1, 2, 3, 4, 5, 6, 7] and first.loss_mask == [0, 0, 1, 1, 0, 0, 1]
     assert first.sampler_logprobs == [0.0, 0.0, -0.1, -0.2, 0.0, 0.0, -0.3]
-    assert [(t.response_start, t.response_end, t.observation_end, t.weight_version) for t in first.turns] == [(2, 4, 6, 0), (6, 7, 0, 1)]
+    assert [(t.response_start, t.response_end, t.observation_end, t.weight_version) for t in first.turns] == [
+        (2, 4, 6, 0),
+        (6, 7, 0, 1),
+    ]
     assert second.token_ids == [9, 8] and second.loss_mask == [0, 1] and first.reward == second.reward == 2.0
     assert first.weight_versions == [0, 1]
 
@@ -226,9 +285,15 @@ def test_stage_weights_reach_the_next_completion(tiny) -> None:
     server.start()
     try:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-        assert client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=2).system_fingerprint == "weights-v0"
+        assert (
+            client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=2).system_fingerprint
+            == "weights-v0"
+        )
         server.service.stage_weights({n: p.detach().clone() for n, p in model.named_parameters()}, 4)
-        assert client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=2).system_fingerprint == "weights-v4"
+        assert (
+            client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=2).system_fingerprint
+            == "weights-v4"
+        )
         assert httpx.get(f"{server.url}/health").json()["weight_version"] == 4
     finally:
         server.shutdown()
@@ -279,7 +344,9 @@ def test_top_logprobs_are_the_engines_distribution(server, tiny, temperature) ->
     is at least the sampled token's (the sampled token itself when greedy)."""
     model, tokenizer = tiny
     episode = openai.OpenAI(base_url=server.episode_url(f"top-{temperature}"), api_key="unused", max_retries=0)
-    response = episode.chat.completions.create(model="tiny", messages=HELLO, max_tokens=6, seed=2, temperature=temperature, logprobs=True, top_logprobs=5)
+    response = episode.chat.completions.create(
+        model="tiny", messages=HELLO, max_tokens=6, seed=2, temperature=temperature, logprobs=True, top_logprobs=5
+    )
     [call] = server.store.get(f"top-{temperature}").calls
     reference = _forward_logprobs(model, call.prompt_ids + call.completion_ids, len(call.prompt_ids), temperature)
     content = response.choices[0].logprobs.content
@@ -297,8 +364,15 @@ def test_top_logprobs_are_the_engines_distribution(server, tiny, temperature) ->
 def test_top_logprobs_bounds_and_without_logprobs(server) -> None:
     for body, message in [({"logprobs": True, "top_logprobs": 21}, "[0, 20]"), ({"top_logprobs": 2}, "logprobs: true")]:
         response = httpx.post(f"{server.url}/v1/chat/completions", json={"model": "tiny", "messages": HELLO, **body})
-        assert response.status_code == 400 and response.json()["error"]["param"] == "top_logprobs" and message in response.json()["error"]["message"]
-    plain = httpx.post(f"{server.url}/v1/chat/completions", json={"model": "tiny", "messages": HELLO, "max_tokens": 2, "logprobs": True, "top_logprobs": 0}).json()
+        assert (
+            response.status_code == 400
+            and response.json()["error"]["param"] == "top_logprobs"
+            and message in response.json()["error"]["message"]
+        )
+    plain = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={"model": "tiny", "messages": HELLO, "max_tokens": 2, "logprobs": True, "top_logprobs": 0},
+    ).json()
     assert all(entry["top_logprobs"] == [] for entry in plain["choices"][0]["logprobs"]["content"])
 
 
@@ -319,7 +393,15 @@ def test_several_choices_stream_interleaved_and_add_up_to_the_response(client) -
     """n=2 streams both choices as they are sampled, each chunk with its own index; what the
     SDK accumulates (content, log-probs with alternatives, finish reasons) is the
     non-streamed response of the same seed."""
-    request = {"model": "tiny", "messages": HELLO, "max_tokens": 12, "seed": 11, "n": 2, "logprobs": True, "top_logprobs": 2}
+    request = {
+        "model": "tiny",
+        "messages": HELLO,
+        "max_tokens": 12,
+        "seed": 11,
+        "n": 2,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
     whole = client.chat.completions.create(**request)
     snapshot, chunks = _accumulated(client.chat.completions.create(**request, stream=True))
     order = [c.choices[0].index for c in chunks if c.choices and c.choices[0].delta.content]
@@ -330,7 +412,16 @@ def test_several_choices_stream_interleaved_and_add_up_to_the_response(client) -
 
 
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
-ADD_TOOLS = [{"type": "function", "function": {"name": "add", "description": "a + b", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]
+ADD_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "a + b",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+        },
+    }
+]
 
 
 def test_a_tool_call_streams_as_openai_tool_call_deltas(tiny) -> None:
@@ -353,30 +444,51 @@ def test_a_tool_call_streams_as_openai_tool_call_deltas(tiny) -> None:
             final = stream.get_final_completion()
         for mine, theirs in zip(final.choices, whole.choices):
             assert mine.message.content == theirs.message.content and mine.finish_reason == theirs.finish_reason
-            assert [(c.id, c.type, c.function.name, c.function.arguments) for c in mine.message.tool_calls or []] == \
-                [(c.id, c.type, c.function.name, c.function.arguments) for c in theirs.message.tool_calls or []]
+            assert [(c.id, c.type, c.function.name, c.function.arguments) for c in mine.message.tool_calls or []] == [
+                (c.id, c.type, c.function.name, c.function.arguments) for c in theirs.message.tool_calls or []
+            ]
         assert whole.choices[0].message.content == "Let me add." and whole.choices[0].finish_reason == "tool_calls"
         [tool_call] = final.choices[0].message.tool_calls
-        assert (tool_call.type, tool_call.function.name, json.loads(tool_call.function.arguments)) == ("function", "add", {"a": 2, "b": 3})
-        assert whole.choices[1].message.content == "Plain <tool text, no call." and whole.choices[1].message.tool_calls is None
+        assert (tool_call.type, tool_call.function.name, json.loads(tool_call.function.arguments)) == (
+            "function",
+            "add",
+            {"a": 2, "b": 3},
+        )
+        assert (
+            whole.choices[1].message.content == "Plain <tool text, no call."
+            and whole.choices[1].message.tool_calls is None
+        )
         deltas = [(c.choices[0].index, c.choices[0].delta) for c in chunks if c.choices]
         texts = [d.content for i, d in deltas if i == 0 and d.content]
         first_call = next(n for n, (i, d) in enumerate(deltas) if d.tool_calls)
         assert len(texts) > 1 and "".join(texts) == "Let me add." and not any("<" in t for t in texts)
         assert any(d.content for i, d in deltas[:first_call] if i == 1)  # choice 1 streamed while choice 0 was held
         opening, arguments = deltas[first_call][1].tool_calls[0], deltas[first_call + 1][1].tool_calls[0]
-        assert (opening.index, opening.id, opening.type, opening.function.name, opening.function.arguments) == (0, tool_call.id, "function", "add", "")
+        assert (opening.index, opening.id, opening.type, opening.function.name, opening.function.arguments) == (
+            0,
+            tool_call.id,
+            "function",
+            "add",
+            "",
+        )
         assert (arguments.index, arguments.id, arguments.function.arguments) == (0, None, tool_call.function.arguments)
         # The streamed reply continues the episode exactly like the non-streamed one.
         message = final.choices[0].message.model_dump(exclude_none=True, exclude={"parsed"})
         for call in message["tool_calls"]:
             call["function"].pop("parsed_arguments", None)
-        history = [{"role": "user", "content": "2+3?"}, message, {"role": "tool", "tool_call_id": tool_call.id, "content": "5"}]
+        history = [
+            {"role": "user", "content": "2+3?"},
+            message,
+            {"role": "tool", "tool_call_id": tool_call.id, "content": "5"},
+        ]
         client.chat.completions.create(model="scripted", messages=history, tools=ADD_TOOLS)
         calls = server.store.get("streamed-tools").calls
         [streamed] = [call for call in calls[2:4] if call.reply.get("tool_calls")]  # the streamed request's choice 0
         follow = calls[-1]
-        assert follow.prompt_ids[: len(streamed.prompt_ids) + len(streamed.completion_ids)] == streamed.prompt_ids + streamed.completion_ids
+        assert (
+            follow.prompt_ids[: len(streamed.prompt_ids) + len(streamed.completion_ids)]
+            == streamed.prompt_ids + streamed.completion_ids
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -389,7 +501,11 @@ def test_a_chat_template_that_renders_tools_describes_them(tools_tokenizer) -> N
     server.start()
     try:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-        response = client.chat.completions.create(model="scripted", messages=[{"role": "system", "content": "Be exact."}, {"role": "user", "content": "2+3?"}], tools=ADD_TOOLS)
+        response = client.chat.completions.create(
+            model="scripted",
+            messages=[{"role": "system", "content": "Be exact."}, {"role": "user", "content": "2+3?"}],
+            tools=ADD_TOOLS,
+        )
         assert response.choices[0].finish_reason == "tool_calls"
         prompt = tools_tokenizer.decode(server.service.backend.prompts[0])
         assert prompt.startswith("<|im_start|>system\nBe exact.\n\n# Tools\n" + json.dumps(ADD_TOOLS[0]) + "\n")
@@ -410,12 +526,21 @@ def test_tool_results_are_framed_once(framing, tools_tokenizer, framing_tokenize
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
         history = [
             {"role": "user", "content": "2+3?"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 2, \"b\": 3}"}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+                ],
+            },
             {"role": "tool", "tool_call_id": "c1", "content": "5"},
         ]
         client.chat.completions.create(model="scripted", messages=history, tools=ADD_TOOLS)
         prompt = tokenizer.decode(server.service.backend.prompts[0])
-        assert prompt.count("<tool_response>\n5\n</tool_response>") == 1 and "<tool_response>\n<tool_response>" not in prompt
+        assert (
+            prompt.count("<tool_response>\n5\n</tool_response>") == 1
+            and "<tool_response>\n<tool_response>" not in prompt
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -425,7 +550,15 @@ def test_streams_with_stop_strings_and_tools_add_up_to_the_response(client) -> N
     """The tiny model's real tokens with tools offered and stop strings: what is held back
     while sampling (a possible stop string or call, trailing whitespace) is settled at the
     end, so each streamed choice is the non-streamed one."""
-    request = {"model": "tiny", "messages": HELLO, "max_tokens": 16, "seed": 4, "n": 3, "stop": ["e", "<"], "tools": ADD_TOOLS}
+    request = {
+        "model": "tiny",
+        "messages": HELLO,
+        "max_tokens": 16,
+        "seed": 4,
+        "n": 3,
+        "stop": ["e", "<"],
+        "tools": ADD_TOOLS,
+    }
     whole = client.chat.completions.create(**request)
     snapshot, _ = _accumulated(client.chat.completions.create(**request, stream=True))
     assert any(choice.finish_reason == "stop" for choice in whole.choices)
@@ -437,11 +570,16 @@ def test_an_engine_without_alternatives_refuses_top_logprobs(tiny) -> None:
     server = GatewayServer(_ScriptedEngine(tiny[1], "hi"), model_name="scripted", port=0)
     server.start()
     try:
-        chat = httpx.post(f"{server.url}/v1/chat/completions", json={"model": "scripted", "messages": HELLO, "logprobs": True, "top_logprobs": 2})
+        chat = httpx.post(
+            f"{server.url}/v1/chat/completions",
+            json={"model": "scripted", "messages": HELLO, "logprobs": True, "top_logprobs": 2},
+        )
         text = httpx.post(f"{server.url}/v1/completions", json={"model": "scripted", "prompt": "x", "logprobs": 2})
         assert (chat.status_code, chat.json()["error"]["param"]) == (400, "top_logprobs")
         assert (text.status_code, text.json()["error"]["param"]) == (400, "logprobs")
-        plain = httpx.post(f"{server.url}/v1/completions", json={"model": "scripted", "prompt": "x", "logprobs": 0}).json()
+        plain = httpx.post(
+            f"{server.url}/v1/completions", json={"model": "scripted", "prompt": "x", "logprobs": 0}
+        ).json()
         assert plain["choices"][0]["logprobs"]["token_logprobs"] == [-0.5] * plain["usage"]["completion_tokens"]
     finally:
         server.shutdown()
@@ -466,7 +604,11 @@ def test_an_idle_session_serves_the_next_turn_until_it_expires_or_its_weights_ch
         opened = []
         session = backend.session
         backend.session = lambda *args, **kwargs: opened.append(1) or session(*args, **kwargs)
-        return backend, CompletionService(backend, stop_token_ids=renderer.stop_token_ids, keep_idle_s=keep_idle_s), opened
+        return (
+            backend,
+            CompletionService(backend, stop_token_ids=renderer.stop_token_ids, keep_idle_s=keep_idle_s),
+            opened,
+        )
 
     backend, service, opened = service_with_count(0.5)
     try:

@@ -25,7 +25,11 @@ def engine_sample(tiny, prompt_ids: list[int], seed: int, max_tokens: int) -> li
     """What the engine samples for choice ``i`` of a request with ``seed`` (stream i of it)."""
     model, tokenizer = tiny
     backend = HFBackend(model, tokenizer)
-    [completion] = backend.generate([prompt_ids], SamplingParams(max_new_tokens=max_tokens, row_seeds=[seed]), stop_token_ids=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")])
+    [completion] = backend.generate(
+        [prompt_ids],
+        SamplingParams(max_new_tokens=max_tokens, row_seeds=[seed]),
+        stop_token_ids=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")],
+    )
     return completion.token_ids
 
 
@@ -35,15 +39,21 @@ def test_a_string_prompt_validates_as_the_sdk_type_and_is_the_engines_sample(cli
     assert isinstance(response, openai.types.Completion) and response.object == "text_completion"
     [choice] = response.choices
     ids = engine_sample(tiny, tokenizer(PROMPT)["input_ids"], stream_seed(3, 0), 8)
-    assert choice.text == tokenizer.decode(ids[:-1] if ids[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>") else ids)
+    assert choice.text == tokenizer.decode(
+        ids[:-1] if ids[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>") else ids
+    )
     assert choice.logprobs is None and choice.finish_reason in ("stop", "length") and choice.index == 0
-    assert response.usage.prompt_tokens == len(tokenizer(PROMPT)["input_ids"]) and response.usage.completion_tokens == len(ids)
+    assert response.usage.prompt_tokens == len(
+        tokenizer(PROMPT)["input_ids"]
+    ) and response.usage.completion_tokens == len(ids)
     assert client.completions.create(model="tiny", prompt=PROMPT, max_tokens=8, seed=3).choices[0].text == choice.text
 
 
 def test_default_max_tokens_is_openais_16(client) -> None:
     response = client.completions.create(model="tiny", prompt=PROMPT, seed=1, temperature=0)
-    assert response.usage.completion_tokens <= 16 and (response.choices[0].finish_reason == "stop" or response.usage.completion_tokens == 16)
+    assert response.usage.completion_tokens <= 16 and (
+        response.choices[0].finish_reason == "stop" or response.usage.completion_tokens == 16
+    )
 
 
 def test_token_prompts_several_prompts_and_choices(client, tiny) -> None:
@@ -67,28 +77,50 @@ def test_logprobs_is_the_legacy_object_with_the_engines_alternatives(client, tin
     logprobs = choice.logprobs
     prompt_ids = tokenizer(PROMPT)["input_ids"]
     with torch.no_grad():  # greedy: the argmax chain
-        sampled = model.generate(torch.tensor([prompt_ids]), max_new_tokens=6, do_sample=False)[0, len(prompt_ids) :].tolist()
-    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.top_logprobs) == len(logprobs.text_offset) == response.usage.completion_tokens
+        sampled = model.generate(torch.tensor([prompt_ids]), max_new_tokens=6, do_sample=False)[
+            0, len(prompt_ids) :
+        ].tolist()
+    assert (
+        len(logprobs.tokens)
+        == len(logprobs.token_logprobs)
+        == len(logprobs.top_logprobs)
+        == len(logprobs.text_offset)
+        == response.usage.completion_tokens
+    )
     assert logprobs.tokens == [tokenizer.decode([t]) for t in sampled[: len(logprobs.tokens)]]
     with torch.no_grad():
-        reference = torch.log_softmax(model(torch.tensor([prompt_ids + sampled])).logits[0, len(prompt_ids) - 1 : -1].float(), -1)
+        reference = torch.log_softmax(
+            model(torch.tensor([prompt_ids + sampled])).logits[0, len(prompt_ids) - 1 : -1].float(), -1
+        )
     for position, (value, top) in enumerate(zip(logprobs.token_logprobs, logprobs.top_logprobs)):
         values, alternatives = reference[position].topk(3)
         assert value == pytest.approx(values[0].item(), abs=1e-4)  # greedy: the most likely token
         assert list(top) == [tokenizer.decode([t]) for t in alternatives.tolist()]
         assert list(top.values()) == pytest.approx(values.tolist(), abs=1e-4)
-    assert logprobs.text_offset[0] == 0 and all(b - a == len(t) for a, b, t in zip(logprobs.text_offset, logprobs.text_offset[1:], logprobs.tokens))
+    assert logprobs.text_offset[0] == 0 and all(
+        b - a == len(t) for a, b, t in zip(logprobs.text_offset, logprobs.text_offset[1:], logprobs.tokens)
+    )
     if choice.finish_reason == "length":
         assert "".join(logprobs.tokens) == choice.text
     zero = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=3, seed=5, logprobs=0).choices[0].logprobs
-    assert [list(top.items()) for top in zero.top_logprobs] == [[(t, v)] for t, v in zip(zero.tokens, zero.token_logprobs)]  # only the sampled token
+    assert [list(top.items()) for top in zero.top_logprobs] == [
+        [(t, v)] for t, v in zip(zero.tokens, zero.token_logprobs)
+    ]  # only the sampled token
 
 
 def test_echo_stop_strings_and_streaming(client) -> None:
     echoed = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=4, seed=2, echo=True)
     plain = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=4, seed=2)
     assert echoed.choices[0].text == PROMPT + plain.choices[0].text
-    request = {"model": "tiny", "prompt": [PROMPT, "Hello"], "n": 2, "max_tokens": 12, "seed": 7, "stop": ["e", " a"], "logprobs": 2}
+    request = {
+        "model": "tiny",
+        "prompt": [PROMPT, "Hello"],
+        "n": 2,
+        "max_tokens": 12,
+        "seed": 7,
+        "stop": ["e", " a"],
+        "logprobs": 2,
+    }
     whole = client.completions.create(**request)
     assert any(c.finish_reason == "stop" for c in whole.choices)
     chunks = list(client.completions.create(**request, stream=True, stream_options={"include_usage": True}))
@@ -96,9 +128,14 @@ def test_echo_stop_strings_and_streaming(client) -> None:
     for choice in whole.choices:
         mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == choice.index]
         assert "".join(c.text for c in mine) == choice.text and "e" not in choice.text
-        assert mine[-1].finish_reason == choice.finish_reason and mine[-1].logprobs.model_dump() == choice.logprobs.model_dump()
+        assert (
+            mine[-1].finish_reason == choice.finish_reason
+            and mine[-1].logprobs.model_dump() == choice.logprobs.model_dump()
+        )
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
-    streamed_echo = list(client.completions.create(model="tiny", prompt=PROMPT, max_tokens=4, seed=2, echo=True, stream=True))
+    streamed_echo = list(
+        client.completions.create(model="tiny", prompt=PROMPT, max_tokens=4, seed=2, echo=True, stream=True)
+    )
     assert "".join(c.choices[0].text for c in streamed_echo if c.choices) == echoed.choices[0].text
 
 
@@ -153,7 +190,9 @@ def test_episode_calls_are_recorded_and_chain_by_tokens(server, tiny) -> None:
     [trajectory] = calls_to_trajectories(server.store.get("text-agent").calls, reward=1.0)
     two = server.store.get("text-agent").calls[1]
     assert trajectory.token_ids == two.prompt_ids + two.completion_ids
-    assert [t for t, m in zip(trajectory.token_ids, trajectory.loss_mask) if m] == call.completion_ids + two.completion_ids
+    assert [
+        t for t, m in zip(trajectory.token_ids, trajectory.loss_mask) if m
+    ] == call.completion_ids + two.completion_ids
     # A chat call never continues a text completion by its messages (its reply text alone would match).
     chat = [{"role": "assistant", "content": first.choices[0].text}, {"role": "user", "content": "more"}]
     episode.chat.completions.create(model="tiny", messages=chat, max_tokens=2)

@@ -18,7 +18,9 @@ def test_tiny_random_has_the_real_tokenizer(tiny) -> None:
     assert tokenizer.pad_token_id is not None
     # The real BPE: a common word is one token, and the template renders ChatML.
     assert len(tokenizer("hello", add_special_tokens=False)["input_ids"]) == 1
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert rendered.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
 

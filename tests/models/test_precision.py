@@ -21,7 +21,9 @@ def test_unknown_setting_names_the_field() -> None:
         precision.resolve_precision("fp16", "cpu")
 
 
-@pytest.mark.parametrize(("speedup", "expected"), [(2.1, "bf16-mixed"), (1.3, "bf16-mixed"), (1.29, "fp32"), (0.14, "fp32")])
+@pytest.mark.parametrize(
+    ("speedup", "expected"), [(2.1, "bf16-mixed"), (1.3, "bf16-mixed"), (1.29, "fp32"), (0.14, "fp32")]
+)
 def test_auto_on_cpu_follows_the_measured_speedup(monkeypatch, speedup: float, expected: str) -> None:
     monkeypatch.setattr(precision, "cpu_bf16_speedup", lambda: speedup)
     resolved = precision.resolve_precision("auto", "cpu")

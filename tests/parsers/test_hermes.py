@@ -155,9 +155,7 @@ def test_too_many_calls() -> None:
     result = parser.parse("\n".join(parser.format_call(c) for c in calls))
     assert [c.arguments["expression"] for c in result.calls] == ["0+1", "1+1"]
     assert [c.id for c in result.calls] == ["call_0", "call_1"]
-    assert result.errors == [
-        "too many tool calls in one turn: at most 2 allowed, the other 3 were not executed"
-    ]
+    assert result.errors == ["too many tool calls in one turn: at most 2 allowed, the other 3 were not executed"]
     assert result.content == ""
 
 
@@ -185,7 +183,9 @@ def test_format_result_and_error(parser: HermesParser) -> None:
     }
     message = parser.format_error("invalid JSON in <tool_call>: Expecting value")
     assert message["role"] == "tool"
-    assert message["content"] == "<tool_response>\nError: invalid JSON in <tool_call>: Expecting value\n</tool_response>"
+    assert (
+        message["content"] == "<tool_response>\nError: invalid JSON in <tool_call>: Expecting value\n</tool_response>"
+    )
 
 
 @pytest.mark.parametrize("body", ["[" * 100_000, '{"name": "calculator", "arguments": ' + "[" * 100_000])

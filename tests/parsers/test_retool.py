@@ -36,7 +36,10 @@ def test_fenced_block_becomes_a_python_call(parser: RetoolParser) -> None:
         ("```\nprint(1)\n```", "print(1)"),
         ("```python3\nprint(1)```", "print(1)"),
         ("print(1)", "print(1)"),  # bare code: the tags alone delimit it
-        ("\n  ```python\n    if True:\n        print(1)\n```  \n", "    if True:\n        print(1)"),  # inner indentation kept
+        (
+            "\n  ```python\n    if True:\n        print(1)\n```  \n",
+            "    if True:\n        print(1)",
+        ),  # inner indentation kept
     ],
 )
 def test_accepted_bodies(parser: RetoolParser, body: str, code: str) -> None:
@@ -75,7 +78,9 @@ def test_plain_text_and_answers_are_not_calls(parser: RetoolParser) -> None:
     assert not result.has_calls
 
 
-@pytest.mark.parametrize("code", ["print(1)", "for i in range(3):\n    print(i)", "s = '```'\nprint(s)", "print('<interpreter>')"])
+@pytest.mark.parametrize(
+    "code", ["print(1)", "for i in range(3):\n    print(i)", "s = '```'\nprint(s)", "print('<interpreter>')"]
+)
 def test_format_call_round_trips(parser: RetoolParser, code: str) -> None:
     text = parser.format_call(ToolCall(name="python", arguments={"code": code}))
     assert text == f"<code>\n```python\n{code}\n```\n</code>"
@@ -102,6 +107,8 @@ def test_code_size_cap() -> None:
 
 def test_search_query_size_cap() -> None:
     parser = get_parser("search_r1", max_argument_chars=50)
-    assert [call.arguments for call in parser.parse("<search> capital of France </search>").calls] == [{"query": "capital of France"}]
+    assert [call.arguments for call in parser.parse("<search> capital of France </search>").calls] == [
+        {"query": "capital of France"}
+    ]
     result = parser.parse(f"<search> {'word ' * 20} </search>")
     assert result.calls == [] and "at most 50 are allowed" in result.errors[0]

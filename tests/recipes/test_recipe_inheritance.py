@@ -36,11 +36,27 @@ def test_shipped_recipe_resolves_as_before_inheritance(name) -> None:
     # Fields added since the snapshot (e.g. algorithm.policy_loss) hold their defaults.
     defaults = dict(_walk(TrainConfig().model_dump(mode="json")))
     assert set(before) <= set(resolved)
-    assert {key: value for key, value in resolved.items() if key not in before} == {key: defaults[key] for key in resolved if key not in before}
+    assert {key: value for key, value in resolved.items() if key not in before} == {
+        key: defaults[key] for key in resolved if key not in before
+    }
 
 
 def test_shipped_recipes_inherit_from_default() -> None:
-    for name in ("arpo", "cispo", "dapo", "dpo", "gigpo", "gspo", "mt-grpo", "ppo", "reinforce++", "rloo", "search-qa", "starpo-s", "textworld"):
+    for name in (
+        "arpo",
+        "cispo",
+        "dapo",
+        "dpo",
+        "gigpo",
+        "gspo",
+        "mt-grpo",
+        "ppo",
+        "reinforce++",
+        "rloo",
+        "search-qa",
+        "starpo-s",
+        "textworld",
+    ):
         text = (resources.files("agentic_rl.recipes") / f"{name}.yaml").read_text()
         assert "\nbase: default\n" in text, name
         assert load_recipe(name)[1]["description"] != load_recipe("default")[1]["description"]
@@ -61,27 +77,51 @@ def test_recipes_with_clip_bounds_take_more_than_one_update_per_batch() -> None:
         else:
             assert updates >= 2, name
     tcr = build(TrainConfig, load_recipe("default")[1]).algorithm
-    assert (tcr.preset, tcr.clip_low, tcr.clip_high, tcr.aggregation, tcr.kl_coef, tcr.overlong_buffer) == ("grpo-tcr", 0.2, 0.315, "token-mean", 0.0, 64)
+    assert (tcr.preset, tcr.clip_low, tcr.clip_high, tcr.aggregation, tcr.kl_coef, tcr.overlong_buffer) == (
+        "grpo-tcr",
+        0.2,
+        0.315,
+        "token-mean",
+        0.0,
+        64,
+    )
     assert build(TrainConfig, load_recipe("cispo")[1]).algorithm.policy_loss == "cispo"
 
 
 def test_deep_merge_merges_sections_and_replaces_lists() -> None:
-    base = {"a": 1, "rollout": {"temperature": 1.0, "max_new_tokens": 96}, "tracking": {"sinks": ["tensorboard", "wandb"]}}
+    base = {
+        "a": 1,
+        "rollout": {"temperature": 1.0, "max_new_tokens": 96},
+        "tracking": {"sinks": ["tensorboard", "wandb"]},
+    }
     child = {"rollout": {"max_new_tokens": 64}, "tracking": {"sinks": ["jsonl"]}, "b": None}
-    assert deep_merge(base, child) == {"a": 1, "rollout": {"temperature": 1.0, "max_new_tokens": 64}, "tracking": {"sinks": ["jsonl"]}, "b": None}
+    assert deep_merge(base, child) == {
+        "a": 1,
+        "rollout": {"temperature": 1.0, "max_new_tokens": 64},
+        "tracking": {"sinks": ["jsonl"]},
+        "b": None,
+    }
     assert base["rollout"]["max_new_tokens"] == 96  # inputs untouched
 
 
 def test_base_path_is_relative_to_the_file_and_chains(tmp_path, monkeypatch) -> None:
     (tmp_path / "shared").mkdir()
-    (tmp_path / "shared" / "common.yaml").write_text("description: common\nbase: smoke\nrollout:\n  max_new_tokens: 8\ntracking:\n  sinks: [jsonl]\n")
-    (tmp_path / "child.yaml").write_text("description: my run\nbase: shared/common.yaml\nsteps: 5\nrollout:\n  temperature: 0.5\n")
+    (tmp_path / "shared" / "common.yaml").write_text(
+        "description: common\nbase: smoke\nrollout:\n  max_new_tokens: 8\ntracking:\n  sinks: [jsonl]\n"
+    )
+    (tmp_path / "child.yaml").write_text(
+        "description: my run\nbase: shared/common.yaml\nsteps: 5\nrollout:\n  temperature: 0.5\n"
+    )
     monkeypatch.chdir(tmp_path / "shared")  # relative to the file, not to the working directory
     name, data = load_recipe(str(tmp_path / "child.yaml"))
     smoke = load_recipe("smoke")[1]
     assert name == "child" and data["description"] == "my run" and "base" not in data
     assert data["steps"] == 5 and data["model"] == smoke["model"] and data["group_size"] == smoke["group_size"]
-    assert data["rollout"] == {"max_new_tokens": 8, "max_total_tokens": smoke["rollout"]["max_total_tokens"], "temperature": 0.5}
+    assert data["rollout"] == {
+        "max_new_tokens": 8,
+        "max_total_tokens": smoke["rollout"]["max_total_tokens"],
+        "temperature": 0.5,
+    }
     assert data["tracking"] == {"sinks": ["jsonl"]}
     assert build(TrainConfig, data).rollout.temperature == 0.5
 

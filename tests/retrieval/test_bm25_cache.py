@@ -3,7 +3,16 @@
 import numpy as np
 import pytest
 
-from agentic_rl.retrieval import BM25Retriever, CachedRetriever, Document, build_index, format_documents, load_index, read_corpus, write_corpus
+from agentic_rl.retrieval import (
+    BM25Retriever,
+    CachedRetriever,
+    Document,
+    build_index,
+    format_documents,
+    load_index,
+    read_corpus,
+    write_corpus,
+)
 
 DOCS = [
     Document("a", "Vexora Dynamics", "Vexora Dynamics is a shipping company founded in 1902 by Lina Marsh."),

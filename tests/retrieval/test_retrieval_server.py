@@ -65,9 +65,15 @@ def _raw(server, request: bytes) -> bytes:
 def test_bad_content_lengths_are_refused_at_once(server):
     server, _ = server
     body = b'{"queries": ["x"]}'
-    assert _raw(server, b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n" + body).startswith(b"HTTP/1.1 400")
-    assert _raw(server, b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").startswith(b"HTTP/1.1 411")
-    big = httpx.post(server.url + "/retrieve", content=b"{" + b" " * (2 << 20) + b"}", headers={"Content-Type": "application/json"})
+    assert _raw(server, b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n" + body).startswith(
+        b"HTTP/1.1 400"
+    )
+    assert _raw(
+        server, b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    ).startswith(b"HTTP/1.1 411")
+    big = httpx.post(
+        server.url + "/retrieve", content=b"{" + b" " * (2 << 20) + b"}", headers={"Content-Type": "application/json"}
+    )
     assert big.status_code == 413 and "too large" in big.json()["error"]
 
 
@@ -86,7 +92,12 @@ def test_a_token_is_required_when_set_and_beyond_loopback(monkeypatch):
     server.start()
     try:
         assert httpx.post(server.url + "/retrieve", json={"queries": ["Lina"]}).status_code == 401
-        assert httpx.post(server.url + "/retrieve", json={"queries": ["Lina"]}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert (
+            httpx.post(
+                server.url + "/retrieve", json={"queries": ["Lina"]}, headers={"Authorization": "Bearer wrong"}
+            ).status_code
+            == 401
+        )
         monkeypatch.setenv("AGENTIC_RL_RETRIEVER_TOKEN", "s3cret")
         assert HTTPRetriever(server.url).search("Lina Marsh", 1)[0].id == "b"
     finally:

@@ -37,7 +37,9 @@ def simulator(tokenizer):
 
 
 def config(**overrides) -> SimulationConfig:
-    return SimulationConfig(**{"model": "scripted", "start_noise": 0.25, "end_noise": 0.5, "total_steps": 100, **overrides})
+    return SimulationConfig(
+        **{"model": "scripted", "start_noise": 0.25, "end_noise": 0.5, "total_steps": 100, **overrides}
+    )
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -63,7 +65,9 @@ def test_prompts_are_zerosearchs():
         "Query: Vexora founder\nUseful Output:\n"
     )
     noisy = simulation_prompt("Vexora founder", useful=False, k=3, question="Who founded Vexora?")
-    assert "generate three noisy documents" in noisy and "noisy information" in noisy and noisy.endswith("Noisy Output:\n")
+    assert (
+        "generate three noisy documents" in noisy and "noisy information" in noisy and noisy.endswith("Noisy Output:\n")
+    )
     assert 'question: "Who founded Vexora?".\n' in noisy and "whose answer" not in noisy
     assert "The user is trying" not in simulation_prompt("q", useful=True, k=2)
 
@@ -101,10 +105,17 @@ def test_useful_and_noisy_documents_follow_the_schedule(tokenizer):
     search = SimulatedSearch(engine)
     search.begin_episode(question="Who founded Vexora Dynamics?", answers=["Ilsa Marrow"], step=0, seed=1)
     docs = search.search("Vexora Dynamics founder", 3)
-    assert [d.text for d in docs] == ["Vexora Dynamics was founded by Ilsa Marrow in 1987.", "Ilsa Marrow started Vexora Dynamics in Quenport.", "Marrow led the company until 2004."]
+    assert [d.text for d in docs] == [
+        "Vexora Dynamics was founded by Ilsa Marrow in 1987.",
+        "Ilsa Marrow started Vexora Dynamics in Quenport.",
+        "Marrow led the company until 2004.",
+    ]
     assert "whose answer is Ilsa Marrow" in prompts[-1] and "generate three useful documents" in prompts[-1]
     search.begin_episode(question="Who founded Vexora Dynamics?", answers=["Ilsa Marrow"], step=10, seed=1)
-    assert search.noise == 1.0 and search.search("Vexora Dynamics founder", 2)[0].text == "Vexora Dynamics builds satellites."
+    assert (
+        search.noise == 1.0
+        and search.search("Vexora Dynamics founder", 2)[0].text == "Vexora Dynamics builds satellites."
+    )
     assert "generate two noisy documents" in prompts[-1] and (search.searches, search.noisy_searches) == (1, 1)
 
 
@@ -148,7 +159,9 @@ def test_generate_texts_from_a_chat_backend_and_a_callable():
     chat = ChatLLM()
     assert generate_texts(chat, ["abc"], temperature=0.8, max_new_tokens=50) == ["Doc 1: abc"]
     assert chat.kwargs["max_tokens"] == 50 and chat.kwargs["temperature"] == 0.8
-    assert generate_texts(lambda prompts: [p.upper() for p in prompts], ["x", "y"], temperature=1.0, max_new_tokens=5) == ["X", "Y"]
+    assert generate_texts(
+        lambda prompts: [p.upper() for p in prompts], ["x", "y"], temperature=1.0, max_new_tokens=5
+    ) == ["X", "Y"]
     with pytest.raises(RuntimeError, match="must return 2 strings"):
         generate_texts(lambda prompts: ["only one"], ["x", "y"], temperature=1.0, max_new_tokens=5)
 
@@ -168,11 +181,17 @@ def test_search_qa_with_the_simulated_engine(tokenizer):
     env.reset(options={"task_index": 0, "training_step": 0})
     observations, _, terminated, _, _ = env.step({"role": "assistant", "content": search_call("who founded it")})
     assert not terminated and "Doc 1: Vexora Dynamics was founded by Ilsa Marrow in 1987." in observations[0]["content"]
-    assert f'question: "{env.task.prompt}" whose answer is {env.task.answer}.' in prompts[-1]  # the train split shows the answer
+    assert (
+        f'question: "{env.task.prompt}" whose answer is {env.task.answer}.' in prompts[-1]
+    )  # the train split shows the answer
     _, reward, terminated, _, _ = env.step({"role": "assistant", "content": f"<answer>{env.task.answer}</answer>"})
     assert terminated and reward == 1.0
     metrics = env.episode_metrics()
-    assert metrics["search/noise_probability"] == 0.0 and metrics["search/noisy_searches"] == 0.0 and metrics["search/searches"] == 1.0
+    assert (
+        metrics["search/noise_probability"] == 0.0
+        and metrics["search/noisy_searches"] == 0.0
+        and metrics["search/searches"] == 1.0
+    )
     # Step 10: every search is noisy; the test split never shows the simulator the answer.
     test_env = make("search-qa", retriever=engine, split="test", num_tasks=5)
     test_env.reset(options={"task_index": 0, "training_step": 10})
@@ -203,4 +222,6 @@ def test_config_path_loads_an_in_process_simulator():
     env.reset(options={"task_index": 0})
     observations, _, _, _, info = env.step({"role": "assistant", "content": search_call("anything")})
     assert info["tool_results"][0].ok
-    assert make("search-qa", retriever=spec, num_tasks=2).simulated_search.engine is env.simulated_search.engine  # loaded once
+    assert (
+        make("search-qa", retriever=spec, num_tasks=2).simulated_search.engine is env.simulated_search.engine
+    )  # loaded once

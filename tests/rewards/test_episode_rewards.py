@@ -11,10 +11,24 @@ from agentic_rl.training.scoring import shaped_rewards
 from agentic_rl.types import ToolResult, Trajectory, Turn
 
 
-def episode(reward: float, *calls: tuple[str, bool, bool], answer: str | None = "x", reason: str = "answered", info: dict | None = None) -> Trajectory:
+def episode(
+    reward: float,
+    *calls: tuple[str, bool, bool],
+    answer: str | None = "x",
+    reason: str = "answered",
+    info: dict | None = None,
+) -> Trajectory:
     """A trajectory whose one turn made ``calls`` ((name, ok, malformed) each)."""
     results = [ToolResult(name=name, content="", ok=ok, malformed=malformed) for name, ok, malformed in calls]
-    return Trajectory(task_id="t", group_id="g", turns=[Turn(assistant_text="", tool_results=results)], reward=reward, answer=answer, termination_reason=reason, info=dict(info or {}))
+    return Trajectory(
+        task_id="t",
+        group_id="g",
+        turns=[Turn(assistant_text="", tool_results=results)],
+        reward=reward,
+        answer=answer,
+        termination_reason=reason,
+        info=dict(info or {}),
+    )
 
 
 def test_format_ok_uses_the_envs_verdict_else_answered_without_malformed_calls():
@@ -23,14 +37,20 @@ def test_format_ok_uses_the_envs_verdict_else_answered_without_malformed_calls()
     assert not format_ok(episode(0.0, answer=None))  # no answer read
     assert not format_ok(episode(0.0, reason="max_turns"))
     assert not format_ok(episode(1.0, info={"format_ok": False}))  # the env said no
-    assert format_ok(episode(0.0, answer=None, reason="max_turns", info={"format_ok": True}))  # e.g. a text game's valid moves
+    assert format_ok(
+        episode(0.0, answer=None, reason="max_turns", info={"format_ok": True})
+    )  # e.g. a text game's valid moves
 
 
 def test_tool_cost_per_call_by_name_with_a_default():
-    trajectory = episode(0.0, ("search", True, False), ("search", False, False), ("python", True, False), ("invalid_call", False, True))
+    trajectory = episode(
+        0.0, ("search", True, False), ("search", False, False), ("python", True, False), ("invalid_call", False, True)
+    )
     assert tool_cost(trajectory, {}) == 0.0
     assert tool_cost(trajectory, {"search": 0.1}) == pytest.approx(0.2)
-    assert tool_cost(trajectory, {"search": 0.1, "*": 0.05}) == pytest.approx(0.3)  # python and the malformed call at the default
+    assert tool_cost(trajectory, {"search": 0.1, "*": 0.05}) == pytest.approx(
+        0.3
+    )  # python and the malformed call at the default
     assert retrieval_calls(trajectory, "search") == 1  # only the call that ran
 
 
@@ -51,14 +71,23 @@ def test_shaped_rewards_apply_the_reward_section():
     batch = [good, lazy, broken]
     assert shaped_rewards(batch, algorithm, max_total_tokens=512).tolist() == pytest.approx([1.0, 0.0, 0.6])
     reward = RewardConfig(format_weight=0.2, tool_costs={"search": 0.05})
-    assert shaped_rewards(batch, algorithm, max_total_tokens=512, reward=reward).tolist() == pytest.approx([1.1, 0.2, 0.6 - 0.05])
+    assert shaped_rewards(batch, algorithm, max_total_tokens=512, reward=reward).tolist() == pytest.approx(
+        [1.1, 0.2, 0.6 - 0.05]
+    )
     staged = RewardConfig(two_stage={"switch_step": 2})
-    assert shaped_rewards(batch, algorithm, max_total_tokens=512, reward=staged, step=1).tolist() == pytest.approx([1.0, 0.5, 0.0])
-    assert shaped_rewards(batch, algorithm, max_total_tokens=512, reward=staged, step=2).tolist() == pytest.approx([1.0, 0.0, 0.6 - 2.0])
+    assert shaped_rewards(batch, algorithm, max_total_tokens=512, reward=staged, step=1).tolist() == pytest.approx(
+        [1.0, 0.5, 0.0]
+    )
+    assert shaped_rewards(batch, algorithm, max_total_tokens=512, reward=staged, step=2).tolist() == pytest.approx(
+        [1.0, 0.0, 0.6 - 2.0]
+    )
 
 
 def test_reward_section_in_the_training_config():
-    config = build(TrainConfig, {"reward": {"format_weight": 0.1, "tool_costs": {"search": 0.05}, "two_stage": {"switch_step": 10}}})
+    config = build(
+        TrainConfig,
+        {"reward": {"format_weight": 0.1, "tool_costs": {"search": 0.05}, "two_stage": {"switch_step": 10}}},
+    )
     assert config.reward.tool_costs == {"search": 0.05} and config.reward.two_stage.switch_step == 10
     assert TrainConfig().reward == RewardConfig()  # off by default
     with pytest.raises(ConfigError, match="reward.two_stage.switch_step"):

@@ -46,7 +46,14 @@ class JudgeHandler(BaseHTTPRequestHandler):
         if self.server.status != 200:
             payload, status = {"error": {"message": "judge overloaded"}}, self.server.status
         else:
-            payload, status = {"choices": [{"message": {"role": "assistant", "content": self.server.reply}, "finish_reason": "stop"}]}, 200
+            payload, status = (
+                {
+                    "choices": [
+                        {"message": {"role": "assistant", "content": self.server.reply}, "finish_reason": "stop"}
+                    ]
+                },
+                200,
+            )
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -86,7 +93,11 @@ def test_endpoint_judge_scores_sends_the_rubric_and_caches_on_disk(server, tmp_p
     request = server.requests[0]
     assert request["model"] == "grader-model" and request["temperature"] == 0.0
     prompt = request["messages"][-1]["content"]
-    assert "10 if it names Paris, else 0." in prompt and "What is the capital of France?" in prompt and "Reference answer:\nParis" in prompt
+    assert (
+        "10 if it names Paris, else 0." in prompt
+        and "What is the capital of France?" in prompt
+        and "Reference answer:\nParis" in prompt
+    )
     assert judge(" Paris ", TASK) == 0.8 and len(server.requests) == 1  # the second call is a cache hit
     files = list((tmp_path / "cache").glob("*.json"))
     assert [f.stem for f in files] == [judge.cache_key(TASK.prompt, " Paris ", "Paris")]

@@ -18,7 +18,9 @@ TOOL_RESPONSE = "<tool_response>\n"  # the system prompt mentions "<tool_respons
 
 
 def call(expression: str) -> str:
-    return "<tool_call>\n" + json.dumps({"name": "calculator", "arguments": {"expression": expression}}) + "\n</tool_call>"
+    return (
+        "<tool_call>\n" + json.dumps({"name": "calculator", "arguments": {"expression": expression}}) + "\n</tool_call>"
+    )
 
 
 class EntropyScripted(ScriptedBackend):
@@ -69,8 +71,12 @@ ALWAYS = dict(base_probability=0.0, entropy_weight=1.0)  # P = dH: 1 at the forc
 def run(tokenizer, *, budget, initial, tasks=(0,), backend=None, make_env=None, **params):
     backend = backend or EntropyScripted(tokenizer, two_turn_script(tokenizer))
     groups, stats = arpo_rollout(
-        backend, make_env or (lambda: make("arithmetic")), list(tasks), budget=budget,
-        params=ARPOConfig(initial_samples=initial, branches=2, **{**ALWAYS, **params}), seed=0,
+        backend,
+        make_env or (lambda: make("arithmetic")),
+        list(tasks),
+        budget=budget,
+        params=ARPOConfig(initial_samples=initial, branches=2, **{**ALWAYS, **params}),
+        seed=0,
     )
     return backend, groups, stats
 
@@ -111,7 +117,10 @@ def test_shared_prefix_is_bit_identical_and_replay_is_correct(tokenizer) -> None
         assert branch.messages[:4] == parent.messages[:4]
         assert branch.messages[4] == {"role": "assistant", "content": "<answer>wrong</answer>"}
         assert branch.termination_reason == "answered" and branch.answer == "wrong" and not branch.correct
-        assert len(branch.info["turn_entropies"]) == 2 and branch.info["turn_entropies"][0] == parent.info["turn_entropies"][0]
+        assert (
+            len(branch.info["turn_entropies"]) == 2
+            and branch.info["turn_entropies"][0] == parent.info["turn_entropies"][0]
+        )
     shared = branch_common_prefix(group.trajectories)
     assert shared[0, 1] == cut and shared[1, 2] == cut and shared[0, 0] == len(parent.token_ids)
 
@@ -204,7 +213,10 @@ def _tiny_arpo_config(**overrides):
         rollout={"max_new_tokens": 12, "max_total_tokens": 512},
         sft={"enabled": False},
         eval={"num_tasks": 2},
-        steps=2, tasks_per_step=2, group_size=4, task_offset=0,
+        steps=2,
+        tasks_per_step=2,
+        group_size=4,
+        task_offset=0,
         optim={"lr": 1e-3},
         tracking={"sinks": [], "report": False},
     )
@@ -237,7 +249,9 @@ def test_trainer_with_forced_branches_and_hard_attribution(tiny, tokenizer) -> N
     from agentic_rl.training.rl import RLTrainer, score
 
     torch.set_num_threads(1)
-    config = _tiny_arpo_config(arpo={"initial_samples": 2, "base_probability": 0.0, "entropy_weight": 1.0, "attribution": "hard"})
+    config = _tiny_arpo_config(
+        arpo={"initial_samples": 2, "base_probability": 0.0, "entropy_weight": 1.0, "attribution": "hard"}
+    )
     model = copy.deepcopy(tiny[0])
     # each step makes 3 generate calls: first turns, globals' answers (right), branches' answers (wrong)
     backend = EntropyScripted(tokenizer, two_turn_script(tokenizer, correct=lambda call_index: call_index % 3 == 1))
@@ -248,7 +262,9 @@ def test_trainer_with_forced_branches_and_hard_attribution(tiny, tokenizer) -> N
         assert metrics["arpo/branches_per_task"] == 2 and [len(g.trajectories) for g in groups] == [4, 4]
         assert metrics["reward_std"] > 0
     assert any(not torch.equal(p, before[name]) for name, p in model.named_parameters())
-    scored = score(groups, config.algorithm, max_total_tokens=config.rollout.max_total_tokens, attribution=config.arpo.attribution)
+    scored = score(
+        groups, config.algorithm, max_total_tokens=config.rollout.max_total_tokens, attribution=config.arpo.attribution
+    )
     for group in groups:
         rows = [scored.trajectories.index(t) for t in group.trajectories]
         shared = branch_common_prefix(group.trajectories)

@@ -32,7 +32,10 @@ def test_special_tokens_in_tool_output_stay_text(tokenizer, stopped: bool) -> No
     expected = ([] if stopped else [im_end]) + [im_start, im_end, im_start]
     assert _structural(tokenizer, ids) == expected
     # Same special tokens as a benign observation, and the hostile text is kept verbatim.
-    assert _structural(tokenizer, renderer.observation_ids([{"role": "tool", "content": BENIGN}], stopped=stopped)) == expected
+    assert (
+        _structural(tokenizer, renderer.observation_ids([{"role": "tool", "content": BENIGN}], stopped=stopped))
+        == expected
+    )
     assert tokenizer.decode(ids) == renderer.observation_text(hostile, stopped=stopped)
 
 

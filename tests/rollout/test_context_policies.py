@@ -11,7 +11,14 @@ import torch
 
 from agentic_rl.config import RolloutConfig, TrainConfig
 from agentic_rl.engines.hf import HFBackend
-from agentic_rl.rollout.context import FOLD_STUB, SUMMARY_HEADER, SUMMARY_REQUEST, context_messages, summary_context, summary_request
+from agentic_rl.rollout.context import (
+    FOLD_STUB,
+    SUMMARY_HEADER,
+    SUMMARY_REQUEST,
+    context_messages,
+    summary_context,
+    summary_request,
+)
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.rl import RLTrainer
 from agentic_rl.types import Trajectory
@@ -47,7 +54,9 @@ class ToolEnv:
     def reset(self, *, seed=None, options=None):
         self.turn = 0
         index = (options or {}).get("task_index", 0)
-        return [{"role": "system", "content": "Use the tool."}, {"role": "user", "content": f"Task {index}."}], {"task_id": f"t{index}"}
+        return [{"role": "system", "content": "Use the tool."}, {"role": "user", "content": f"Task {index}."}], {
+            "task_id": f"t{index}"
+        }
 
     def step(self, message):
         self.turn += 1
@@ -108,7 +117,9 @@ class _RecordingSession:
 def test_every_sample_is_what_the_engine_was_given_and_sampled(tiny, policy, turns, continuous) -> None:
     model, tokenizer = tiny
     backend = Recording(model, tokenizer)
-    config = RolloutConfig(max_new_tokens=6, max_total_tokens=2048, context=policy, context_turns=turns, continuous_batching=continuous)
+    config = RolloutConfig(
+        max_new_tokens=6, max_total_tokens=2048, context=policy, context_turns=turns, continuous_batching=continuous
+    )
     groups = rollout(backend, ToolEnv, [0, 1], group_size=2, config=config, seed=3)
     served = set(backend.served)
     turns_seen = 0
@@ -119,7 +130,10 @@ def test_every_sample_is_what_the_engine_was_given_and_sampled(tiny, policy, tur
         for sample in samples:
             assert sample.reward == trajectory.reward and sample.termination_reason == trajectory.termination_reason
             for turn in sample.turns:
-                prompt, sampled = tuple(sample.token_ids[: turn.response_start]), tuple(sample.token_ids[turn.response_start : turn.response_end])
+                prompt, sampled = (
+                    tuple(sample.token_ids[: turn.response_start]),
+                    tuple(sample.token_ids[turn.response_start : turn.response_end]),
+                )
                 assert (prompt, sampled) in served  # exactly what the engine saw and sampled
                 assert all(sample.loss_mask[turn.response_start : turn.response_end])
                 turns_seen += 1
@@ -135,10 +149,18 @@ def test_a_training_step_uses_every_segment(tiny) -> None:
 
     if "test-context-tools" not in {e.name for e in envs.registered()}:
         envs.register("test-context-tools", ToolEnv, "test env")
-    config = TrainConfig.model_validate({
-        "model": {"name": "tiny-random", "device": "cpu"}, "env": {"name": "test-context-tools"}, "precision": "fp32", "steps": 1, "tasks_per_step": 4, "group_size": 4,
-        "rollout": {"max_new_tokens": 6, "max_total_tokens": 1024, "context": "window", "context_turns": 1}, "optim": {"lr": 1e-3},
-    })
+    config = TrainConfig.model_validate(
+        {
+            "model": {"name": "tiny-random", "device": "cpu"},
+            "env": {"name": "test-context-tools"},
+            "precision": "fp32",
+            "steps": 1,
+            "tasks_per_step": 4,
+            "group_size": 4,
+            "rollout": {"max_new_tokens": 6, "max_total_tokens": 1024, "context": "window", "context_turns": 1},
+            "optim": {"lr": 1e-3},
+        }
+    )
     model = copy.deepcopy(tiny[0])
     trainer = RLTrainer(config, model, tiny[1], HFBackend(model, tiny[1]), ToolEnv, list(range(16)))
     kept = trainer._sample()[1]
@@ -151,9 +173,18 @@ def test_a_training_step_uses_every_segment(tiny) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"algorithm": {"rollout": "arpo"}}, "algorithm.rollout: rollout.context window: ARPO branches within one growing context"),
-        ({"algorithm": {"advantage": "gigpo"}}, "algorithm.advantage: rollout.context window: segments share one advantage per episode"),
-        ({"algorithm": {"aggregation": "seq-mean-token-mean"}}, "algorithm.aggregation: rollout.context window: sequence-mean aggregation"),
+        (
+            {"algorithm": {"rollout": "arpo"}},
+            "algorithm.rollout: rollout.context window: ARPO branches within one growing context",
+        ),
+        (
+            {"algorithm": {"advantage": "gigpo"}},
+            "algorithm.advantage: rollout.context window: segments share one advantage per episode",
+        ),
+        (
+            {"algorithm": {"aggregation": "seq-mean-token-mean"}},
+            "algorithm.aggregation: rollout.context window: sequence-mean aggregation",
+        ),
     ],
 )
 def test_settings_a_context_policy_refuses(overrides, message) -> None:
@@ -168,12 +199,22 @@ def test_settings_a_context_policy_refuses(overrides, message) -> None:
 
 def test_summary_context_by_hand() -> None:
     history = _history(3)  # s, task, a0, out0, a1, out1, a2, out2
-    assert summary_context(history, " facts: 1, 2 ", opening=2, keep_last=False) == [*history[:2], {"role": "user", "content": SUMMARY_HEADER + "facts: 1, 2"}]
-    assert summary_context(history, "facts", opening=2, keep_last=True) == [*history[:2], {"role": "user", "content": SUMMARY_HEADER + "facts"}, *history[6:]]
+    assert summary_context(history, " facts: 1, 2 ", opening=2, keep_last=False) == [
+        *history[:2],
+        {"role": "user", "content": SUMMARY_HEADER + "facts: 1, 2"},
+    ]
+    assert summary_context(history, "facts", opening=2, keep_last=True) == [
+        *history[:2],
+        {"role": "user", "content": SUMMARY_HEADER + "facts"},
+        *history[6:],
+    ]
     assert context_messages("summarize", history, opening=2, turns=1) == history  # its cut is by tokens, in the episode
     assert summary_request()["content"] == SUMMARY_REQUEST
     assert summary_request("Keep the numbers.") == {"role": "user", "content": "Keep the numbers."}
-    assert summary_context(history, "facts", opening=2, keep_last=False, header="Notes: ")[-1] == {"role": "user", "content": "Notes: facts"}
+    assert summary_context(history, "facts", opening=2, keep_last=False, header="Notes: ")[-1] == {
+        "role": "user",
+        "content": "Notes: facts",
+    }
 
 
 def test_a_configured_summary_request_and_header_reach_the_model(tiny) -> None:
@@ -182,10 +223,21 @@ def test_a_configured_summary_request_and_header_reach_the_model(tiny) -> None:
     model, tokenizer = tiny
     backend = Recording(model, tokenizer)
     rollout_config = {
-        "max_new_tokens": 6, "max_total_tokens": 1024, "context": "summarize", "context_tokens": 80,
-        "context_summary_request": "List the results so far.", "context_summary_header": "Results so far: ",
+        "max_new_tokens": 6,
+        "max_total_tokens": 1024,
+        "context": "summarize",
+        "context_tokens": 80,
+        "context_summary_request": "List the results so far.",
+        "context_summary_header": "Results so far: ",
     }
-    config = TrainConfig.model_validate({"model": {"name": "tiny-random", "device": "cpu"}, "env": {"name": "arithmetic"}, "precision": "fp32", "rollout": rollout_config})
+    config = TrainConfig.model_validate(
+        {
+            "model": {"name": "tiny-random", "device": "cpu"},
+            "env": {"name": "arithmetic"},
+            "precision": "fp32",
+            "rollout": rollout_config,
+        }
+    )
     groups = rollout(backend, ToolEnv, [0], group_size=1, config=config.rollout, seed=7)
     before, after = groups[0].trajectories[0].samples[:2]
     assert before.messages[-2] == {"role": "user", "content": "List the results so far."}
@@ -200,7 +252,9 @@ def test_an_empty_summary_request_is_refused() -> None:
     from agentic_rl.config import ConfigError, build
 
     with pytest.raises(ConfigError, match="context_summary_request: expected the text"):
-        build(TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 512, "context_summary_request": "  "}})
+        build(
+            TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 512, "context_summary_request": "  "}}
+        )
 
 
 @pytest.mark.parametrize("continuous", [True, False])
@@ -217,10 +271,24 @@ def test_summarize_trains_on_exactly_what_the_engine_was_given_and_sampled(tiny,
     model, tokenizer = tiny
     backend = Recording(model, tokenizer)
     renderer = ChatRenderer(tokenizer)
-    rollout_config = {"max_new_tokens": 6, "max_total_tokens": 1024, "context": "summarize", "context_tokens": 80, "context_keep_last": keep_last, "continuous_batching": continuous}
-    config = TrainConfig.model_validate({
-        "model": {"name": "tiny-random", "device": "cpu"}, "env": {"name": "arithmetic"}, "precision": "fp32", "tasks_per_step": 2, "group_size": 2, "rollout": rollout_config,
-    })
+    rollout_config = {
+        "max_new_tokens": 6,
+        "max_total_tokens": 1024,
+        "context": "summarize",
+        "context_tokens": 80,
+        "context_keep_last": keep_last,
+        "continuous_batching": continuous,
+    }
+    config = TrainConfig.model_validate(
+        {
+            "model": {"name": "tiny-random", "device": "cpu"},
+            "env": {"name": "arithmetic"},
+            "precision": "fp32",
+            "tasks_per_step": 2,
+            "group_size": 2,
+            "rollout": rollout_config,
+        }
+    )
     groups = rollout(backend, ToolEnv, [0, 1], group_size=2, config=config.rollout, seed=7)
     trainer = RLTrainer(config, model, tokenizer, backend, ToolEnv, list(range(16)))
     scored, _, _ = trainer.score_groups(groups)
@@ -228,14 +296,20 @@ def test_summarize_trains_on_exactly_what_the_engine_was_given_and_sampled(tiny,
     pairs = []
     for row, sample in enumerate(scored.trajectories):
         ids = batch.input_ids[row, : len(sample.token_ids)].tolist()
-        assert ids == sample.token_ids and batch.loss_mask[row, : len(ids)].tolist() == [float(m) for m in sample.loss_mask]
+        assert ids == sample.token_ids and batch.loss_mask[row, : len(ids)].tolist() == [
+            float(m) for m in sample.loss_mask
+        ]
         for turn in sample.turns:
             pairs.append((tuple(ids[: turn.response_start]), tuple(ids[turn.response_start : turn.response_end])))
-            assert batch.loss_mask[row, turn.response_start : turn.response_end].tolist() == [1.0] * (turn.response_end - turn.response_start)
+            assert batch.loss_mask[row, turn.response_start : turn.response_end].tolist() == [1.0] * (
+                turn.response_end - turn.response_start
+            )
     assert Counter(pairs) == Counter(backend.served)  # token for token, each engine call once
     episodes = [t for g in groups for t in g.trajectories]
     for episode in episodes:
-        assert episode.num_turns == 4 and episode.summary_turns == 2  # the env saw its 4 turns; the summaries it never saw
+        assert (
+            episode.num_turns == 4 and episode.summary_turns == 2
+        )  # the env saw its 4 turns; the summaries it never saw
         samples = episode.samples
         assert len(samples) == 3
         for before, after in zip(samples, samples[1:]):
@@ -244,11 +318,18 @@ def test_summarize_trains_on_exactly_what_the_engine_was_given_and_sampled(tiny,
             assert SUMMARY_REQUEST in tokenizer.decode(before.token_ids[: summary.response_start])
             shown = summary_context(before.messages[:-2], summary.assistant_text, opening=2, keep_last=keep_last)
             assert after.messages[: len(shown)] == shown
-            assert after.token_ids[: after.prompt_length] == renderer.prompt_ids(shown)  # the new context, rendered afresh
+            assert after.token_ids[: after.prompt_length] == renderer.prompt_ids(
+                shown
+            )  # the new context, rendered afresh
             last_output = before.messages[-3]["content"]  # the tool output the summary request followed
-            assert last_output.startswith("result ") and (last_output in tokenizer.decode(after.token_ids[: after.prompt_length])) == keep_last
+            assert (
+                last_output.startswith("result ")
+                and (last_output in tokenizer.decode(after.token_ids[: after.prompt_length])) == keep_last
+            )
     # Every sample of an episode carries its advantage (grpo over the episodes' rewards) on every sampled token.
-    assert any(len({e.reward for e in episodes if e.group_id == g.group_id}) == 2 for g in groups)  # some advantage is not 0
+    assert any(
+        len({e.reward for e in episodes if e.group_id == g.group_id}) == 2 for g in groups
+    )  # some advantage is not 0
     for episode in episodes:
         group = [e for e in episodes if e.group_id == episode.group_id]
         group_rewards = torch.tensor([e.reward for e in group])
@@ -285,7 +366,14 @@ def test_a_summary_never_reaches_the_env() -> None:
 
 def _sample(mask: list[int], reward: float, group: str = "g") -> Trajectory:
 
-    return Trajectory(task_id="t", group_id=group, token_ids=list(range(len(mask))), loss_mask=list(mask), sampler_logprobs=[0.0] * len(mask), reward=reward)
+    return Trajectory(
+        task_id="t",
+        group_id=group,
+        token_ids=list(range(len(mask))),
+        loss_mask=list(mask),
+        sampler_logprobs=[0.0] * len(mask),
+        reward=reward,
+    )
 
 
 def test_segment_advantages_and_loss_weights_by_hand() -> None:
@@ -304,22 +392,39 @@ def test_segment_advantages_and_loss_weights_by_hand() -> None:
     a = _sample([0, 0, 0], 1.0)
     a.segments = [_sample([0, 1, 1, 0, 1], 1.0), _sample([0, 0, 1], 1.0)]
     b = _sample([0, 1, 1], 0.0)
-    scored = score([TrajectoryGroup("t", "g", [a, b])], AlgorithmConfig(advantage="grpo", overlong_buffer=0), max_total_tokens=64)
+    scored = score(
+        [TrajectoryGroup("t", "g", [a, b])], AlgorithmConfig(advantage="grpo", overlong_buffer=0), max_total_tokens=64
+    )
     value = 0.5 / (0.5**0.5 + 1e-6)
     assert [t is s for t, s in zip(scored.trajectories, [*a.samples, b])] == [True] * 4
-    assert scored.advantages == [pytest.approx(row) for row in ([0, value, value, 0, value], [0, 0, value], [0, 0, 0], [0, -value, -value])]
+    assert scored.advantages == [
+        pytest.approx(row) for row in ([0, value, value, 0, value], [0, 0, value], [0, 0, 0], [0, -value, -value])
+    ]
     assert scored.rewards.tolist() == [1.0, 1.0, 1.0, 0.0]
-    batch = collate([t.token_ids for t in scored.trajectories], [t.loss_mask for t in scored.trajectories], pad_token_id=0, per_token={"advantages": scored.advantages})
+    batch = collate(
+        [t.token_ids for t in scored.trajectories],
+        [t.loss_mask for t in scored.trajectories],
+        pad_token_id=0,
+        per_token={"advantages": scored.advantages},
+    )
     weights = batch.loss_mask / batch.loss_mask.sum()  # token-mean: d loss / d (per-token loss)
     assert weights.sum(-1).tolist() == pytest.approx([3 / 6, 1 / 6, 0.0, 2 / 6])
-    assert float(aggregate(batch.per_token["advantages"], batch.loss_mask, "token-mean")) == pytest.approx((4 * value - 2 * value) / 6)
+    assert float(aggregate(batch.per_token["advantages"], batch.loss_mask, "token-mean")) == pytest.approx(
+        (4 * value - 2 * value) / 6
+    )
 
 
 def test_summarize_budget_must_leave_room_below_the_token_limit() -> None:
     from agentic_rl.config import ConfigError, build
 
-    with pytest.raises(ConfigError, match=r"rollout.context_tokens: with context summarize it must be below max_total_tokens \(1024\)"):
+    with pytest.raises(
+        ConfigError, match=r"rollout.context_tokens: with context summarize it must be below max_total_tokens \(1024\)"
+    ):
         build(TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 1024, "max_total_tokens": 1024}})
     with pytest.raises(ConfigError, match="algorithm.rollout: rollout.context summarize: ARPO"):
-        build(TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 512}, "algorithm": {"rollout": "arpo"}})
-    assert build(TrainConfig, {"rollout": {"context": "window", "context_tokens": 4096}}).rollout.context_tokens == 4096  # only summarize reads it
+        build(
+            TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 512}, "algorithm": {"rollout": "arpo"}}
+        )
+    assert (
+        build(TrainConfig, {"rollout": {"context": "window", "context_tokens": 4096}}).rollout.context_tokens == 4096
+    )  # only summarize reads it

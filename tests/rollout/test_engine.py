@@ -17,7 +17,9 @@ IM_END = "<|im_end|>"
 
 
 def call(expression: str) -> str:
-    return "<tool_call>\n" + json.dumps({"name": "calculator", "arguments": {"expression": expression}}) + "\n</tool_call>"
+    return (
+        "<tool_call>\n" + json.dumps({"name": "calculator", "arguments": {"expression": expression}}) + "\n</tool_call>"
+    )
 
 
 def arithmetic(**kwargs):
@@ -29,7 +31,9 @@ def encode(tokenizer, text: str) -> list[int]:
 
 
 def template_ids(tokenizer, messages, *, add_generation_prompt: bool) -> list[int]:
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False)
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False
+    )
 
 
 def template_text(tokenizer, messages, *, add_generation_prompt: bool) -> str:
@@ -107,7 +111,9 @@ def test_correct_episode_is_scored(correct_episode) -> None:
     assert trajectory.wall_time_s > 0
     summary = trajectory.to_dict()
     assert json.loads(json.dumps(summary)) == summary
-    assert summary["tool_calls"] == [{"name": "calculator", "ok": True, "malformed": False, "unknown_tool": False, "latency_s": result.latency_s}]
+    assert summary["tool_calls"] == [
+        {"name": "calculator", "ok": True, "malformed": False, "unknown_tool": False, "latency_s": result.latency_s}
+    ]
 
 
 def test_correct_episode_tokens(correct_episode, tokenizer) -> None:
@@ -134,7 +140,10 @@ def test_correct_episode_tokens(correct_episode, tokenizer) -> None:
     # The observation is what the template puts between the first reply's stop token and
     # the next assistant turn: the rest of the end of turn, the tool message, the next prompt.
     observation = tokenizer.decode(trajectory.token_ids[o_start:o_end])
-    assert observation == f"\n<|im_start|>tool\n<tool_response>\n{task.answer}\n</tool_response>{IM_END}\n<|im_start|>assistant\n"
+    assert (
+        observation
+        == f"\n<|im_start|>tool\n<tool_response>\n{task.answer}\n</tool_response>{IM_END}\n<|im_start|>assistant\n"
+    )
     before = template_text(tokenizer, trajectory.messages[:3], add_generation_prompt=False)
     after = template_text(tokenizer, trajectory.messages[:4], add_generation_prompt=True)
     assert before.endswith(IM_END + "\n") and after.startswith(before)
@@ -170,7 +179,9 @@ def test_few_shot_prompt_matches_the_template(tokenizer) -> None:
     [trajectory] = group.trajectories
     opening = make("arithmetic", few_shot=2).reset(options={"task_index": 4})[0]
     assert trajectory.messages[: len(opening)] == opening
-    assert trajectory.token_ids[: trajectory.prompt_length] == template_ids(tokenizer, opening, add_generation_prompt=True)
+    assert trajectory.token_ids[: trajectory.prompt_length] == template_ids(
+        tokenizer, opening, add_generation_prompt=True
+    )
     assert trajectory.termination_reason == "answered" and trajectory.reward == 0.0 and not trajectory.correct
 
 
@@ -255,7 +266,9 @@ class TasksEnv:
 
     num_tasks = 8
 
-    def __init__(self, *, sleep_s: float = 0.0, fail_on: tuple[int, ...] = (), turns: int = 1, long_on: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self, *, sleep_s: float = 0.0, fail_on: tuple[int, ...] = (), turns: int = 1, long_on: tuple[int, ...] = ()
+    ) -> None:
         self.sleep_s, self.fail_on, self.turns, self.long_on = sleep_s, fail_on, turns, long_on
         self.index = -1
         self.turn = 0
@@ -275,7 +288,13 @@ class TasksEnv:
         if self.turn < self.turns:
             return [{"role": "user", "content": "Again."}], 0.0, False, False, {}
         answer = assistant_message["content"]
-        return [], float(answer == str(self.index)), True, False, {"answer": answer, "correct": answer == str(self.index)}
+        return (
+            [],
+            float(answer == str(self.index)),
+            True,
+            False,
+            {"answer": answer, "correct": answer == str(self.index)},
+        )
 
 
 def say_index(prompt: list[int], call_index: int, tokenizer) -> str:
@@ -315,7 +334,13 @@ def test_env_crash_is_an_infra_error_and_isolated(tokenizer) -> None:
 def test_prompt_longer_than_the_token_budget_ends_before_sampling(tokenizer) -> None:
     backend = ScriptedBackend(tokenizer, lambda prompt, i: say_index(prompt, i, tokenizer))
     finished = []
-    groups = rollout(backend, lambda: TasksEnv(long_on=(1,)), [0, 1, 2], config=RolloutConfig(max_total_tokens=100), on_finish=finished.append)
+    groups = rollout(
+        backend,
+        lambda: TasksEnv(long_on=(1,)),
+        [0, 1, 2],
+        config=RolloutConfig(max_total_tokens=100),
+        on_finish=finished.append,
+    )
     short0, long1, short2 = (g.trajectories[0] for g in groups)
     assert long1.prompt_length > 100
     assert long1.termination_reason == "max_tokens" and long1.num_turns == 0 and long1.response_tokens == 0

@@ -45,7 +45,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def run(tiny, *, temperature: float, seed: int | None = 0, group_size: int = 4, max_new_tokens: int = 16):
     model, tokenizer = tiny
     limits = RolloutConfig(temperature=temperature, max_new_tokens=max_new_tokens)
-    groups = rollout(HFBackend(model, tokenizer), ObservationEnv, [0, 1], group_size=group_size, config=limits, seed=seed)
+    groups = rollout(
+        HFBackend(model, tokenizer), ObservationEnv, [0, 1], group_size=group_size, config=limits, seed=seed
+    )
     return [t for g in groups for t in g.trajectories]
 
 
@@ -139,7 +141,9 @@ def test_real_model_sampler_logprobs_match_a_forward_pass() -> None:
     except ModelNotFoundError as error:
         pytest.skip(str(error))
     limits = RolloutConfig(temperature=1.0, max_new_tokens=12)
-    groups = rollout(HFBackend(model, tokenizer), lambda: ObservationEnv(turns=2), [0, 1], group_size=2, config=limits, seed=0)
+    groups = rollout(
+        HFBackend(model, tokenizer), lambda: ObservationEnv(turns=2), [0, 1], group_size=2, config=limits, seed=0
+    )
     trajectories = [t for g in groups for t in g.trajectories]
     assert len({t.prompt_length for t in trajectories}) == 2
     for trajectory in trajectories:

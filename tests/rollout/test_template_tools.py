@@ -32,14 +32,21 @@ def solver(tokenizer):
         text = tokenizer.decode(prompt_ids)
         expression = re.search(r"What is (.+)\?", text).group(1)
         if "<tool_response>\n" not in text:
-            return "Computing.\n" + PARSER.format_call(ToolCall(name="calculator", arguments={"expression": expression}))
+            return "Computing.\n" + PARSER.format_call(
+                ToolCall(name="calculator", arguments={"expression": expression})
+            )
         return "<answer>" + text[text.rindex("<tool_response>\n") + 16 :].split("\n</tool_response>")[0] + "</answer>"
 
     return script
 
 
 def run(tokenizer, **config):
-    [group] = rollout(ScriptedBackend(tokenizer, solver(tokenizer)), lambda: envs.make("arithmetic"), [3], config=RolloutConfig(**config))
+    [group] = rollout(
+        ScriptedBackend(tokenizer, solver(tokenizer)),
+        lambda: envs.make("arithmetic"),
+        [3],
+        config=RolloutConfig(**config),
+    )
     [trajectory] = group.trajectories
     assert trajectory.correct and trajectory.num_turns == 2
     return trajectory
@@ -55,15 +62,26 @@ def test_smollm2_keeps_the_tools_prompt_in_the_system_message_byte_for_byte(toke
     trajectory = run(tokenizer)
     task = envs.make("arithmetic").tasks[3]
     system = DEFAULT_SYSTEM_PROMPT + "\n\n" + PARSER.format_tools_prompt(SCHEMAS)
-    expected = tokenizer.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": task.prompt}], tokenize=False, add_generation_prompt=True)
-    assert trajectory.token_ids[: trajectory.prompt_length] == tokenizer(expected, add_special_tokens=False)["input_ids"]
+    expected = tokenizer.apply_chat_template(
+        [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert (
+        trajectory.token_ids[: trajectory.prompt_length] == tokenizer(expected, add_special_tokens=False)["input_ids"]
+    )
     assert trajectory.info["tools_prompt"] == "text" and trajectory.template_tools is None
     example = trajectory_to_example(trajectory, PARSER)
     assert "tools" not in example and "tools" not in trajectory.to_dict()
-    assert render_example(example["messages"], ChatRenderer(tokenizer), PARSER) == (trajectory.token_ids, trajectory.loss_mask)
+    assert render_example(example["messages"], ChatRenderer(tokenizer), PARSER) == (
+        trajectory.token_ids,
+        trajectory.loss_mask,
+    )
 
 
-def test_a_template_that_renders_tools_describes_them_and_sft_renders_the_same_tokens(tokenizer, tools_tokenizer) -> None:
+def test_a_template_that_renders_tools_describes_them_and_sft_renders_the_same_tokens(
+    tokenizer, tools_tokenizer
+) -> None:
     from agentic_rl.training.sft import tokenize_examples
 
     trajectory = run(tools_tokenizer)
@@ -76,21 +94,33 @@ def test_a_template_that_renders_tools_describes_them_and_sft_renders_the_same_t
     example = trajectory_to_example(trajectory, PARSER)
     assert example["tools"] == SCHEMAS
     renderer = ChatRenderer(tools_tokenizer)
-    assert render_example(example["messages"], renderer, PARSER, tools=example["tools"]) == (trajectory.token_ids, trajectory.loss_mask)
+    assert render_example(example["messages"], renderer, PARSER, tools=example["tools"]) == (
+        trajectory.token_ids,
+        trajectory.loss_mask,
+    )
     [(ids, mask)], dropped = tokenize_examples([example], tools_tokenizer, PARSER, max_length=4096)
     assert (ids, mask, dropped) == (trajectory.token_ids, trajectory.loss_mask, 0)
     # The same example on a model whose template knows no tools: the text layout a rollout there gives.
     text_mode = run(tokenizer)
-    assert render_example(example["messages"], ChatRenderer(tokenizer), PARSER, tools=example["tools"]) == (text_mode.token_ids, text_mode.loss_mask)
+    assert render_example(example["messages"], ChatRenderer(tokenizer), PARSER, tools=example["tools"]) == (
+        text_mode.token_ids,
+        text_mode.loss_mask,
+    )
 
 
 def test_an_env_keeps_its_text_prompt_for_a_tag_format(tools_tokenizer) -> None:
-    env = ToolEnv(envs.make("arithmetic").tasks, ToolRegistry([calculator]), parser="search_r1", system_prompt="Search.")
+    env = ToolEnv(
+        envs.make("arithmetic").tasks, ToolRegistry([calculator]), parser="search_r1", system_prompt="Search."
+    )
     messages, info = env.reset(options={"task_index": 0, "tools_prompt": "template"})
     assert info["tools_prompt"] == "text" and messages[0]["content"] == env.system_prompt != "Search."
     hermes = ToolEnv(envs.make("arithmetic").tasks, ToolRegistry([calculator]), system_prompt="Solve.")
     messages, info = hermes.reset(options={"task_index": 0, "tools_prompt": "template"})
-    assert (info["tools_prompt"], info["tools"], messages[0]) == ("template", [calculator.schema()], {"role": "system", "content": "Solve."})
+    assert (info["tools_prompt"], info["tools"], messages[0]) == (
+        "template",
+        [calculator.schema()],
+        {"role": "system", "content": "Solve."},
+    )
     messages, info = hermes.reset(options={"task_index": 0})
     assert info["tools_prompt"] == "text" and messages[0]["content"] == hermes.system_prompt
 
@@ -99,9 +129,18 @@ def test_a_new_context_segment_is_rendered_with_the_tools(tools_tokenizer) -> No
     answer = solver(tools_tokenizer)
 
     def twice(prompt_ids: list[int], call_index: int) -> str:  # two calls, so the window cuts the first
-        return PARSER.format_call(ToolCall(name="calculator", arguments={"expression": "1 + 1"})) if call_index < 2 else answer(prompt_ids, call_index)
+        return (
+            PARSER.format_call(ToolCall(name="calculator", arguments={"expression": "1 + 1"}))
+            if call_index < 2
+            else answer(prompt_ids, call_index)
+        )
 
-    [group] = rollout(ScriptedBackend(tools_tokenizer, twice), lambda: envs.make("arithmetic"), [3], config=RolloutConfig(context="window", context_turns=1, max_turns=4))
+    [group] = rollout(
+        ScriptedBackend(tools_tokenizer, twice),
+        lambda: envs.make("arithmetic"),
+        [3],
+        config=RolloutConfig(context="window", context_turns=1, max_turns=4),
+    )
     [trajectory] = group.trajectories
     [first] = trajectory.segments
     for segment in (first, trajectory):
@@ -138,36 +177,58 @@ def test_a_template_that_frames_tool_output_gets_bare_results(tokenizer, tools_t
     from agentic_rl.training.sft import tokenize_examples
 
     framing = ChatRenderer(framing_tokenizer)
-    assert framing.frames_tool_output(PARSER) and not ChatRenderer(tools_tokenizer).frames_tool_output(PARSER) and not ChatRenderer(tokenizer).frames_tool_output(PARSER)
+    assert (
+        framing.frames_tool_output(PARSER)
+        and not ChatRenderer(tools_tokenizer).frames_tool_output(PARSER)
+        and not ChatRenderer(tokenizer).frames_tool_output(PARSER)
+    )
     assert not framing.frames_tool_output(get_parser("search_r1"))  # its frame is <information>
     trajectory = run(framing_tokenizer)
     text = framing_tokenizer.decode(trajectory.token_ids)
     assert text.count("<tool_response>") == 1 and "<tool_response>\n<tool_response>" not in text
     [result] = [m for m in trajectory.messages if m["role"] == "tool"]
-    assert result["content"] == trajectory.messages[-1]["content"][len("<answer>") : -len("</answer>")]  # bare: the calculator's output
+    assert (
+        result["content"] == trajectory.messages[-1]["content"][len("<answer>") : -len("</answer>")]
+    )  # bare: the calculator's output
     assert trajectory.info["tool_output_template"] == framing.tool_output_template
     # SFT: the stored example holds the bare result and renders the rollout's tokens.
     example = trajectory_to_example(trajectory, PARSER)
     assert [m["content"] for m in example["messages"] if m["role"] == "tool"] == [result["content"]]
-    assert render_example(example["messages"], framing, PARSER, tools=example["tools"]) == (trajectory.token_ids, trajectory.loss_mask)
+    assert render_example(example["messages"], framing, PARSER, tools=example["tools"]) == (
+        trajectory.token_ids,
+        trajectory.loss_mask,
+    )
     [(ids, mask)], _ = tokenize_examples([example], framing_tokenizer, PARSER, max_length=4096)
     assert (ids, mask) == (trajectory.token_ids, trajectory.loss_mask)
     # The same example on a template that does not frame: the parser frames, as a rollout there does.
     unframed = run(tools_tokenizer)
-    assert render_example(example["messages"], ChatRenderer(tools_tokenizer), PARSER, tools=example["tools"]) == (unframed.token_ids, unframed.loss_mask)
+    assert render_example(example["messages"], ChatRenderer(tools_tokenizer), PARSER, tools=example["tools"]) == (
+        unframed.token_ids,
+        unframed.loss_mask,
+    )
     # DPO pairs from rollouts.jsonl records.
     bad = run(framing_tokenizer)
     bad.reward = 0.0
     bad.messages[-1] = {"role": "assistant", "content": "<answer>0</answer>"}
-    [pair] = pairs_from_rollout_records([{**t.to_dict(), "step": 0, "group_id": "g"} for t in (trajectory, bad)], PARSER)
+    [pair] = pairs_from_rollout_records(
+        [{**t.to_dict(), "step": 0, "group_id": "g"} for t in (trajectory, bad)], PARSER
+    )
     [(chosen, _)], _ = tokenize_pairs([pair], framing_tokenizer, PARSER, max_length=4096)
     assert chosen == (trajectory.token_ids, trajectory.loss_mask)
     # Demonstrations' results go bare too.
     env = envs.make("arithmetic", few_shot=1)
-    messages, _ = env.reset(options={"task_index": 0, "tools_prompt": "template", "tool_output_template": framing.tool_output_template})
+    messages, _ = env.reset(
+        options={"task_index": 0, "tools_prompt": "template", "tool_output_template": framing.tool_output_template}
+    )
     [demo_result] = [m for m in messages if m["role"] == "tool"]
     assert not demo_result["content"].startswith("<tool_response>") and demo_result["content"].strip()
-    messages, _ = env.reset(options={"task_index": 0, "tools_prompt": "template", "tool_output_template": ChatRenderer(tools_tokenizer).tool_output_template})
+    messages, _ = env.reset(
+        options={
+            "task_index": 0,
+            "tools_prompt": "template",
+            "tool_output_template": ChatRenderer(tools_tokenizer).tool_output_template,
+        }
+    )
     assert [m for m in messages if m["role"] == "tool"][0]["content"].startswith("<tool_response>\n")
 
 

@@ -12,7 +12,9 @@ def _tree(tmp_path, own: str, delegated: str | None):
     (root / own.strip("/")).mkdir(parents=True)
     (root / "cgroup.controllers").write_text("cpu memory pids\n")
     for directory in {root, root / own.strip("/"), (root / own.strip("/")).parent}:
-        (directory / "cgroup.subtree_control").write_text("memory pids\n" if delegated and directory == root / delegated.strip("/") else "cpu\n")
+        (directory / "cgroup.subtree_control").write_text(
+            "memory pids\n" if delegated and directory == root / delegated.strip("/") else "cpu\n"
+        )
     proc = tmp_path / "proc_cgroup"
     proc.write_text(f"0::{own}\n")
     return root, proc

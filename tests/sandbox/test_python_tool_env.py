@@ -72,7 +72,12 @@ def test_math_python_env_with_custom_fields(tmp_path):
     env = envs.make("math-python", path=str(data), question_field="q", answer_field="a", timeout_s=2)
     envs.check_env(env)
     env.reset(options={"task_index": 0})
-    observations, reward, terminated, _, info = env.step({"role": "assistant", "content": '<tool_call>{"name": "python", "arguments": {"code": "v = 6*7\\nprint(v)"}}</tool_call>'})
+    observations, reward, terminated, _, info = env.step(
+        {
+            "role": "assistant",
+            "content": '<tool_call>{"name": "python", "arguments": {"code": "v = 6*7\\nprint(v)"}}</tool_call>',
+        }
+    )
     assert not terminated and "42" in observations[0]["content"] and info["tool_results"][0].ok
     _, reward, terminated, _, _ = env.step({"role": "assistant", "content": "<answer>42.0</answer>"})
     assert terminated and reward == 1.0
@@ -112,7 +117,9 @@ def test_sandbox_failures_are_infra_errors_not_policy_failures(monkeypatch):
     tool = make_python_tool(timeout_s=2)
     try:
         assert not tool.invoke(py("1/0")).ok  # the policy's error: an observation
-        broken = sandbox.ExecutionResult(status="killed", stderr="sandbox worker died or hung; it was killed", infra_error=True)
+        broken = sandbox.ExecutionResult(
+            status="killed", stderr="sandbox worker died or hung; it was killed", infra_error=True
+        )
         monkeypatch.setattr(sandbox.PythonSession, "run", lambda self, code, **kw: broken)
         with pytest.raises(sandbox.SandboxError, match="worker died"):
             tool.invoke(py("print(1)"))

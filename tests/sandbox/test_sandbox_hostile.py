@@ -21,7 +21,9 @@ needs_net_ns = pytest.mark.skipif(not ISOLATION.net_ns, reason=f"no network name
 needs_pid_ns = pytest.mark.skipif(not ISOLATION.pid_ns, reason=f"no PID namespace here: {ISOLATION.describe()}")
 # Root without a mount namespace: the code runs as an unprivileged uid, and an interpreter
 # under a 0700 /root is unreadable to it (only preloaded modules import; isolation().notes says so).
-needs_imports = pytest.mark.skipif(any("not readable by uid" in note for note in ISOLATION.notes), reason="; ".join(ISOLATION.notes))
+needs_imports = pytest.mark.skipif(
+    any("not readable by uid" in note for note in ISOLATION.notes), reason="; ".join(ISOLATION.notes)
+)
 
 
 def _processes_matching(text: str) -> list[int]:
@@ -47,7 +49,9 @@ def _fd_count() -> int:
 
 @pytest.fixture(scope="module")
 def pool():
-    with sandbox.SandboxPool(size=1, limits=sandbox.Limits(timeout_s=1.0, memory_mb=256, max_output_bytes=32768)) as pool:
+    with sandbox.SandboxPool(
+        size=1, limits=sandbox.Limits(timeout_s=1.0, memory_mb=256, max_output_bytes=32768)
+    ) as pool:
         yield pool
 
 
@@ -169,7 +173,9 @@ def test_many_files_are_bounded_in_total(contained):
 def test_a_call_sees_nothing_of_the_previous_one(contained):
     # The work dir is emptied after each call (under a read-only base it is the same dir, bound
     # writable once: its path may come back, never its contents), and left to no other uid.
-    first = contained("import os\nos.mkdir('d')\nopen('d/secret.txt', 'w').write('x')\nopen('secret.txt', 'w').write('x')\nos.chmod('.', 0o500)\nprint(os.getcwd())")
+    first = contained(
+        "import os\nos.mkdir('d')\nopen('d/secret.txt', 'w').write('x')\nopen('secret.txt', 'w').write('x')\nos.chmod('.', 0o500)\nprint(os.getcwd())"
+    )
     code = (
         f"import os\nprint(os.listdir('.'), os.path.exists({first.stdout.strip() + '/secret.txt'!r}), os.access('.', os.W_OK))\n"
         "try:\n    print(os.listdir('..'))\nexcept OSError as e:\n    print('base not listable', e.errno)\n"
@@ -181,8 +187,17 @@ def test_a_call_sees_nothing_of_the_previous_one(contained):
 
 
 def test_writing_outside_the_work_dir(contained, tmp_path):
-    targets = ["/tmp/agentic_rl_escape_test", str(tmp_path / "escape"), "../escape", "/etc/agentic_rl_escape", os.path.expanduser("~/agentic_rl_escape")]
-    code = "import sys\nfor path in %r:\n    try:\n        open(path, 'w').write('x')\n        print('WROTE', path)\n    except OSError as e:\n        print('blocked', path, e.errno)\n" % (targets,)
+    targets = [
+        "/tmp/agentic_rl_escape_test",
+        str(tmp_path / "escape"),
+        "../escape",
+        "/etc/agentic_rl_escape",
+        os.path.expanduser("~/agentic_rl_escape"),
+    ]
+    code = (
+        "import sys\nfor path in %r:\n    try:\n        open(path, 'w').write('x')\n        print('WROTE', path)\n    except OSError as e:\n        print('blocked', path, e.errno)\n"
+        % (targets,)
+    )
     result = contained(code)
     assert result.status == "ok"
     if ISOLATION.readonly_root:
@@ -312,14 +327,18 @@ def test_thread_running_after_timeout(contained):
 
 def test_printing_100_mb(contained):
     start = time.monotonic()
-    result = contained("import sys\nchunk = 'x' * 1024 * 1024\nfor _ in range(100):\n    sys.stdout.write(chunk)", memory_mb=512)
+    result = contained(
+        "import sys\nchunk = 'x' * 1024 * 1024\nfor _ in range(100):\n    sys.stdout.write(chunk)", memory_mb=512
+    )
     assert result.status == "output_limit" and result.truncated
     assert len(result.stdout) <= 32768
     assert time.monotonic() - start < 3
 
 
 def test_binary_and_invalid_utf8_output(contained):
-    result = contained("import sys\nsys.stdout.buffer.write(b'ok \\xff\\xfe\\x00 \\xc3\\x28 end\\n')\nsys.stderr.buffer.write(bytes(range(256)))")
+    result = contained(
+        "import sys\nsys.stdout.buffer.write(b'ok \\xff\\xfe\\x00 \\xc3\\x28 end\\n')\nsys.stderr.buffer.write(bytes(range(256)))"
+    )
     assert result.status == "ok"
     assert result.stdout.startswith("ok ") and result.stdout.endswith(" end\n") and "\ufffd" in result.stdout
 
@@ -364,7 +383,11 @@ def test_one_shot_execute_leaves_nothing(tmp_path):
 
     pattern = os.path.join(tempfile.gettempdir(), "agentic-rl-sandbox-*")
     before_dirs, before_fds = set(glob.glob(pattern)), _fd_count()
-    result = sandbox.execute("import os\nprint(sorted(os.listdir('.')))\nopen('out.txt', 'w').write('x')", timeout_s=5, files={"data/in.txt": "hello"})
+    result = sandbox.execute(
+        "import os\nprint(sorted(os.listdir('.')))\nopen('out.txt', 'w').write('x')",
+        timeout_s=5,
+        files={"data/in.txt": "hello"},
+    )
     assert result.status == "ok" and result.stdout == "['data']\n"
     timeout = sandbox.execute("while True: pass", timeout_s=0.5)
     assert timeout.status == "timeout"

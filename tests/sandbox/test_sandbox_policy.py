@@ -26,7 +26,13 @@ def test_required_refuses_with_one_line_naming_the_setting():
     with pytest.raises(sandbox.IsolationUnavailable) as caught:
         policy.enforce(weak, "required")
     text = str(caught.value)
-    assert "\n" not in text and "sandbox.isolation is 'required'" in text and "net_ns" in text and "pid_ns" in text and "best-effort" in text
+    assert (
+        "\n" not in text
+        and "sandbox.isolation is 'required'" in text
+        and "net_ns" in text
+        and "pid_ns" in text
+        and "best-effort" in text
+    )
     assert "caps_dropped" not in text.split(" (set")[0]
     with pytest.warns(RuntimeWarning, match=r"best-effort.*net_ns.*mount_ns"):
         policy.enforce(weak, "best-effort")
@@ -48,6 +54,7 @@ def test_a_worker_without_namespaces_is_refused_under_required(monkeypatch):
     with pytest.raises(sandbox.IsolationUnavailable, match="sandbox.isolation is 'required'.*net_ns"):
         sandbox.SandboxWorker()
     assert {name for name in os.listdir("/tmp") if name.startswith("agentic-rl-sandbox-")} == before  # nothing left
+
 
 def test_auto_is_best_effort_where_namespaces_do_not_work(monkeypatch):
     monkeypatch.setattr(pool_module, "unshare_prefix", lambda: ((), False))
@@ -77,7 +84,11 @@ def test_training_refuses_to_start_under_required(monkeypatch):
     pipeline._check_sandbox(config, lambda: env, RunEvents(on_stage=stages.append))
     assert any("warning" in line and "net_ns" in line for line in stages), stages
     # An env without the python tool never probes the sandbox.
-    pipeline._check_sandbox(TrainConfig.model_validate({"sandbox": {"isolation": "required"}}), lambda: SimpleNamespace(tools=[]), RunEvents())
+    pipeline._check_sandbox(
+        TrainConfig.model_validate({"sandbox": {"isolation": "required"}}),
+        lambda: SimpleNamespace(tools=[]),
+        RunEvents(),
+    )
 
 
 def test_the_report_warns_about_missing_isolation(tmp_path):
@@ -86,8 +97,12 @@ def test_the_report_warns_about_missing_isolation(tmp_path):
     from agentic_rl.tracking.report.page import _sandbox_warning
 
     assert _sandbox_warning(tmp_path) == []
-    (tmp_path / "sandbox.json").write_text(json.dumps({"mode": "best-effort", "missing": ["net_ns", "pid_ns"], "isolation": {}}))
-    assert _sandbox_warning(tmp_path) == ["sandbox.isolation is 'best-effort': model-written code ran without net_ns, pid_ns"]
+    (tmp_path / "sandbox.json").write_text(
+        json.dumps({"mode": "best-effort", "missing": ["net_ns", "pid_ns"], "isolation": {}})
+    )
+    assert _sandbox_warning(tmp_path) == [
+        "sandbox.isolation is 'best-effort': model-written code ran without net_ns, pid_ns"
+    ]
     (tmp_path / "sandbox.json").write_text(json.dumps({"mode": "required", "missing": [], "isolation": {}}))
     assert _sandbox_warning(tmp_path) == []
 

@@ -20,7 +20,14 @@ from agentic_rl.sandbox.uids import uid_range
 ISOLATION = sandbox.isolation()
 ROOT_HOST = os.geteuid() == 0 and not ISOLATION.user_ns
 needs_mount_ns = pytest.mark.skipif(not ISOLATION.mount_ns, reason=f"no mount namespace here: {ISOLATION.describe()}")
-KNOBS = ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches", "/proc/sysrq-trigger", "/sys/kernel/mm/transparent_hugepage/enabled", "/dev/vda", "/dev/kvm"]
+KNOBS = [
+    "/proc/sys/kernel/core_pattern",
+    "/proc/sys/vm/drop_caches",
+    "/proc/sysrq-trigger",
+    "/sys/kernel/mm/transparent_hugepage/enabled",
+    "/dev/vda",
+    "/dev/kvm",
+]
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +59,18 @@ def test_the_code_runs_as_an_unprivileged_uid_with_no_way_back(pool):
 
 def test_host_knobs_cgroup_files_and_devices_are_not_writable(pool):
     # Paths as the host has them: every cgroup membership file and device node.
-    cgroup_files = glob.glob("/sys/fs/cgroup/*/cgroup.procs") + glob.glob("/sys/fs/cgroup/*/*/cgroup.procs") + glob.glob("/sys/fs/cgroup/cgroup.procs")
+    cgroup_files = (
+        glob.glob("/sys/fs/cgroup/*/cgroup.procs")
+        + glob.glob("/sys/fs/cgroup/*/*/cgroup.procs")
+        + glob.glob("/sys/fs/cgroup/cgroup.procs")
+    )
     devices = [os.path.join("/dev", name) for name in os.listdir("/dev")]
     if not ISOLATION.private_dev:  # on the host's /dev the world-writable ttys stay writable
         devices = [path for path in devices if not os.stat(path).st_mode & 0o002]
-    allowed = {f"/dev/{name}" for name in ("null", "zero", "full", "random", "urandom", "shm", "fd", "stdin", "stdout", "stderr")}
+    allowed = {
+        f"/dev/{name}"
+        for name in ("null", "zero", "full", "random", "urandom", "shm", "fd", "stdin", "stdout", "stderr")
+    }
     paths = KNOBS + cgroup_files + [path for path in devices if path not in allowed]
     writable = [path for path, ok in _writable_inside(pool.execute, paths).items() if ok]
     if ISOLATION.user_ns or not ROOT_HOST:
@@ -69,20 +83,31 @@ def test_private_dev_sys_and_proc(pool):
     assert ISOLATION.private_dev and ISOLATION.sys_hidden and ISOLATION.proc_masked
     code = "import os\nprint(sorted(os.listdir('/dev')), os.listdir('/sys'), open('/dev/urandom', 'rb').read(4).__len__(), open('/dev/null', 'w').write('x'))"
     result = pool.execute(code)
-    assert result.stdout == "['fd', 'full', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero'] [] 4 1\n", result
+    assert (
+        result.stdout
+        == "['fd', 'full', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero'] [] 4 1\n"
+    ), result
 
 
 @needs_mount_ns
 def test_home_run_and_temp_contents_are_invisible(pool, tmp_path):
     (tmp_path / "secret.txt").write_text("host secret")
     # What the interpreter needs is bound back (e.g. /root/.pyenv); nothing else is visible.
-    needed = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)))]
+    needed = [
+        os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)))
+    ]
     probes = [str(tmp_path / "secret.txt"), str(tmp_path)]
     for parent in ("/root", "/home", "/run", "/tmp", "/var/tmp"):
         if os.path.isdir(parent):
             for name in sorted(os.listdir(parent))[:20]:
                 path = os.path.join(parent, name)
-                if not any(need == os.path.realpath(path) or need.startswith(os.path.realpath(path) + "/") for need in needed) and "agentic-rl-sandbox-" not in name:
+                if (
+                    not any(
+                        need == os.path.realpath(path) or need.startswith(os.path.realpath(path) + "/")
+                        for need in needed
+                    )
+                    and "agentic-rl-sandbox-" not in name
+                ):
                     probes.append(path)
     result = pool.execute(f"import json, os\nprint(json.dumps([p for p in {probes!r} if os.path.lexists(p)]))")
     assert result.status == "ok" and json.loads(result.stdout) == [], result
@@ -123,7 +148,11 @@ def test_sysv_shared_memory_dies_with_the_call(pool):
 def test_process_mode_is_unprivileged_too():
     limits = sandbox.Limits(timeout_s=5.0)
     with sandbox.SandboxWorker(namespaces=False, cgroups=False, isolation="best-effort") as worker:
-        assert worker.isolation.level == "process" and worker.isolation.uid in uid_range() and worker.isolation.rlimit_nproc
+        assert (
+            worker.isolation.level == "process"
+            and worker.isolation.uid in uid_range()
+            and worker.isolation.rlimit_nproc
+        )
         assert worker.run(UID_CODE, limits).stdout == _dropped_to(worker.isolation.uid)
         assert _writable_inside(lambda code: worker.run(code, limits), KNOBS) == {path: False for path in KNOBS}
         # No cgroups: RLIMIT_NPROC (it bites once the uid is not root's) stops a fork bomb of
@@ -171,7 +200,10 @@ def test_run_directories_are_hidden(monkeypatch):
         monkeypatch.setattr(sandbox.pool, "_HIDDEN", set())
         sandbox.hide_path(run_dir)
         with sandbox.SandboxWorker() as worker:
-            result = worker.run(f"import os\nprint(os.listdir({run_dir!r}), os.path.isdir(os.path.join({base!r}, 'torch')))", sandbox.Limits(timeout_s=5))
+            result = worker.run(
+                f"import os\nprint(os.listdir({run_dir!r}), os.path.isdir(os.path.join({base!r}, 'torch')))",
+                sandbox.Limits(timeout_s=5),
+            )
         assert result.stdout == "[] True\n", result
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -24,21 +24,36 @@ def test_a_cell_that_raises_its_own_cpu_limit_still_ends_at_its_budget():
     """A session child's hard RLIMIT_CPU must leave room for later cells, so code can raise
     its soft limit; the worker counts the cell's CPU time itself (its processes included)
     and ends it as a timeout long before the wall timeout."""
-    raise_limit = "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
+    raise_limit = (
+        "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
+    )
     with sandbox.PythonSession(sandbox.Limits(timeout_s=60.0, cpu_s=1.0)) as session:
         assert session.run("x = 1").ok
         spin = session.run(raise_limit + "while True:\n    pass", timeout_s=60.0)
         assert spin.status == "timeout" and spin.duration_s < 15, spin
-        forked = session.run(raise_limit + "import os\nif os.fork() == 0:\n    while True:\n        pass\nos.wait()", timeout_s=60.0)
+        forked = session.run(
+            raise_limit + "import os\nif os.fork() == 0:\n    while True:\n        pass\nos.wait()", timeout_s=60.0
+        )
         assert forked.status == "timeout" and forked.duration_s < 15, forked  # a child process's CPU counts too
         if sandbox.isolation().uid not in (None, 0):  # calls run as their own uid: leaving the session does not help
-            escaped = session.run(raise_limit + "import os\nif os.fork() == 0:\n    os.setsid()\n    while True:\n        pass\nos.wait()", timeout_s=60.0)
+            escaped = session.run(
+                raise_limit
+                + "import os\nif os.fork() == 0:\n    os.setsid()\n    while True:\n        pass\nos.wait()",
+                timeout_s=60.0,
+            )
             assert escaped.status == "timeout" and escaped.duration_s < 15, escaped
 
 
 @pytest.mark.parametrize(
     "garbage",
-    [b"garbage\n", b'{"outcome": "ok"}\n', b'{"outcome": "bogus", "cell": 1}\n', b"[1, 2]\n", b"x" * 20000, b"\xff\xfe\n"],
+    [
+        b"garbage\n",
+        b'{"outcome": "ok"}\n',
+        b'{"outcome": "bogus", "cell": 1}\n',
+        b"[1, 2]\n",
+        b"x" * 20000,
+        b"\xff\xfe\n",
+    ],
 )
 def test_garbage_on_the_status_descriptor(garbage):
     code = f"import os\nos.write(4, {garbage!r})\nimport time\ntime.sleep(0.2)"

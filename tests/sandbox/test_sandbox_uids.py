@@ -22,8 +22,13 @@ from agentic_rl.sandbox import uids
 
 ISOLATION = sandbox.isolation()
 ROOT_HOST = os.geteuid() == 0 and not ISOLATION.user_ns
-needs_root = pytest.mark.skipif(not ROOT_HOST, reason=f"the uid is dropped only when the sandbox starts as root outside a user namespace: {ISOLATION.describe()}")
-claims_need_root = pytest.mark.skipif(os.geteuid() != 0, reason="uids are claimed only by a sandbox started as root (the claims' lock folder is root's)")
+needs_root = pytest.mark.skipif(
+    not ROOT_HOST,
+    reason=f"the uid is dropped only when the sandbox starts as root outside a user namespace: {ISOLATION.describe()}",
+)
+claims_need_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="uids are claimed only by a sandbox started as root (the claims' lock folder is root's)"
+)
 UID_CODE = "import os\nprint(os.getresuid(), os.getresgid())"
 LIMITS = sandbox.Limits(timeout_s=10.0)
 
@@ -38,7 +43,9 @@ def test_the_range_is_configurable_and_checked(monkeypatch) -> None:
     assert uids.uid_range() == range(3_000_000_000, 3_000_000_010)
     for bad in ("2000000000", "0-10", "10-5", "a-b", "1-4294967295"):
         monkeypatch.setenv(uids.ENV, bad)
-        with pytest.raises(sandbox.SandboxError, match=rf"^AGENTIC_RL_SANDBOX_UIDS: expected FIRST-LAST, .*got '{bad}'$"):
+        with pytest.raises(
+            sandbox.SandboxError, match=rf"^AGENTIC_RL_SANDBOX_UIDS: expected FIRST-LAST, .*got '{bad}'$"
+        ):
             uids.uid_range()
 
 
@@ -69,7 +76,11 @@ def test_claims_are_exclusive_across_processes_and_end_with_their_holder(monkeyp
     assert first.uid == first_uid
     claim_elsewhere = "import agentic_rl.sandbox.uids as u\nu._mapped = lambda _: True\nprint(u.claim_uid().uid)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)}
-    other = int(subprocess.run([sys.executable, "-c", claim_elsewhere], capture_output=True, text=True, env=env, check=True).stdout)
+    other = int(
+        subprocess.run(
+            [sys.executable, "-c", claim_elsewhere], capture_output=True, text=True, env=env, check=True
+        ).stdout
+    )
     assert other == first_uid + 1  # not ours, though we are another process
     second = uids.claim_uid()
     assert second.uid == first_uid + 1  # the other process's claim ended with it
@@ -130,7 +141,11 @@ def test_a_fork_bomb_in_one_worker_does_not_starve_another() -> None:
     # and it counts per uid across the machine.
     warnings.simplefilter("ignore")  # best-effort's warning about process mode (inside catch_warnings)
     options = dict(namespaces=False, cgroups=False, max_processes=8, isolation="best-effort")
-    with warnings.catch_warnings(), sandbox.SandboxWorker(**options) as bombed, sandbox.SandboxWorker(**options) as other:
+    with (
+        warnings.catch_warnings(),
+        sandbox.SandboxWorker(**options) as bombed,
+        sandbox.SandboxWorker(**options) as other,
+    ):
         assert bombed.isolation.uid != other.isolation.uid and bombed.isolation.rlimit_nproc
         results = {}
         thread = threading.Thread(target=lambda: results.setdefault("bomb", bombed.run(BOMB, LIMITS)))

@@ -24,12 +24,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root (run as non-root, the suite itself is this mode)"),
-    pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("setpriv")), reason="needs util-linux's unshare and setpriv"),
+    pytest.mark.skipif(
+        os.geteuid() != 0,
+        reason="switching to an unprivileged uid needs root (run as non-root, the suite itself is this mode)",
+    ),
+    pytest.mark.skipif(
+        not (shutil.which("unshare") and shutil.which("setpriv")), reason="needs util-linux's unshare and setpriv"
+    ),
 ]
 
 # Runs as root inside `unshare -m`: reopen the blocked directories, then become UID.
-WRAPPER = r'''
+WRAPPER = r"""
 import os, stat, subprocess, sys, tempfile
 uid, needs, command = int(sys.argv[1]), sys.argv[2].split(os.pathsep), sys.argv[3:]
 covers = {}  # a directory others cannot enter -> the paths inside it to bind back
@@ -52,11 +57,14 @@ for stage, child in staged:
     os.makedirs(child, exist_ok=True)
     subprocess.run(["mount", "--move", stage, child], check=True)
 os.execvp("setpriv", ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", *command])
-'''
+"""
 
 
 def _user_namespaces_work() -> bool:
-    probe = subprocess.run(["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", "unshare", "-U", "-r", "true"], capture_output=True)
+    probe = subprocess.run(
+        ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", "unshare", "-U", "-r", "true"],
+        capture_output=True,
+    )
     return probe.returncode == 0
 
 
@@ -75,18 +83,53 @@ def home():
 
 def test_the_sandbox_suite_passes_as_an_unprivileged_user(home) -> None:
     if not _user_namespaces_work():
-        pytest.skip("unprivileged user namespaces are not available here (the sandbox would refuse, or run best-effort, as a non-root user)")
+        pytest.skip(
+            "unprivileged user namespaces are not available here (the sandbox would refuse, or run best-effort, as a non-root user)"
+        )
     needs = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)), str(ROOT), str(home)]
     others = [str(p) for p in sorted((ROOT / "tests" / "sandbox").glob("test_*.py")) if p.name != Path(__file__).name]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "TMPDIR": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", f"--basetemp={home / 'pytest'}", *others]
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "TMPDIR": "/tmp",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "LANG": "C.UTF-8",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        f"--basetemp={home / 'pytest'}",
+        *others,
+    ]
     result = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", sys.executable, "-c", WRAPPER, str(UID), os.pathsep.join(needs), *command],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            sys.executable,
+            "-c",
+            WRAPPER,
+            str(UID),
+            os.pathsep.join(needs),
+            *command,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert " passed" in output and " failed" not in output
     # It ran in user-namespace mode: the root-only uid tests skipped for that reason.
-    assert "the uid is dropped only when the sandbox starts as root outside a user namespace: namespaces (uid 0;" in output
+    assert (
+        "the uid is dropped only when the sandbox starts as root outside a user namespace: namespaces (uid 0;" in output
+    )
     assert "unprivileged" in output

@@ -10,7 +10,16 @@ import pytest
 
 from agentic_rl.config import ConfigError
 from agentic_rl.envs import env_factory, make
-from agentic_rl.tools import MemoryConfig, MemoryStore, MemoryTools, ToolRegistry, add_memory_tools, get_tool, memory_tools, shared_store
+from agentic_rl.tools import (
+    MemoryConfig,
+    MemoryStore,
+    MemoryTools,
+    ToolRegistry,
+    add_memory_tools,
+    get_tool,
+    memory_tools,
+    shared_store,
+)
 from agentic_rl.types import ToolCall
 
 
@@ -95,7 +104,15 @@ def test_unusable_keys_are_refused_and_change_nothing(key, message):
 
 def test_unusual_but_printable_keys_work():
     store = MemoryStore()
-    keys = ["café ключ 東京", "emoji 🙂", '{"json": [1]}', "../../etc/passwd", "<tool_call>", "k" * 64, "DROP TABLE notes;"]
+    keys = [
+        "café ключ 東京",
+        "emoji 🙂",
+        '{"json": [1]}',
+        "../../etc/passwd",
+        "<tool_call>",
+        "k" * 64,
+        "DROP TABLE notes;",
+    ]
     for index, key in enumerate(keys):
         store.write(f"text {index}", key)
     assert [store.read(key) for key in keys] == [f"text {index}" for index in range(len(keys))]
@@ -131,12 +148,17 @@ def test_search_ranks_notes_with_bm25_and_reindexes_after_changes():
     store.write("Ada Brill was born in Kelmore", "brill")
     store.write("The weather was rainy", "weather")
     assert [key for key, _ in store.search("Who founded Vexora Dynamics?", k=3)] == ["vexora"]
-    assert [key for key, _ in store.search("Ada Brill", k=2)] == ["brill", "vexora"]  # the shorter note matches more densely
+    assert [key for key, _ in store.search("Ada Brill", k=2)] == [
+        "brill",
+        "vexora",
+    ]  # the shorter note matches more densely
     assert store.search("volcano", k=3) == []
     store.write("Kelmore lies in Daravia", "kelmore")  # a new note is searchable at once
     assert store.search("Kelmore country", k=1) == [("kelmore", "Kelmore lies in Daravia")]
     store.write("now about volcanoes and lava", "vexora")  # a replaced note is searched by its new text
-    assert store.search("Vexora Dynamics founded", k=1) == [("vexora", "now about volcanoes and lava")]  # its key still matches
+    assert store.search("Vexora Dynamics founded", k=1) == [
+        ("vexora", "now about volcanoes and lava")
+    ]  # its key still matches
     assert store.search("volcanoes", k=1)[0][0] == "vexora"
 
 
@@ -157,19 +179,31 @@ def test_tools_round_trip_and_count_what_happened():
     memory = MemoryTools(MemoryStore(max_notes=2))
     saved = invoke(memory, "memory_write", text="Ada Brill founded Vexora", key="founder")
     assert saved.ok and saved.content == "Saved note 'founder' (24 characters; notes in memory: 1)."
-    assert invoke(memory, "memory_write", text="Ada Brill was born in Kelmore").content == "Saved note 'note-0' (29 characters; notes in memory: 2)."
+    assert (
+        invoke(memory, "memory_write", text="Ada Brill was born in Kelmore").content
+        == "Saved note 'note-0' (29 characters; notes in memory: 2)."
+    )
     evicting = invoke(memory, "memory_write", text="Kelmore is in Daravia", key="country")
     assert evicting.content.endswith("Memory was full: forgot 'founder'.")
     assert invoke(memory, "memory_read", key="country").content == "Kelmore is in Daravia"
     missing = invoke(memory, "memory_read", key="founder")
-    assert not missing.ok and missing.content == "Error: ValueError: no note with key 'founder'; keys in memory: 'note-0', 'country'"
+    assert (
+        not missing.ok
+        and missing.content == "Error: ValueError: no note with key 'founder'; keys in memory: 'note-0', 'country'"
+    )
     found = invoke(memory, "memory_search", query="born where", k=2)
     assert found.ok and found.content == "[note-0] Ada Brill was born in Kelmore"
     nothing = invoke(memory, "memory_search", query="volcano")
     assert nothing.ok and nothing.content == "No note matches 'volcano'."
     assert memory.metrics() == {
-        "memory/writes": 3.0, "memory/rejected": 0.0, "memory/reads": 2.0, "memory/searches": 2.0,
-        "memory/hits": 2.0, "memory/misses": 2.0, "memory/evictions": 1.0, "memory/notes": 2.0,
+        "memory/writes": 3.0,
+        "memory/rejected": 0.0,
+        "memory/reads": 2.0,
+        "memory/searches": 2.0,
+        "memory/hits": 2.0,
+        "memory/misses": 2.0,
+        "memory/evictions": 1.0,
+        "memory/notes": 2.0,
     }
 
 
@@ -194,7 +228,10 @@ def test_a_huge_note_is_an_error_result_and_memory_stays_bounded():
     memory = MemoryTools(MemoryStore(max_note_chars=1000))
     result = invoke(memory, "memory_write", text="x" * 5_000_000, key="huge")
     assert not result.ok
-    assert result.content == "Error: ValueError: the note has 5000000 characters; a note holds at most 1000. Write a shorter note"
+    assert (
+        result.content
+        == "Error: ValueError: the note has 5000000 characters; a note holds at most 1000. Write a shorter note"
+    )
     assert len(memory.store) == 0 and memory.store.chars == 0
     assert memory.metrics()["memory/rejected"] == 1.0 and memory.metrics()["memory/writes"] == 0.0
 
@@ -203,7 +240,10 @@ def test_ten_thousand_writes_hit_the_episode_cap_as_error_results():
     memory = MemoryTools(MemoryStore(max_notes=16, max_chars=10_000), max_writes=64)
     results = [invoke(memory, "memory_write", text=f"fact number {i}", key=f"k{i}") for i in range(10_000)]
     assert all(r.ok for r in results[:64]) and not any(r.ok for r in results[64:])
-    assert results[64].content == "Error: ValueError: the write limit of this episode is reached (64 notes written); use the notes you have"
+    assert (
+        results[64].content
+        == "Error: ValueError: the write limit of this episode is reached (64 notes written); use the notes you have"
+    )
     assert len(memory.store) == 16 and memory.store.keys() == [f"k{i}" for i in range(48, 64)]
     metrics = memory.metrics()
     assert (metrics["memory/writes"], metrics["memory/rejected"], metrics["memory/evictions"]) == (64.0, 9936.0, 48.0)
@@ -244,7 +284,11 @@ def test_store_state_round_trips_notes_forgetting_order_and_counters():
         store.write(text)
     store.read("note-1")  # lru: note-1 becomes the last to forget
     state = json.loads(json.dumps(store.state_dict()))  # what a checkpoint's state.json holds
-    assert state == {"notes": [["note-2", "three"], ["note-3", "four"], ["note-1", "two"]], "next_auto_key": 4, "evictions": 1}
+    assert state == {
+        "notes": [["note-2", "three"], ["note-3", "four"], ["note-1", "two"]],
+        "next_auto_key": 4,
+        "evictions": 1,
+    }
     restored = MemoryStore(max_notes=3, eviction="lru")
     restored.load_state_dict(state)
     assert restored.keys() == store.keys() and restored.chars == store.chars and restored.evictions == 1
@@ -271,7 +315,15 @@ def test_shared_stores_state_restores_every_store_by_name_and_caps():
     store = shared_store("test-shared-state", **caps)
     store.write("the river is Lonn", key="river")
     saved = [entry for entry in json.loads(json.dumps(shared_stores_state())) if entry["name"] == "test-shared-state"]
-    assert saved == [{"name": "test-shared-state", "caps": caps, "notes": [["river", "the river is Lonn"]], "next_auto_key": 0, "evictions": 0}]
+    assert saved == [
+        {
+            "name": "test-shared-state",
+            "caps": caps,
+            "notes": [["river", "the river is Lonn"]],
+            "next_auto_key": 0,
+            "evictions": 0,
+        }
+    ]
     store.clear()
     load_shared_stores(saved)
     assert store.read("river") == "the river is Lonn"
@@ -288,7 +340,11 @@ def test_concurrent_writers_readers_and_searchers_keep_the_store_consistent():
             registry = ToolRegistry(memory.tools)
             start.wait()
             for i in range(300):
-                registry.invoke(ToolCall("memory_write", {"text": f"writer {index} fact {i} " + "x" * (i % 120), "key": f"w{index}-{i}"}))
+                registry.invoke(
+                    ToolCall(
+                        "memory_write", {"text": f"writer {index} fact {i} " + "x" * (i % 120), "key": f"w{index}-{i}"}
+                    )
+                )
                 registry.invoke(ToolCall("memory_read", {"key": f"w{(index + 1) % 8}-{i}"}))
                 if i % 10 == 0:
                     registry.invoke(ToolCall("memory_search", {"query": f"writer {index} fact", "k": 3}))
@@ -306,7 +362,9 @@ def test_concurrent_writers_readers_and_searchers_keep_the_store_consistent():
     assert store.chars == sum(len(store.read(key)) for key in keys) <= 5_000
     writes = sum(m.metrics()["memory/writes"] for m in sessions)
     evictions = sum(m.metrics()["memory/evictions"] for m in sessions)
-    assert writes == 8 * 300 and evictions == store.evictions == writes - len(keys)  # every key is new: each write that did not stay was forgotten
+    assert writes == 8 * 300 and evictions == store.evictions == writes - len(
+        keys
+    )  # every key is new: each write that did not stay was forgotten
     reads = sum(m.metrics()["memory/reads"] for m in sessions)
     searches = sum(m.metrics()["memory/searches"] for m in sessions)
     hits_and_misses = sum(m.metrics()["memory/hits"] + m.metrics()["memory/misses"] for m in sessions)
@@ -366,7 +424,9 @@ def test_bad_memory_options_fail_in_one_line_naming_the_option(value, message):
 
 
 def test_tag_formats_that_call_one_tool_refuse_memory():
-    with pytest.raises(ValueError, match="^memory: the search_r1 call format cannot call the memory tools; use parser hermes$"):
+    with pytest.raises(
+        ValueError, match="^memory: the search_r1 call format cannot call the memory tools; use parser hermes$"
+    ):
         make("search-qa", parser="search_r1", memory="episode")
 
 
@@ -374,7 +434,9 @@ def test_add_memory_tools_to_a_registry_of_your_own():
     registry = ToolRegistry([get_tool("calculator")])
     memory = add_memory_tools(registry, "episode")
     assert registry.names() == ["calculator", "memory_write", "memory_read", "memory_search"]
-    assert registry.invoke(ToolCall("memory_write", {"text": "kept", "key": "k"})).ok and memory.store.read("k") == "kept"
+    assert (
+        registry.invoke(ToolCall("memory_write", {"text": "kept", "key": "k"})).ok and memory.store.read("k") == "kept"
+    )
     assert add_memory_tools(ToolRegistry(), "none") is None
 
 
@@ -388,14 +450,34 @@ def test_arithmetic_env_with_episode_memory_reports_memory_metrics():
     assert "memory_search" in env.system_prompt
     env.reset(options={"task_index": 0})
     task = env.task
-    observations, *_ = env.step({"role": "assistant", "content": _hermes("memory_write", text=f"expression {task.metadata['expression']}", key="todo")})
-    assert observations[0]["content"] == "<tool_response>\nSaved note 'todo' (" + str(len("expression " + task.metadata["expression"])) + " characters; notes in memory: 1).\n</tool_response>"
-    observations, *_ = env.step({"role": "assistant", "content": _hermes("memory_read", key="todo") + _hermes("memory_search", query="expression")})
+    observations, *_ = env.step(
+        {
+            "role": "assistant",
+            "content": _hermes("memory_write", text=f"expression {task.metadata['expression']}", key="todo"),
+        }
+    )
+    assert (
+        observations[0]["content"]
+        == "<tool_response>\nSaved note 'todo' ("
+        + str(len("expression " + task.metadata["expression"]))
+        + " characters; notes in memory: 1).\n</tool_response>"
+    )
+    observations, *_ = env.step(
+        {
+            "role": "assistant",
+            "content": _hermes("memory_read", key="todo") + _hermes("memory_search", query="expression"),
+        }
+    )
     assert [o["content"].count(task.metadata["expression"]) for o in observations] == [1, 1]
     *_, reward, terminated, _, _ = env.step({"role": "assistant", "content": f"<answer>{task.answer}</answer>"})
     assert terminated and reward == 1.0
     metrics = env.episode_metrics()
-    assert (metrics["memory/writes"], metrics["memory/reads"], metrics["memory/searches"], metrics["memory/hits"]) == (1.0, 1.0, 1.0, 2.0)
+    assert (metrics["memory/writes"], metrics["memory/reads"], metrics["memory/searches"], metrics["memory/hits"]) == (
+        1.0,
+        1.0,
+        1.0,
+        2.0,
+    )
     env.reset(options={"task_index": 1})  # a new episode starts with an empty scratch memory
     assert len(env.memory.store) == 0 and env.episode_metrics()["memory/notes"] == 0.0
     assert make("arithmetic").episode_metrics() == {}  # without memory (or reflection): nothing reported
@@ -405,11 +487,18 @@ def test_search_qa_with_shared_memory_carries_notes_across_episodes():
     options = {"split": "test", "num_tasks": 4, "memory": {"mode": "shared", "store": "test-search-qa-carry"}}
     first, second = make("search-qa", **options), make("search-qa", **options)  # envs are built per episode
     first.reset(options={"task_index": 0})
-    first.step({"role": "assistant", "content": _hermes("memory_write", text="Vexora Dynamics founded by Ada Brill", key="vexora")})
+    first.step(
+        {
+            "role": "assistant",
+            "content": _hermes("memory_write", text="Vexora Dynamics founded by Ada Brill", key="vexora"),
+        }
+    )
     first.step({"role": "assistant", "content": "<answer>x</answer>"})
     second.reset(options={"task_index": 1})
     observations, *_ = second.step({"role": "assistant", "content": _hermes("memory_search", query="Vexora founder")})
-    assert observations[0]["content"] == "<tool_response>\n[vexora] Vexora Dynamics founded by Ada Brill\n</tool_response>"
+    assert (
+        observations[0]["content"] == "<tool_response>\n[vexora] Vexora Dynamics founded by Ada Brill\n</tool_response>"
+    )
     metrics = second.episode_metrics()
     assert metrics["memory/hits"] == 1.0 and metrics["memory/writes"] == 0.0 and "search/em" in metrics
     assert second.queries == []  # memory calls are not searches
@@ -430,5 +519,8 @@ def test_memory_tools_option_offers_only_the_named_tools():
 
 @pytest.mark.parametrize("value", [[], ["memory_forget"], ["memory_read", "memory_read"], 3])
 def test_bad_memory_tools_option_names_the_field(value):
-    with pytest.raises(ValueError, match=r"^memory.tools: expected a non-empty list of distinct names from memory_write, memory_read, memory_search"):
+    with pytest.raises(
+        ValueError,
+        match=r"^memory.tools: expected a non-empty list of distinct names from memory_write, memory_read, memory_search",
+    ):
         make("arithmetic", memory={"mode": "episode", "tools": value})

@@ -176,9 +176,7 @@ def test_missing_docstring_raises_type_error() -> None:
 def test_unsupported_annotation_raises_type_error(annotation: str) -> None:
     namespace: dict = {}
     exec(  # builds a function with the given annotation
-        f"def f(a: {annotation}) -> str:\n"
-        '    """Do.\n\n    Args:\n        a: A.\n    """\n'
-        "    return ''\n",
+        f'def f(a: {annotation}) -> str:\n    """Do.\n\n    Args:\n        a: A.\n    """\n    return \'\'\n',
         namespace,
     )
     with pytest.raises(TypeError, match="parameter 'a'"):
@@ -222,7 +220,7 @@ def test_validate_accepts_int_for_float_and_none_for_optional() -> None:
         ({**VALID, "query": None}, "argument 'query' must be string, got null"),
         ({**VALID, "ids": "1,2"}, "argument 'ids' must be array, got string"),
         ({**VALID, "ids": [1, "2"]}, "argument 'ids[1]' must be integer, got string"),
-        ({**VALID, "mode": "medium"}, "argument 'mode' must be one of \"fast\", \"slow\"; got \"medium\""),
+        ({**VALID, "mode": "medium"}, 'argument \'mode\' must be one of "fast", "slow"; got "medium"'),
         ({**VALID, "page": "2"}, "argument 'page' must be integer or null, got string"),
         ({**VALID, "color": "red"}, "unexpected argument 'color' for 'search'; expected arguments: query, limit"),
     ],

@@ -51,7 +51,10 @@ def test_brave_request_shape_and_parsing(web):
     assert request["query"] == {"q": ["Vexora Dynamics founder"], "count": ["2"]}
     assert request["headers"]["X-Subscription-Token"] == KEY
     assert request["headers"]["Accept"] == "application/json"
-    assert [(d.id, d.title) for d in docs] == [(f"{web.url}/article", "Vexora Dynamics - Example Wiki"), ("https://answers.denied.test/vexora", "Vexora answers leaked")]
+    assert [(d.id, d.title) for d in docs] == [
+        (f"{web.url}/article", "Vexora Dynamics - Example Wiki"),
+        ("https://answers.denied.test/vexora", "Vexora answers leaked"),
+    ]
     assert docs[0].text == "Vexora Dynamics is an aerospace company founded in 1987 by Ilsa Marrow."
 
 
@@ -64,7 +67,11 @@ def test_tavily_request_shape_and_parsing(web):
     assert json.loads(request["body"]) == {"query": "Quenport", "max_results": 3}
     assert request["headers"]["Authorization"] == f"Bearer {KEY}"
     assert KEY.encode() not in request["body"]  # the key travels in the header only
-    assert [d.id for d in docs] == [f"{web.url}/article", "https://answers.denied.test/vexora", "https://travel.example.org/quenport"]
+    assert [d.id for d in docs] == [
+        f"{web.url}/article",
+        "https://answers.denied.test/vexora",
+        "https://travel.example.org/quenport",
+    ]
     assert docs[2].text == "Things to do in Quenport." and docs[0].score == pytest.approx(0.9)
 
 
@@ -167,14 +174,20 @@ def test_browse_caps_bytes_and_characters(web):
     body = result.content.split("\n\n", 1)[1]
     text, notes = body.rsplit("\n[showing", 1)
     assert len(text) <= 2_000 and text.startswith("Filler text number 1 about Quenport")
-    assert notes == f" the first 2000 of {len(page.text)} characters]\n[the page is longer than 100000 bytes; read up to there]"
+    assert (
+        notes
+        == f" the first 2000 of {len(page.text)} characters]\n[the page is longer than 100000 bytes; read up to there]"
+    )
 
 
 def test_deny_list_refuses_with_a_clear_message(web):
     tools = tools_for(web, deny_domains=["denied.test"])
     result = call(tools, "browse", url="https://answers.denied.test/vexora")
     assert not result.ok
-    assert result.content == "Error: URLRefused: the domain answers.denied.test is blocked here (deny list: denied.test); use another source"
+    assert (
+        result.content
+        == "Error: URLRefused: the domain answers.denied.test is blocked here (deny list: denied.test); use another source"
+    )
     # A redirect into a denied domain is refused too (each hop is checked).
     redirected = call(tools, "browse", url=f"{web.url}/to-denied")
     assert not redirected.ok and "answers.denied.test is blocked here" in redirected.content
@@ -188,15 +201,24 @@ def test_allow_list_and_private_addresses(web):
     assert result.content == "Error: URLRefused: the domain 127.0.0.1 is not on the allow list (example.org)"
     public_only = WebTools(WebConfig(base_url=web.url))  # allow_private_addresses off (the default)
     result = call(public_only, "browse", url=f"{web.url}/article")
-    assert result.content == "Error: URLRefused: the host 127.0.0.1 is a private or local address; only public web pages can be opened"
+    assert (
+        result.content
+        == "Error: URLRefused: the host 127.0.0.1 is a private or local address; only public web pages can be opened"
+    )
     for url in ("file:///etc/passwd", "ftp://example.org/x", "http://169.254.169.254/latest/meta-data"):
         assert not call(public_only, "browse", url=url).ok
 
 
 def test_browse_unreadable_pages(web):
     tools = tools_for(web)
-    assert call(tools, "browse", url=f"{web.url}/file.pdf").content == "Error: BrowseError: cannot read application/pdf content; only HTML and plain-text pages can be read"
-    assert call(tools, "browse", url=f"{web.url}/missing").content == "Error: BrowseError: the page answered HTTP 404 (Not Found)"
+    assert (
+        call(tools, "browse", url=f"{web.url}/file.pdf").content
+        == "Error: BrowseError: cannot read application/pdf content; only HTML and plain-text pages can be read"
+    )
+    assert (
+        call(tools, "browse", url=f"{web.url}/missing").content
+        == "Error: BrowseError: the page answered HTTP 404 (Not Found)"
+    )
     plain = call(tools, "browse", url=f"{web.url}/plain")
     assert plain.ok and plain.content == f"URL: {web.url}/plain\n\nPlain facts: the sky is blue."
 
@@ -215,7 +237,9 @@ def test_domain_policy_matches_subdomains_only():
 
 
 def test_web_config_validation():
-    assert WebConfig.parse({"provider": "tavily", "deny_domains": ["a.org"]}) == WebConfig(provider="tavily", deny_domains=("a.org",))
+    assert WebConfig.parse({"provider": "tavily", "deny_domains": ["a.org"]}) == WebConfig(
+        provider="tavily", deny_domains=("a.org",)
+    )
     with pytest.raises(ValueError, match="web: unknown key 'api_key'.*api_key_env names the variable"):
         WebConfig.parse({"api_key": "sk-1"})
     with pytest.raises(ValueError, match="web.max_chars: expected a positive int, got 0"):

@@ -27,7 +27,9 @@ def episode(spans, *, group="g", task="t", answer=None, tools=()) -> Trajectory:
         start = len(t.token_ids)
         t.append(list(tokens), mask)
         if mask:
-            pending = Turn(assistant_text="", response_start=start, response_end=len(t.token_ids), observation_end=len(t.token_ids))
+            pending = Turn(
+                assistant_text="", response_start=start, response_end=len(t.token_ids), observation_end=len(t.token_ids)
+            )
             t.turns.append(pending)
         elif pending is not None:
             pending.observation_end = len(t.token_ids)
@@ -106,7 +108,10 @@ def test_response_length_trend_is_least_squares_slope_over_window() -> None:
 
 def test_first_tokens_after_tool_entropy() -> None:
     # prompt(2) | resp 3 (call) | obs 2 + header 1 | resp 4 (call) | obs 1 | resp 2
-    t = episode([([1, 1], 0), ([2, 2, 2], 1), ([3, 3, 3], 0), ([4, 4, 4, 4], 1), ([5], 0), ([6, 6], 1)], tools=[[ok()], [ok()], []])
+    t = episode(
+        [([1, 1], 0), ([2, 2, 2], 1), ([3, 3, 3], 0), ([4, 4, 4, 4], 1), ([5], 0), ([6, 6], 1)],
+        tools=[[ok()], [ok()], []],
+    )
     entropies = [float(i) for i in range(len(t.token_ids))]  # entropy = position
     # Positions: resp2 = 8..11, resp3 = 13..14. m=2 -> 8, 9, 13, 14.
     assert first_tokens_after_tool_entropy(entropies, t, m=2) == pytest.approx((8 + 9 + 13 + 14) / 4)
@@ -156,7 +161,9 @@ def test_unreadable_calls_warn_as_malformed_calls_not_as_a_tool() -> None:
     # The step's metrics as the trainer logs them (malformed_call_rate comes from aggregate_metrics).
     metrics = {**out, "malformed_call_rate": aggregate_metrics([trajectories], k=1)["malformed_call_rate"]}
     warnings = check_thresholds(metrics)
-    assert any(w.startswith("malformed_call_rate = 0.75 > 0.5: 3 malformed tool calls this step") for w in warnings), warnings
+    assert any(w.startswith("malformed_call_rate = 0.75 > 0.5: 3 malformed tool calls this step") for w in warnings), (
+        warnings
+    )
     assert not any(INVALID_CALL in w for w in warnings)
     # Metrics logged by older runs still name invalid_call as a tool: never warned about as one.
     assert check_thresholds({f"tool_failure_ratio/{INVALID_CALL}": 1.0}) == []
@@ -175,18 +182,29 @@ def test_invented_tool_names_make_no_metric_series_of_their_own() -> None:
     ran = registry.invoke(ToolCall(name="calculator", arguments={"expression": "2+3"}))
     trajectories = [episode([([1], 0), ([2], 1), ([3], 0), ([4], 1)], group="A", tools=[invented, [ran]])]
     out = step_diagnostics(trajectories)
-    assert {key for key in out if key.startswith("tool_failure_ratio")} == {"tool_failure_ratio", "tool_failure_ratio/calculator"}
+    assert {key for key in out if key.startswith("tool_failure_ratio")} == {
+        "tool_failure_ratio",
+        "tool_failure_ratio/calculator",
+    }
     assert out["tool_failure_ratio"] == pytest.approx(3 / 4) and out["tool_failure_ratio/calculator"] == 0.0
     assert out["malformed_tool_calls"] == 3
     metrics = aggregate_metrics([trajectories], k=1)
     assert metrics[f"tool/{UNKNOWN_TOOL}/calls"] == 3.0 and metrics[f"tool/{UNKNOWN_TOOL}/success_rate"] == 0.0
     assert metrics["tool/calculator/calls"] == 1.0
     assert not any("<tool name>" in key or "tool/python/" in key for key in {**out, **metrics})
-    assert not any("<tool name>" in w for w in check_thresholds({**out, "malformed_call_rate": metrics["malformed_call_rate"]}))
+    assert not any(
+        "<tool name>" in w for w in check_thresholds({**out, "malformed_call_rate": metrics["malformed_call_rate"]})
+    )
 
 
 def test_check_thresholds_defaults_and_overrides() -> None:
-    healthy = {"entropy": 0.3, "repeated_token_ratio": 0.02, "identical_answer_ratio": 0.5, "frac_zero_std_groups": 0.2, "tool_failure_ratio/calc": 0.1}
+    healthy = {
+        "entropy": 0.3,
+        "repeated_token_ratio": 0.02,
+        "identical_answer_ratio": 0.5,
+        "frac_zero_std_groups": 0.2,
+        "tool_failure_ratio/calc": 0.1,
+    }
     assert check_thresholds(healthy) == []
     sick = {
         "entropy": 0.001,
@@ -207,7 +225,10 @@ def test_check_thresholds_defaults_and_overrides() -> None:
     # All groups identical while nearly everything is correct is expected, not collapse.
     assert not any(w.startswith("identical_answer_ratio") for w in check_thresholds({**sick, "accuracy": 0.99}))
     # Overrides: a bare limit keeps the direction, a pair sets both, None disables.
-    custom = check_thresholds({"entropy": 0.05, "repeated_token_ratio": 0.8, "kl": 0.3}, {"entropy": 0.1, "repeated_token_ratio": None, "kl": (">", 0.2)})
+    custom = check_thresholds(
+        {"entropy": 0.05, "repeated_token_ratio": 0.8, "kl": 0.3},
+        {"entropy": 0.1, "repeated_token_ratio": None, "kl": (">", 0.2)},
+    )
     assert [w.split(" ")[0] for w in custom] == ["entropy", "kl"]
     # Missing / NaN metrics are not checked.
     assert check_thresholds({"entropy": float("nan")}) == []

@@ -19,15 +19,32 @@ def _episode(step: int | None, index: int, *, correct: bool) -> dict:
     messages = [
         {"role": "system", "content": "You solve arithmetic problems."},
         {"role": "user", "content": f"What is {index} + 1?"},
-        {"role": "assistant", "content": f'thinking {EVIL}\n<tool_call>\n{{"name": "calculator", "arguments": {{"expression": "{index} + 1"}}}}\n</tool_call>'},
-        {"role": "tool", "name": "calculator", "content": "<tool_response>\nError: boom\n</tool_response>" if not correct else f"<tool_response>\n{index + 1}\n</tool_response>"},
+        {
+            "role": "assistant",
+            "content": f'thinking {EVIL}\n<tool_call>\n{{"name": "calculator", "arguments": {{"expression": "{index} + 1"}}}}\n</tool_call>',
+        },
+        {
+            "role": "tool",
+            "name": "calculator",
+            "content": "<tool_response>\nError: boom\n</tool_response>"
+            if not correct
+            else f"<tool_response>\n{index + 1}\n</tool_response>",
+        },
         {"role": "assistant", "content": f"<answer>{index + 1 if correct else 0}</answer>"},
     ]
     row = {
-        "task_id": f"task-{index}", "group_id": f"g{index // 2}", "messages": messages,
-        "reward": float(correct), "correct": correct, "answer": str(index + 1 if correct else 0),
-        "termination_reason": "answered", "infra_error": None, "num_turns": 2, "response_tokens": 40,
-        "tool_calls": [{"name": "calculator", "ok": correct, "malformed": False, "latency_s": 0.001}], "wall_time_s": 0.1,
+        "task_id": f"task-{index}",
+        "group_id": f"g{index // 2}",
+        "messages": messages,
+        "reward": float(correct),
+        "correct": correct,
+        "answer": str(index + 1 if correct else 0),
+        "termination_reason": "answered",
+        "infra_error": None,
+        "num_turns": 2,
+        "response_tokens": 40,
+        "tool_calls": [{"name": "calculator", "ok": correct, "malformed": False, "latency_s": 0.001}],
+        "wall_time_s": 0.1,
     }
     return row if step is None else {"step": step, **row}
 
@@ -36,16 +53,33 @@ def _episode(step: int | None, index: int, *, correct: bool) -> dict:
 def run_dir(tmp_path):
     run = tmp_path / "run-synthetic"
     run.mkdir()
-    (run / "config.yaml").write_text("recipe: smoke\ndescription: synthetic run\nmodel:\n  name: tiny-random\nenv:\n  name: arithmetic\nalgorithm:\n  preset: grpo\ngroup_size: 2\n")
+    (run / "config.yaml").write_text(
+        "recipe: smoke\ndescription: synthetic run\nmodel:\n  name: tiny-random\nenv:\n  name: arithmetic\nalgorithm:\n  preset: grpo\ngroup_size: 2\n"
+    )
     with (run / "metrics.jsonl").open("w") as f:
         for step in range(5):
-            f.write(json.dumps({
-                "reward_mean": 0.2 * step, "reward_std": 0.1, "accuracy": 0.2 * step, "entropy": 0.5 / (step + 1),
-                "kl": 0.01 * step, "response_length": 40 + step, "tool_calls_per_episode": 1.0,
-                "tool_success_rate": 0.5 + 0.1 * step, "frac_zero_std_groups": 0.95 if step == 4 else 0.1, "step": step,
-                "segments_per_episode": 1.0 + step, "reflection/correct_at_1": 0.1 * step, "reflection/correct_at_final": 0.15 * step,
-                "memory/writes": 2.0, "memory/read_hits": 1.0,
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "reward_mean": 0.2 * step,
+                        "reward_std": 0.1,
+                        "accuracy": 0.2 * step,
+                        "entropy": 0.5 / (step + 1),
+                        "kl": 0.01 * step,
+                        "response_length": 40 + step,
+                        "tool_calls_per_episode": 1.0,
+                        "tool_success_rate": 0.5 + 0.1 * step,
+                        "frac_zero_std_groups": 0.95 if step == 4 else 0.1,
+                        "step": step,
+                        "segments_per_episode": 1.0 + step,
+                        "reflection/correct_at_1": 0.1 * step,
+                        "reflection/correct_at_final": 0.15 * step,
+                        "memory/writes": 2.0,
+                        "memory/read_hits": 1.0,
+                    }
+                )
+                + "\n"
+            )
         f.write('{"reward_mean": 0.9, "step"')  # a partial last line from a killed run
     with (run / "rollouts.jsonl").open("w") as f:
         for step in range(5):
@@ -53,8 +87,18 @@ def run_dir(tmp_path):
                 f.write(json.dumps(_episode(step, index, correct=index == 0)) + "\n")
     for name, accuracy in (("eval_before.json", 0.0), ("eval_after.json", 0.5)):
         trajectories = [_episode(None, i, correct=i < 2 * accuracy) for i in range(2)]
-        metrics = {"avg@1": accuracy, "pass@1": accuracy, "maj@1": accuracy, "mean_reward": accuracy, "tool_success_rate": accuracy, "tool_calls_per_episode": 1.0, "num_samples": 2.0}
-        (run / name).write_text(json.dumps({"metrics": metrics, "config": {"k": 1}, "wall_time_s": 1.0, "trajectories": trajectories}))
+        metrics = {
+            "avg@1": accuracy,
+            "pass@1": accuracy,
+            "maj@1": accuracy,
+            "mean_reward": accuracy,
+            "tool_success_rate": accuracy,
+            "tool_calls_per_episode": 1.0,
+            "num_samples": 2.0,
+        }
+        (run / name).write_text(
+            json.dumps({"metrics": metrics, "config": {"k": 1}, "wall_time_s": 1.0, "trajectories": trajectories})
+        )
     return run
 
 
@@ -62,16 +106,31 @@ def test_report_contains_plots_tables_rollouts_and_escapes_text(run_dir) -> None
     path = build_report(run_dir)
     assert path == run_dir / "report.html"
     text = path.read_text()
-    for title in ("reward", "accuracy", "entropy", "KL", "response length (sampled tokens)", "tool calls per episode", "tool success"):
+    for title in (
+        "reward",
+        "accuracy",
+        "entropy",
+        "KL",
+        "response length (sampled tokens)",
+        "tool calls per episode",
+        "tool success",
+    ):
         assert f'alt="{title}"' in text, title
     # The env's episode metrics that RL steps log: context samples, reflection, memory use.
-    for title in ("context: samples and summaries per episode", "reflection: correct at attempt 1 vs the final attempt", "memory tools (per episode)"):
+    for title in (
+        "context: samples and summaries per episode",
+        "reflection: correct at attempt 1 vs the final attempt",
+        "memory tools (per episode)",
+    ):
         assert f'alt="{title}"' in text, title
     assert 'alt="search (per episode)"' not in text  # no search/* metrics logged: no empty plot
     assert text.count("data:image/png;base64,") >= 10
     assert 'alt="SFT loss"' not in text  # no sft_metrics.jsonl: skipped, not an empty plot
     # Eval table: before and after RL (no SFT stage in this run).
-    assert "<th>before</th><th>after RL</th>" in text and "after SFT" not in text.split("<h2>Evaluation</h2>")[1].split("<h2>")[0]
+    assert (
+        "<th>before</th><th>after RL</th>" in text
+        and "after SFT" not in text.split("<h2>Evaluation</h2>")[1].split("<h2>")[0]
+    )
     assert "<code>avg@1</code></td><td>0</td><td>0.500</td>" in text
     # Behaviour recomputed from the stored episodes (old eval JSONs have no behaviour keys).
     assert "reactive · fraction" in text
@@ -110,14 +169,28 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (apt-get install chromium); needed to render the report headless")
+@pytest.mark.skipif(
+    _chromium() is None,
+    reason="chromium is not installed (apt-get install chromium); needed to render the report headless",
+)
 def test_report_renders_in_headless_chromium(run_dir, tmp_path) -> None:
     image_module = pytest.importorskip("PIL.Image", reason="Pillow is not installed")
     path = build_report(run_dir)
     shot = tmp_path / "shot.png"
     subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={shot}", "--window-size=1200,2000", path.resolve().as_uri()],
-        check=True, capture_output=True, timeout=120,
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--screenshot={shot}",
+            "--window-size=1200,2000",
+            path.resolve().as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     with image_module.open(shot) as image:
         rgb = image.convert("RGB")

@@ -25,7 +25,10 @@ def _scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
 
 def test_tensorboard_sink_writes_readable_scalars(tmp_path) -> None:
     sink = TensorBoardSink(tmp_path / "tensorboard")
-    sink.log({"reward_mean": 0.25, "tool/calculator/success_rate": 0.5, "step": 0, "note": "text", "bad": float("nan")}, step=0)
+    sink.log(
+        {"reward_mean": 0.25, "tool/calculator/success_rate": 0.5, "step": 0, "note": "text", "bad": float("nan")},
+        step=0,
+    )
     sink.log({"reward_mean": 0.75, "tool/calculator/success_rate": 1.0, "step": 1}, step=1)
     # Flushed every step: readable before close().
     scalars = _scalars(tmp_path / "tensorboard")
@@ -56,7 +59,9 @@ def test_jsonl_sink_adds_step_when_missing(tmp_path) -> None:
 
 
 def test_make_sinks_unknown_name_is_one_line_error(tmp_path) -> None:
-    with pytest.raises(ValueError, match=r"unknown metric sink 'tensorbored'; choose from jsonl, tensorboard, wandb, mlflow") as info:
+    with pytest.raises(
+        ValueError, match=r"unknown metric sink 'tensorbored'; choose from jsonl, tensorboard, wandb, mlflow"
+    ) as info:
         make_sinks(tmp_path / "run", ["jsonl", "tensorbored"])
     assert "\n" not in str(info.value)
     assert not (tmp_path / "run").exists()  # validated before anything is created

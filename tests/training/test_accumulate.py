@@ -5,14 +5,24 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, restart_schedule
+from agentic_rl.training.optim import (
+    NonFiniteError,
+    NonFiniteGuard,
+    Optimized,
+    accumulate_and_step,
+    make_optimizer,
+    make_scheduler,
+    restart_schedule,
+)
 
 
 def _linear(seed: int = 0) -> tuple[torch.nn.Linear, Optimized]:
     torch.manual_seed(seed)
     layer = torch.nn.Linear(4, 1)
     optimizer = make_optimizer(layer.parameters(), lr=0.1)
-    return layer, Optimized(list(layer.parameters()), optimizer, make_scheduler(optimizer, warmup_steps=2, total_steps=4))
+    return layer, Optimized(
+        list(layer.parameters()), optimizer, make_scheduler(optimizer, warmup_steps=2, total_steps=4)
+    )
 
 
 def test_micro_batches_add_up_to_the_whole_batch() -> None:
@@ -20,7 +30,9 @@ def test_micro_batches_add_up_to_the_whole_batch() -> None:
     whole, whole_group = _linear()
     split, split_group = _linear()
     guard = NonFiniteGuard(3, hint="")
-    one = accumulate_and_step([((whole(x).squeeze(-1) - y) ** 2).sum() / 6], [whole_group], max_grad_norm=0.5, guard=guard)
+    one = accumulate_and_step(
+        [((whole(x).squeeze(-1) - y) ** 2).sum() / 6], [whole_group], max_grad_norm=0.5, guard=guard
+    )
     micro = (((split(x[i : i + 2]).squeeze(-1) - y[i : i + 2]) ** 2).sum() / 6 for i in range(0, 6, 2))
     two = accumulate_and_step(micro, [split_group], max_grad_norm=0.5, guard=guard)
     assert one.loss == pytest.approx(two.loss) and one.grad_norm == pytest.approx(two.grad_norm)
@@ -36,7 +48,9 @@ def test_non_finite_steps_never_reach_the_weights_and_stop_after_the_limit() -> 
     _, critic = _linear(seed=1)
     before = [p.detach().clone() for p in layer.parameters()]
     guard = NonFiniteGuard(2, hint="lower the lr")
-    outcome = accumulate_and_step([layer(torch.ones(1, 4)).sum() * float("nan")], [group], max_grad_norm=1.0, guard=guard)
+    outcome = accumulate_and_step(
+        [layer(torch.ones(1, 4)).sum() * float("nan")], [group], max_grad_norm=1.0, guard=guard
+    )
     assert outcome.skipped and guard.in_a_row == 1
     assert all(torch.equal(p, b) and p.grad is None for p, b in zip(layer.parameters(), before))
     assert group.scheduler.get_last_lr()[0] == 0.05  # the schedule does not advance either
@@ -45,7 +59,9 @@ def test_non_finite_steps_never_reach_the_weights_and_stop_after_the_limit() -> 
     # a non-finite norm in a second group (the critic) makes the whole step non-finite
     critic_weight = critic.params[0]
     critic_weight.register_hook(lambda grad: grad * float("inf"))  # a finite loss, an infinite critic gradient
-    outcome = accumulate_and_step([layer(torch.ones(1, 4)).sum() + critic_weight.sum()], [group, critic], max_grad_norm=1.0, guard=guard)
+    outcome = accumulate_and_step(
+        [layer(torch.ones(1, 4)).sum() + critic_weight.sum()], [group, critic], max_grad_norm=1.0, guard=guard
+    )
     assert outcome.skipped and outcome.loss == outcome.loss and outcome.norms[0] == outcome.norms[0]
     assert outcome.grad_norm != outcome.grad_norm and outcome.norms[1] == float("inf")
     with pytest.raises(NonFiniteError, match="2 non-finite .*lower the lr"):

@@ -35,7 +35,10 @@ class TwoTurnEnv:
     def reset(self, *, seed=None, options=None):
         self.turn = 0
         index = (options or {}).get("task_index", 0)
-        return [{"role": "system", "content": "Reply."}, {"role": "user", "content": f"Task {index}: say something."}], {"task_id": f"two-turn-{index}"}
+        return [
+            {"role": "system", "content": "Reply."},
+            {"role": "user", "content": f"Task {index}: say something."},
+        ], {"task_id": f"two-turn-{index}"}
 
     def step(self, message):
         self.turn += 1
@@ -63,7 +66,11 @@ def _tiny_overrides(recipe: dict, tmp_path) -> dict:
         eval={"num_tasks": 2},
         sft={"enabled": False},
         tracking={"sinks": [], "report": False},
-        steps=2, tasks_per_step=2, group_size=4, task_offset=0, checkpoint_every=1,
+        steps=2,
+        tasks_per_step=2,
+        group_size=4,
+        task_offset=0,
+        checkpoint_every=1,
         output_dir=str(tmp_path / "run"),
     )
     recipe["optim"] = {"lr": 1e-3}

@@ -49,11 +49,18 @@ def _envs():
 
 
 def _config(env: str = "test-two-turn", **algorithm) -> TrainConfig:
-    return TrainConfig.model_validate({
-        "model": {"name": "tiny-random", "device": "cpu"}, "env": {"name": env},
-        "rollout": {"max_new_tokens": 10, "max_total_tokens": 256},
-        "steps": 2, "tasks_per_step": 3, "group_size": 4, "optim": {"lr": 1e-3}, "algorithm": algorithm,
-    })
+    return TrainConfig.model_validate(
+        {
+            "model": {"name": "tiny-random", "device": "cpu"},
+            "env": {"name": env},
+            "rollout": {"max_new_tokens": 10, "max_total_tokens": 256},
+            "steps": 2,
+            "tasks_per_step": 3,
+            "group_size": 4,
+            "optim": {"lr": 1e-3},
+            "algorithm": algorithm,
+        }
+    )
 
 
 def _trainer(tiny, config: TrainConfig, env=TwoTurnEnv) -> RLTrainer:
@@ -65,7 +72,14 @@ def _trainer(tiny, config: TrainConfig, env=TwoTurnEnv) -> RLTrainer:
 def _two_turn_groups(tiny, tasks=2, group_size=4):
     model, tokenizer = tiny
     config = _config()
-    return rollout(HFBackend(model, tokenizer), TwoTurnEnv, list(range(tasks)), group_size=group_size, config=config.rollout, seed=3)
+    return rollout(
+        HFBackend(model, tokenizer),
+        TwoTurnEnv,
+        list(range(tasks)),
+        group_size=group_size,
+        config=config.rollout,
+        seed=3,
+    )
 
 
 def test_shared_critic_values_from_the_policy_forward_equal_a_direct_computation(tiny) -> None:
@@ -74,7 +88,9 @@ def test_shared_critic_values_from_the_policy_forward_equal_a_direct_computation
     critic = Critic(model, "shared", lr=1e-3)
     torch.nn.init.normal_(critic.head.linear.weight)
     trajectories = [t for g in _two_turn_groups(tiny) for t in g.trajectories]
-    batch = collate([t.token_ids for t in trajectories], [t.loss_mask for t in trajectories], pad_token_id=tokenizer.pad_token_id)
+    batch = collate(
+        [t.token_ids for t in trajectories], [t.loss_mask for t in trajectories], pad_token_id=tokenizer.pad_token_id
+    )
     with critic.values_from_policy_forward(batch.loss_mask) as captured:
         token_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask)
     direct = critic.values(batch.input_ids, batch.attention_mask, batch.loss_mask)
@@ -104,7 +120,9 @@ def test_turn_data_from_real_two_turn_rollouts(tiny) -> None:
         assert set(turn_of[sampled].tolist()) <= {0, 1} and (turn_of[sampled] >= 0).all()
         # token rewards: the turn reward on turn 0's last sampled token, the outcome on the episode's last one
         last_turn0 = max(p for p in range(first.response_start, first.response_end) if t.loss_mask[p])
-        assert inputs.token_rewards[row, last_turn0].item() == pytest.approx(expected_turn_reward + (t.reward if t.num_turns == 1 else 0.0))
+        assert inputs.token_rewards[row, last_turn0].item() == pytest.approx(
+            expected_turn_reward + (t.reward if t.num_turns == 1 else 0.0)
+        )
         assert inputs.token_rewards[row].sum().item() == pytest.approx(expected_turn_reward + t.reward)
         # turn 0 of every member of a task group shares the anchor state (the same prompt)
     for g, group in enumerate(groups):
@@ -114,9 +132,21 @@ def test_turn_data_from_real_two_turn_rollouts(tiny) -> None:
 
 
 def test_kl_in_the_reward_lowers_token_and_sequence_rewards() -> None:
-    t = Trajectory("t", "g", prompt_length=1, token_ids=[1, 2, 3, 4], loss_mask=[0, 1, 0, 1], turns=[Turn("x", 1, 2, 3), Turn("y", 3, 4, 4)], reward=1.0)
-    inputs = build_advantage_inputs([t], torch.tensor([1.0]), torch.tensor([0]), token_kl=[[0.0, 0.5, 9.0, 0.25]], kl_coef=0.1)
-    assert inputs.token_rewards.tolist()[0] == pytest.approx([0.0, -0.05, 0.0, 1.0 - 0.025])  # the 9.0 is on an observation token
+    t = Trajectory(
+        "t",
+        "g",
+        prompt_length=1,
+        token_ids=[1, 2, 3, 4],
+        loss_mask=[0, 1, 0, 1],
+        turns=[Turn("x", 1, 2, 3), Turn("y", 3, 4, 4)],
+        reward=1.0,
+    )
+    inputs = build_advantage_inputs(
+        [t], torch.tensor([1.0]), torch.tensor([0]), token_kl=[[0.0, 0.5, 9.0, 0.25]], kl_coef=0.1
+    )
+    assert inputs.token_rewards.tolist()[0] == pytest.approx(
+        [0.0, -0.05, 0.0, 1.0 - 0.025]
+    )  # the 9.0 is on an observation token
     assert inputs.rewards.item() == pytest.approx(1.0 - 0.075)
 
 
@@ -145,7 +175,15 @@ def test_dapo_with_only_zero_variance_groups_uses_every_round_and_skips_the_upda
 def test_critic_checkpoint_round_trip(tiny, tmp_path) -> None:
     trainer = _trainer(tiny, _config(preset="ppo", critic="separate", critic_lr=1e-2))
     trainer.step()
-    save_checkpoint(tmp_path, 1, model=trainer.model, trainer_state=trainer.state_dict(), info={}, keep=1, critic_module=trainer.critic.module)
+    save_checkpoint(
+        tmp_path,
+        1,
+        model=trainer.model,
+        trainer_state=trainer.state_dict(),
+        info={},
+        keep=1,
+        critic_module=trainer.critic.module,
+    )
     fresh = _trainer(tiny, _config(preset="ppo", critic="separate", critic_lr=1e-2))
     trainer_state, _ = load_checkpoint(tmp_path / "step-000001", model=fresh.model, critic_module=fresh.critic.module)
     fresh.load_state_dict(trainer_state)
@@ -154,7 +192,10 @@ def test_critic_checkpoint_round_trip(tiny, tmp_path) -> None:
         assert torch.equal(a, b), name
     assert trainer.critic.head.linear.weight.abs().sum() > 0
     state = fresh.critic.optimizer.state_dict()["state"]
-    assert state and all(torch.equal(v["exp_avg"], trainer.critic.optimizer.state_dict()["state"][k]["exp_avg"]) for k, v in state.items())
+    assert state and all(
+        torch.equal(v["exp_avg"], trainer.critic.optimizer.state_dict()["state"][k]["exp_avg"])
+        for k, v in state.items()
+    )
 
 
 def test_config_errors_name_the_field() -> None:

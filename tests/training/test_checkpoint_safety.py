@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from agentic_rl.training import checkpoint as checkpoint_module
-from agentic_rl.training.checkpoint import CheckpointError, complete_checkpoints, load_checkpoint, save_checkpoint, usable_checkpoint
+from agentic_rl.training.checkpoint import (
+    CheckpointError,
+    complete_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    usable_checkpoint,
+)
 
 
 def _trainer_state(model, step: int) -> dict:
@@ -20,12 +26,20 @@ def _trainer_state(model, step: int) -> dict:
     optimizer.step()
     optimizer.zero_grad()
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-    return {"step": step, "task_schedule": {"epoch": 0, "position": step}, "response_length_history": [1.5, 2.0], "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
+    return {
+        "step": step,
+        "task_schedule": {"epoch": 0, "position": step},
+        "response_length_history": [1.5, 2.0],
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+    }
 
 
 def _write(root, model, steps=(1, 2)) -> None:
     for step in steps:
-        save_checkpoint(root, step, model=model, trainer_state=_trainer_state(model, step), info={"tracking": {}}, keep=3)
+        save_checkpoint(
+            root, step, model=model, trainer_state=_trainer_state(model, step), info={"tracking": {}}, keep=3
+        )
 
 
 def test_trainer_state_round_trips_through_weights_only_load(tmp_path, tiny) -> None:
@@ -124,7 +138,10 @@ def test_every_file_has_a_checksum_written_before_the_completion_mark(tmp_path, 
     folder = tmp_path / "step-000001"
     lines = (folder / "SHA256SUMS").read_text().splitlines()
     # sha256sum's format: ``cd step-N && sha256sum -c SHA256SUMS`` checks a checkpoint by hand.
-    assert lines == [f"{hashlib.sha256((folder / name).read_bytes()).hexdigest()}  {name}" for name in ("model.safetensors", "state.json", "trainer.pt")]
+    assert lines == [
+        f"{hashlib.sha256((folder / name).read_bytes()).hexdigest()}  {name}"
+        for name in ("model.safetensors", "state.json", "trainer.pt")
+    ]
 
 
 def test_a_flipped_bit_in_the_newest_weights_falls_back_to_the_previous_checkpoint(tmp_path, tiny, caplog) -> None:
@@ -136,7 +153,10 @@ def test_a_flipped_bit_in_the_newest_weights_falls_back_to_the_previous_checkpoi
     path.write_bytes(bytes(data))
     assert checkpoint_module._check_safetensors(path) is None  # the truncation check cannot see it
     assert _open_run_on(run, model, caplog).name == "step-000001"
-    assert "checkpoint step-000002 is unusable (model.safetensors does not match its checksum" in caplog.text and "falling back" in caplog.text
+    assert (
+        "checkpoint step-000002 is unusable (model.safetensors does not match its checksum" in caplog.text
+        and "falling back" in caplog.text
+    )
     load_checkpoint(run / "checkpoints" / "step-000001", model=model)
 
 
@@ -183,7 +203,10 @@ def test_every_file_and_folder_is_fsynced(tmp_path, tiny, monkeypatch) -> None:
     monkeypatch.setattr(checkpoint_module, "_fsync", lambda path: (synced.append(path.name), real(path)))
     _write(tmp_path, model, steps=(1,))
     assert {"model.safetensors", "trainer.pt", "state.json", "SHA256SUMS", "COMPLETE"} <= set(synced)
-    assert synced[-2:] == [".tmp-step-000001-" + synced[-2].rsplit("-", 1)[-1], tmp_path.name]  # the folder, then the rename
+    assert synced[-2:] == [
+        ".tmp-step-000001-" + synced[-2].rsplit("-", 1)[-1],
+        tmp_path.name,
+    ]  # the folder, then the rename
 
 
 def test_disk_full_mid_run_stops_the_run_with_one_line(tmp_path, tiny, monkeypatch) -> None:
@@ -193,10 +216,21 @@ def test_disk_full_mid_run_stops_the_run_with_one_line(tmp_path, tiny, monkeypat
     from agentic_rl.training.stages import RunState, TrainingStopped, _checkpoint
 
     model, _ = tiny
-    trainer = SimpleNamespace(model=model, backend=None, critic=None, steps_done=3, strategy=SimpleNamespace(sharded=False), state_dict=lambda: _trainer_state(model, 3))
+    trainer = SimpleNamespace(
+        model=model,
+        backend=None,
+        critic=None,
+        steps_done=3,
+        strategy=SimpleNamespace(sharded=False),
+        state_dict=lambda: _trainer_state(model, 3),
+    )
     config = SimpleNamespace(keep_checkpoints=2)
     state = RunState(config, RunDirectory(tmp_path), None, model, None, None, None, [], trainer=trainer)
-    monkeypatch.setattr(checkpoint_module, "save_file", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")))
+    monkeypatch.setattr(
+        checkpoint_module,
+        "save_file",
+        lambda *a, **k: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")),
+    )
     with pytest.raises(TrainingStopped, match="checkpoint step 3 not written: the disk is full"):
         _checkpoint(state)
     assert list((tmp_path / "checkpoints").iterdir()) == []
@@ -207,7 +241,16 @@ def _write_sharded(root, model, step: int, dist=None):
     from agentic_rl.training.sharded_checkpoint import save_sharded_checkpoint
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    return save_sharded_checkpoint(root, step, model=model, optimizer=optimizer, trainer_state={"step": step}, info={"tracking": {}}, keep=3, dist=dist or DistContext())
+    return save_sharded_checkpoint(
+        root,
+        step,
+        model=model,
+        optimizer=optimizer,
+        trainer_state={"step": step},
+        info={"tracking": {}},
+        keep=3,
+        dist=dist or DistContext(),
+    )
 
 
 def _enospc(*args, **kwargs):
@@ -226,7 +269,9 @@ def test_disk_full_while_writing_a_sharded_checkpoint(tmp_path, tiny, monkeypatc
     assert is_sharded(first)
     # The manifest covers the shards too (each rank's, and DCP's metadata).
     named = {line.split("  ", 1)[1] for line in (first / "SHA256SUMS").read_text().splitlines()}
-    assert {"sharded/.metadata", "trainer.pt", "state.json"} <= named and any(name.endswith(".distcp") for name in named)
+    assert {"sharded/.metadata", "trainer.pt", "state.json"} <= named and any(
+        name.endswith(".distcp") for name in named
+    )
     if where == "shards":
         monkeypatch.setattr(dcp_filesystem, "_write_item", _enospc)  # every tensor's write into a shard file
     else:
@@ -234,6 +279,10 @@ def test_disk_full_while_writing_a_sharded_checkpoint(tmp_path, tiny, monkeypatc
     with pytest.raises(CheckpointError) as raised:
         _write_sharded(tmp_path, model, 2)
     message = str(raised.value)
-    assert "\n" not in message and message.startswith("checkpoint step 2 not written: the disk is full") and "step-000001 is kept" in message
+    assert (
+        "\n" not in message
+        and message.startswith("checkpoint step 2 not written: the disk is full")
+        and "step-000001 is kept" in message
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["step-000001"]  # no temporary folder left
     assert usable_checkpoint(tmp_path).name == "step-000001"

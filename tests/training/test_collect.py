@@ -30,7 +30,9 @@ def solver(tokenizer):
         expression = re.search(r"What is (.+)\?", episode).group(1)
         if "<tool_response>" not in episode:
             return PARSER.format_call(ToolCall(name="calculator", arguments={"expression": expression}))
-        result = episode[episode.rindex("<tool_response>\n") + len("<tool_response>\n") :].split("\n</tool_response>")[0]
+        result = episode[episode.rindex("<tool_response>\n") + len("<tool_response>\n") :].split("\n</tool_response>")[
+            0
+        ]
         return f"<answer>{result if INDEX_OF[expression] % 2 == 0 else result + '1'}</answer>"
 
     return script
@@ -39,10 +41,14 @@ def solver(tokenizer):
 def collect(tokenizer, **overrides):
     from agentic_rl.training.collect import collect_successful
 
-    config = CollectConfig(**{"num_tasks": 4, "task_offset": 2, "samples_per_task": 2, "max_per_task": 1, "few_shot": 2, **overrides})
+    config = CollectConfig(
+        **{"num_tasks": 4, "task_offset": 2, "samples_per_task": 2, "max_per_task": 1, "few_shot": 2, **overrides}
+    )
     trajectories = []
     backend = ScriptedBackend(tokenizer, solver(tokenizer))
-    result = collect_successful(backend, "arithmetic", {"split": "test"}, config, seed=3, on_trajectory=trajectories.append)
+    result = collect_successful(
+        backend, "arithmetic", {"split": "test"}, config, seed=3, on_trajectory=trajectories.append
+    )
     return result, trajectories
 
 
@@ -50,7 +56,10 @@ def test_keeps_only_successful_trajectories_without_demonstrations(tokenizer):
     result, trajectories = collect(tokenizer)
     assert (result.attempted, result.successful, result.tasks_with_success) == (8, 4, 2)
     assert len(trajectories) == 8
-    assert [e["metadata"]["task_id"] for e in result.examples] == [TASKS[2].id, TASKS[4].id]  # train split, one per task
+    assert [e["metadata"]["task_id"] for e in result.examples] == [
+        TASKS[2].id,
+        TASKS[4].id,
+    ]  # train split, one per task
     for example, index in zip(result.examples, (2, 4)):
         task = TASKS[index]
         messages = example["messages"]
@@ -61,7 +70,12 @@ def test_keeps_only_successful_trajectories_without_demonstrations(tokenizer):
         (call,) = messages[2]["tool_calls"]
         assert call["type"] == "function" and call["function"]["name"] == "calculator"
         assert json.loads(call["function"]["arguments"]) == {"expression": task.metadata["expression"]}
-        assert messages[3] == {"role": "tool", "tool_call_id": call["id"], "name": "calculator", "content": calculator(task.metadata["expression"])}
+        assert messages[3] == {
+            "role": "tool",
+            "tool_call_id": call["id"],
+            "name": "calculator",
+            "content": calculator(task.metadata["expression"]),
+        }
         assert messages[4] == {"role": "assistant", "content": f"<answer>{task.answer}</answer>"}
         assert example["metadata"]["reward"] == 1.0
 
@@ -118,7 +132,9 @@ def test_rewarded_but_wrong_episodes_are_not_kept(tokenizer):
     trajectories = []
     config = CollectConfig(num_tasks=3, samples_per_task=1, few_shot=0)
     backend = ScriptedBackend(tokenizer, search_then_guess)
-    result = collect_successful(backend, "search-qa", {"format_reward": 0.1, "hops": 1}, config, on_trajectory=trajectories.append)
+    result = collect_successful(
+        backend, "search-qa", {"format_reward": 0.1, "hops": 1}, config, on_trajectory=trajectories.append
+    )
     assert [t.reward for t in trajectories] == pytest.approx([0.1] * 3)
     assert not any(t.correct for t in trajectories)
     assert (result.attempted, result.successful, result.examples) == (3, 0, [])
@@ -183,7 +199,11 @@ def test_expert_data_takes_the_layout_of_the_model_it_is_for(tokenizer, framing_
     assert example["tools"][0]["function"]["name"] == "calculator"
     ids, mask = render_example(example["messages"], framing, PARSER, tools=example["tools"])
     rendered = framing_tokenizer.decode(ids)
-    assert "# Tools\n" in rendered and "You can call these tools" not in rendered and rendered.count("<tool_response>") == 1
+    assert (
+        "# Tools\n" in rendered
+        and "You can call these tools" not in rendered
+        and rendered.count("<tool_response>") == 1
+    )
     # Token for token what the expert's moves give as a rollout on that model.
     shadow, said = envs.make("arithmetic", split="train"), []
     shadow.reset(options={"task_index": 0})
@@ -194,7 +214,12 @@ def test_expert_data_takes_the_layout_of_the_model_it_is_for(tokenizer, framing_
         said.append(shadow.expert_reply())
         return said[-1]
 
-    [group] = rollout(ScriptedBackend(framing_tokenizer, expert), lambda: envs.make("arithmetic", split="train"), [0], config=RolloutConfig())
+    [group] = rollout(
+        ScriptedBackend(framing_tokenizer, expert),
+        lambda: envs.make("arithmetic", split="train"),
+        [0],
+        config=RolloutConfig(),
+    )
     [trajectory] = group.trajectories
     assert trajectory.correct and (ids, mask) == (trajectory.token_ids, trajectory.loss_mask)
 
@@ -214,7 +239,10 @@ def test_arithmetic_expert_calls_the_calculator_then_answers():
     assert (result.attempted, result.successful) == (3, 3)
     task = ArithmeticTasks(split="train", phrasing="words")[0]
     call, _, answer = result.examples[0]["messages"][2:]
-    assert call["tool_calls"][0]["function"] == {"name": "calculator", "arguments": json.dumps({"expression": task.metadata["expression"]})}
+    assert call["tool_calls"][0]["function"] == {
+        "name": "calculator",
+        "arguments": json.dumps({"expression": task.metadata["expression"]}),
+    }
     assert answer["content"] == f"<answer>{task.answer}</answer>"
 
 
@@ -222,7 +250,11 @@ def test_arithmetic_expert_calls_the_calculator_then_answers():
     ("name", "options", "limits"),
     [
         # MemAgent-style: the summary replaces the history past 896 tokens (several summaries an episode).
-        ("long-qa", {"num_chunks": 6, "chunk_sentences": 8, "num_facts": 2, "num_questions": 1}, {"context": "summarize", "context_tokens": 896, "max_total_tokens": 1536, "max_turns": 12}),
+        (
+            "long-qa",
+            {"num_chunks": 6, "chunk_sentences": 8, "num_facts": 2, "num_questions": 1},
+            {"context": "summarize", "context_tokens": 896, "max_total_tokens": 1536, "max_turns": 12},
+        ),
         # RAGEN-style window of the last turn: every move after the first starts a segment.
         ("frozenlake", {"size": 4, "num_holes": 2}, {"context": "window", "context_turns": 1, "max_turns": 12}),
     ],
@@ -241,7 +273,13 @@ def test_expert_examples_under_a_context_policy_are_the_rollout_segments(tokeniz
 
     renderer, config = ChatRenderer(tokenizer), RolloutConfig(**limits)
     for index in (3, 6):  # frozenlake: 4 and 5 moves
-        result = collect_expert(name, options, CollectConfig(source="expert", num_tasks=1, task_offset=index), renderer=renderer, rollout_config=config)
+        result = collect_expert(
+            name,
+            options,
+            CollectConfig(source="expert", num_tasks=1, task_offset=index),
+            renderer=renderer,
+            rollout_config=config,
+        )
         assert result.successful == 1 and len(result.examples) >= 3
         shadow, pending = envs.make(name, split="train", **options), []
         shadow.reset(options={"task_index": index})
@@ -254,15 +292,27 @@ def test_expert_examples_under_a_context_policy_are_the_rollout_segments(tokeniz
             pending.append(shadow.expert_reply())
             return pending[-1]
 
-        [group] = rollout(ScriptedBackend(tokenizer, expert), lambda: envs.make(name, split="train", **options), [index], config=config)
+        [group] = rollout(
+            ScriptedBackend(tokenizer, expert),
+            lambda: envs.make(name, split="train", **options),
+            [index],
+            config=config,
+        )
         [trajectory] = group.trajectories
         assert trajectory.correct and len(trajectory.samples) == len(result.examples)
         if name == "long-qa":
             assert trajectory.summary_turns == len(trajectory.samples) - 1
         for example, sample in zip(result.examples, trajectory.samples):
             assert render_example(example["messages"], renderer, PARSER) == (sample.token_ids, sample.loss_mask)
-        shown = [m for example in result.examples[1:] for m in example["messages"] if m["role"] == "assistant" and m.get("weight") == 0]
-        assert bool(shown) == (name == "frozenlake")  # the window shows the last move again; a summary context shows none
+        shown = [
+            m
+            for example in result.examples[1:]
+            for m in example["messages"]
+            if m["role"] == "assistant" and m.get("weight") == 0
+        ]
+        assert bool(shown) == (
+            name == "frozenlake"
+        )  # the window shows the last move again; a summary context shows none
 
 
 def test_expert_summaries_need_an_env_that_writes_them(tokenizer):
@@ -270,4 +320,10 @@ def test_expert_summaries_need_an_env_that_writes_them(tokenizer):
     from agentic_rl.training.collect import collect_expert
 
     with pytest.raises(ConfigError, match="expert_summary"):
-        collect_expert("frozenlake", {}, CollectConfig(source="expert", num_tasks=1), renderer=ChatRenderer(tokenizer), rollout_config=RolloutConfig(context="summarize", context_tokens=512))
+        collect_expert(
+            "frozenlake",
+            {},
+            CollectConfig(source="expert", num_tasks=1),
+            renderer=ChatRenderer(tokenizer),
+            rollout_config=RolloutConfig(context="summarize", context_tokens=512),
+        )

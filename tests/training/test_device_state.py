@@ -35,7 +35,11 @@ def _train_step(model, optimizer) -> None:
 def _checkpoint_after_one_step(tiny, root, device: str = "cpu", *, foreach: bool = False):
     """(model, optimizer, checkpoint folder) of a model trained one step on ``device``."""
     model = copy.deepcopy(tiny[0]).to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True) if foreach else make_optimizer(model.parameters(), lr=1e-3)
+    optimizer = (
+        torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+        if foreach
+        else make_optimizer(model.parameters(), lr=1e-3)
+    )
     _train_step(model, optimizer)
     folder = save_checkpoint(root, 1, model=model, trainer_state={"optimizer": optimizer.state_dict()}, info={}, keep=1)
     return model, optimizer, folder
@@ -44,7 +48,11 @@ def _checkpoint_after_one_step(tiny, root, device: str = "cpu", *, foreach: bool
 def _resume(tiny, folder, device: str = "cpu", *, foreach: bool = False):
     """A fresh model and optimizer on ``device`` restored from ``folder``."""
     model = copy.deepcopy(tiny[0]).to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True) if foreach else make_optimizer(model.parameters(), lr=1e-3)
+    optimizer = (
+        torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+        if foreach
+        else make_optimizer(model.parameters(), lr=1e-3)
+    )
     state, _ = load_checkpoint(folder, model=model)
     optimizer.load_state_dict(state["optimizer"])
     return model, optimizer
@@ -63,7 +71,9 @@ def test_trainer_state_written_on_cuda_loads_onto_a_cpu_model(tiny, tmp_path, mo
     here) needs map_location to load on a machine without CUDA."""
     model, optimizer, _ = _checkpoint_after_one_step(tiny, tmp_path / "cpu")
     monkeypatch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
-    folder = save_checkpoint(tmp_path / "cuda", 1, model=model, trainer_state={"optimizer": optimizer.state_dict()}, info={}, keep=1)
+    folder = save_checkpoint(
+        tmp_path / "cuda", 1, model=model, trainer_state={"optimizer": optimizer.state_dict()}, info={}, keep=1
+    )
     monkeypatch.undo()
     if not torch.cuda.is_available():  # what a load without map_location does on a CPU-only machine
         with pytest.raises(RuntimeError, match="CUDA"):
@@ -91,12 +101,16 @@ def test_resumed_optimizer_state_sits_where_a_fresh_one_does(tiny, tmp_path) -> 
 @pytest.mark.parametrize(("writer", "reader"), [("cuda", "cpu"), ("cpu", "cuda")])
 def test_checkpoint_moves_between_cpu_and_cuda(tiny, tmp_path, writer, reader) -> None:
     for foreach in (False, True):
-        model, optimizer, folder = _checkpoint_after_one_step(tiny, tmp_path / f"run-{foreach}", writer, foreach=foreach)
+        model, optimizer, folder = _checkpoint_after_one_step(
+            tiny, tmp_path / f"run-{foreach}", writer, foreach=foreach
+        )
         model2, optimizer2 = _resume(tiny, folder, reader, foreach=foreach)
         for p, p2 in zip(model.parameters(), model2.parameters()):
             assert p2.device.type == reader and torch.equal(p2.cpu(), p.detach().cpu())
             state, state2 = optimizer.state[p], optimizer2.state[p2]
-            assert state2["exp_avg"].device == p2.device and torch.equal(state2["exp_avg"].cpu(), state["exp_avg"].cpu())
+            assert state2["exp_avg"].device == p2.device and torch.equal(
+                state2["exp_avg"].cpu(), state["exp_avg"].cpu()
+            )
             # Where torch puts a fresh step: with the parameter when fused, else on the CPU.
             assert state2["step"].device == (p2.device if not foreach else torch.device("cpu"))
             assert float(state2["step"]) == float(state["step"]) == 1.0
@@ -124,7 +138,10 @@ def test_cuda_rng_states_are_saved_and_restored_as_cpu_byte_tensors(monkeypatch)
     state = rng_state()
     assert [s.tolist() for s in state["cuda"]] == [[1, 2, 3], [4, 5, 6]]
     set_rng_state(state)
-    assert [(s.tolist(), s.device.type, s.dtype) for s in restored] == [([1, 2, 3], "cpu", torch.uint8), ([4, 5, 6], "cpu", torch.uint8)]
+    assert [(s.tolist(), s.device.type, s.dtype) for s in restored] == [
+        ([1, 2, 3], "cpu", torch.uint8),
+        ([4, 5, 6], "cpu", torch.uint8),
+    ]
 
 
 def test_cuda_rng_states_of_another_device_count_warn_once_and_the_rest_restores(monkeypatch, caplog) -> None:
@@ -137,4 +154,6 @@ def test_cuda_rng_states_of_another_device_count_warn_once_and_the_rest_restores
         set_rng_state(state)
     messages = [r.getMessage() for r in caplog.records if r.name == checkpoint_module.__name__]
     devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    assert messages == [f"checkpoint: the CUDA RNG states of 3 device(s) were not restored (this machine has {devices}); sampling on the GPU will not repeat the original run's"]
+    assert messages == [
+        f"checkpoint: the CUDA RNG states of 3 device(s) were not restored (this machine has {devices}); sampling on the GPU will not repeat the original run's"
+    ]

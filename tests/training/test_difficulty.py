@@ -23,9 +23,18 @@ def test_band_keeps_partially_solved_tasks_and_reports_histogram(tokenizer) -> N
         correct = index == 0 or (index == 1 and n % 2 == 0)  # task 0 always, task 1 half, task 2 never
         return f"<answer>{answers[question] if correct else '-1'}</answer>"
 
-    result = difficulty_filter(ScriptedBackend(tokenizer, reply), lambda: envs.make("arithmetic", num_tasks=3), [0, 1, 2], samples_per_task=4)
+    result = difficulty_filter(
+        ScriptedBackend(tokenizer, reply), lambda: envs.make("arithmetic", num_tasks=3), [0, 1, 2], samples_per_task=4
+    )
     assert result.pass_rates == {0: 1.0, 1: 0.5, 2: 0.0}
     assert result.kept == [1]
     assert result.histogram == {"0.00": 1, "0.50": 1, "1.00": 1}
-    wide = difficulty_filter(ScriptedBackend(tokenizer, reply), lambda: envs.make("arithmetic", num_tasks=3), [0, 1, 2], samples_per_task=4, min_pass_rate=-0.1, max_pass_rate=1.0)
+    wide = difficulty_filter(
+        ScriptedBackend(tokenizer, reply),
+        lambda: envs.make("arithmetic", num_tasks=3),
+        [0, 1, 2],
+        samples_per_task=4,
+        min_pass_rate=-0.1,
+        max_pass_rate=1.0,
+    )
     assert sorted(wide.kept) == [1, 2]

@@ -17,7 +17,15 @@ from agentic_rl.envs.arithmetic import DEFAULT_SYSTEM_PROMPT, ArithmeticTasks, d
 from agentic_rl.parsers import HermesParser
 from agentic_rl.engines.hf import HFBackend
 from agentic_rl.config import RolloutConfig
-from agentic_rl.training.dpo import collect_pairs, pairs_from_groups, pairs_from_rollout_records, reference_logprobs, tokenize_pairs, train_dpo, validate_pair
+from agentic_rl.training.dpo import (
+    collect_pairs,
+    pairs_from_groups,
+    pairs_from_rollout_records,
+    reference_logprobs,
+    tokenize_pairs,
+    train_dpo,
+    validate_pair,
+)
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 PARSER = HermesParser()
@@ -47,7 +55,16 @@ def arithmetic_pairs(n: int) -> list[dict]:
 def test_pairs_are_best_against_worst_and_skip_ties_and_failures() -> None:
     a, b, c = ArithmeticTasks(split="train", digits=2)[:3]
     groups = [
-        TrajectoryGroup(a.id, "ga", [trajectory(a, 0.5, "1"), trajectory(a, 1.0), trajectory(a, 0.0, "2"), trajectory(a, 2.0, "3", infra_error="crash")]),
+        TrajectoryGroup(
+            a.id,
+            "ga",
+            [
+                trajectory(a, 0.5, "1"),
+                trajectory(a, 1.0),
+                trajectory(a, 0.0, "2"),
+                trajectory(a, 2.0, "3", infra_error="crash"),
+            ],
+        ),
         TrajectoryGroup(b.id, "gb", [trajectory(b, 1.0), trajectory(b, 1.0, "9")]),  # tie: no pair
         TrajectoryGroup(c.id, "gc", [trajectory(c, 0.0, "7")]),  # one sample: no pair
     ]
@@ -64,7 +81,15 @@ def test_pairs_are_best_against_worst_and_skip_ties_and_failures() -> None:
 
 def test_pairs_from_rollouts_jsonl_records() -> None:
     a, b = ArithmeticTasks(split="train", digits=2)[:2]
-    records = [{"step": s, **t.to_dict()} for s, t in [(0, trajectory(a, 1.0)), (0, trajectory(a, 0.0, "5")), (1, trajectory(a, 0.0, "6")), (0, trajectory(b, 0.0, "1"))]]
+    records = [
+        {"step": s, **t.to_dict()}
+        for s, t in [
+            (0, trajectory(a, 1.0)),
+            (0, trajectory(a, 0.0, "5")),
+            (1, trajectory(a, 0.0, "6")),
+            (0, trajectory(b, 0.0, "1")),
+        ]
+    ]
     [pair] = pairs_from_rollout_records(records, PARSER)  # step 1's lone record and b's lone record make no pair
     assert pair["rejected"][-1]["content"] == "<answer>5</answer>"
     with pytest.raises(ValueError, match="rollout record 1"):
@@ -75,8 +100,22 @@ def test_pairs_from_rollouts_jsonl_records() -> None:
     ("pair", "message"),
     [
         ({"prompt": [], "chosen": [], "rejected": []}, "pair 3.prompt: expected a non-empty list"),
-        ({"prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "assistant", "content": "a"}], "rejected": [{"role": "user", "content": "b"}, {"role": "assistant", "content": "c"}]}, "pair 3.rejected: must start with an assistant"),
-        ({"prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "robot", "content": "a"}], "rejected": [{"role": "assistant", "content": "b"}]}, "pair 3.chosen: messages\\[1\\].role"),
+        (
+            {
+                "prompt": [{"role": "user", "content": "q"}],
+                "chosen": [{"role": "assistant", "content": "a"}],
+                "rejected": [{"role": "user", "content": "b"}, {"role": "assistant", "content": "c"}],
+            },
+            "pair 3.rejected: must start with an assistant",
+        ),
+        (
+            {
+                "prompt": [{"role": "user", "content": "q"}],
+                "chosen": [{"role": "robot", "content": "a"}],
+                "rejected": [{"role": "assistant", "content": "b"}],
+            },
+            "pair 3.chosen: messages\\[1\\].role",
+        ),
     ],
 )
 def test_bad_pairs_fail_with_one_line(pair, message) -> None:
@@ -100,7 +139,9 @@ def test_two_steps_lower_the_loss_grow_the_margin_and_keep_the_reference(tiny, t
     result = train_dpo(model, tokenizer, pairs, config, parser=PARSER, on_step=steps.append)
     assert result.steps == 2 and [s["step"] for s in steps] == [1, 2]
     # step 1 starts at policy == reference: loss log 2, margin 0
-    assert result.losses[0] == pytest.approx(math.log(2), abs=1e-5) and result.margins[0] == pytest.approx(0.0, abs=1e-5)
+    assert result.losses[0] == pytest.approx(math.log(2), abs=1e-5) and result.margins[0] == pytest.approx(
+        0.0, abs=1e-5
+    )
     assert result.losses[1] < result.losses[0] and result.margins[1] > 0
     # the reference is the initial policy, untouched: recomputing it gives the same numbers
     assert torch.allclose(reference_logprobs(initial, sequences, config, tokenizer.pad_token_id), reference_before)
@@ -116,7 +157,10 @@ class ParityEnv:
 
     def reset(self, *, seed=None, options=None):
         index = (options or {}).get("task_index", 0)
-        return [{"role": "system", "content": "Reply."}, {"role": "user", "content": f"Task {index}: say something."}], {"task_id": f"parity-{index}"}
+        return [
+            {"role": "system", "content": "Reply."},
+            {"role": "user", "content": f"Task {index}: say something."},
+        ], {"task_id": f"parity-{index}"}
 
     def step(self, message):
         reward = float(len(message["content"]) % 2 == 0)
@@ -125,7 +169,15 @@ class ParityEnv:
 
 def test_collect_pairs_samples_groups_with_the_model(tiny, tokenizer) -> None:
     model = copy.deepcopy(tiny[0])
-    result = collect_pairs(HFBackend(model, tokenizer), ParityEnv, range(6), samples_per_task=4, parser=PARSER, rollout_config=RolloutConfig(max_new_tokens=8), seed=0)
+    result = collect_pairs(
+        HFBackend(model, tokenizer),
+        ParityEnv,
+        range(6),
+        samples_per_task=4,
+        parser=PARSER,
+        rollout_config=RolloutConfig(max_new_tokens=8),
+        seed=0,
+    )
     assert result.groups == 6 and len(result.pairs) + result.tied == 6 and result.pairs
     for pair in result.pairs:
         assert pair["metadata"]["chosen_reward"] == 1.0 and pair["metadata"]["rejected_reward"] == 0.0
@@ -138,8 +190,14 @@ def test_dpo_recipe_stage_on_the_tiny_model(tmp_path) -> None:
 
     data = write_jsonl(tmp_path / "pairs.jsonl", arithmetic_pairs(2))
     _, recipe = load_recipe("dpo")
-    recipe.update(model={"name": "tiny-random", "device": "cpu"}, sft={"enabled": False}, eval={"num_tasks": 2},
-                  rollout={"max_new_tokens": 8, "max_total_tokens": 512}, tracking={"sinks": [], "report": False}, output_dir=str(tmp_path / "run"))
+    recipe.update(
+        model={"name": "tiny-random", "device": "cpu"},
+        sft={"enabled": False},
+        eval={"num_tasks": 2},
+        rollout={"max_new_tokens": 8, "max_total_tokens": 512},
+        tracking={"sinks": [], "report": False},
+        output_dir=str(tmp_path / "run"),
+    )
     recipe["dpo"] = {**recipe["dpo"], "data": str(data), "train": {"epochs": 2, "batch_size": 2, "lr": 1e-3}}
     result = train(recipe, name="dpo")
     lines = read_jsonl(result.run_dir / "dpo_metrics.jsonl")
@@ -151,7 +209,24 @@ def test_dpo_recipe_stage_on_the_tiny_model(tmp_path) -> None:
 def test_dpo_cli_trains_and_saves(tmp_path, capsys) -> None:
     data = write_jsonl(tmp_path / "pairs.jsonl", arithmetic_pairs(2))
     out = tmp_path / "model"
-    assert main(["dpo", "--model", "tiny-random", "--data", str(data), "--output-dir", str(out), "--set", "batch_size=2", "--set", "lr=1e-3"]) == 0
+    assert (
+        main(
+            [
+                "dpo",
+                "--model",
+                "tiny-random",
+                "--data",
+                str(data),
+                "--output-dir",
+                str(out),
+                "--set",
+                "batch_size=2",
+                "--set",
+                "lr=1e-3",
+            ]
+        )
+        == 0
+    )
     assert (out / "config.json").is_file()
     captured = capsys.readouterr()
     assert "DPO: 2 pairs, 1 steps" in captured.out + captured.err  # the rich console writes to stderr

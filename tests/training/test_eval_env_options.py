@@ -26,10 +26,18 @@ def test_an_explicit_few_shot_for_an_env_without_it_still_fails() -> None:
 def test_sft_env_goes_on_top_of_the_env_options_and_of_each_mix_entry() -> None:
     from agentic_rl.training.stages import sft_env_options
 
-    config = build(TrainConfig, {"env": {"phrasing": "words", "reversed_steps": 1.0}, "sft": {"env": {"reversed_steps": 0.5}}})
+    config = build(
+        TrainConfig, {"env": {"phrasing": "words", "reversed_steps": 1.0}, "sft": {"env": {"reversed_steps": 0.5}}}
+    )
     assert sft_env_options(config) == {"phrasing": "words", "reversed_steps": 0.5}
     assert sft_env_options(build(TrainConfig, {"env": {"digits": 2}})) == {"digits": 2}  # nothing on top by default
-    mix = build(TrainConfig, {"env": {"mix": [{"name": "arithmetic", "digits": 2}, {"name": "arithmetic", "digits": 4}]}, "sft": {"env": {"num_operands": 2}}})
+    mix = build(
+        TrainConfig,
+        {
+            "env": {"mix": [{"name": "arithmetic", "digits": 2}, {"name": "arithmetic", "digits": 4}]},
+            "sft": {"env": {"num_operands": 2}},
+        },
+    )
     assert [(entry["digits"], entry["num_operands"]) for entry in sft_env_options(mix)["mix"]] == [(2, 2), (4, 2)]
 
 

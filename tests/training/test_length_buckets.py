@@ -24,7 +24,9 @@ def _brute_force(lengths, max_tokens, max_sequences, overhead):
                 current = []
             current.append(index)
         buckets.append(current)
-        if any(len(b) > 1 and (len(b) > max_sequences or max(lengths[i] for i in b) * len(b) > max_tokens) for b in buckets):
+        if any(
+            len(b) > 1 and (len(b) > max_sequences or max(lengths[i] for i in b) * len(b) > max_tokens) for b in buckets
+        ):
             continue
         cost = _cost(lengths, buckets, overhead)
         best = cost if best is None else min(best, cost)

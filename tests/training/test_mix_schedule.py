@@ -18,7 +18,9 @@ POOLS = {"a": list(range(0, 100)), "b": list(range(100, 150)), "c": list(range(1
 
 def _group(task_index: int, correct: list[bool]) -> TrajectoryGroup:
     group = TrajectoryGroup(task_id=str(task_index), group_id=f"g{task_index}", task_index=task_index)
-    group.trajectories = [Trajectory(task_id=str(task_index), group_id=group.group_id, correct=c, reward=float(c)) for c in correct]
+    group.trajectories = [
+        Trajectory(task_id=str(task_index), group_id=group.group_id, correct=c, reward=float(c)) for c in correct
+    ]
     return group
 
 

@@ -57,14 +57,28 @@ def _envs():
 
 def test_step_metrics_have_a_copy_per_env(tiny) -> None:
     model, tokenizer = tiny
-    config = TrainConfig.model_validate({
-        "model": {"name": "tiny-random"}, "env": {"mix": MIX}, "rollout": {"max_new_tokens": 4, "max_total_tokens": 128},
-        "steps": 1, "tasks_per_step": 8, "group_size": 2,
-    })
+    config = TrainConfig.model_validate(
+        {
+            "model": {"name": "tiny-random"},
+            "env": {"mix": MIX},
+            "rollout": {"max_new_tokens": 4, "max_total_tokens": 128},
+            "steps": 1,
+            "tasks_per_step": 8,
+            "group_size": 2,
+        }
+    )
     make_env = envs.env_factory(config.env.name, config.env.options, split="train")
     spec = make_env().spec
     pools = TaskPools(spec.pools(spec.task_indices()), spec.weights)
-    trainer = RLTrainer(config, copy.deepcopy(model), tokenizer, ScriptedBackend(tokenizer, ["hi"]), make_env, spec.task_indices(), task_pools=pools)
+    trainer = RLTrainer(
+        config,
+        copy.deepcopy(model),
+        tokenizer,
+        ScriptedBackend(tokenizer, ["hi"]),
+        make_env,
+        spec.task_indices(),
+        task_pools=pools,
+    )
     metrics, groups = trainer.step()
     solved = sum(trainer.task_schedule.pool_of(g.task_index) == "test-solved" for g in groups)
     assert 0 < solved < 8  # both envs drawn (seeded)
@@ -89,7 +103,13 @@ def test_eval_reports_each_env_and_the_weighted_mean(tokenizer) -> None:
     from agentic_rl.tracking.display import env_labels, env_table, without_env_metrics
 
     assert env_labels(metrics, 1) == ["test-solved", "test-unsolved"]
-    assert [column.header for column in env_table(metrics, 1).columns] == ["metric", "test-solved", "test-unsolved", "weighted", "overall"]
+    assert [column.header for column in env_table(metrics, 1).columns] == [
+        "metric",
+        "test-solved",
+        "test-unsolved",
+        "weighted",
+        "overall",
+    ]
     assert "num_tasks@weighted" not in metrics and metrics["mean_reward@weighted"] == pytest.approx(0.75)
     overall = without_env_metrics(metrics, 1)
     assert overall["avg@1"] == 0.5 and not any("@test-" in key or key.endswith("@weighted") for key in overall)
@@ -98,13 +118,22 @@ def test_eval_reports_each_env_and_the_weighted_mean(tokenizer) -> None:
 def test_train_on_two_small_envs_with_a_curriculum_and_resume_to_the_same_draws(tmp_path) -> None:
     _, recipe = load_recipe("smoke")
     recipe.update(
-        env={"mix": [
-            {"name": "arithmetic", "label": "add", "weight": 2, "max_turns": 1, "digits": 1, "operators": "+"},
-            {"name": "frozenlake", "weight": 1, "max_turns": 1},
-        ]},
-        rollout={"max_new_tokens": 8, "max_total_tokens": 384}, eval={"num_tasks": 2},
+        env={
+            "mix": [
+                {"name": "arithmetic", "label": "add", "weight": 2, "max_turns": 1, "digits": 1, "operators": "+"},
+                {"name": "frozenlake", "weight": 1, "max_turns": 1},
+            ]
+        },
+        rollout={"max_new_tokens": 8, "max_total_tokens": 384},
+        eval={"num_tasks": 2},
         curriculum={"enabled": True, "every": 1, "by": "task"},
-        steps=3, tasks_per_step=3, group_size=2, log_rollouts=6, checkpoint_every=1, tracking={"report": False}, output_dir=str(tmp_path / "run"),
+        steps=3,
+        tasks_per_step=3,
+        group_size=2,
+        log_rollouts=6,
+        checkpoint_every=1,
+        tracking={"report": False},
+        output_dir=str(tmp_path / "run"),
     )
     result = train(recipe, name="mixed")
     run = result.run_dir
@@ -116,11 +145,15 @@ def test_train_on_two_small_envs_with_a_curriculum_and_resume_to_the_same_draws(
     evaluation = json.loads((run / "eval_after.json").read_text())["metrics"]
     assert {"avg@1@add", "avg@1@frozenlake", "avg@1@weighted"} <= set(evaluation) and evaluation["num_tasks"] == 4
     rollouts = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
-    assert {r["env"] for r in rollouts} <= {"add", "frozenlake"} and all(r["task_id"].startswith(r["env"] + "/") for r in rollouts)
+    assert {r["env"] for r in rollouts} <= {"add", "frozenlake"} and all(
+        r["task_id"].startswith(r["env"] + "/") for r in rollouts
+    )
     straight = [(r["step"], r["task_id"]) for r in rollouts]
 
     # The newest checkpoint is after step 2: the resumed run samples step 3 again.
-    assert torch.load(run / "checkpoints" / "step-000002" / "trainer.pt", weights_only=False)["curriculum"]["pass_rates"]
+    assert torch.load(run / "checkpoints" / "step-000002" / "trainer.pt", weights_only=False)["curriculum"][
+        "pass_rates"
+    ]
     train(resume=run)
     again = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
     assert [(r["step"], r["task_id"]) for r in again] == straight
@@ -132,12 +165,22 @@ def test_cold_start_collection_splits_a_mix_by_weight(tokenizer) -> None:
     from agentic_rl.training.stages import sft_parser
 
     collect = CollectConfig(num_tasks=8, samples_per_task=2, few_shot=0, max_per_task=1)
-    assert [(name, share.num_tasks) for name, _, share in mix_shares(MIX, collect)] == [("test-solved", 6), ("test-unsolved", 2)]
+    assert [(name, share.num_tasks) for name, _, share in mix_shares(MIX, collect)] == [
+        ("test-solved", 6),
+        ("test-unsolved", 2),
+    ]
     result = collect_successful_mix(ScriptedBackend(tokenizer, ["hi"]), MIX, collect)
     assert (result.attempted, result.successful, result.tasks_with_success, len(result.examples)) == (16, 12, 6, 6)
-    assert sft_parser(build(TrainConfig, {"env": {"mix": [{"name": "arithmetic"}, {"name": "frozenlake"}]}})) == "hermes"
-    with pytest.raises(ConfigError, match="env.mix: SFT renders every entry's conversations in one tool-call format; the entries use hermes, retool"):
-        sft_parser(build(TrainConfig, {"env": {"mix": [{"name": "arithmetic"}, {"name": "math-python", "parser": "retool"}]}}))
+    assert (
+        sft_parser(build(TrainConfig, {"env": {"mix": [{"name": "arithmetic"}, {"name": "frozenlake"}]}})) == "hermes"
+    )
+    with pytest.raises(
+        ConfigError,
+        match="env.mix: SFT renders every entry's conversations in one tool-call format; the entries use hermes, retool",
+    ):
+        sft_parser(
+            build(TrainConfig, {"env": {"mix": [{"name": "arithmetic"}, {"name": "math-python", "parser": "retool"}]}})
+        )
 
 
 def test_expert_collection_on_a_mix_plays_each_entry_by_weight(tokenizer) -> None:
@@ -152,7 +195,10 @@ def test_expert_collection_on_a_mix_plays_each_entry_by_weight(tokenizer) -> Non
     assert (result.attempted, result.successful, len(result.examples)) == (6, 6, 6)
     ids = [e["metadata"]["task_id"] for e in result.examples]
     assert [i.split("-")[0] for i in ids] == ["arithmetic"] * 4 + ["frozenlake"] * 2
-    assert [len(e["messages"][1]["content"].split("\n\n")[0].split("\n")) for e in result.examples[4:]] == [3, 3]  # the entry's own options: 3x3 lakes
+    assert [len(e["messages"][1]["content"].split("\n\n")[0].split("\n")) for e in result.examples[4:]] == [
+        3,
+        3,
+    ]  # the entry's own options: 3x3 lakes
     with pytest.raises(ConfigError, match="gymnasium has none"):
         collect_expert_mix([{"name": "arithmetic"}, {"name": "gymnasium"}], CollectConfig(source="expert", num_tasks=2))
 
@@ -160,11 +206,21 @@ def test_expert_collection_on_a_mix_plays_each_entry_by_weight(tokenizer) -> Non
 def test_a_run_on_a_mix_collects_its_cold_start_from_every_entry(tmp_path) -> None:
     _, recipe = load_recipe("smoke")
     recipe.update(
-        env={"mix": MIX}, rollout={"max_new_tokens": 4, "max_total_tokens": 128}, eval={"num_tasks": 2},
-        sft={"enabled": True, "collect": {"num_tasks": 4, "samples_per_task": 1, "few_shot": 0}, "train": {"epochs": 1, "batch_size": 2}},
-        steps=1, tracking={"report": False}, output_dir=str(tmp_path / "run"),
+        env={"mix": MIX},
+        rollout={"max_new_tokens": 4, "max_total_tokens": 128},
+        eval={"num_tasks": 2},
+        sft={
+            "enabled": True,
+            "collect": {"num_tasks": 4, "samples_per_task": 1, "few_shot": 0},
+            "train": {"epochs": 1, "batch_size": 2},
+        },
+        steps=1,
+        tracking={"report": False},
+        output_dir=str(tmp_path / "run"),
     )
     result = train(recipe, name="mixed")
     examples = (result.run_dir / "sft_data.jsonl").read_text().splitlines()
     assert len(examples) == 3  # 3 of the 4 tasks from the solved entry (weight 3 : 1), none from the unsolved one
-    assert result.evals["after_sft"]["avg@1@test-solved"] == 1.0 and result.evals["after_sft"]["avg@1@weighted"] == pytest.approx(0.75)
+    assert result.evals["after_sft"]["avg@1@test-solved"] == 1.0 and result.evals["after_sft"][
+        "avg@1@weighted"
+    ] == pytest.approx(0.75)

@@ -19,13 +19,27 @@ def _sft_examples(count: int = 4) -> list[dict]:
     examples = []
     for task in ArithmeticTasks(split="train", num_tasks=count):
         expression = task.metadata["expression"]
-        examples.append({"messages": [
-            {"role": "system", "content": "You solve arithmetic problems."},
-            {"role": "user", "content": task.prompt},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}]},
-            {"role": "tool", "tool_call_id": "call_0", "name": "calculator", "content": task.answer},
-            {"role": "assistant", "content": f"<answer>{task.answer}</answer>"},
-        ]})
+        examples.append(
+            {
+                "messages": [
+                    {"role": "system", "content": "You solve arithmetic problems."},
+                    {"role": "user", "content": task.prompt},
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {
+                                "id": "call_0",
+                                "type": "function",
+                                "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
+                            }
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "call_0", "name": "calculator", "content": task.answer},
+                    {"role": "assistant", "content": f"<answer>{task.answer}</answer>"},
+                ]
+            }
+        )
     return examples
 
 
@@ -37,7 +51,17 @@ def test_smoke_recipe_with_sft_writes_the_run_directory(tmp_path) -> None:
     recipe["output_dir"] = str(tmp_path / "run")
     result = train(recipe, name="smoke")
     run = result.run_dir
-    for name in ("config.yaml", "metrics.jsonl", "rollouts.jsonl", "eval_before.json", "eval_after_sft.json", "eval_after.json", "sft_metrics.jsonl", "summary.json", "report.html"):
+    for name in (
+        "config.yaml",
+        "metrics.jsonl",
+        "rollouts.jsonl",
+        "eval_before.json",
+        "eval_after_sft.json",
+        "eval_after.json",
+        "sft_metrics.jsonl",
+        "summary.json",
+        "report.html",
+    ):
         assert (run / name).is_file(), name
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [0, 1]
@@ -68,7 +92,9 @@ def test_stages_runs_only_the_named_stages_the_cold_start_alone(tmp_path) -> Non
     _, recipe = load_recipe("smoke")
     recipe["sft"] = {"enabled": True, "data": str(data), "train": {"epochs": 1, "batch_size": 2}}
     recipe.update(output_dir=str(tmp_path / "run"), final_dtype="fp32")
-    result = train(recipe, name="smoke", stages=("sft", "eval_after_sft", "final", "filter"))  # filter: named, but not enabled
+    result = train(
+        recipe, name="smoke", stages=("sft", "eval_after_sft", "final", "filter")
+    )  # filter: named, but not enabled
     run = result.run_dir
     assert set(result.evals) == {"after_sft"} and result.steps == []
     assert (run / "sft_metrics.jsonl").is_file() and (run / "final" / "config.json").is_file()
@@ -77,10 +103,13 @@ def test_stages_runs_only_the_named_stages_the_cold_start_alone(tmp_path) -> Non
     assert json.loads((run / "summary.json").read_text())["evals"]["after_sft"] == result.evals["after_sft"]
 
 
-@pytest.mark.parametrize(("stages", "resume", "message"), [
-    (("sft", "rl_steps"), None, "stages: unknown stage 'rl_steps'; stages: eval_before, sft,"),
-    (("rl",), "runs/x", "stages: only for a new run"),
-])
+@pytest.mark.parametrize(
+    ("stages", "resume", "message"),
+    [
+        (("sft", "rl_steps"), None, "stages: unknown stage 'rl_steps'; stages: eval_before, sft,"),
+        (("rl",), "runs/x", "stages: only for a new run"),
+    ],
+)
 def test_stages_errors_name_the_parameter(stages, resume, message) -> None:
     with pytest.raises(ValueError, match=message):
         train(None if resume else load_recipe("smoke")[1], stages=stages, resume=resume)
@@ -128,9 +157,21 @@ def test_stages_are_recorded_and_a_resume_skips_the_finished_ones(tmp_path) -> N
     data = tmp_path / "sft.jsonl"
     write_jsonl(data, _sft_examples())
     _, recipe = load_recipe("smoke")
-    recipe.update(sft={"enabled": True, "data": str(data), "train": {"epochs": 1, "batch_size": 2}}, output_dir=str(tmp_path / "run"), checkpoint_every=1, tracking={"report": False})
+    recipe.update(
+        sft={"enabled": True, "data": str(data), "train": {"epochs": 1, "batch_size": 2}},
+        output_dir=str(tmp_path / "run"),
+        checkpoint_every=1,
+        tracking={"report": False},
+    )
     run = train(recipe, name="smoke").run_dir
-    assert json.loads((run / "stages.json").read_text())["completed"] == ["eval_before", "sft", "eval_after_sft", "rl", "eval_after", "final"]
+    assert json.loads((run / "stages.json").read_text())["completed"] == [
+        "eval_before",
+        "sft",
+        "eval_after_sft",
+        "rl",
+        "eval_after",
+        "final",
+    ]
     checkpoint = json.loads((run / "checkpoints" / "step-000001" / "state.json").read_text())
     assert checkpoint["stages"] == ["eval_before", "sft", "eval_after_sft"] and checkpoint["step"] == 1
     before = json.loads((run / "eval_before.json").read_text())["metrics"]
@@ -151,9 +192,19 @@ def test_bf16_mixed_run_records_its_precision_and_resumes_within_tolerance(tmp_p
     from safetensors.torch import load_file
 
     _, recipe = load_recipe("smoke")
-    recipe.update(output_dir=str(tmp_path / "run"), checkpoint_every=1, precision="bf16-mixed", tracking={"report": False}, optim={"lr": 1e-3})
+    recipe.update(
+        output_dir=str(tmp_path / "run"),
+        checkpoint_every=1,
+        precision="bf16-mixed",
+        tracking={"report": False},
+        optim={"lr": 1e-3},
+    )
     run = train(recipe, name="smoke").run_dir
-    assert json.loads((run / "precision.json").read_text()) == {"setting": "bf16-mixed", "precision": "bf16-mixed", "reason": "set in the config"}
+    assert json.loads((run / "precision.json").read_text()) == {
+        "setting": "bf16-mixed",
+        "precision": "bf16-mixed",
+        "reason": "set in the config",
+    }
     straight = load_file(run / "final" / "model.safetensors")
     straight_metrics = (run / "metrics.jsonl").read_text().splitlines()
     result = train(resume=run)
@@ -168,22 +219,32 @@ def test_bf16_mixed_run_records_its_precision_and_resumes_within_tolerance(tmp_p
 
 
 def _tiny_recipe(path) -> str:
-    path.write_text(yaml.safe_dump({
-        "description": "resume --set test",
-        "model": {"name": "tiny-random", "device": "cpu"},
-        "env": {"name": "arithmetic", "max_turns": 2},
-        "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
-        "eval": {"num_tasks": 2},
-        "optim": {"lr": 1e-3},
-        "steps": 2, "tasks_per_step": 2, "group_size": 2, "checkpoint_every": 1,
-        "tracking": {"sinks": [], "report": False},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "description": "resume --set test",
+                "model": {"name": "tiny-random", "device": "cpu"},
+                "env": {"name": "arithmetic", "max_turns": 2},
+                "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
+                "eval": {"num_tasks": 2},
+                "optim": {"lr": 1e-3},
+                "steps": 2,
+                "tasks_per_step": 2,
+                "group_size": 2,
+                "checkpoint_every": 1,
+                "tracking": {"sinks": [], "report": False},
+            }
+        )
+    )
     return str(path)
 
 
 def test_resume_with_set_trains_the_extra_steps_with_the_new_values(tmp_path, capsys) -> None:
     run = tmp_path / "run"
-    assert main(["train", _tiny_recipe(tmp_path / "recipe.yaml"), "--output-dir", str(run), "--set", "precision=fp32"]) == 0
+    assert (
+        main(["train", _tiny_recipe(tmp_path / "recipe.yaml"), "--output-dir", str(run), "--set", "precision=fp32"])
+        == 0
+    )
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
     saved = (run / "config.yaml").read_text()
     capsys.readouterr()
@@ -192,21 +253,35 @@ def test_resume_with_set_trains_the_extra_steps_with_the_new_values(tmp_path, ca
     assert capsys.readouterr().err.startswith("agentic-rl: error: --set on --resume: group_size cannot change mid-run")
     assert (run / "config.yaml").read_text() == saved
 
-    assert main(["train", "--resume", str(run), "--set", "steps=3", "--set", "optim.lr=5e-4", "--set", "eval.num_tasks=3"]) == 0
+    assert (
+        main(["train", "--resume", str(run), "--set", "steps=3", "--set", "optim.lr=5e-4", "--set", "eval.num_tasks=3"])
+        == 0
+    )
     err = capsys.readouterr().err
     assert "resume: steps: 2 -> 3" in err and "resume: optim.lr: 0.001 -> 0.0005" in err and "(step 1 of 3)" in err
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in steps] == [0, 1, 2]
-    assert steps[0]["lr"] == pytest.approx(1e-3) and steps[2]["lr"] == pytest.approx(5e-4)  # the resumed steps use the new lr
+    assert steps[0]["lr"] == pytest.approx(1e-3) and steps[2]["lr"] == pytest.approx(
+        5e-4
+    )  # the resumed steps use the new lr
     assert json.loads((run / "eval_after.json").read_text())["metrics"]["num_tasks"] == 3
     config = yaml.safe_load((run / "config.yaml").read_text())  # a later resume continues with them
-    assert (config["recipe"], config["steps"], config["optim"]["lr"], config["eval"]["num_tasks"], config["group_size"]) == ("recipe", 3, 5e-4, 3, 2)
+    assert (
+        config["recipe"],
+        config["steps"],
+        config["optim"]["lr"],
+        config["eval"]["num_tasks"],
+        config["group_size"],
+    ) == ("recipe", 3, 5e-4, 3, 2)
 
 
 @pytest.mark.parametrize(
     "assignment, message",
     [
-        ("group_size=4", "--set on --resume: group_size cannot change mid-run (allowed: steps, optim.lr, optim.schedule, optim.warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints, backend.api_key)"),
+        (
+            "group_size=4",
+            "--set on --resume: group_size cannot change mid-run (allowed: steps, optim.lr, optim.schedule, optim.warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints, backend.api_key)",
+        ),
         ("optim.weight_decay=0.1", "--set on --resume: optim.weight_decay cannot change mid-run"),
         ("model.name=smollm2-135m", "--set on --resume: model.name cannot change mid-run"),
         ("stepz=3", "unknown config key 'stepz'; did you mean 'steps'?"),
@@ -219,15 +294,31 @@ def test_resume_refuses_keys_that_cannot_change_mid_run(assignment, message, tmp
     (run / "config.yaml").write_text(yaml.safe_dump({"recipe": "smoke", **load_recipe("smoke")[1]}))
     assert main(["train", "--resume", str(run), "--set", assignment]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"agentic-rl: error: {message}") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert (
+        err.startswith(f"agentic-rl: error: {message}")
+        and len(err.strip().splitlines()) == 1
+        and "Traceback" not in err
+    )
 
 
 def test_resume_overrides_in_the_python_api(tmp_path) -> None:
     from agentic_rl.config import ConfigError, OptimConfig, resume_config
 
     _, saved = load_recipe("smoke")
-    config, changed = resume_config(saved, {"optim": {"schedule": "cosine", "warmup_steps": 1}, "tracking": {"thresholds": {"entropy": 0.1}}, "checkpoint_every": 5})
-    assert (config.optim.schedule, config.optim.warmup_steps, config.tracking.thresholds, config.checkpoint_every) == ("cosine", 1, {"entropy": 0.1}, 5)
+    config, changed = resume_config(
+        saved,
+        {
+            "optim": {"schedule": "cosine", "warmup_steps": 1},
+            "tracking": {"thresholds": {"entropy": 0.1}},
+            "checkpoint_every": 5,
+        },
+    )
+    assert (config.optim.schedule, config.optim.warmup_steps, config.tracking.thresholds, config.checkpoint_every) == (
+        "cosine",
+        1,
+        {"entropy": 0.1},
+        5,
+    )
     assert config.optim.lr == OptimConfig().lr and config.group_size == saved["group_size"]
     assert "optim.schedule: 'constant' -> 'cosine'" in changed and len(changed) == 4
     with pytest.raises(ConfigError, match="overrides: only for a resumed run"):
@@ -239,10 +330,17 @@ def test_sft_env_collects_the_cold_start_on_other_options_than_rl(tmp_path) -> N
     own options) on reversed steps only."""
     _, recipe = load_recipe("smoke")
     recipe["env"] = {"name": "arithmetic", "phrasing": "words", "operators": "-", "reversed_steps": 1.0}
-    recipe["sft"] = {"enabled": True, "env": {"reversed_steps": 0.0}, "collect": {"source": "expert", "num_tasks": 6}, "train": {"epochs": 1, "batch_size": 3}}
+    recipe["sft"] = {
+        "enabled": True,
+        "env": {"reversed_steps": 0.0},
+        "collect": {"source": "expert", "num_tasks": 6},
+        "train": {"epochs": 1, "batch_size": 3},
+    }
     recipe.update(output_dir=str(tmp_path / "run"), steps=1, tasks_per_step=2, group_size=2)
     run = train(recipe, name="smoke", stages=("sft", "rl")).run_dir
-    collected = [json.loads(line)["messages"][1]["content"] for line in (run / "sft_data.jsonl").read_text().splitlines()]
+    collected = [
+        json.loads(line)["messages"][1]["content"] for line in (run / "sft_data.jsonl").read_text().splitlines()
+    ]
     assert len(collected) == 6 and not any(" from " in prompt for prompt in collected)
     trained = [json.loads(line)["messages"][1]["content"] for line in (run / "rollouts.jsonl").read_text().splitlines()]
     assert trained and all(prompt.count(" from ") == 2 for prompt in trained)  # both steps reversed
@@ -270,7 +368,13 @@ def test_a_checkpoint_keeps_the_shared_memory_store_and_a_resume_restores_it(tmp
     recipe.update(output_dir=str(tmp_path / "run"), checkpoint_every=1, tracking={"report": False})
     run = train(recipe, name="smoke").run_dir
     saved = json.loads((run / "checkpoints" / "step-000001" / "state.json").read_text())["memory"]
-    assert {"name": memory.store, "caps": memory.store_caps(), "notes": [["hint", "the answer is 42"]], "next_auto_key": 0, "evictions": 0} in saved
+    assert {
+        "name": memory.store,
+        "caps": memory.store_caps(),
+        "notes": [["hint", "the answer is 42"]],
+        "next_auto_key": 0,
+        "evictions": 0,
+    } in saved
     store.clear()
     train(resume=run)
     assert store.read("hint") == "the answer is 42"
@@ -282,6 +386,12 @@ def test_sft_data_longer_than_max_length_is_one_line_naming_the_setting(tmp_path
     data = tmp_path / "sft.jsonl"
     write_jsonl(data, _sft_examples())
     _, recipe = load_recipe("smoke")
-    recipe.update(sft={"enabled": True, "data": str(data), "train": {"epochs": 1, "batch_size": 2, "max_length": 32}}, output_dir=str(tmp_path / "run"))
-    with pytest.raises(ConfigError, match=r"^sft\.train\.max_length: all 4 of the 4 SFT conversations are longer than 32 tokens; raise it$"):
+    recipe.update(
+        sft={"enabled": True, "data": str(data), "train": {"epochs": 1, "batch_size": 2, "max_length": 32}},
+        output_dir=str(tmp_path / "run"),
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^sft\.train\.max_length: all 4 of the 4 SFT conversations are longer than 32 tokens; raise it$",
+    ):
         train(recipe, name="smoke", stages=("sft",))

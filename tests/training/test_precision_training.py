@@ -67,7 +67,9 @@ def test_bf16_mixed_keeps_the_updates_that_pure_bf16_weights_lose(tiny) -> None:
     assert _fraction(lambda d: d != 0, fp32) > 0.999
     assert _fraction(lambda d: d != 0, mixed) > 0.999
     assert _fraction(lambda d: d != 0, pure) < 0.05  # measured: 1.8% of the bf16 weights moved
-    same_direction = sum(int((torch.sign(fp32[n]) == torch.sign(mixed[n])).sum()) for n in fp32) / sum(d.numel() for d in fp32.values())
+    same_direction = sum(int((torch.sign(fp32[n]) == torch.sign(mixed[n])).sum()) for n in fp32) / sum(
+        d.numel() for d in fp32.values()
+    )
     assert same_direction > 0.99  # measured: 99.9%
     mean_difference = sum(float((fp32[n] - mixed[n]).abs().sum()) for n in fp32) / sum(d.numel() for d in fp32.values())
     assert mean_difference < 0.01 * 1e-6  # measured: 0.0025 lr
@@ -140,7 +142,9 @@ def test_bf16_engine_samples_log_probs_close_to_the_trainer(tiny) -> None:
     master = copy.deepcopy(model)
     backend = HFBackend(master, tokenizer, weights_dtype=torch.bfloat16)
     prompts = [tokenizer("Hello there, how are", add_special_tokens=False)["input_ids"]] * 2
-    completions = backend.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=10, seed=3), stop_token_ids=[])
+    completions = backend.generate(
+        prompts, SamplingParams(temperature=1.0, max_new_tokens=10, seed=3), stop_token_ids=[]
+    )
     assert all(len(c.token_ids) == 10 for c in completions)
     for prompt, completion in zip(prompts, completions):
         ids = torch.tensor([prompt + completion.token_ids])
@@ -173,11 +177,18 @@ def _rl_trainer(tiny, precision: str, **algorithm):
     model, tokenizer = tiny
     master = copy.deepcopy(model)
     set_compute_precision(master, precision)
-    config = TrainConfig.model_validate({
-        "model": {"name": "tiny-random", "device": "cpu"}, "precision": precision,
-        "rollout": {"max_new_tokens": 12, "max_total_tokens": 512}, "steps": 2, "tasks_per_step": 2, "group_size": 4,
-        "optim": {"lr": 1e-3}, "algorithm": algorithm,
-    })
+    config = TrainConfig.model_validate(
+        {
+            "model": {"name": "tiny-random", "device": "cpu"},
+            "precision": precision,
+            "rollout": {"max_new_tokens": 12, "max_total_tokens": 512},
+            "steps": 2,
+            "tasks_per_step": 2,
+            "group_size": 4,
+            "optim": {"lr": 1e-3},
+            "algorithm": algorithm,
+        }
+    )
     backend = HFBackend(master, tokenizer, weights_dtype=torch.bfloat16 if precision == "bf16-mixed" else None)
     return RLTrainer(config, master, tokenizer, backend, ParityEnv, list(range(ParityEnv.num_tasks)))
 
@@ -224,7 +235,15 @@ def test_sft_under_bf16_mixed_trains_the_float32_masters(tiny) -> None:
     model, tokenizer = tiny
     master = copy.deepcopy(model)
     set_compute_precision(master, "bf16-mixed")
-    examples = [{"messages": [{"role": "user", "content": f"What is {i} + {i}?"}, {"role": "assistant", "content": f"<answer>{2 * i}</answer>"}]} for i in range(8)]
+    examples = [
+        {
+            "messages": [
+                {"role": "user", "content": f"What is {i} + {i}?"},
+                {"role": "assistant", "content": f"<answer>{2 * i}</answer>"},
+            ]
+        }
+        for i in range(8)
+    ]
     result = train_sft(master, tokenizer, examples, SFTConfig(epochs=3, lr=3e-3, batch_size=8, warmup_steps=0))
     assert all(p.dtype == torch.float32 for p in master.parameters())
     assert result.losses[-1] < result.losses[0]

@@ -111,6 +111,8 @@ def test_trainer_places_the_reference_by_config_and_precision(tiny) -> None:
         trainer = _trainer((model, tiny[1]), _config(algorithm={"preset": "grpo"}, kl_reference=setting))
         dtypes[setting, precision] = next(trainer.reference.model.parameters()).dtype
     assert dtypes == {
-        ("auto", "fp32"): torch.float32, ("auto", "bf16-mixed"): torch.bfloat16,
-        ("bf16", "fp32"): torch.bfloat16, ("fp32", "bf16-mixed"): torch.float32,
+        ("auto", "fp32"): torch.float32,
+        ("auto", "bf16-mixed"): torch.bfloat16,
+        ("bf16", "fp32"): torch.bfloat16,
+        ("fp32", "bf16-mixed"): torch.float32,
     }

@@ -59,7 +59,9 @@ sys.exit(main(sys.argv[1:]))
 def _cli(*args: str, slow_checkpoint: bool = False) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # identical float reductions in every process
     program = ["-c", _SLOW_CHECKPOINT] if slow_checkpoint else ["-m", "agentic_rl.cli"]
-    return subprocess.Popen([sys.executable, *program, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, *program, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
 
 
 def _kill_when(process: subprocess.Popen, ready) -> None:
@@ -90,7 +92,10 @@ def test_sigkill_mid_run_then_resume_gives_the_same_weights_and_metrics(tmp_path
     interrupted = tmp_path / "interrupted"
     checkpoints = interrupted / "checkpoints"
     # 1. SIGKILL mid-run, right after step 2's checkpoint is complete.
-    _kill_when(_cli("train", str(recipe), "--output-dir", str(interrupted)), lambda: (checkpoints / "step-000002" / COMPLETE).is_file())
+    _kill_when(
+        _cli("train", str(recipe), "--output-dir", str(interrupted)),
+        lambda: (checkpoints / "step-000002" / COMPLETE).is_file(),
+    )
     assert not (interrupted / "final").exists()
     # 2. Resume, then SIGKILL in the middle of writing step 3's checkpoint (weights written, not yet marked or renamed).
     _kill_when(
@@ -111,7 +116,10 @@ def test_sigkill_mid_run_then_resume_gives_the_same_weights_and_metrics(tmp_path
     from agentic_rl.training.rl_metrics import MACHINE_METRICS
 
     def metrics(run: Path) -> list[dict]:
-        return [{k: v for k, v in json.loads(line).items() if k not in MACHINE_METRICS} for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [
+            {k: v for k, v in json.loads(line).items() if k not in MACHINE_METRICS}
+            for line in (run / "metrics.jsonl").read_text().splitlines()
+        ]
 
     assert metrics(tmp_path / "straight") == metrics(interrupted)
     assert len(metrics(interrupted)) == STEPS
@@ -123,8 +131,15 @@ def test_checkpoint_retention_keeps_newest_complete(tmp_path, tiny) -> None:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     root = tmp_path / "checkpoints"
     for step in (1, 2, 3):
-        trainer_state = {"step": step, "task_schedule": {"epoch": 0, "position": step}, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
-        checkpoint_module.save_checkpoint(root, step, model=model, trainer_state=trainer_state, info={"tracking": {}}, keep=2)
+        trainer_state = {
+            "step": step,
+            "task_schedule": {"epoch": 0, "position": step},
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+        }
+        checkpoint_module.save_checkpoint(
+            root, step, model=model, trainer_state=trainer_state, info={"tracking": {}}, keep=2
+        )
     assert [p.name for p in complete_checkpoints(root)] == ["step-000002", "step-000003"]
     (root / "step-000004").mkdir()  # no completion marker: never chosen
     assert complete_checkpoints(root)[-1].name == "step-000003"

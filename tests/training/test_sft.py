@@ -95,12 +95,19 @@ def test_mask_covers_only_assistant_turns(tokenizer):
 def test_too_long_examples_are_dropped(model, tokenizer):
     examples = arithmetic_examples(3)
     lengths = sorted(len(ids) for ids, _ in tokenize_examples(examples, tokenizer, PARSER, max_length=4096)[0])
-    examples.append({"messages": examples[0]["messages"] + [{"role": "user", "content": "more " * 300}, {"role": "assistant", "content": "ok"}]})
+    examples.append(
+        {
+            "messages": examples[0]["messages"]
+            + [{"role": "user", "content": "more " * 300}, {"role": "assistant", "content": "ok"}]
+        }
+    )
     sequences, dropped = tokenize_examples(examples, tokenizer, PARSER, max_length=lengths[-1])
     assert (len(sequences), dropped) == (3, 1)
     result = train_sft(model, tokenizer, examples, SFTConfig(epochs=1, max_length=lengths[-1]))
     assert (result.examples, result.dropped_too_long) == (3, 1)
-    with pytest.raises(ValueError, match="^max_length: all 4 of the 4 SFT conversations are longer than 16 tokens; raise it$"):
+    with pytest.raises(
+        ValueError, match="^max_length: all 4 of the 4 SFT conversations are longer than 16 tokens; raise it$"
+    ):
         train_sft(model, tokenizer, examples, SFTConfig(max_length=16))
 
 

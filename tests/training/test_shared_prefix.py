@@ -34,7 +34,9 @@ def test_shared_prefix_matches_full_forward(tiny, monkeypatch, with_grad) -> Non
     for threshold in (32, 10**9):  # shared prefix on, then off
         monkeypatch.setattr(anatomy, "MIN_SHARED_PREFIX", threshold)
         model.zero_grad(set_to_none=True)
-        values, entropy = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask, with_entropy=True)
+        values, entropy = token_logprobs(
+            model, batch.input_ids, batch.attention_mask, batch.loss_mask, with_entropy=True
+        )
         grads = []
         if with_grad:
             (values * weights).sum().backward()

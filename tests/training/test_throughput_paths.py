@@ -22,7 +22,9 @@ def _batch():
 def _loss_and_grads(model, batch):
     model.train()
     model.zero_grad(set_to_none=True)
-    logprobs, entropy = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask, temperature=0.7, with_entropy=True)
+    logprobs, entropy = token_logprobs(
+        model, batch.input_ids, batch.attention_mask, batch.loss_mask, temperature=0.7, with_entropy=True
+    )
     weights = torch.linspace(-1.0, 1.0, logprobs.numel()).reshape(logprobs.shape)
     loss = -(logprobs * weights * batch.loss_mask).sum() / batch.loss_mask.sum()
     loss.backward()

@@ -19,7 +19,14 @@ AVX-512 kernels), ``lean`` (decode forward), ``head`` (chunked head), ``allocato
 from agentic_rl.accel.allocator import device_peak_bytes, release_memory, reset_device_peak, resident_bytes, tune_malloc
 from agentic_rl.accel.head import head_logprobs
 from agentic_rl.accel.lean import LeanDecoder, decoder_for, lean_decoder
-from agentic_rl.accel.onednn import LINEAR_KERNELS, OneDNNLinear, linear_kernel, onednn_available, packed_weights, set_linear_kernel
+from agentic_rl.accel.onednn import (
+    LINEAR_KERNELS,
+    OneDNNLinear,
+    linear_kernel,
+    onednn_available,
+    packed_weights,
+    set_linear_kernel,
+)
 
 __all__ = [
     "LINEAR_KERNELS",

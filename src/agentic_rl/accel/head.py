@@ -23,7 +23,9 @@ HEAD_ROW_BLOCK = 8192
 below the width at which the products run efficiently."""
 
 
-def head_logprobs(lm_head, hidden: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def head_logprobs(
+    lm_head, hidden: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(targets[i] | hidden[i]) under softmax(lm_head(hidden) / temperature), and the
     predictive entropy (no gradient) if asked. Shapes: hidden [N, H], targets [N] -> [N].
 
@@ -43,7 +45,16 @@ def head_logprobs(lm_head, hidden: torch.Tensor, targets: torch.Tensor, *, tempe
     if type(lm_head) in (torch.nn.Linear, OneDNNLinear) and not hooked:
         device = hidden.device.type
         compute_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else lm_head.weight.dtype
-        return _ChunkedHead.apply(hidden, lm_head.weight, lm_head.bias, targets, float(temperature), type(lm_head) is OneDNNLinear, with_entropy, compute_dtype)
+        return _ChunkedHead.apply(
+            hidden,
+            lm_head.weight,
+            lm_head.bias,
+            targets,
+            float(temperature),
+            type(lm_head) is OneDNNLinear,
+            with_entropy,
+            compute_dtype,
+        )
     logits = lm_head(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
@@ -160,7 +171,9 @@ class _ChunkedHead(torch.autograd.Function):
                 if need_hidden:
                     # [H, rows] += W_chunk^T grad_logits: the chunk's slice is the small operand to
                     # transpose. Summed over chunks in float32 (a bf16 running sum would round).
-                    part = linear(weight[start:end].to(ctx.compute_dtype).t(), grad_logits.t(), onednn=ctx.onednn).float()
+                    part = linear(
+                        weight[start:end].to(ctx.compute_dtype).t(), grad_logits.t(), onednn=ctx.onednn
+                    ).float()
                     grad_block_t = part if grad_block_t is None else grad_block_t.add_(part)
                 if need_weight:
                     part = linear(grad_logits, block.t(), onednn=ctx.onednn)

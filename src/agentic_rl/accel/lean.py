@@ -41,7 +41,9 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 def _bias(*modules) -> torch.Tensor | None:
     if all(m.bias is None for m in modules):
         return None
-    return torch.cat([m.bias.detach() if m.bias is not None else torch.zeros(m.out_features, dtype=m.weight.dtype) for m in modules])
+    return torch.cat(
+        [m.bias.detach() if m.bias is not None else torch.zeros(m.out_features, dtype=m.weight.dtype) for m in modules]
+    )
 
 
 class _OneDNNProjection:
@@ -83,7 +85,9 @@ class _Layer:
         projections = (attention.q_proj, attention.k_proj, attention.v_proj)
         weight = torch.cat([m.weight.detach() for m in projections])
         bias = _bias(*projections)
-        order = torch.cat([_pair_rows(heads + kv_heads, head_dim), torch.arange((heads + kv_heads) * head_dim, weight.shape[0])])
+        order = torch.cat(
+            [_pair_rows(heads + kv_heads, head_dim), torch.arange((heads + kv_heads) * head_dim, weight.shape[0])]
+        )
         scale = torch.ones(weight.shape[0], dtype=weight.dtype)
         scale[: heads * head_dim] = attention.scaling
         self.qkv_bias = None if bias is None else bias[order] * scale
@@ -115,7 +119,10 @@ class LeanDecoder:
         # rows, as fast at prefill sizes), else oneDNN's packed weights.
         self.native = native_kernels.available() if native is None else native
         projection = native_kernels.PackedLinear if self.native else _OneDNNProjection
-        self.layers = [_Layer(layer, self.heads, self.kv_heads, self.head_dim, projection, self.native) for layer in backbone.layers]
+        self.layers = [
+            _Layer(layer, self.heads, self.kv_heads, self.head_dim, projection, self.native)
+            for layer in backbone.layers
+        ]
         # The head (a plain linear layer) joins the kernel; otherwise the caller runs the module.
         self.head = None
         if self.native and type(lm_head) in (OneDNNLinear, torch.nn.Linear):
@@ -146,25 +153,33 @@ class LeanDecoder:
             # The session's mask is the causal prefix: row b sees its first position + 1 entries.
             lengths = positions[:, 0] + 1
         elif q == 1:
-            decode_bias = torch.zeros((batch, self.kv_heads, groups, mask.shape[-1]), dtype=hidden.dtype, device=hidden.device)
+            decode_bias = torch.zeros(
+                (batch, self.kv_heads, groups, mask.shape[-1]), dtype=hidden.dtype, device=hidden.device
+            )
             decode_bias.masked_fill_(~mask, float("-inf"))
             decode_bias = decode_bias.view(batch * self.kv_heads, groups, -1)
         for index, layer in enumerate(self.layers):
             qkv = layer.qkv(hidden if layer.fold_norms else _rms_norm(hidden, layer.input_norm))
             # Queries and keys rotate in place, in one complex product (each pair is two adjacent rows).
-            torch.view_as_complex(qkv[..., : q_width + kv_width].view(batch, q, self.heads + self.kv_heads, half, 2)).mul_(rotation)
+            torch.view_as_complex(
+                qkv[..., : q_width + kv_width].view(batch, q, self.heads + self.kv_heads, half, 2)
+            ).mul_(rotation)
             key = qkv[..., q_width : q_width + kv_width].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
             value = qkv[..., q_width + kv_width :].view(batch, q, self.kv_heads, self.head_dim).transpose(1, 2)
             keys, values = cache.update(key, value, index)
             if lengths is not None:
-                attended = native_kernels.decode_attention(qkv[:, 0, :q_width], keys, values, lengths).view(batch, q, q_width)
+                attended = native_kernels.decode_attention(qkv[:, 0, :q_width], keys, values, lengths).view(
+                    batch, q, q_width
+                )
             elif decode_bias is not None:
                 grouped = qkv[..., :q_width].reshape(batch * self.kv_heads, groups, self.head_dim)
                 scores = torch.baddbmm(decode_bias, grouped, keys.flatten(0, 1).transpose(1, 2))
                 attended = torch.bmm(torch.softmax(scores, dim=-1), values.flatten(0, 1)).view(batch, q, q_width)
             else:
                 query = qkv[..., :q_width].view(batch, q, self.heads, self.head_dim).transpose(1, 2)
-                attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=1.0, enable_gqa=groups > 1)
+                attended = F.scaled_dot_product_attention(
+                    query, keys, values, attn_mask=mask, scale=1.0, enable_gqa=groups > 1
+                )
                 attended = attended.transpose(1, 2).reshape(batch, q, q_width)
             hidden = layer.o(attended, "add", hidden)
             normed = hidden if layer.fold_norms else _rms_norm(hidden, layer.post_norm)
@@ -176,7 +191,11 @@ def _plain_projections(layer) -> bool:
     """Only plain linear layers: an adapter (e.g. peft LoRA) wrapping one would be skipped."""
     attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     names = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
-    return all(type(getattr(owner, name, None)) is OneDNNLinear for owner, group in zip((attention, mlp), names) for name in group)
+    return all(
+        type(getattr(owner, name, None)) is OneDNNLinear
+        for owner, group in zip((attention, mlp), names)
+        for name in group
+    )
 
 
 def _rotary_halves_repeat(backbone, dtype: torch.dtype) -> bool:
@@ -185,7 +204,11 @@ def _rotary_halves_repeat(backbone, dtype: torch.dtype) -> bool:
     rescales itself past its trained length)."""
     cos, sin = backbone.rotary_emb(torch.zeros(1, dtype=dtype), torch.tensor([[0, 1, 7, 63]]))
     half = cos.shape[-1] // 2
-    return cos.shape[-1] % 2 == 0 and torch.equal(cos[..., :half], cos[..., half:]) and torch.equal(sin[..., :half], sin[..., half:])
+    return (
+        cos.shape[-1] % 2 == 0
+        and torch.equal(cos[..., :half], cos[..., half:])
+        and torch.equal(sin[..., :half], sin[..., half:])
+    )
 
 
 def lean_decoder(backbone, lm_head=None, *, native: bool | None = None) -> LeanDecoder | None:
@@ -199,7 +222,9 @@ def lean_decoder(backbone, lm_head=None, *, native: bool | None = None) -> LeanD
         config.model_type not in SUPPORTED_MODEL_TYPES
         or getattr(config, "hidden_act", "silu") != "silu"
         or (getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True))
-        or parameter is None or parameter.device.type != "cpu" or parameter.dtype != torch.float32
+        or parameter is None
+        or parameter.device.type != "cpu"
+        or parameter.dtype != torch.float32
         or not onednn_available()
         or not all(hasattr(backbone, name) for name in ("embed_tokens", "rotary_emb", "layers", "norm"))
         or not all(_plain_projections(layer) for layer in backbone.layers)

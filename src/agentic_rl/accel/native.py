@@ -76,7 +76,9 @@ def library_key(compiler: str) -> str:
     the flags, the compiler's version and this CPU's flags)."""
     source = SOURCE.read_bytes()
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
-    return hashlib.sha256(b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), _cpu_flags().encode()])).hexdigest()[:16]
+    return hashlib.sha256(
+        b"\0".join([source, version.encode(), " ".join(FLAGS).encode(), _cpu_flags().encode()])
+    ).hexdigest()[:16]
 
 
 def _build(compiler: str) -> Path:
@@ -92,7 +94,9 @@ def _build(compiler: str) -> Path:
     handle, partial = tempfile.mkstemp(dir=folder, suffix=".so.partial")
     os.close(handle)
     try:
-        result = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", partial], capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [compiler, *FLAGS, str(SOURCE), "-o", partial], capture_output=True, text=True, timeout=300
+        )
         if result.returncode != 0:
             first = (result.stderr.strip().splitlines() or ["no output"])[0]
             raise RuntimeError(f"{compiler} failed: {first}")
@@ -124,7 +128,9 @@ def _load_checks() -> None:
 def _load():
     compiler = _compiler()
     if not compiler:
-        named = f"CXX={os.environ['CXX']!r} is not an executable" if os.environ.get("CXX") else "no c++ or g++ on the PATH"
+        named = (
+            f"CXX={os.environ['CXX']!r} is not an executable" if os.environ.get("CXX") else "no c++ or g++ on the PATH"
+        )
         raise RuntimeError(f"no C++ compiler found ({named}; install g++ or set CXX)")
     before = _openmp_runtimes()
     library = ctypes.CDLL(str(_build(compiler)))
@@ -134,9 +140,15 @@ def _load():
         raise RuntimeError("cached kernel library has another ABI version")
     pointer, size, integer = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     functions = {
-        "gemm": (ctypes.c_int, [pointer, size, size, pointer, size, pointer, integer, pointer, pointer, pointer, ctypes.c_float]),
+        "gemm": (
+            ctypes.c_int,
+            [pointer, size, size, pointer, size, pointer, integer, pointer, pointer, pointer, ctypes.c_float],
+        ),
         "pack": (None, [pointer, size, size, size, pointer]),
-        "decode_attention": (ctypes.c_int, [pointer, size, pointer, pointer, size, size, pointer, size, size, size, size, size, pointer]),
+        "decode_attention": (
+            ctypes.c_int,
+            [pointer, size, pointer, pointer, size, size, pointer, size, size, size, size, size, pointer],
+        ),
     }
     kernels = {}
     for name, (restype, argtypes) in functions.items():
@@ -181,14 +193,23 @@ def _self_check() -> str | None:
     x, weight, bias = (torch.randn(shape, generator=generator) for shape in ((11, 70), (53, 70), (53,)))
     if not torch.allclose(PackedLinear(weight, bias)(x), F.linear(x, weight, bias), rtol=1e-4, atol=1e-4):
         return "the compiled product kernel disagrees with torch on a self-check"
-    queries, keys, values = (torch.randn(shape, generator=generator) for shape in ((2, 4 * 16), (2, 2, 5, 16), (2, 2, 5, 16)))
+    queries, keys, values = (
+        torch.randn(shape, generator=generator) for shape in ((2, 4 * 16), (2, 2, 5, 16), (2, 2, 5, 16))
+    )
     lengths = torch.tensor([5, 3])
-    if not torch.allclose(decode_attention(queries, keys, values, lengths), _attention_reference(queries, keys, values, lengths), rtol=1e-4, atol=1e-5):
+    if not torch.allclose(
+        decode_attention(queries, keys, values, lengths),
+        _attention_reference(queries, keys, values, lengths),
+        rtol=1e-4,
+        atol=1e-5,
+    ):
         return "the compiled attention kernel disagrees with torch on a self-check"
     return None
 
 
-def _attention_reference(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def _attention_reference(
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor
+) -> torch.Tensor:
     """:func:`decode_attention` in torch (the definition the kernel is checked against)."""
     batch, kv_heads, width, head_dim = keys.shape
     query = queries.view(batch, kv_heads, -1, head_dim)
@@ -218,10 +239,19 @@ class PackedLinear:
     [in], x is first RMS-normalised, x * rsqrt(mean(x^2) + norm_eps) * norm_weight, as it is
     read (the RMSNorm before a decoder's projections, without its own pass)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        *,
+        norm_weight: torch.Tensor | None = None,
+        norm_eps: float = 1e-6,
+    ) -> None:
         kernels = _required()
         if weight.dim() != 2 or weight.dtype != torch.float32 or weight.device.type != "cpu" or 0 in weight.shape:
-            raise ValueError(f"PackedLinear: weight must be a non-empty 2-D float32 CPU tensor, got {tuple(weight.shape)} {weight.dtype} on {weight.device}")
+            raise ValueError(
+                f"PackedLinear: weight must be a non-empty 2-D float32 CPU tensor, got {tuple(weight.shape)} {weight.dtype} on {weight.device}"
+            )
         weight = weight.detach()
         if weight.stride(1) != 1:
             weight = weight.contiguous()
@@ -240,7 +270,13 @@ class PackedLinear:
     def __call__(self, x: torch.Tensor, op: str = "none", other: torch.Tensor | None = None) -> torch.Tensor:
         # The checks stay cheap (attributes, no device objects): this runs ~150 times a step.
         code = OPS.get(op)
-        if code is None or x.dtype is not torch.float32 or not x.is_cpu or not x.ndim or x.shape[-1] != self.in_features:
+        if (
+            code is None
+            or x.dtype is not torch.float32
+            or not x.is_cpu
+            or not x.ndim
+            or x.shape[-1] != self.in_features
+        ):
             raise ValueError(self._bad_input(x, op))
         if not x.is_contiguous():
             x = x.contiguous()
@@ -255,7 +291,21 @@ class PackedLinear:
         rows = x.numel() // self.in_features
         if rows:
             weight, out_features, bias = self._fixed
-            if self._gemm(x.data_ptr(), rows, self.in_features, weight, out_features, bias, code, other_pointer, out.data_ptr(), *self._norm) != 0:
+            if (
+                self._gemm(
+                    x.data_ptr(),
+                    rows,
+                    self.in_features,
+                    weight,
+                    out_features,
+                    bias,
+                    code,
+                    other_pointer,
+                    out.data_ptr(),
+                    *self._norm,
+                )
+                != 0
+            ):
                 raise MemoryError("PackedLinear: could not allocate the kernel's row panels")
         return out
 
@@ -269,11 +319,15 @@ def _vector(value: torch.Tensor | None, size: int, name: str) -> torch.Tensor | 
     if value is None:
         return None
     if value.shape != (size,) or value.dtype != torch.float32 or value.device.type != "cpu":
-        raise ValueError(f"PackedLinear: {name} must be float32 on CPU of shape ({size},), got {tuple(value.shape)} {value.dtype}")
+        raise ValueError(
+            f"PackedLinear: {name} must be float32 on CPU of shape ({size},), got {tuple(value.shape)} {value.dtype}"
+        )
     return value.detach().contiguous().clone()
 
 
-def decode_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def decode_attention(
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor
+) -> torch.Tensor:
     """Attention of one new token per row over cached keys and values (no autograd).
 
     ``queries`` [B, heads * D] (rows may be strided, e.g. a slice of a fused q/k/v output;
@@ -287,11 +341,20 @@ def decode_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Te
     if lengths.dtype is not torch.int64 or not lengths.is_contiguous():
         lengths = lengths.to(torch.int64).contiguous()
     if (
-        queries.dtype is not torch.float32 or keys.dtype is not torch.float32 or values.dtype is not torch.float32
+        queries.dtype is not torch.float32
+        or keys.dtype is not torch.float32
+        or values.dtype is not torch.float32
         or not (queries.is_cpu and keys.is_cpu and values.is_cpu and lengths.is_cpu)
-        or head_dim % 16 or queries.dim() != 2 or queries.shape[0] != batch or queries.stride(1) != 1
-        or queries.shape[1] % (kv_heads * head_dim) or values.shape != keys.shape or values.stride() != keys.stride()
-        or keys.stride(3) != 1 or keys.stride(2) != head_dim or lengths.shape != (batch,)
+        or head_dim % 16
+        or queries.dim() != 2
+        or queries.shape[0] != batch
+        or queries.stride(1) != 1
+        or queries.shape[1] % (kv_heads * head_dim)
+        or values.shape != keys.shape
+        or values.stride() != keys.stride()
+        or keys.stride(3) != 1
+        or keys.stride(2) != head_dim
+        or lengths.shape != (batch,)
     ):
         raise ValueError(
             f"decode_attention: expected float32 CPU queries [B, heads * D] and keys/values [B, kv_heads, width, D] with equal strides, "
@@ -300,8 +363,19 @@ def decode_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Te
         )
     out = torch.empty(batch, queries.shape[1])
     status = batch and kernels["decode_attention"](
-        queries.data_ptr(), queries.stride(0), keys.data_ptr(), values.data_ptr(), keys.stride(0), keys.stride(1), lengths.data_ptr(), width,
-        batch, kv_heads, queries.shape[1] // (kv_heads * head_dim), head_dim, out.data_ptr(),
+        queries.data_ptr(),
+        queries.stride(0),
+        keys.data_ptr(),
+        values.data_ptr(),
+        keys.stride(0),
+        keys.stride(1),
+        lengths.data_ptr(),
+        width,
+        batch,
+        kv_heads,
+        queries.shape[1] // (kv_heads * head_dim),
+        head_dim,
+        out.data_ptr(),
     )
     if status == -2:  # checked in the kernel: no extra pass over lengths per layer
         raise ValueError(f"decode_attention: lengths must be in [1, {width}], got {lengths.tolist()}")

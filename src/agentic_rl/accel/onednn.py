@@ -40,13 +40,17 @@ def onednn_available() -> bool:
         return False
 
 
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *, activation: str = "none") -> torch.Tensor:
+def onednn_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *, activation: str = "none"
+) -> torch.Tensor:
     """x W^T + b on oneDNN; ``weight`` dense (views allowed) or from :func:`pack_weight`.
     ``activation``: a oneDNN post-op applied in the same pass ("none", "swish" = SiLU, "relu", ...)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, activation, [], "")
 
 
-def onednn_linear_then(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, op: str, other: torch.Tensor) -> torch.Tensor:
+def onednn_linear_then(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, op: str, other: torch.Tensor
+) -> torch.Tensor:
     """(x W^T + b) ``op`` other, in one oneDNN pass; ``op`` "add" or "mul" (``other`` has the output's shape)."""
     return torch.ops.mkldnn._linear_pointwise.binary(x, other, weight, bias, op)
 
@@ -83,10 +87,20 @@ class _OneDNNLinearFunction(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, onednn: bool = True) -> torch.Tensor:
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, onednn: bool = True
+) -> torch.Tensor:
     """``F.linear`` without autograd tracking, on oneDNN when ``onednn`` and the inputs
     allow it (float32 CPU tensors; transposed views are read in place)."""
-    if onednn and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.numel() and onednn_available() and not torch.compiler.is_compiling() and not torch.is_autocast_enabled("cpu"):
+    if (
+        onednn
+        and x.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
+        and x.numel()
+        and onednn_available()
+        and not torch.compiler.is_compiling()
+        and not torch.is_autocast_enabled("cpu")
+    ):
         return onednn_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
@@ -103,15 +117,22 @@ class OneDNNLinear(torch.nn.Linear):
     def _fast(self, x: torch.Tensor) -> bool:
         weight = self.weight
         return (
-            x.device.type == "cpu" and weight.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and x.numel() > 0 and x.dim() >= 2 and not torch.compiler.is_compiling()
+            x.device.type == "cpu"
+            and weight.device.type == "cpu"
+            and x.dtype == torch.float32
+            and weight.dtype == torch.float32
+            and x.numel() > 0
+            and x.dim() >= 2
+            and not torch.compiler.is_compiling()
             and not torch.is_autocast_enabled("cpu")  # bf16-mixed: F.linear takes autocast's bf16 product
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self._fast(x):
             return F.linear(x, self.weight, self.bias)
-        needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad or (self.bias is not None and self.bias.requires_grad))
+        needs_grad = torch.is_grad_enabled() and (
+            x.requires_grad or self.weight.requires_grad or (self.bias is not None and self.bias.requires_grad)
+        )
         if needs_grad:
             return _OneDNNLinearFunction.apply(x, self.weight, self.bias)
         if self._packing:
@@ -157,7 +178,7 @@ def set_linear_kernel(model, kernel: str = "auto") -> str:
 
 
 def linear_kernel(model) -> str:
-    """"onednn" when ``model`` has oneDNN linear layers, else "torch"."""
+    """ "onednn" when ``model`` has oneDNN linear layers, else "torch"."""
     return "onednn" if any(type(m) is OneDNNLinear for m in model.modules()) else "torch"
 
 

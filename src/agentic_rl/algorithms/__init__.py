@@ -17,9 +17,22 @@ from agentic_rl.algorithms.advantages import (
     zero_std_group_fraction,
 )
 from agentic_rl.algorithms.baselines import grpo_passk, opo, remax
-from agentic_rl.algorithms.correction import ROLLOUT_CORRECTIONS, CorrectionOutput, mismatch_metrics, resolve_old_logprobs, resolve_rollout_correction, rollout_correction
+from agentic_rl.algorithms.correction import (
+    ROLLOUT_CORRECTIONS,
+    CorrectionOutput,
+    mismatch_metrics,
+    resolve_old_logprobs,
+    resolve_rollout_correction,
+    rollout_correction,
+)
 from agentic_rl.algorithms.gae import gae, gae_advantage, masked_whiten
-from agentic_rl.algorithms.group_filters import GROUP_FILTERS, drop_zero_variance, filter_groups, keep_top_std, register_group_filter
+from agentic_rl.algorithms.group_filters import (
+    GROUP_FILTERS,
+    drop_zero_variance,
+    filter_groups,
+    keep_top_std,
+    register_group_filter,
+)
 from agentic_rl.algorithms.kl import KL_ESTIMATORS, kl_penalty
 from agentic_rl.algorithms.losses import (
     AGGREGATIONS,
@@ -34,7 +47,17 @@ from agentic_rl.algorithms.losses import (
     register_policy_loss,
     value_loss,
 )
-from agentic_rl.algorithms.policy_losses import cispo, clip_cov, gpg, gspo, gspo_token, kl_cov, reinforce_loss, sapo, token_covariance
+from agentic_rl.algorithms.policy_losses import (
+    cispo,
+    clip_cov,
+    gpg,
+    gspo,
+    gspo_token,
+    kl_cov,
+    reinforce_loss,
+    sapo,
+    token_covariance,
+)
 from agentic_rl.algorithms.reinforce import discounted_token_returns, reinforce_plus_plus, reinforce_plus_plus_baseline
 from agentic_rl.algorithms.turn_credit import discounted_turn_returns, gigpo, mt_grpo, step_rewards
 from agentic_rl.algorithms.presets import PRESET_DESCRIPTIONS, PRESETS

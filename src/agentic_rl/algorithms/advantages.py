@@ -86,7 +86,9 @@ def group_stats(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor, T
     rewards = as_float(rewards)
     _, inverse = torch.unique(group_index, return_inverse=True)
     num_groups = int(inverse.max()) + 1 if inverse.numel() else 0
-    sizes = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device).index_add_(0, inverse, torch.ones_like(rewards))
+    sizes = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device).index_add_(
+        0, inverse, torch.ones_like(rewards)
+    )
     sums = torch.zeros_like(sizes).index_add_(0, inverse, rewards)
     highest = torch.full_like(sizes, float("-inf")).scatter_reduce(0, inverse, rewards, "amax")
     lowest = torch.full_like(sizes, float("inf")).scatter_reduce(0, inverse, rewards, "amin")
@@ -107,8 +109,12 @@ def zero_std_group_fraction(rewards: Tensor, group_index: Tensor) -> float:
     if inverse.numel() == 0:
         return 0.0
     num_groups = int(inverse.max()) + 1
-    highest = torch.full((num_groups,), float("-inf"), dtype=rewards.dtype, device=rewards.device).scatter_reduce(0, inverse, rewards, "amax")
-    lowest = torch.full((num_groups,), float("inf"), dtype=rewards.dtype, device=rewards.device).scatter_reduce(0, inverse, rewards, "amin")
+    highest = torch.full((num_groups,), float("-inf"), dtype=rewards.dtype, device=rewards.device).scatter_reduce(
+        0, inverse, rewards, "amax"
+    )
+    lowest = torch.full((num_groups,), float("inf"), dtype=rewards.dtype, device=rewards.device).scatter_reduce(
+        0, inverse, rewards, "amin"
+    )
     return float((highest == lowest).float().mean())
 
 
@@ -142,7 +148,9 @@ def grpo(inputs: AdvantageInputs, *, epsilon: float = 1e-6, normalize_by_std: bo
     return _broadcast(advantage, inputs.response_mask)
 
 
-def group_normalized(values: Tensor, group_index: Tensor, *, epsilon: float = 1e-6, normalize_by_std: bool = True) -> Tensor:
+def group_normalized(
+    values: Tensor, group_index: Tensor, *, epsilon: float = 1e-6, normalize_by_std: bool = True
+) -> Tensor:
     """(v - mean_g) / (std_g + epsilon) within the groups of ``group_index`` -> [N] (values
     and labels [N]); without std normalization v - mean_g; 0 for a group of size 1."""
     values = as_float(values)

@@ -13,7 +13,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from agentic_rl.algorithms.advantages import AdvantageInputs, as_float, group_stats, outcome_token_rewards, register_advantage
+from agentic_rl.algorithms.advantages import (
+    AdvantageInputs,
+    as_float,
+    group_stats,
+    outcome_token_rewards,
+    register_advantage,
+)
 from agentic_rl.algorithms.reinforce import discounted_token_returns
 
 
@@ -42,7 +48,9 @@ def remax(inputs: AdvantageInputs) -> Tensor:
     ``advantage: remax``; the function is for callers that have the baseline.
     """
     if inputs.baseline_rewards is None:
-        raise ValueError("the remax estimator needs AdvantageInputs.baseline_rewards (the reward of a greedy rollout of each task)")
+        raise ValueError(
+            "the remax estimator needs AdvantageInputs.baseline_rewards (the reward of a greedy rollout of each task)"
+        )
     returns = discounted_token_returns(outcome_token_rewards(inputs), inputs.response_mask, gamma=1.0)
     return returns - _broadcast(as_float(inputs.baseline_rewards).to(returns.dtype), inputs.response_mask)
 
@@ -58,7 +66,9 @@ def opo(inputs: AdvantageInputs) -> Tensor:
     """
     rewards = as_float(inputs.rewards)
     lengths = inputs.response_mask.to(rewards.dtype).sum(-1)
-    baseline = _group_sums(lengths * rewards, inputs.group_index) / _group_sums(lengths, inputs.group_index).clamp(min=1.0)
+    baseline = _group_sums(lengths * rewards, inputs.group_index) / _group_sums(lengths, inputs.group_index).clamp(
+        min=1.0
+    )
     _, _, sizes = group_stats(rewards, inputs.group_index)
     advantage = torch.where(sizes > 1, rewards - baseline, torch.zeros_like(rewards))
     return _broadcast(advantage, inputs.response_mask)
@@ -81,7 +91,9 @@ def grpo_passk(inputs: AdvantageInputs, *, epsilon: float = 1e-6, normalize_by_s
     lowest = torch.full((num_groups,), float("-inf"), dtype=rewards.dtype, device=rewards.device)
     best = lowest.scatter_reduce(0, inverse, rewards, "amax")[inverse]
     is_best = rewards == best
-    runner_up = lowest.scatter_reduce(0, inverse, torch.where(is_best, torch.full_like(rewards, float("-inf")), rewards), "amax")[inverse]
+    runner_up = lowest.scatter_reduce(
+        0, inverse, torch.where(is_best, torch.full_like(rewards, float("-inf")), rewards), "amax"
+    )[inverse]
     unique_best = is_best & (_group_sums(is_best.to(rewards.dtype), inputs.group_index) == 1) & (sizes > 1)
     # runner_up is -inf only where the best is shared or alone, which unique_best excludes.
     advantage = torch.where(unique_best, best - runner_up, torch.zeros_like(rewards))

@@ -79,7 +79,9 @@ def rollout_correction(
     if mode not in ROLLOUT_CORRECTIONS:
         raise ValueError(f"rollout_correction: expected one of {', '.join(ROLLOUT_CORRECTIONS)}, got {mode!r}")
     if cap < 1.0 or not 0.0 <= low <= 1.0 <= high:
-        raise ValueError(f"rollout_correction: need cap >= 1 and low <= 1 <= high, got cap={cap}, low={low}, high={high}")
+        raise ValueError(
+            f"rollout_correction: need cap >= 1 and low <= 1 <= high, got cap={cap}, low={low}, high={high}"
+        )
     with torch.no_grad():
         bool_mask = mask.to(torch.bool)
         mask = mask.to(old_logprobs.dtype)
@@ -124,7 +126,9 @@ def resolve_rollout_correction(setting: str, *, precision: str, separate_sampler
     if setting == "auto":
         return "tis" if precision == "bf16-mixed" or separate_sampler else "none"
     if setting not in ROLLOUT_CORRECTIONS:
-        raise ValueError(f"rollout_correction: expected auto or one of {', '.join(ROLLOUT_CORRECTIONS)}, got {setting!r}")
+        raise ValueError(
+            f"rollout_correction: expected auto or one of {', '.join(ROLLOUT_CORRECTIONS)}, got {setting!r}"
+        )
     return setting
 
 
@@ -140,7 +144,9 @@ def resolve_old_logprobs(setting: str, *, precision: str, policy_logprobs: bool,
     if setting == "auto":
         return "sampler" if policy_logprobs and precision != "bf16-mixed" else "recompute"
     if setting == "sampler" and correction != "none":
-        raise ValueError(f"old_logprobs: sampler would make rollout_correction {correction} compare the sampler with itself; set rollout_correction none, or old_logprobs recompute")
+        raise ValueError(
+            f"old_logprobs: sampler would make rollout_correction {correction} compare the sampler with itself; set rollout_correction none, or old_logprobs recompute"
+        )
     if setting not in ("sampler", "recompute"):
         raise ValueError(f"old_logprobs: expected auto, recompute or sampler, got {setting!r}")
     return setting

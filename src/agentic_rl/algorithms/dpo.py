@@ -73,4 +73,3 @@ def sequence_logprobs(token_logprobs: Tensor, loss_mask: Tensor, *, average: boo
     mask = loss_mask.to(token_logprobs.dtype)
     total = (token_logprobs * mask).sum(-1)
     return total / mask.sum(-1).clamp(min=1) if average else total
-

@@ -17,7 +17,9 @@ from torch import Tensor
 from agentic_rl.algorithms.advantages import AdvantageInputs, outcome_token_rewards, register_advantage
 
 
-def gae(token_rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float = 1.0, lam: float = 1.0) -> tuple[Tensor, Tensor]:
+def gae(
+    token_rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float = 1.0, lam: float = 1.0
+) -> tuple[Tensor, Tensor]:
     """GAE(gamma, lambda) along the sampled positions of each row -> (advantages, returns), both [B, T].
 
     With sampled positions t_1 < t_2 < ... of a row (``mask`` [B, T] set) and

@@ -56,7 +56,9 @@ def keep_top_std(rewards: Tensor, group_index: Tensor, *, keep_fraction: float =
     _, std, _ = group_stats(as_float(rewards), group_index)
     num_groups = int(inverse.max()) + 1
     group_std = torch.zeros(num_groups, dtype=std.dtype).scatter(0, inverse, std)
-    first_seen = torch.full((num_groups,), inverse.numel(), dtype=torch.long).scatter_reduce(0, inverse, torch.arange(inverse.numel()), "amin")
+    first_seen = torch.full((num_groups,), inverse.numel(), dtype=torch.long).scatter_reduce(
+        0, inverse, torch.arange(inverse.numel()), "amin"
+    )
     # Sort by std descending, then by first appearance: a deterministic tie break.
     order = sorted(range(num_groups), key=lambda g: (-float(group_std[g]), int(first_seen[g])))
     kept = torch.zeros(num_groups, dtype=torch.bool)

@@ -144,7 +144,9 @@ def register_policy_loss(name: str, *, row_local: bool = False) -> Callable[[Pol
     return POLICY_LOSSES.register(name)
 
 
-def compute_policy_loss(name: str, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, **params) -> PolicyLossOutput:
+def compute_policy_loss(
+    name: str, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, **params
+) -> PolicyLossOutput:
     """Run the policy loss ``name``; a parameter it does not take is a TypeError naming it."""
     return POLICY_LOSSES.call(name, logprobs, old_logprobs, advantages, mask, **params)
 
@@ -187,11 +189,17 @@ def policy_loss(
         dual_bound = -advantages * clip_ratio_c
         dual_active = (advantages < 0) & (loss_mat > dual_bound)
         loss_mat = torch.where(dual_active, dual_bound, loss_mat)
-    loss = aggregate(loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+    loss = aggregate(
+        loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length
+    )
 
     metrics = ratio_metrics(
-        log_ratio, mask, ratio=ratio,
-        clipped_low=(advantages < 0) & (ratio < 1.0 - clip_low), clipped_high=(advantages > 0) & (ratio > 1.0 + clip_high), clipped_dual=dual_active,
+        log_ratio,
+        mask,
+        ratio=ratio,
+        clipped_low=(advantages < 0) & (ratio < 1.0 - clip_low),
+        clipped_high=(advantages > 0) & (ratio > 1.0 + clip_high),
+        clipped_dual=dual_active,
     )
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
@@ -223,8 +231,13 @@ def value_loss(
         clipped = (clipped_values - returns).square()
         loss_mat = 0.5 * torch.maximum(unclipped, clipped)
         clipped_active = clipped > unclipped
-    loss = aggregate(loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+    loss = aggregate(
+        loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length
+    )
     with torch.no_grad():
         bool_mask = mask.to(torch.bool)
-        metrics = {"value_clip_frac": float(masked_mean(clipped_active.float(), bool_mask)), "value_mean": float(masked_mean(values, bool_mask))}
+        metrics = {
+            "value_clip_frac": float(masked_mean(clipped_active.float(), bool_mask)),
+            "value_mean": float(masked_mean(values, bool_mask)),
+        }
     return loss, metrics

@@ -90,10 +90,21 @@ def gspo(
     log_ratio = _log_ratio(logprobs, old_logprobs, mask)
     ratio = torch.exp(masked_mean(log_ratio, mask, dim=-1))
     advantage = masked_mean(advantages, mask, dim=-1)
-    per_sequence = torch.maximum(-advantage * ratio, -advantage * ratio.clamp(1.0 - gspo_clip_low, 1.0 + gspo_clip_high))
-    loss = aggregate(_per_token(per_sequence, logprobs), mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+    per_sequence = torch.maximum(
+        -advantage * ratio, -advantage * ratio.clamp(1.0 - gspo_clip_low, 1.0 + gspo_clip_high)
+    )
+    loss = aggregate(
+        _per_token(per_sequence, logprobs),
+        mask,
+        aggregation,
+        num_tokens=num_tokens,
+        num_sequences=num_sequences,
+        norm_length=norm_length,
+    )
     metrics = ratio_metrics(
-        log_ratio, mask, ratio=_per_token(ratio, log_ratio),
+        log_ratio,
+        mask,
+        ratio=_per_token(ratio, log_ratio),
         clipped_low=_per_token((advantage < 0) & (ratio < 1.0 - gspo_clip_low), mask),
         clipped_high=_per_token((advantage > 0) & (ratio > 1.0 + gspo_clip_high), mask),
     )
@@ -133,10 +144,15 @@ def gspo_token(
     own = torch.where(mask.to(torch.bool), logprobs - logprobs.detach(), torch.zeros_like(logprobs))
     ratio = torch.exp(own + sequence_log_ratio[:, None])
     loss_mat = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - gspo_clip_low, 1.0 + gspo_clip_high))
-    loss = aggregate(loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+    loss = aggregate(
+        loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length
+    )
     metrics = ratio_metrics(
-        log_ratio, mask, ratio=ratio,
-        clipped_low=(advantages < 0) & (ratio < 1.0 - gspo_clip_low), clipped_high=(advantages > 0) & (ratio > 1.0 + gspo_clip_high),
+        log_ratio,
+        mask,
+        ratio=ratio,
+        clipped_low=(advantages < 0) & (ratio < 1.0 - gspo_clip_low),
+        clipped_high=(advantages > 0) & (ratio > 1.0 + gspo_clip_high),
     )
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
@@ -174,8 +190,20 @@ def cispo(
     ratio = torch.exp(log_ratio)
     lower = None if cispo_clip_low is None else 1.0 - cispo_clip_low
     weight = ratio.clamp(min=lower, max=1.0 + cispo_clip_high).detach()
-    loss = aggregate(-weight * advantages * logprobs, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
-    metrics = ratio_metrics(log_ratio, mask, clipped_low=None if lower is None else ratio < lower, clipped_high=ratio > 1.0 + cispo_clip_high)
+    loss = aggregate(
+        -weight * advantages * logprobs,
+        mask,
+        aggregation,
+        num_tokens=num_tokens,
+        num_sequences=num_sequences,
+        norm_length=norm_length,
+    )
+    metrics = ratio_metrics(
+        log_ratio,
+        mask,
+        clipped_low=None if lower is None else ratio < lower,
+        clipped_high=ratio > 1.0 + cispo_clip_high,
+    )
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
 
@@ -210,7 +238,14 @@ def sapo(
     ratio = torch.exp(log_ratio)
     tau = torch.where(advantages > 0, torch.full_like(ratio, sapo_tau_pos), torch.full_like(ratio, sapo_tau_neg))
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
-    loss = aggregate(-gate * advantages, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+    loss = aggregate(
+        -gate * advantages,
+        mask,
+        aggregation,
+        num_tokens=num_tokens,
+        num_sequences=num_sequences,
+        norm_length=norm_length,
+    )
     return PolicyLossOutput(loss=loss, metrics=ratio_metrics(log_ratio, mask))
 
 
@@ -258,7 +293,9 @@ def clip_cov(
     candidates = bool_mask & ~clipped_low & ~clipped_high & (covariance > clip_cov_lb) & (covariance < clip_cov_ub)
     selected = _random_subset(candidates, max(int(clip_cov_ratio * int(bool_mask.sum())), 1))
     loss_mat = torch.where(selected, loss_mat.detach(), loss_mat)
-    loss = aggregate(loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+    loss = aggregate(
+        loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length
+    )
     metrics = ratio_metrics(log_ratio, mask, clipped_low=clipped_low, clipped_high=clipped_high)
     metrics["cov_selected_frac"] = float(masked_mean(selected.float(), bool_mask))
     return PolicyLossOutput(loss=loss, metrics=metrics)
@@ -310,7 +347,14 @@ def kl_cov(
         top = torch.topk(token_covariance(advantages, logprobs, mask).reshape(-1)[flat], count).indices
         selected.view(-1)[flat[top]] = True
     penalty = torch.where(selected, kl_cov_coef * log_ratio.abs(), torch.zeros_like(log_ratio))
-    loss = aggregate(-advantages * ratio + penalty, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+    loss = aggregate(
+        -advantages * ratio + penalty,
+        mask,
+        aggregation,
+        num_tokens=num_tokens,
+        num_sequences=num_sequences,
+        norm_length=norm_length,
+    )
     metrics = ratio_metrics(log_ratio, mask)
     metrics["cov_selected_frac"] = float(masked_mean(selected.float(), bool_mask))
     return PolicyLossOutput(loss=loss, metrics=metrics)
@@ -334,7 +378,14 @@ def gpg(
     the first mini-batch the gradient is not importance-corrected (as GPG and verl).
     Same as verl's ``gpg`` loss (GPG's own advantage scaling is not included).
     """
-    loss = aggregate(-advantages * logprobs, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+    loss = aggregate(
+        -advantages * logprobs,
+        mask,
+        aggregation,
+        num_tokens=num_tokens,
+        num_sequences=num_sequences,
+        norm_length=norm_length,
+    )
     return PolicyLossOutput(loss=loss, metrics=ratio_metrics(_log_ratio(logprobs, old_logprobs, mask), mask))
 
 
@@ -361,5 +412,12 @@ def reinforce_loss(
     truncated; untruncated, its gradient is this one's.
     """
     log_ratio = _log_ratio(logprobs, old_logprobs, mask)
-    loss = aggregate(-advantages * torch.exp(log_ratio), mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length)
+    loss = aggregate(
+        -advantages * torch.exp(log_ratio),
+        mask,
+        aggregation,
+        num_tokens=num_tokens,
+        num_sequences=num_sequences,
+        norm_length=norm_length,
+    )
     return PolicyLossOutput(loss=loss, metrics=ratio_metrics(log_ratio, mask))

@@ -34,8 +34,21 @@ _GRPO: dict[str, Any] = {
 # GRPO-TCR ("Demystifying RL in Agentic Reasoning"): clip_high 0.315 is the article's best
 # of 0.28 / 0.315 / 0.35 (its released script uses 0.28). Clipping only acts from the
 # second update on a batch, so the recipes take two mini-batches.
-_GRPO_TCR: dict[str, Any] = {**_GRPO, "aggregation": "token-mean", "clip_high": 0.315, "kl_coef": 0.0, "overlong_buffer": 64}
-_REINFORCE_PP: dict[str, Any] = {**_GRPO, "advantage": "reinforce++", "aggregation": "token-mean", "kl_coef": 0.01, "kl_estimator": "k1", "kl_in_reward": True}
+_GRPO_TCR: dict[str, Any] = {
+    **_GRPO,
+    "aggregation": "token-mean",
+    "clip_high": 0.315,
+    "kl_coef": 0.0,
+    "overlong_buffer": 64,
+}
+_REINFORCE_PP: dict[str, Any] = {
+    **_GRPO,
+    "advantage": "reinforce++",
+    "aggregation": "token-mean",
+    "kl_coef": 0.01,
+    "kl_estimator": "k1",
+    "kl_in_reward": True,
+}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "grpo": dict(_GRPO),
@@ -50,9 +63,31 @@ PRESETS: dict[str, dict[str, Any]] = {
     "dapo": {**_GRPO_TCR, "clip_high": 0.28, "group_filter": "zero-variance", "max_generation_rounds": 10},
     "mt-grpo": {**_GRPO_TCR, "advantage": "mt-grpo", "tool_turn_reward": 0.5},
     "gigpo": {**_GRPO_TCR, "advantage": "gigpo", "gamma": 0.95},
-    "starpo-s": {**_GRPO_TCR, "advantage": "gae", "critic": "shared", "clip_high": 0.28, "overlong_buffer": 0, "group_filter": "top-std", "keep_fraction": 0.25},
-    "gspo": {**_GRPO, "policy_loss": "gspo", "aggregation": "seq-mean-token-mean", "kl_coef": 0.0, "gspo_clip_low": 3e-4, "gspo_clip_high": 4e-4},
-    "cispo": {**_GRPO, "policy_loss": "cispo", "aggregation": "token-mean", "kl_coef": 0.0, "cispo_clip_low": None, "cispo_clip_high": 0.2},
+    "starpo-s": {
+        **_GRPO_TCR,
+        "advantage": "gae",
+        "critic": "shared",
+        "clip_high": 0.28,
+        "overlong_buffer": 0,
+        "group_filter": "top-std",
+        "keep_fraction": 0.25,
+    },
+    "gspo": {
+        **_GRPO,
+        "policy_loss": "gspo",
+        "aggregation": "seq-mean-token-mean",
+        "kl_coef": 0.0,
+        "gspo_clip_low": 3e-4,
+        "gspo_clip_high": 4e-4,
+    },
+    "cispo": {
+        **_GRPO,
+        "policy_loss": "cispo",
+        "aggregation": "token-mean",
+        "kl_coef": 0.0,
+        "cispo_clip_low": None,
+        "cispo_clip_high": 0.2,
+    },
 }
 
 PRESET_DESCRIPTIONS: dict[str, str] = {
@@ -61,7 +96,7 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "grpo-t": "GRPO with a token-mean loss and no KL.",
     "grpo-scr": "GRPO with sequence-mean loss, clip-higher (0.28) and soft overlong shaping, no KL.",
     "grpo-tcr": (
-        "Default: GRPO-TCR (\"Demystifying RL in Agentic Reasoning\"): token-mean loss, no KL, soft overlong shaping"
+        'Default: GRPO-TCR ("Demystifying RL in Agentic Reasoning"): token-mean loss, no KL, soft overlong shaping'
         " (DAPO's, 64-token buffer for the short demo episodes), clip_low 0.2 (PPO's) and clip_high 0.315"
         " (the article's best of 0.28 / 0.315 / 0.35; its released script uses 0.28)."
     ),

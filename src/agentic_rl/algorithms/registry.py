@@ -57,7 +57,9 @@ class Registry(dict):
         if any(p.kind is p.VAR_KEYWORD for p in parameters):
             return None
         inputs = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][: self.inputs]
-        return tuple(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in inputs)
+        return tuple(
+            p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in inputs
+        )
 
     def call(self, name: str, *inputs: Any, **params: Any) -> Any:
         """``fn(*inputs, **params)`` for the function ``name``.
@@ -70,7 +72,9 @@ class Registry(dict):
         if accepted is not None:
             for key in params:
                 if key not in accepted:
-                    raise TypeError(f"{self.kind} {name!r} takes no parameter {key!r}; its parameters: {', '.join(accepted) or 'none'}")
+                    raise TypeError(
+                        f"{self.kind} {name!r} takes no parameter {key!r}; its parameters: {', '.join(accepted) or 'none'}"
+                    )
         return self.lookup(name)(*inputs, **params)
 
     def params_for(self, name: str, values: Mapping[str, Any]) -> dict[str, Any]:

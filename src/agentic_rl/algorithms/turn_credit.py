@@ -67,16 +67,27 @@ def mt_grpo(inputs: AdvantageInputs, *, epsilon: float = 1e-6, normalize_by_std:
     boundary = torch.where(inputs.first_tool_turn >= 0, inputs.first_tool_turn, last)
     turns = torch.arange(mask.shape[1], device=mask.device)[None, :]
     before = mask & (turns <= boundary[:, None])
-    turn_level = torch.where(before, as_float(inputs.turn_rewards), torch.zeros_like(as_float(inputs.turn_rewards))).sum(1)
-    outcome_advantage = group_normalized(inputs.rewards, inputs.group_index, epsilon=epsilon, normalize_by_std=normalize_by_std)
-    turn_advantage = group_normalized(turn_level, inputs.group_index, epsilon=epsilon, normalize_by_std=normalize_by_std)
+    turn_level = torch.where(
+        before, as_float(inputs.turn_rewards), torch.zeros_like(as_float(inputs.turn_rewards))
+    ).sum(1)
+    outcome_advantage = group_normalized(
+        inputs.rewards, inputs.group_index, epsilon=epsilon, normalize_by_std=normalize_by_std
+    )
+    turn_advantage = group_normalized(
+        turn_level, inputs.group_index, epsilon=epsilon, normalize_by_std=normalize_by_std
+    )
     per_turn = outcome_advantage[:, None] + turn_advantage[:, None] * before.to(outcome_advantage.dtype)
     return _per_turn_to_tokens(per_turn, inputs.turn_index, inputs.response_mask)
 
 
 @register_advantage("gigpo")
 def gigpo(
-    inputs: AdvantageInputs, *, gamma: float = 0.95, step_advantage_weight: float = 1.0, epsilon: float = 1e-6, normalize_by_std: bool = True
+    inputs: AdvantageInputs,
+    *,
+    gamma: float = 0.95,
+    step_advantage_weight: float = 1.0,
+    epsilon: float = 1e-6,
+    normalize_by_std: bool = True,
 ) -> Tensor:
     """GiGPO (Feng et al., 2025) -> [B, T].
 
@@ -90,7 +101,11 @@ def gigpo(
     mask = inputs.turn_mask.to(torch.bool)
     returns = discounted_turn_returns(step_rewards(inputs.rewards, inputs.turn_rewards, mask), mask, gamma=gamma)
     step_advantage = torch.zeros_like(returns)
-    step_advantage[mask] = group_normalized(returns[mask], inputs.anchor_index[mask], epsilon=epsilon, normalize_by_std=normalize_by_std)
-    episode_advantage = group_normalized(inputs.rewards, inputs.group_index, epsilon=epsilon, normalize_by_std=normalize_by_std)
+    step_advantage[mask] = group_normalized(
+        returns[mask], inputs.anchor_index[mask], epsilon=epsilon, normalize_by_std=normalize_by_std
+    )
+    episode_advantage = group_normalized(
+        inputs.rewards, inputs.group_index, epsilon=epsilon, normalize_by_std=normalize_by_std
+    )
     per_turn = episode_advantage[:, None] + step_advantage_weight * step_advantage
     return _per_turn_to_tokens(per_turn, inputs.turn_index, inputs.response_mask)

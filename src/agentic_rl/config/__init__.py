@@ -11,7 +11,14 @@ sink names; ``sections``: every other section and the roots ``TrainConfig``, ``E
 """
 
 from agentic_rl.config.algorithm import AlgorithmConfig
-from agentic_rl.config.base import ConfigError, Section, apply_assignments, build, format_validation_error, parse_assignment
+from agentic_rl.config.base import (
+    ConfigError,
+    Section,
+    apply_assignments,
+    build,
+    format_validation_error,
+    parse_assignment,
+)
 from agentic_rl.config.rewards import RewardConfig, TwoStageConfig
 from agentic_rl.config.trainer import DistributedConfig, TrainerConfig, check_world_size
 from agentic_rl.config.sections import (

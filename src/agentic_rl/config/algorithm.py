@@ -115,11 +115,21 @@ class AlgorithmConfig(Section):
         preset = data.get("preset", cls.model_fields["preset"].default)
         if not isinstance(preset, str) or preset not in PRESETS:
             raise ValueError(f"preset: {unknown_name('preset', preset, PRESETS)}")
-        return {**PRESETS[preset], **{key: value for key, value in data.items() if value is not None or key not in PRESETS[preset]}}
+        return {
+            **PRESETS[preset],
+            **{key: value for key, value in data.items() if value is not None or key not in PRESETS[preset]},
+        }
 
     @model_validator(mode="after")
     def _known_names(self) -> AlgorithmConfig:
-        from agentic_rl.algorithms import ADVANTAGES, AGGREGATIONS, GROUP_FILTERS, KL_ESTIMATORS, POLICY_LOSSES, unknown_name
+        from agentic_rl.algorithms import (
+            ADVANTAGES,
+            AGGREGATIONS,
+            GROUP_FILTERS,
+            KL_ESTIMATORS,
+            POLICY_LOSSES,
+            unknown_name,
+        )
 
         for field, kind, known in (
             ("advantage", "advantage estimator", ADVANTAGES),
@@ -139,7 +149,18 @@ class AlgorithmConfig(Section):
     def knobs(self) -> dict[str, Any]:
         """Every numeric and boolean knob under the parameter names of the registered
         functions (``whiten_advantages`` -> ``whiten``); the functions' names are left out."""
-        knobs = self.model_dump(exclude={"preset", "advantage", "policy_loss", "group_filter", "rollout", "critic", "rollout_correction", "old_logprobs"})
+        knobs = self.model_dump(
+            exclude={
+                "preset",
+                "advantage",
+                "policy_loss",
+                "group_filter",
+                "rollout",
+                "critic",
+                "rollout_correction",
+                "old_logprobs",
+            }
+        )
         knobs["whiten"] = knobs.pop("whiten_advantages")
         return knobs
 

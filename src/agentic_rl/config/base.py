@@ -26,7 +26,9 @@ class Section(BaseModel):
 Epochs = Annotated[int, Field(ge=1)]
 LearningRate = Annotated[float, Field(gt=0)]
 BatchSize = Annotated[int, Field(ge=1)]
-MicroBatchTokens = Annotated[int, Field(ge=64, description="Most padded tokens per forward/backward pass (gradient accumulation beyond).")]
+MicroBatchTokens = Annotated[
+    int, Field(ge=64, description="Most padded tokens per forward/backward pass (gradient accumulation beyond).")
+]
 MaxLength = Annotated[int, Field(ge=16)]
 WarmupSteps = Annotated[int, Field(ge=0, description="Optimizer steps of linear warmup.")]
 MaxGradNorm = Annotated[float, Field(gt=0, description="Gradient clipping by global norm.")]
@@ -48,7 +50,11 @@ def format_validation_error(error: ValidationError, model_cls: type[BaseModel]) 
         section = _section_for(model_cls, parent)
         known = list(section.model_fields) if section else []
         close = difflib.get_close_matches(leaf, known, n=1)
-        hint = f"; did you mean {'.'.join(filter(None, [parent, close[0]]))!r}?" if close else (f"; known keys: {', '.join(known)}" if known else "")
+        hint = (
+            f"; did you mean {'.'.join(filter(None, [parent, close[0]]))!r}?"
+            if close
+            else (f"; known keys: {', '.join(known)}" if known else "")
+        )
         return f"unknown config key {key!r}{hint}"
     if first["type"] == "value_error":
         message = str(first["ctx"]["error"])

@@ -41,7 +41,10 @@ def _dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _resumable(key: str) -> bool:
-    return any(key == allowed or (allowed.endswith(".*") and (key + ".").startswith(allowed[:-1])) for allowed in RESUMABLE_KEYS)
+    return any(
+        key == allowed or (allowed.endswith(".*") and (key + ".").startswith(allowed[:-1]))
+        for allowed in RESUMABLE_KEYS
+    )
 
 
 def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -62,17 +65,25 @@ def resume_config(saved: dict[str, Any], overrides: dict[str, Any] | None) -> tu
     saved_flat, given = _dotted(saved), _dotted(overrides or {})
     # A URL saved with its credentials as *** (config/secrets.py) may be given again in full
     # on --resume, whatever its key: the same URL, only its hidden parts differ.
-    restored = {key for key, value in given.items() if holds_redacted_url(saved_flat.get(key)) and redact_secrets(value) == saved_flat[key]}
+    restored = {
+        key
+        for key, value in given.items()
+        if holds_redacted_url(saved_flat.get(key)) and redact_secrets(value) == saved_flat[key]
+    }
     lost = [key for key, value in saved_flat.items() if holds_redacted_url(value) and key not in given]
     if lost:
-        raise ConfigError(f"--resume: {lost[0]} was saved with its credentials as *** (run files never hold them); give it again: --set {lost[0]}=URL")
+        raise ConfigError(
+            f"--resume: {lost[0]} was saved with its credentials as *** (run files never hold them); give it again: --set {lost[0]}=URL"
+        )
     before = build(TrainConfig, saved)
     if not overrides:
         return before, []
     config = build(TrainConfig, _merge(saved, overrides))
     for key in given:
         if key not in restored and holds_redacted_url(saved_flat.get(key)):
-            raise ConfigError(f"--set on --resume: {key} must be the URL the run started with ({saved_flat[key]}, credentials as ***)")
+            raise ConfigError(
+                f"--set on --resume: {key} must be the URL the run started with ({saved_flat[key]}, credentials as ***)"
+            )
         if not _resumable(key) and key not in restored:
             raise ConfigError(f"--set on --resume: {key} cannot change mid-run (allowed: {', '.join(RESUMABLE_KEYS)})")
     old, new = _dotted(before.model_dump()), _dotted(config.model_dump())

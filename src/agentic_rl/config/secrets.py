@@ -86,7 +86,10 @@ def redact_secrets(data: Any) -> Any:
     """A copy of ``data`` (nested dicts and lists) with every set value under a secret key
     replaced by ``***``, and the credentials inside any URL string by ``***`` too."""
     if isinstance(data, dict):
-        return {key: REDACTED if is_secret_key(key) and value not in (None, "") else redact_secrets(value) for key, value in data.items()}
+        return {
+            key: REDACTED if is_secret_key(key) and value not in (None, "") else redact_secrets(value)
+            for key, value in data.items()
+        }
     if isinstance(data, list | tuple):
         return [redact_secrets(value) for value in data]
     if isinstance(data, str):
@@ -98,7 +101,9 @@ def drop_redacted(data: Any) -> Any:
     """A copy of ``data`` without the ``***`` values :func:`redact_secrets` wrote, so their
     defaults (read from the environment) apply again."""
     if isinstance(data, dict):
-        return {key: drop_redacted(value) for key, value in data.items() if not (is_secret_key(key) and value == REDACTED)}
+        return {
+            key: drop_redacted(value) for key, value in data.items() if not (is_secret_key(key) and value == REDACTED)
+        }
     if isinstance(data, list):
         return [drop_redacted(value) for value in data]
     return data

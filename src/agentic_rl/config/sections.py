@@ -51,7 +51,9 @@ class EnvConfig(BaseModel):
         extra = self.model_extra or {}
         if "mix" not in extra:
             if self.name == "mix":
-                raise ValueError("mix: env.name mix needs the entries, e.g. env.mix: [{name: arithmetic, weight: 1}, {name: frozenlake, weight: 1}]")
+                raise ValueError(
+                    "mix: env.name mix needs the entries, e.g. env.mix: [{name: arithmetic, weight: 1}, {name: frozenlake, weight: 1}]"
+                )
             return self
         if "name" in self.model_fields_set and self.name != "mix":
             raise ValueError(f"name: set either env.name (one env, here {self.name!r}) or env.mix (several), not both")
@@ -127,9 +129,13 @@ class RolloutConfig(Section):
     @model_validator(mode="after")
     def _budget_below_limit(self) -> RolloutConfig:
         if self.context == "summarize" and self.context_tokens >= self.max_total_tokens:
-            raise ValueError(f"context_tokens: with context summarize it must be below max_total_tokens ({self.max_total_tokens}) to leave room for the summary, got {self.context_tokens}")
+            raise ValueError(
+                f"context_tokens: with context summarize it must be below max_total_tokens ({self.max_total_tokens}) to leave room for the summary, got {self.context_tokens}"
+            )
         if self.context_summary_request is not None and not self.context_summary_request.strip():
-            raise ValueError("context_summary_request: expected the text that asks for the summary (or null for the default), got an empty string")
+            raise ValueError(
+                "context_summary_request: expected the text that asks for the summary (or null for the default), got an empty string"
+            )
         return self
 
 
@@ -215,7 +221,9 @@ class LoraConfig(Section):
     """Adapter scaling numerator."""
     dropout: float = Field(0.0, ge=0, lt=1)
     """Adapter dropout."""
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
     """Module names that get adapters."""
 
 
@@ -492,31 +500,72 @@ class TrainConfig(Section):
             raise ValueError("backend.kind: training needs token-level samples: 'hf' (in process) or 'vllm'")
         if self.backend.kind in ("vllm", "sglang"):
             for field, value, why in (
-                ("algorithm.rollout", self.algorithm.rollout == "arpo", "ARPO branches on per-token entropies, which only the hf backend returns"),
-                ("lora.enabled", self.lora.enabled and self.backend.kind == "sglang", "pushing LoRA adapters into an SGLang server is not implemented yet (backend.kind vllm takes them)"),
-                ("lora.r", self.lora.enabled and self.lora.r > 512, f"vLLM serves adapters up to rank 512, got {self.lora.r}"),
+                (
+                    "algorithm.rollout",
+                    self.algorithm.rollout == "arpo",
+                    "ARPO branches on per-token entropies, which only the hf backend returns",
+                ),
+                (
+                    "lora.enabled",
+                    self.lora.enabled and self.backend.kind == "sglang",
+                    "pushing LoRA adapters into an SGLang server is not implemented yet (backend.kind vllm takes them)",
+                ),
+                (
+                    "lora.r",
+                    self.lora.enabled and self.lora.r > 512,
+                    f"vLLM serves adapters up to rank 512, got {self.lora.r}",
+                ),
             ):
                 if value:
                     raise ValueError(f"{field}: backend.kind {self.backend.kind}: {why}")
         if self.distributed.engine == "ray":
             for field, value, why in (
-                ("backend.kind", self.backend.kind not in ("hf", "vllm"), "Ray rollout workers run the hf engine or a managed vLLM server each"),
-                ("backend.base_url", self.backend.kind == "vllm" and self.backend.base_url is not None, "each rollout worker starts and feeds its own vLLM server (drop base_url)"),
-                ("algorithm.rollout", self.algorithm.rollout == "arpo", "ARPO's branching runs in the trainer process only"),
-                ("lora.enabled", self.lora.enabled, "rollout workers receive full weights; LoRA adapters are not shipped yet"),
-                ("algorithm.rollout_correction", self.distributed.max_staleness is not None and self.algorithm.rollout_correction == "none",
-                 "async mode samples from older weights: it needs a correction (auto, tis, mis, seq-tis, seq-mis or decoupled)"),
+                (
+                    "backend.kind",
+                    self.backend.kind not in ("hf", "vllm"),
+                    "Ray rollout workers run the hf engine or a managed vLLM server each",
+                ),
+                (
+                    "backend.base_url",
+                    self.backend.kind == "vllm" and self.backend.base_url is not None,
+                    "each rollout worker starts and feeds its own vLLM server (drop base_url)",
+                ),
+                (
+                    "algorithm.rollout",
+                    self.algorithm.rollout == "arpo",
+                    "ARPO's branching runs in the trainer process only",
+                ),
+                (
+                    "lora.enabled",
+                    self.lora.enabled,
+                    "rollout workers receive full weights; LoRA adapters are not shipped yet",
+                ),
+                (
+                    "algorithm.rollout_correction",
+                    self.distributed.max_staleness is not None and self.algorithm.rollout_correction == "none",
+                    "async mode samples from older weights: it needs a correction (auto, tis, mis, seq-tis, seq-mis or decoupled)",
+                ),
             ):
                 if value:
                     raise ValueError(f"{field}: distributed.engine ray: {why}")
         elif self.distributed.max_staleness is not None:
-            raise ValueError("distributed.max_staleness: async mode needs distributed.engine ray (rollout workers beside the trainer)")
+            raise ValueError(
+                "distributed.max_staleness: async mode needs distributed.engine ray (rollout workers beside the trainer)"
+            )
         if self.rollout.context != "full":
             for field, value, why in (
                 ("algorithm.rollout", self.algorithm.rollout == "arpo", "ARPO branches within one growing context"),
-                ("algorithm.advantage", self.algorithm.advantage not in ("grpo", "rloo", "opo", "grpo-passk"), "segments share one advantage per episode: grpo, rloo, opo or grpo-passk"),
+                (
+                    "algorithm.advantage",
+                    self.algorithm.advantage not in ("grpo", "rloo", "opo", "grpo-passk"),
+                    "segments share one advantage per episode: grpo, rloo, opo or grpo-passk",
+                ),
                 ("algorithm.critic", self.algorithm.critic != "none", "a critic's values need one growing context"),
-                ("algorithm.aggregation", self.algorithm.aggregation.startswith("seq-mean"), "sequence-mean aggregation would count each segment as a sequence (long episodes would weigh more); use token-mean"),
+                (
+                    "algorithm.aggregation",
+                    self.algorithm.aggregation.startswith("seq-mean"),
+                    "sequence-mean aggregation would count each segment as a sequence (long episodes would weigh more); use token-mean",
+                ),
             ):
                 if value:
                     raise ValueError(f"{field}: rollout.context {self.rollout.context}: {why}")
@@ -524,15 +573,28 @@ class TrainConfig(Section):
             raise ValueError("sft.env: options for collecting cold-start data, but sft.data gives the data; drop one")
         if self.env.is_mix:
             if self.dpo.enabled and not self.dpo.data:
-                raise ValueError("dpo.enabled: collecting this from an env.mix is not supported yet; give a data file (dpo.data) or train on one env")
+                raise ValueError(
+                    "dpo.enabled: collecting this from an env.mix is not supported yet; give a data file (dpo.data) or train on one env"
+                )
         elif self.curriculum.enabled and self.curriculum.by == "env":
             raise ValueError("curriculum.by: env reweights the entries of an env.mix; with one env use by: task")
         if self.algorithm.advantage == "remax":
-            raise ValueError("algorithm.advantage: remax needs a greedy baseline rollout per task, which the trainer does not run yet")
-        if self.group_size == 1 and self.algorithm.advantage in ("grpo", "rloo", "mt-grpo", "gigpo", "opo", "grpo-passk"):
+            raise ValueError(
+                "algorithm.advantage: remax needs a greedy baseline rollout per task, which the trainer does not run yet"
+            )
+        if self.group_size == 1 and self.algorithm.advantage in (
+            "grpo",
+            "rloo",
+            "mt-grpo",
+            "gigpo",
+            "opo",
+            "grpo-passk",
+        ):
             raise ValueError(f"group_size: the {self.algorithm.advantage} advantage needs at least 2 samples per task")
         if self.algorithm.rollout == "arpo" and self.arpo.initial_samples > self.group_size:
-            raise ValueError(f"arpo.initial_samples: must be at most group_size (the budget M = {self.group_size}), got {self.arpo.initial_samples}")
+            raise ValueError(
+                f"arpo.initial_samples: must be at most group_size (the budget M = {self.group_size}), got {self.arpo.initial_samples}"
+            )
         if self.mini_batches > self.tasks_per_step * self.group_size:
             raise ValueError("mini_batches: more mini-batches than trajectories per step")
         return self

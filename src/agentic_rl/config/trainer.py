@@ -51,6 +51,10 @@ def check_world_size(config, world_size: int) -> None:
     if world_size <= 1:
         return
     if config.trainer.strategy == "single":
-        raise ValueError(f"trainer.strategy: 'single' runs one process; with {world_size} processes use ddp or fsdp2 (or auto)")
+        raise ValueError(
+            f"trainer.strategy: 'single' runs one process; with {world_size} processes use ddp or fsdp2 (or auto)"
+        )
     if config.backend.kind in ("vllm", "sglang"):
-        raise ValueError(f"backend.kind: {config.backend.kind} runs with one trainer process for now (drop --nproc or use backend.kind hf)")
+        raise ValueError(
+            f"backend.kind: {config.backend.kind} runs with one trainer process for now (drop --nproc or use backend.kind hf)"
+        )

@@ -9,4 +9,11 @@ from agentic_rl.data.conversations import (
     write_jsonl,
 )
 
-__all__ = ["read_jsonl", "write_jsonl", "trajectory_to_example", "render_example", "unwrap_observation", "validate_example"]
+__all__ = [
+    "read_jsonl",
+    "write_jsonl",
+    "trajectory_to_example",
+    "render_example",
+    "unwrap_observation",
+    "validate_example",
+]

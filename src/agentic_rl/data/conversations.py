@@ -91,13 +91,19 @@ def _assistant_message(text: str, parser: ToolCallParser, exact: bool) -> tuple[
     if parsed.errors or not parsed.calls or (exact and assistant_text(parsed.content, parsed.calls, parser) != text):
         return {"role": "assistant", "content": text}, []
     calls = [
-        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)},
+        }
         for call in parsed.calls
     ]
     return {"role": "assistant", "content": parsed.content, "tool_calls": calls}, [c["id"] for c in calls]
 
 
-def openai_messages(messages: list[Message], parser: ToolCallParser | str, *, exact: bool = True, framed: bool = False) -> list[Message]:
+def openai_messages(
+    messages: list[Message], parser: ToolCallParser | str, *, exact: bool = True, framed: bool = False
+) -> list[Message]:
     """Text-form messages (as an env exchanges them) as OpenAI messages: an assistant turn's
     well-formed calls become ``tool_calls`` (``exact``: only where that keeps its text, see
     ``trajectory_to_example``), tool results are unwrapped (``framed``: they are bare
@@ -124,7 +130,9 @@ def openai_messages(messages: list[Message], parser: ToolCallParser | str, *, ex
     return out
 
 
-def trajectory_to_example(trajectory: Trajectory, parser: ToolCallParser | str, *, skip_messages: int = 0, exact: bool = True) -> dict[str, Any]:
+def trajectory_to_example(
+    trajectory: Trajectory, parser: ToolCallParser | str, *, skip_messages: int = 0, exact: bool = True
+) -> dict[str, Any]:
     """A stored SFT example ``{"messages": [...], "metadata": {...}}`` from a trajectory.
 
     ``skip_messages`` messages right after the system message (the few-shot
@@ -182,8 +190,12 @@ def validate_example(example: Any, index: int | None = None) -> None:
             raise ValueError(f"{field}.content: a tool message needs string content")
         if not isinstance(content, str) and not (role == "assistant" and content is None):
             raise ValueError(f"{field}.content: expected a string, got {type(content).__name__}")
-        if "weight" in message and (role != "assistant" or message["weight"] not in (0, 1) or isinstance(message["weight"], bool)):
-            raise ValueError(f"{field}.weight: expected 0 or 1 on an assistant message, got {message['weight']!r} on a {role} message")
+        if "weight" in message and (
+            role != "assistant" or message["weight"] not in (0, 1) or isinstance(message["weight"], bool)
+        ):
+            raise ValueError(
+                f"{field}.weight: expected 0 or 1 on an assistant message, got {message['weight']!r} on a {role} message"
+            )
         calls = message.get("tool_calls") if role == "assistant" else None
         if calls is not None and not isinstance(calls, list):
             raise ValueError(f"{field}.tool_calls: expected a list, got {type(calls).__name__}")
@@ -212,7 +224,11 @@ def example_tools(tools: Any) -> list[dict]:
         raise ValueError(f"tools: expected a list, got {type(tools).__name__}")
     for i, tool in enumerate(tools):
         function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or tool.get("type") != "function":
+        if (
+            not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or tool.get("type") != "function"
+        ):
             raise ValueError(f"tools[{i}]: expected {{type: function, function: {{name, description, parameters}}}}")
     return list(tools)
 
@@ -245,10 +261,16 @@ def _text_message(message: Message, parser: ToolCallParser, framed: bool = False
     """A stored message as the text-only message the env would have produced (``framed``:
     tool output left bare for the chat template to frame)."""
     if message["role"] == "tool":
-        return parser.format_result(ToolResult(name=message.get("name") or "", content=message["content"]), framed=framed)
+        return parser.format_result(
+            ToolResult(name=message.get("name") or "", content=message["content"]), framed=framed
+        )
     if message["role"] == "assistant":
         calls = [
-            ToolCall(name=c["function"]["name"], arguments=_call_arguments(c["function"].get("arguments", {})), id=c.get("id", ""))
+            ToolCall(
+                name=c["function"]["name"],
+                arguments=_call_arguments(c["function"].get("arguments", {})),
+                id=c.get("id", ""),
+            )
             for c in message.get("tool_calls") or []
         ]
         return {"role": "assistant", "content": assistant_text(message.get("content") or "", calls, parser)}
@@ -262,7 +284,9 @@ def text_messages(messages: list[Message], parser: ToolCallParser | str) -> list
     return [_text_message(m, parser) for m in messages]
 
 
-def render_example(messages: list[Message], renderer: ChatRenderer, parser: ToolCallParser | str, tools: list[dict] | None = None) -> tuple[list[int], list[int]]:
+def render_example(
+    messages: list[Message], renderer: ChatRenderer, parser: ToolCallParser | str, tools: list[dict] | None = None
+) -> tuple[list[int], list[int]]:
     """Token ids and loss mask (1 on assistant content + end-of-turn token), built exactly
     as the rollout engine builds a trajectory. Messages after the last assistant turn carry
     no loss and are dropped. An assistant message with ``"weight": 0`` carries no loss;

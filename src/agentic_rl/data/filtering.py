@@ -26,10 +26,16 @@ class FilterResult:
     """Number of tasks per pass rate (keys like "0.25")."""
 
     def to_dict(self) -> dict:
-        return {"kept": self.kept, "pass_rates": {str(k): v for k, v in self.pass_rates.items()}, "histogram": self.histogram}
+        return {
+            "kept": self.kept,
+            "pass_rates": {str(k): v for k, v in self.pass_rates.items()},
+            "histogram": self.histogram,
+        }
 
 
-def select_by_pass_rate(pass_rates: Mapping[int, float], *, min_pass_rate: float = 0.0, max_pass_rate: float = 1.0) -> FilterResult:
+def select_by_pass_rate(
+    pass_rates: Mapping[int, float], *, min_pass_rate: float = 0.0, max_pass_rate: float = 1.0
+) -> FilterResult:
     """Keep tasks with ``min_pass_rate < pass rate < max_pass_rate``, in ``pass_rates``'
     order (defaults drop never- and always-solved tasks: their groups have zero reward
     variance and teach GRPO nothing)."""

@@ -88,7 +88,9 @@ def _call(tool_name: str, expression: str, call_id: str) -> ToolCall:
     return ToolCall(name=tool_name, arguments=arguments, id=call_id)
 
 
-def convert_example(question: str, rationale: str, tool: Tool, *, system_prompt: str = "", answer_tag: str = "answer") -> dict[str, Any]:
+def convert_example(
+    question: str, rationale: str, tool: Tool, *, system_prompt: str = "", answer_tag: str = "answer"
+) -> dict[str, Any]:
     """One GSM8K row as ``{"messages": [...], "metadata": {...}}``; ``tool`` (a calculator
     or python tool) really runs every annotated expression.
 
@@ -110,9 +112,22 @@ def convert_example(question: str, rationale: str, tool: Tool, *, system_prompt:
         call = _call(tool.name, annotation.expression, f"call_{index}")
         result = tool.invoke(call)
         if not (result.ok and results_match(result.content, annotation.annotated)):
-            mismatches.append({"expression": annotation.expression, "annotated": annotation.annotated, "tool_output": result.content, "tool_ok": result.ok})
+            mismatches.append(
+                {
+                    "expression": annotation.expression,
+                    "annotated": annotation.annotated,
+                    "tool_output": result.content,
+                    "tool_ok": result.ok,
+                }
+            )
         function = {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}
-        messages.append({"role": "assistant", "content": text.lstrip("\n"), "tool_calls": [{"id": call.id, "type": "function", "function": function}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": text.lstrip("\n"),
+                "tool_calls": [{"id": call.id, "type": "function", "function": function}],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.content})
     closing = (carry + closing).strip()
     final = f"<{answer_tag}>{answer}</{answer_tag}>"
@@ -135,7 +150,14 @@ class ConversionStats:
     """One line per row that could not be converted (no ``####`` answer...)."""
 
 
-def convert_rows(rows: Iterable[dict], tool: Tool, *, system_prompt: str = "", keep_mismatches: bool = False, stats: ConversionStats | None = None) -> Iterator[dict]:
+def convert_rows(
+    rows: Iterable[dict],
+    tool: Tool,
+    *,
+    system_prompt: str = "",
+    keep_mismatches: bool = False,
+    stats: ConversionStats | None = None,
+) -> Iterator[dict]:
     """Convert rows (``question`` / ``answer``), dropping flagged ones unless ``keep_mismatches``."""
     stats = stats if stats is not None else ConversionStats()
     for index, row in enumerate(rows):

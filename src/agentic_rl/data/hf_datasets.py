@@ -43,7 +43,9 @@ class FieldMap:
         if isinstance(value, FieldMap):
             return value
         if not isinstance(value, Mapping):
-            raise ValueError(f"fields: expected a mapping of prompt, answer, id, metadata to column names, got {type(value).__name__}")
+            raise ValueError(
+                f"fields: expected a mapping of prompt, answer, id, metadata to column names, got {type(value).__name__}"
+            )
         known = [f.name for f in dataclass_fields(cls)]
         unknown = sorted(set(value) - set(known))
         if unknown:
@@ -53,7 +55,11 @@ class FieldMap:
                 raise ValueError(f"fields.{key}: expected a column name, got {value[key]!r}")
         metadata = value.get("metadata")
         if metadata is not None:
-            if isinstance(metadata, str) or not isinstance(metadata, Sequence) or not all(isinstance(c, str) for c in metadata):
+            if (
+                isinstance(metadata, str)
+                or not isinstance(metadata, Sequence)
+                or not all(isinstance(c, str) for c in metadata)
+            ):
                 raise ValueError(f"fields.metadata: expected a list of column names, got {metadata!r}")
             metadata = tuple(metadata)
         return cls(**{**{k: v for k, v in value.items() if k != "metadata"}, "metadata": metadata})
@@ -69,7 +75,9 @@ def _datasets():
     try:
         import datasets
     except ImportError:
-        raise ImportError("task data through Hugging Face datasets needs the datasets package: pip install 'agentic-rl[data]'") from None
+        raise ImportError(
+            "task data through Hugging Face datasets needs the datasets package: pip install 'agentic-rl[data]'"
+        ) from None
     return datasets
 
 
@@ -100,7 +108,9 @@ def open_dataset(source: Any, *, split: str | None = None, cache_dir: str | None
         raise ValueError(f"{text}: no such file or folder")
     builder = FORMATS.get(path.suffix.lower())
     if builder is None:
-        raise ValueError(f"{text}: unknown data format {path.suffix or '(no suffix)'!r}; expected {', '.join(FORMATS)} or a save_to_disk folder")
+        raise ValueError(
+            f"{text}: unknown data format {path.suffix or '(no suffix)'!r}; expected {', '.join(FORMATS)} or a save_to_disk folder"
+        )
     return datasets.load_dataset(builder, data_files=text, split="train", cache_dir=cache_dir)
 
 
@@ -115,11 +125,18 @@ def _pick_split(dataset_dict, split: str | None, where: str):
     return dataset_dict[split]
 
 
-def check_columns(columns: Sequence[str], fields: FieldMap, where: str, *, option_names: Mapping[str, str] | None = None) -> None:
+def check_columns(
+    columns: Sequence[str], fields: FieldMap, where: str, *, option_names: Mapping[str, str] | None = None
+) -> None:
     """A one-line ValueError naming the first mapped column the data lacks, under the
     option that mapped it (``fields.prompt`` ..., or the caller's ``option_names``)."""
     names = {key: f"fields.{key}" for key in ("prompt", "answer", "id", "metadata")} | dict(option_names or {})
-    wanted = [("prompt", fields.prompt), ("answer", fields.answer), ("id", fields.id), *(("metadata", c) for c in fields.metadata or ())]
+    wanted = [
+        ("prompt", fields.prompt),
+        ("answer", fields.answer),
+        ("id", fields.id),
+        *(("metadata", c) for c in fields.metadata or ()),
+    ]
     for key, column in wanted:
         if column is not None and column not in columns:
             raise ValueError(f"{names[key]}: no column {column!r} in {where} (columns: {', '.join(columns)})")

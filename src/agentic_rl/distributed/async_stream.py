@@ -43,7 +43,16 @@ class GroupStream:
     weight version when the stream starts; ``on_error(task_index, error) -> group``: the
     group to hand over for a request that failed (its trajectories infra errors)."""
 
-    def __init__(self, submit: Submit, next_task: Callable[[], int], *, batch: int, max_staleness: int, version: int, on_error: Callable[[int, BaseException], TrajectoryGroup]) -> None:
+    def __init__(
+        self,
+        submit: Submit,
+        next_task: Callable[[], int],
+        *,
+        batch: int,
+        max_staleness: int,
+        version: int,
+        on_error: Callable[[int, BaseException], TrajectoryGroup],
+    ) -> None:
         self.submit = submit
         self.next_task = next_task
         self.batch = batch

@@ -101,7 +101,13 @@ def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S) -> DistContext:
             torch.cuda.set_device(local_rank)
         timeout = datetime.timedelta(seconds=timeout_s)
         rank = int(os.environ["RANK"])
-        dist.init_process_group("nccl" if use_cuda else "gloo", store=_attempt_store(rank, world_size, timeout), rank=rank, world_size=world_size, timeout=timeout)
+        dist.init_process_group(
+            "nccl" if use_cuda else "gloo",
+            store=_attempt_store(rank, world_size, timeout),
+            rank=rank,
+            world_size=world_size,
+            timeout=timeout,
+        )
     return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank)
 
 
@@ -112,7 +118,12 @@ def _attempt_store(rank: int, world_size: int, timeout: datetime.timedelta) -> d
     restart in two with gloo)."""
     agent_hosts_it = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=rank == 0 and not agent_hosts_it, timeout=timeout, wait_for_workers=False,
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size,
+        is_master=rank == 0 and not agent_hosts_it,
+        timeout=timeout,
+        wait_for_workers=False,
     )
     return dist.PrefixStore(f"agentic-rl/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 

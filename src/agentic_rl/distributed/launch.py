@@ -22,7 +22,9 @@ def strip_launch_flags(argv: list[str]) -> list[str]:
     return rest
 
 
-def torchrun_command(argv: list[str], *, nproc: int, max_restarts: int, recipe: str, fixed_output_dir: bool) -> list[str]:
+def torchrun_command(
+    argv: list[str], *, nproc: int, max_restarts: int, recipe: str, fixed_output_dir: bool
+) -> list[str]:
     """``python -m torch.distributed.run --standalone ... -m agentic_rl`` + ``argv`` without
     the launcher's own flags. ``fixed_output_dir``: add ``--output-dir runs/<recipe>-<time>``,
     so that processes restarted after a failure find the run they continue."""
@@ -30,4 +32,14 @@ def torchrun_command(argv: list[str], *, nproc: int, max_restarts: int, recipe: 
     if fixed_output_dir:
         name = Path(recipe).stem if recipe.endswith((".yaml", ".yml")) else recipe
         rest += ["--output-dir", str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}", "-m", "agentic_rl", *rest]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
+        "-m",
+        "agentic_rl",
+        *rest,
+    ]

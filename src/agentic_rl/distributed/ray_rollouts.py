@@ -58,7 +58,13 @@ def connect(address: str | None, *, log_to_driver: bool = False) -> bool:
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=log_to_driver, logging_level="WARNING", configure_logging=True)
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=log_to_driver,
+            logging_level="WARNING",
+            configure_logging=True,
+        )
     except ConnectionError as error:
         raise ConfigError(f"distributed.ray_address: cannot join the Ray cluster at {address}: {error}") from None
     return True
@@ -72,18 +78,26 @@ class RayRollouts:
     separate_weights = True
     """The workers sample from their own copies: rollout correction applies."""
 
-    def __init__(self, config: TrainConfig, weights: torch.nn.Module | Mapping[str, torch.Tensor], *, precision: str = "fp32") -> None:
+    def __init__(
+        self, config: TrainConfig, weights: torch.nn.Module | Mapping[str, torch.Tensor], *, precision: str = "fp32"
+    ) -> None:
         ray = import_ray()
         settings = config.distributed
         self.config = config
         self._owns_ray = connect(settings.ray_address)
         self._dtype = torch.bfloat16 if precision == "bf16-mixed" else None
         actor = ray.remote(RolloutWorker).options(
-            num_cpus=settings.worker_cpus, num_gpus=settings.worker_gpus or None, resources=dict(settings.worker_resources) or None,
-            max_restarts=-1, max_task_retries=0, max_concurrency=MAX_CONCURRENT_REQUESTS,
+            num_cpus=settings.worker_cpus,
+            num_gpus=settings.worker_gpus or None,
+            resources=dict(settings.worker_resources) or None,
+            max_restarts=-1,
+            max_task_retries=0,
+            max_concurrency=MAX_CONCURRENT_REQUESTS,
         )
         threads = max(1, int(settings.worker_cpus))
-        self.workers = [actor.remote(config, precision=precision, threads=threads) for _ in range(settings.rollout_workers)]
+        self.workers = [
+            actor.remote(config, precision=precision, threads=threads) for _ in range(settings.rollout_workers)
+        ]
         self.weight_version = 0
         self._weights_ref = None
         self._publish(weights)
@@ -96,7 +110,10 @@ class RayRollouts:
         """Put the weights in the object store (once for every worker) and stage them on
         each worker (fire and forget: requests carry the reference too)."""
         named = source.items() if isinstance(source, Mapping) else source.named_parameters()
-        weights = {name: (value.detach().to(self._dtype) if self._dtype is not None else value.detach()).cpu() for name, value in named}
+        weights = {
+            name: (value.detach().to(self._dtype) if self._dtype is not None else value.detach()).cpu()
+            for name, value in named
+        }
         ray = import_ray()
         self._weights_ref = ray.put(weights)
         for worker in self.workers:
@@ -109,7 +126,9 @@ class RayRollouts:
         return self.weight_version
 
     def _request(self, worker: int, task_index: int, seeds: list[int], training_step: int | None):
-        return self.workers[worker].rollout_group.remote(task_index, seeds, self.weight_version, [self._weights_ref], training_step)
+        return self.workers[worker].rollout_group.remote(
+            task_index, seeds, self.weight_version, [self._weights_ref], training_step
+        )
 
     def _healthy(self, worker: int) -> bool:
         """Whether ``worker`` takes requests: not known to have failed, or answering again
@@ -139,21 +158,38 @@ class RayRollouts:
             time.sleep(0.2)
         return True
 
-    def rollout(self, task_indices: list[int], *, group_size: int, seed: int, training_step: int | None = None) -> list[TrajectoryGroup]:
+    def rollout(
+        self, task_indices: list[int], *, group_size: int, seed: int, training_step: int | None = None
+    ) -> list[TrajectoryGroup]:
         """Sync mode: one group per task, in order, task position p on worker p mod n. The
         requests a failing worker held come back as infrastructure-error groups.
         ``training_step`` reaches every env's reset, as in process."""
         ray = import_ray()
         workers = len(self.workers)
-        ready = {worker: self._wait_healthy(worker) for worker in sorted({p % workers for p in range(len(task_indices))})}
+        ready = {
+            worker: self._wait_healthy(worker) for worker in sorted({p % workers for p in range(len(task_indices))})
+        }
         refs = [
-            self._request(position % workers, task, [stream_seed(seed, position * group_size + j) for j in range(group_size)], training_step) if ready[position % workers] else None
+            self._request(
+                position % workers,
+                task,
+                [stream_seed(seed, position * group_size + j) for j in range(group_size)],
+                training_step,
+            )
+            if ready[position % workers]
+            else None
             for position, task in enumerate(task_indices)
         ]
         groups = []
         for position, (task, ref) in enumerate(zip(task_indices, refs)):
             if ref is None:
-                groups.append(failed_group(task, group_size, f"rollout worker {position % workers} did not come back within {WORKER_RESTART_TIMEOUT_S:g} s"))
+                groups.append(
+                    failed_group(
+                        task,
+                        group_size,
+                        f"rollout worker {position % workers} did not come back within {WORKER_RESTART_TIMEOUT_S:g} s",
+                    )
+                )
                 continue
             try:
                 groups.append(ray.get(ref))
@@ -162,7 +198,9 @@ class RayRollouts:
                 groups.append(failed_group(task, group_size, worker_error(error)))
         return groups
 
-    def stream(self, next_task: Callable[[], int], *, group_size: int, batch: int, max_staleness: int, seed: int) -> GroupStream:
+    def stream(
+        self, next_task: Callable[[], int], *, group_size: int, batch: int, max_staleness: int, seed: int
+    ) -> GroupStream:
         """Async mode: a stream of groups sampled ahead of the trainer (see GroupStream)."""
         base = stream_seed(derive_seed(seed, "async-rollouts"), self.weight_version)
 
@@ -173,12 +211,18 @@ class RayRollouts:
             self._load[worker] += 1
             # The training step of a group sampled ahead is the weight version it is requested
             # under: the step whose weights sample it, as sync mode's step index is.
-            future = self._request(worker, task, [stream_seed(base, ordinal * group_size + j) for j in range(group_size)], version).future()
+            future = self._request(
+                worker, task, [stream_seed(base, ordinal * group_size + j) for j in range(group_size)], version
+            ).future()
             future.add_done_callback(lambda future, worker=worker: self._done(worker, future))
             return future
 
         return GroupStream(
-            submit, next_task, batch=batch, max_staleness=max_staleness, version=self.weight_version,
+            submit,
+            next_task,
+            batch=batch,
+            max_staleness=max_staleness,
+            version=self.weight_version,
             on_error=lambda task, error: failed_group(task, group_size, worker_error(error)),
         )
 
@@ -195,7 +239,9 @@ class RayRollouts:
         for ref in [worker.memory_state.remote() for worker in self.workers]:
             try:
                 states.append(ray.get(ref))
-            except ray.exceptions.RayError:  # a worker Ray is restarting lost its notes: the checkpoint goes on without them
+            except (
+                ray.exceptions.RayError
+            ):  # a worker Ray is restarting lost its notes: the checkpoint goes on without them
                 states.append([])
         return states
 

@@ -39,7 +39,9 @@ class TrainerRank:
             return probe.getsockname()[1]
 
     def run(self, argv: list[str], environment: dict[str, str]) -> int:
-        return subprocess.run([sys.executable, "-m", "agentic_rl", *argv], env={**os.environ, **environment}, preexec_fn=_die_with_parent).returncode
+        return subprocess.run(
+            [sys.executable, "-m", "agentic_rl", *argv], env={**os.environ, **environment}, preexec_fn=_die_with_parent
+        ).returncode
 
 
 def _die_with_parent() -> None:
@@ -59,10 +61,15 @@ def rank_environments(nodes: list[str], port: int, *, gpus: bool) -> list[dict[s
     for rank, node in enumerate(nodes):
         local = seen.get(node, 0)
         seen[node] = local + 1
-        environments.append({
-            "RANK": str(rank), "WORLD_SIZE": str(len(nodes)), "LOCAL_RANK": "0" if gpus else str(local),
-            "MASTER_ADDR": nodes[0], "MASTER_PORT": str(port),
-        })
+        environments.append(
+            {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(len(nodes)),
+                "LOCAL_RANK": "0" if gpus else str(local),
+                "MASTER_ADDR": nodes[0],
+                "MASTER_PORT": str(port),
+            }
+        )
     for environment, node in zip(environments, nodes):
         environment["LOCAL_WORLD_SIZE"] = "1" if gpus else str(seen[node])
     return environments
@@ -82,15 +89,26 @@ def launch_trainers(argv: list[str], nproc: int, settings: Any) -> int:
     try:
         ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
         if not ready:
-            raise ConfigError(f"--nproc {nproc}: the Ray cluster did not offer {nproc} x {bundle} for the trainer ranks within {PLACEMENT_TIMEOUT_S:g} s (distributed.trainer_cpus / trainer_gpus)")
+            raise ConfigError(
+                f"--nproc {nproc}: the Ray cluster did not offer {nproc} x {bundle} for the trainer ranks within {PLACEMENT_TIMEOUT_S:g} s (distributed.trainer_cpus / trainer_gpus)"
+            )
         remote = ray.remote(TrainerRank)
         actors = [
-            remote.options(num_cpus=settings.trainer_cpus, num_gpus=settings.trainer_gpus or None, scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank)).remote()
+            remote.options(
+                num_cpus=settings.trainer_cpus,
+                num_gpus=settings.trainer_gpus or None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank),
+            ).remote()
             for rank in range(nproc)
         ]
         nodes = ray.get([actor.node.remote() for actor in actors])
         port = ray.get(actors[0].free_port.remote())
-        runs = {actor.run.remote(argv, environment): rank for rank, (actor, environment) in enumerate(zip(actors, rank_environments(nodes, port, gpus=bool(settings.trainer_gpus))))}
+        runs = {
+            actor.run.remote(argv, environment): rank
+            for rank, (actor, environment) in enumerate(
+                zip(actors, rank_environments(nodes, port, gpus=bool(settings.trainer_gpus)))
+            )
+        }
         code = 0
         pending = list(runs)
         while pending:
@@ -99,7 +117,9 @@ def launch_trainers(argv: list[str], nproc: int, settings: Any) -> int:
                 result = ray.get(done[0])
             except ray.exceptions.RayError as error:
                 lines = str(error).strip().splitlines()
-                print(f"trainer rank {runs[done[0]]} failed: {lines[-1] if lines else type(error).__name__}", flush=True)
+                print(
+                    f"trainer rank {runs[done[0]]} failed: {lines[-1] if lines else type(error).__name__}", flush=True
+                )
                 result = 1
             if result and not code:
                 code = int(result)

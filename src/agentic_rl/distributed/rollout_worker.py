@@ -41,7 +41,8 @@ def failed_group(task_index: int, group_size: int, error: str) -> TrajectoryGrou
     trajectory an infrastructure error, so it leaves the loss and is counted."""
     group = TrajectoryGroup(task_id=str(task_index), group_id=uuid.uuid4().hex[:12], task_index=task_index)
     group.trajectories = [
-        Trajectory(task_id=str(task_index), group_id=group.group_id, infra_error=error, termination_reason="error") for _ in range(group_size)
+        Trajectory(task_id=str(task_index), group_id=group.group_id, infra_error=error, termination_reason="error")
+        for _ in range(group_size)
     ]
     return group
 
@@ -53,14 +54,20 @@ class RolloutWorker:
     ``precision``: the trainer's resolved precision (bf16-mixed samples from bf16 weights);
     ``threads``: torch threads for decoding (Ray reserves the worker's CPUs)."""
 
-    def __init__(self, config: TrainConfig, *, precision: str = "fp32", threads: int = 1, engine=None, make_env=None) -> None:
+    def __init__(
+        self, config: TrainConfig, *, precision: str = "fp32", threads: int = 1, engine=None, make_env=None
+    ) -> None:
         from agentic_rl.engines.factory import build_backend
         from agentic_rl.envs.registry import env_factory
 
         torch.set_num_threads(max(1, int(threads)))
         self.config = config
-        self.backend = engine if engine is not None else build_backend(config.backend, config.model, precision=precision)
-        self.make_env = make_env if make_env is not None else env_factory(config.env.name, config.env.options, split="train")
+        self.backend = (
+            engine if engine is not None else build_backend(config.backend, config.model, precision=precision)
+        )
+        self.make_env = (
+            make_env if make_env is not None else env_factory(config.env.name, config.env.options, split="train")
+        )
         self.renderer = ChatRenderer(self.backend.tokenizer)
         self._incoming: queue.Queue[Episode] = queue.Queue()
         self._stop = threading.Event()
@@ -73,7 +80,9 @@ class RolloutWorker:
 
     def _serve(self) -> None:
         rollout = self.config.rollout
-        sampling = SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens)
+        sampling = SamplingParams(
+            temperature=rollout.temperature, top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens
+        )
         try:
             with ThreadPoolExecutor(max_workers=ENV_STEP_THREADS, thread_name_prefix="env-step") as pool:
                 run_continuous([], self.backend, sampling, pool, incoming=self._incoming, stop=self._stop)
@@ -92,7 +101,14 @@ class RolloutWorker:
             self._newest = int(version)
             return self._newest
 
-    def rollout_group(self, task_index: int, seeds: list[int], min_version: int = 0, weights: Any = None, training_step: int | None = None) -> TrajectoryGroup:
+    def rollout_group(
+        self,
+        task_index: int,
+        seeds: list[int],
+        min_version: int = 0,
+        weights: Any = None,
+        training_step: int | None = None,
+    ) -> TrajectoryGroup:
         """``len(seeds)`` episodes of ``task_index`` (episode j draws from stream
         ``seeds[j]``), sampled by weights of version ``min_version`` or newer: a worker
         behind (e.g. restarted) first loads ``weights`` (``[ObjectRef]`` or tensors by name).
@@ -100,7 +116,9 @@ class RolloutWorker:
         ZeroSearch's noise read it)."""
         if self._newest < min_version:
             if weights is None:
-                raise ValueError(f"rollout worker has weights version {self._newest}, the request needs {min_version} and carries none")
+                raise ValueError(
+                    f"rollout worker has weights version {self._newest}, the request needs {min_version} and carries none"
+                )
             self.stage_weights(weights, min_version)
         group = TrajectoryGroup(task_id=str(task_index), group_id=uuid.uuid4().hex[:12], task_index=task_index)
         remaining = [len(seeds)]
@@ -113,7 +131,18 @@ class RolloutWorker:
                 if remaining[0] == 0:
                     done.set()
 
-        episodes = [Episode.reset(self.make_env, task_index, group, limits=self.config.rollout, renderer=self.renderer, on_finish=on_finish, training_step=training_step) for _ in seeds]
+        episodes = [
+            Episode.reset(
+                self.make_env,
+                task_index,
+                group,
+                limits=self.config.rollout,
+                renderer=self.renderer,
+                on_finish=on_finish,
+                training_step=training_step,
+            )
+            for _ in seeds
+        ]
         for episode, seed in zip(episodes, seeds):
             episode.seed = int(seed)
             if not episode.finished:

@@ -87,7 +87,9 @@ class DDPStrategy(Strategy):
         device = next(root.parameters()).device
         # No buffer sync in the forward: rotary tables are constant, and a broadcast in every
         # forward would make gradient-free forwards (old log-probs) collective too.
-        return DistributedDataParallel(root, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False)
+        return DistributedDataParallel(
+            root, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False
+        )
 
     @contextlib.contextmanager
     def accumulating(self, module: nn.Module) -> Iterator[None]:
@@ -113,7 +115,9 @@ class FSDP2Strategy(Strategy):
         mesh = init_device_mesh(device.type, (self.dist.world_size,))
         options = {
             "mesh": mesh,
-            "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if self.precision == "bf16-mixed" else MixedPrecisionPolicy(),
+            "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if self.precision == "bf16-mixed"
+            else MixedPrecisionPolicy(),
             "offload_policy": CPUOffloadPolicy() if self.cpu_offload else OffloadPolicy(),
         }
         for layer in layers:
@@ -142,7 +146,9 @@ def make_strategy(name: str, dist: DistContext, *, precision: str = "fp32", cpu_
     if not dist.distributed:  # one process is the degenerate case of every strategy (e.g. resuming a DDP run alone)
         return Strategy(dist)
     if name == "single":
-        raise ValueError(f"trainer.strategy: 'single' runs one process, but {dist.world_size} ranks were started; use ddp or fsdp2")
+        raise ValueError(
+            f"trainer.strategy: 'single' runs one process, but {dist.world_size} ranks were started; use ddp or fsdp2"
+        )
     if name == "ddp":
         return DDPStrategy(dist)
     return FSDP2Strategy(dist, precision=precision, cpu_offload=cpu_offload)

@@ -99,7 +99,14 @@ class TokenBackend(Backend, Protocol):
 
     interface: Literal["tokens"]
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams, *, stop_token_ids: list[int], max_new_tokens: list[int] | None = None) -> list[Completion]: ...
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        *,
+        stop_token_ids: list[int],
+        max_new_tokens: list[int] | None = None,
+    ) -> list[Completion]: ...
 
 
 class SharedWeights:

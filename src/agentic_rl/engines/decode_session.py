@@ -68,8 +68,16 @@ class DecodeSession:
     """
 
     def __init__(
-        self, model, *, sampling: SamplingParams, stop_token_ids: Sequence[int], max_slots: int, pad_token_id: int,
-        min_shared_prefix: int = 8, weight_version: int = 0, staged: StagedWeights | None = None,
+        self,
+        model,
+        *,
+        sampling: SamplingParams,
+        stop_token_ids: Sequence[int],
+        max_slots: int,
+        pad_token_id: int,
+        min_shared_prefix: int = 8,
+        weight_version: int = 0,
+        staged: StagedWeights | None = None,
     ) -> None:
         from agentic_rl.models.anatomy import cache_argument, split_model
 
@@ -123,7 +131,9 @@ class DecodeSession:
             raise ValueError(f"sequence {key!r} is already in this session")
         if not token_ids:
             raise ValueError(f"sequence {key!r}: token_ids is empty; a prompt needs at least one token")
-        sequence = _Sequence(key, int(seed), self._new_handle(), pending=list(token_ids), budget=max(int(max_new_tokens), 1))
+        sequence = _Sequence(
+            key, int(seed), self._new_handle(), pending=list(token_ids), budget=max(int(max_new_tokens), 1)
+        )
         self.sequences[key] = sequence
         self.waiting.append(sequence)
 
@@ -213,13 +223,18 @@ class DecodeSession:
 
     def _ensure_storage(self, slots: int, capacity: int, width: int) -> None:
         if self.cache is None:
-            self.cache = SlotCache(self.backbone.config, slots=slots, capacity=capacity, dtype=self.dtype, device=self.device)
+            self.cache = SlotCache(
+                self.backbone.config, slots=slots, capacity=capacity, dtype=self.dtype, device=self.device
+            )
         else:
             self.cache.reserve(slots, capacity)
         self.owner.extend([None] * (self.cache.slots - len(self.owner)))
         handles = max(self._handles, 1)
         if not hasattr(self, "out_tokens") or self.out_tokens.shape[0] < handles or self._buffers_width < width:
-            rows, cols = max(handles, 2 * getattr(self, "out_tokens", torch.empty(0, 0)).shape[0]), max(width, self._buffers_width)
+            rows, cols = (
+                max(handles, 2 * getattr(self, "out_tokens", torch.empty(0, 0)).shape[0]),
+                max(width, self._buffers_width),
+            )
             grown = {
                 "out_tokens": torch.zeros((rows, cols), dtype=torch.long, device=self.device),
                 "out_logprobs": torch.zeros((rows, cols), dtype=torch.float32, device=self.device),
@@ -264,7 +279,9 @@ class DecodeSession:
     def _sync_running(self) -> None:
         """Write the running rows' lengths and last tokens back to their sequences."""
         if self.running:
-            for sequence, length, token in zip(self.owner[: self.running], self.run_length.tolist(), self.run_last.tolist()):
+            for sequence, length, token in zip(
+                self.owner[: self.running], self.run_length.tolist(), self.run_last.tolist()
+            ):
                 sequence.length, sequence.last_token = length, token
 
     def _rebuild_running(self) -> None:
@@ -291,7 +308,13 @@ class DecodeSession:
         self.cache.bind(lo, hi, positions, width)
         if self._lean is not None:
             return self._lean.forward(input_ids, positions, mask, self.cache)
-        return self.backbone(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **{self._cache_name: self.cache}).last_hidden_state
+        return self.backbone(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{self._cache_name: self.cache},
+        ).last_hidden_state
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self._lean is not None:
@@ -301,12 +324,25 @@ class DecodeSession:
         return self.lm_head(hidden).float()
 
     def _sample(self, logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor):
-        tokens, logprobs = sample(logits, temperature=self.sampling.temperature, top_p=self.sampling.top_p, seeds=seeds, positions=positions)
+        tokens, logprobs = sample(
+            logits, temperature=self.sampling.temperature, top_p=self.sampling.top_p, seeds=seeds, positions=positions
+        )
         entropies = sampling_entropy(logits, self.sampling.temperature) if self.sampling.return_entropy else None
-        alternatives = sampling_top_logprobs(logits, temperature=self.sampling.temperature, k=self.sampling.top_logprobs) if self.sampling.top_logprobs > 0 else None
+        alternatives = (
+            sampling_top_logprobs(logits, temperature=self.sampling.temperature, k=self.sampling.top_logprobs)
+            if self.sampling.top_logprobs > 0
+            else None
+        )
         return tokens, logprobs, entropies, alternatives
 
-    def _record(self, handles: torch.Tensor, tokens: torch.Tensor, logprobs: torch.Tensor, entropies: torch.Tensor | None, alternatives=None) -> torch.Tensor:
+    def _record(
+        self,
+        handles: torch.Tensor,
+        tokens: torch.Tensor,
+        logprobs: torch.Tensor,
+        entropies: torch.Tensor | None,
+        alternatives=None,
+    ) -> torch.Tensor:
         """Store one sampled token per row; return which rows finished their turn."""
         column = self.count[handles]
         self.out_tokens[handles, column] = tokens
@@ -329,12 +365,20 @@ class DecodeSession:
         alternatives = None
         if self.sampling.top_logprobs > 0:
             k = self._top_width
-            ids, values = self.out_top_ids[sequence.handle, :n, :k].tolist(), self.out_top_logprobs[sequence.handle, :n, :k].tolist()
+            ids, values = (
+                self.out_top_ids[sequence.handle, :n, :k].tolist(),
+                self.out_top_logprobs[sequence.handle, :n, :k].tolist(),
+            )
             alternatives = [list(zip(row_ids, row_values)) for row_ids, row_values in zip(ids, values)]
         changes, sequence.version_changes = sequence.version_changes, []
         return Completion(
-            token_ids=tokens, logprobs=self.out_logprobs[sequence.handle, :n].tolist(), finish_reason="stop" if stopped else "length", entropies=entropies,
-            weight_version=changes[0][1] if changes else self.weight_version, version_changes=[(offset, new) for offset, _, new in changes], top_logprobs=alternatives,
+            token_ids=tokens,
+            logprobs=self.out_logprobs[sequence.handle, :n].tolist(),
+            finish_reason="stop" if stopped else "length",
+            entropies=entropies,
+            weight_version=changes[0][1] if changes else self.weight_version,
+            version_changes=[(offset, new) for offset, _, new in changes],
+            top_logprobs=alternatives,
         )
 
     def _start_waiting(self, finished: list) -> None:
@@ -387,7 +431,9 @@ class DecodeSession:
             sequence.length, sequence.pending = leader.length, []
         logits = self._logits(hidden_last)
         source = {id(s): i for i, s in enumerate(leaders)}
-        rows = torch.tensor([source[id(s)] for s in leaders] + [source[id(leader)] for _, leader in copies], device=self.device)
+        rows = torch.tensor(
+            [source[id(s)] for s in leaders] + [source[id(leader)] for _, leader in copies], device=self.device
+        )
         logits = logits[rows]
         seeds = torch.tensor([s.seed for s in ordered], dtype=torch.long, device=self.device)
         positions = torch.tensor([s.length for s in ordered], dtype=torch.long, device=self.device)
@@ -418,7 +464,12 @@ class DecodeSession:
         if end < self.min_shared_prefix or (len(fresh) - 1) * end < SHARED_PREFIX_MIN_SAVED:
             return
         first = fresh[0]
-        self._forward(first.slot, first.slot + 1, torch.tensor([shortest[:end]], device=self.device), torch.zeros(1, dtype=torch.long, device=self.device))
+        self._forward(
+            first.slot,
+            first.slot + 1,
+            torch.tensor([shortest[:end]], device=self.device),
+            torch.zeros(1, dtype=torch.long, device=self.device),
+        )
         for sequence in fresh:
             if sequence is not first:
                 self.cache.copy_slot(first.slot, sequence.slot, end)

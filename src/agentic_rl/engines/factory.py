@@ -5,7 +5,9 @@ from __future__ import annotations
 from agentic_rl.config import BackendConfig, ConfigError, ModelConfig
 
 
-def build_backend(backend: BackendConfig, model: ModelConfig, *, loaded=None, precision: str = "fp32", own_copy: bool = False):
+def build_backend(
+    backend: BackendConfig, model: ModelConfig, *, loaded=None, precision: str = "fp32", own_copy: bool = False
+):
     """The backend a config names. ``loaded``: an already loaded ``(model, tokenizer)``
     to share (the trainer passes its own model so rollouts see the newest weights).
     ``precision`` (resolved: fp32 or bf16-mixed): with bf16-mixed the hf engine samples
@@ -21,7 +23,9 @@ def build_backend(backend: BackendConfig, model: ModelConfig, *, loaded=None, pr
         if loaded is not None:
             return HFBackend(*loaded, batch_size=backend.batch_size, weights_dtype=weights_dtype, own_copy=own_copy)
         # Nothing to train: load the sampling weights in their dtype, no float32 master.
-        policy, tokenizer = load(model.name, device=model.device, linear_kernel=model.linear_kernel, dtype=weights_dtype)
+        policy, tokenizer = load(
+            model.name, device=model.device, linear_kernel=model.linear_kernel, dtype=weights_dtype
+        )
         return HFBackend(policy, tokenizer, batch_size=backend.batch_size)
     if backend.kind == "vllm":
         from agentic_rl.engines.vllm import build_vllm_backend
@@ -35,4 +39,6 @@ def build_backend(backend: BackendConfig, model: ModelConfig, *, loaded=None, pr
         raise ConfigError("backend.base_url: required when backend.kind is 'openai' (e.g. http://127.0.0.1:8000/v1)")
     from agentic_rl.engines.openai import OpenAIChatBackend
 
-    return OpenAIChatBackend(model.name, backend.base_url, api_key=backend.api_key, max_concurrency=backend.max_concurrency)
+    return OpenAIChatBackend(
+        model.name, backend.base_url, api_key=backend.api_key, max_concurrency=backend.max_concurrency
+    )

@@ -37,7 +37,15 @@ class HFBackend(SharedWeights):
     """Shared prompt prefixes at least this long (e.g. a system prompt) are encoded once per
     batch, where that spares enough work (engines/decode_session.py)."""
 
-    def __init__(self, model, tokenizer, *, batch_size: int = 64, weights_dtype: torch.dtype | None = None, own_copy: bool = False) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        batch_size: int = 64,
+        weights_dtype: torch.dtype | None = None,
+        own_copy: bool = False,
+    ) -> None:
         self.trainer_model = model
         own_dtype = next(model.parameters()).dtype
         separate = own_copy or weights_dtype not in (None, own_dtype)
@@ -103,9 +111,25 @@ class HFBackend(SharedWeights):
 
     def session(self, sampling: SamplingParams, *, stop_token_ids: Sequence[int]) -> DecodeSession:
         """A continuous-batching session holding at most ``batch_size`` sequences at once."""
-        return DecodeSession(self.model, sampling=sampling, stop_token_ids=stop_token_ids, max_slots=self.batch_size, pad_token_id=self.pad_token_id, min_shared_prefix=self.min_shared_prefix, weight_version=self.weight_version, staged=self.staged)
+        return DecodeSession(
+            self.model,
+            sampling=sampling,
+            stop_token_ids=stop_token_ids,
+            max_slots=self.batch_size,
+            pad_token_id=self.pad_token_id,
+            min_shared_prefix=self.min_shared_prefix,
+            weight_version=self.weight_version,
+            staged=self.staged,
+        )
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams, *, stop_token_ids: list[int], max_new_tokens: list[int] | None = None) -> list[Completion]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        *,
+        stop_token_ids: list[int],
+        max_new_tokens: list[int] | None = None,
+    ) -> list[Completion]:
         """One completion per prompt, in input order. Row i draws from stream
         ``sampling.row_seeds[i]`` if given, else one derived from ``(sampling.seed, i)``."""
         limits = max_new_tokens or [sampling.max_new_tokens] * len(prompts)

@@ -28,7 +28,9 @@ def one_line(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def post_json(client: httpx.Client, url: str, body: dict[str, Any], *, max_retries: int = 2, backoff_s: float = 0.5) -> httpx.Response:
+def post_json(
+    client: httpx.Client, url: str, body: dict[str, Any], *, max_retries: int = 2, backoff_s: float = 0.5
+) -> httpx.Response:
     """POST ``body``; the 200 response, else :class:`BackendError` after ``max_retries``
     extra attempts on retryable failures."""
     attempt = 0
@@ -37,7 +39,9 @@ def post_json(client: httpx.Client, url: str, body: dict[str, Any], *, max_retri
             response = client.post(url, json=body)
         except httpx.TransportError as error:  # connection refused/reset, timeouts
             if attempt >= max_retries:
-                raise BackendError(f"POST {url} failed after {attempt + 1} attempts: {type(error).__name__}: {error}") from error
+                raise BackendError(
+                    f"POST {url} failed after {attempt + 1} attempts: {type(error).__name__}: {error}"
+                ) from error
         else:
             if response.status_code == 200:
                 return response
@@ -52,4 +56,6 @@ def json_body(response: httpx.Response) -> Any:
     try:
         return response.json()
     except ValueError as error:
-        raise BackendError(f"{response.request.url} returned HTTP {response.status_code} with an unreadable body: {one_line(response.text)}") from error
+        raise BackendError(
+            f"{response.request.url} returned HTTP {response.status_code} with an unreadable body: {one_line(response.text)}"
+        ) from error

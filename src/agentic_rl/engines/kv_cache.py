@@ -32,7 +32,9 @@ class SlotCache(Cache):
         self._windows: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _empty(self, slots: int, capacity: int) -> torch.Tensor:
-        return torch.zeros((self.num_layers, slots, self.kv_heads, capacity, self.head_dim), dtype=self.dtype, device=self.device)
+        return torch.zeros(
+            (self.num_layers, slots, self.kv_heads, capacity, self.head_dim), dtype=self.dtype, device=self.device
+        )
 
     @property
     def slots(self) -> int:
@@ -64,10 +66,15 @@ class SlotCache(Cache):
         heads = torch.arange(self.kv_heads, device=positions.device)[None, :, None]
         self._index = ((slots * self.kv_heads + heads) * self.capacity + positions[:, None, :]).reshape(-1)
         # Per-pass views, so that a layer's update is two selects and two writes.
-        self._flat = (self.keys.view(self.num_layers, -1, self.head_dim), self.values.view(self.num_layers, -1, self.head_dim))
+        self._flat = (
+            self.keys.view(self.num_layers, -1, self.head_dim),
+            self.values.view(self.num_layers, -1, self.head_dim),
+        )
         self._windows = (self.keys[:, lo:hi, :, :width], self.values[:, lo:hi, :, :width])
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write [B, kv_heads, q, head_dim] new keys/values; return [B, kv_heads, width, head_dim] views."""
         flat_keys, flat_values = self._flat
         flat_keys[layer_idx].index_copy_(0, self._index, key_states.reshape(-1, self.head_dim))

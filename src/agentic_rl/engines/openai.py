@@ -146,7 +146,9 @@ class OpenAIChatBackend:
 
     def sync_weights(self, source=None) -> int:
         """A remote endpoint serves weights this process cannot push: training needs a token engine."""
-        raise NotImplementedError(f"{self.url}: an OpenAI-compatible endpoint cannot take the trainer's weights; train with backend.kind 'hf'")
+        raise NotImplementedError(
+            f"{self.url}: an OpenAI-compatible endpoint cannot take the trainer's weights; train with backend.kind 'hf'"
+        )
 
     def close(self) -> None:
         """Release the worker threads and HTTP connections."""
@@ -175,14 +177,28 @@ class OpenAIChatBackend:
     def _post(self, payload: dict[str, Any], parser: ToolCallParser) -> ChatCompletion:
         if self.request_logprobs:
             try:
-                return _parse(post_json(self._client, self.url, {**payload, "logprobs": True}, max_retries=self.max_retries, backoff_s=self.retry_backoff_s), self.url, parser)
+                return _parse(
+                    post_json(
+                        self._client,
+                        self.url,
+                        {**payload, "logprobs": True},
+                        max_retries=self.max_retries,
+                        backoff_s=self.retry_backoff_s,
+                    ),
+                    self.url,
+                    parser,
+                )
             except BackendError as error:
                 if not _refused(error, "logprobs"):
                     raise
                 # Some servers refuse the field outright; stop asking, retry for free.
                 with self._lock:
                     self.request_logprobs = False
-        return _parse(post_json(self._client, self.url, payload, max_retries=self.max_retries, backoff_s=self.retry_backoff_s), self.url, parser)
+        return _parse(
+            post_json(self._client, self.url, payload, max_retries=self.max_retries, backoff_s=self.retry_backoff_s),
+            self.url,
+            parser,
+        )
 
 
 def _refused(error: BackendError, field_name: str) -> bool:
@@ -190,7 +206,9 @@ def _refused(error: BackendError, field_name: str) -> bool:
     return "HTTP 400" in str(error) and field_name in str(error).lower()
 
 
-def _with_tools(plain: dict[str, Any], conversation: list[Message], schemas: list[dict], parser: ToolCallParser) -> dict[str, Any] | None:
+def _with_tools(
+    plain: dict[str, Any], conversation: list[Message], schemas: list[dict], parser: ToolCallParser
+) -> dict[str, Any] | None:
     """The request with ``tools`` and the history in OpenAI's structured form (calls as
     ``tool_calls``, results as ``tool`` messages tied to them; a result with no call to
     answer, such as a malformed call's error, as a user message). None when the history's
@@ -220,7 +238,13 @@ def _tool_calls(message: dict[str, Any]) -> list[ToolCall]:
             arguments = json.loads(raw) if isinstance(raw, str) else raw
         except json.JSONDecodeError:
             arguments = raw
-        calls.append(ToolCall(name=str(function.get("name", "")), arguments=arguments if arguments is not None else {}, id=str(call.get("id") or f"call_{index}")))
+        calls.append(
+            ToolCall(
+                name=str(function.get("name", "")),
+                arguments=arguments if arguments is not None else {},
+                id=str(call.get("id") or f"call_{index}"),
+            )
+        )
     return calls
 
 
@@ -239,7 +263,9 @@ def _parse(response: httpx.Response, url: str, parser: ToolCallParser) -> ChatCo
         choice = data["choices"][0]
         usage = data.get("usage") or {}
     except (ValueError, KeyError, IndexError, TypeError) as error:
-        raise BackendError(f"POST {url} returned HTTP 200 with an unreadable body: {one_line(response.text)}") from error
+        raise BackendError(
+            f"POST {url} returned HTTP 200 with an unreadable body: {one_line(response.text)}"
+        ) from error
     message = choice.get("message") or {}
     logprobs = choice.get("logprobs") or {}
     content = logprobs.get("content") if isinstance(logprobs, dict) else None

@@ -46,7 +46,9 @@ def weights_by_name(source: Any) -> dict[str, torch.Tensor]:
     if isinstance(source, Mapping):
         return dict(source)
     if is_lora(source):
-        raise ValueError("this server engine takes full weights; LoRA adapters are pushed into vLLM only (backend.kind vllm, or hf)")
+        raise ValueError(
+            "this server engine takes full weights; LoRA adapters are pushed into vLLM only (backend.kind vllm, or hf)"
+        )
     return {name: parameter for name, parameter in source.named_parameters()}
 
 
@@ -123,7 +125,10 @@ class RemoteTokenBackend:
         """Seconds the newest ``sync_weights`` took (write + reload)."""
         self.infra_errors = 0
         """Requests that failed for good (their episodes ended as infrastructure errors)."""
-        self.client = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency))
+        self.client = httpx.Client(
+            timeout=timeout_s,
+            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
+        )
         self.staged = StagedWeights(self._load_version)
         """Weights another thread handed over (``stage_weights``): a session pushes them into
         the server once its requests in flight have finished (turn boundaries)."""
@@ -131,7 +136,15 @@ class RemoteTokenBackend:
 
     # ------------------------------------------------------------------ what a subclass defines
 
-    def request_body(self, prompt: Sequence[int], sampling: SamplingParams, *, stop_token_ids: Sequence[int], max_new_tokens: int, seed: int) -> dict[str, Any]:
+    def request_body(
+        self,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        stop_token_ids: Sequence[int],
+        max_new_tokens: int,
+        seed: int,
+    ) -> dict[str, Any]:
         raise NotImplementedError
 
     def parse(self, answer: dict[str, Any]) -> tuple[list[int], list[float], str]:
@@ -160,7 +173,9 @@ class RemoteTokenBackend:
         try:
             response = self.client.get(f"{self.base_url}{path}", timeout=30.0)
         except httpx.HTTPError as error:
-            raise BackendError(f"GET {self.base_url}{path} failed: {type(error).__name__}: {error} (is the {self.name} server running?)") from error
+            raise BackendError(
+                f"GET {self.base_url}{path} failed: {type(error).__name__}: {error} (is the {self.name} server running?)"
+            ) from error
         if response.status_code != 200:
             raise BackendError(f"GET {self.base_url}{path}: HTTP {response.status_code}")
         return json_body(response)
@@ -170,13 +185,25 @@ class RemoteTokenBackend:
         version = self.weight_version
         try:
             self.before_request()
-            token_ids, logprobs, finish = self.parse(json_body(post_json(self.client, f"{self.base_url}{self.generate_path}", body, max_retries=self.max_retries)))
+            token_ids, logprobs, finish = self.parse(
+                json_body(
+                    post_json(self.client, f"{self.base_url}{self.generate_path}", body, max_retries=self.max_retries)
+                )
+            )
         except (BackendError, KeyError, IndexError, TypeError, ValueError) as error:
             self.infra_errors += 1
-            return Completion([], [], "stop", weight_version=version, error=f"{self.name}: {type(error).__name__}: {error}")
+            return Completion(
+                [], [], "stop", weight_version=version, error=f"{self.name}: {type(error).__name__}: {error}"
+            )
         if len(token_ids) != len(logprobs):
             self.infra_errors += 1
-            return Completion([], [], "stop", weight_version=version, error=f"{self.name}: {len(token_ids)} token ids but {len(logprobs)} log-probs")
+            return Completion(
+                [],
+                [],
+                "stop",
+                weight_version=version,
+                error=f"{self.name}: {len(token_ids)} token ids but {len(logprobs)} log-probs",
+            )
         return Completion(token_ids, logprobs, finish, weight_version=version)
 
     def submit(self, body: dict[str, Any]) -> Future:
@@ -202,7 +229,9 @@ class RemoteTokenBackend:
                             response.read()
                             if response.status_code in RETRY_STATUS and attempt < self.max_retries:
                                 raise httpx.TransportError(f"HTTP {response.status_code}")
-                            raise BackendError(f"POST {url} failed with HTTP {response.status_code}: {one_line(response.text)}")
+                            raise BackendError(
+                                f"POST {url} failed with HTTP {response.status_code}: {one_line(response.text)}"
+                            )
                         for line in response.iter_lines():
                             if cancelled.is_set():
                                 raise BackendError("cancelled: the client went away")
@@ -221,7 +250,9 @@ class RemoteTokenBackend:
                     break
                 except httpx.TransportError as error:
                     if partial or attempt >= self.max_retries:
-                        raise BackendError(f"POST {url} failed after {attempt + 1} attempts: {type(error).__name__}: {error}") from error
+                        raise BackendError(
+                            f"POST {url} failed after {attempt + 1} attempts: {type(error).__name__}: {error}"
+                        ) from error
                     time.sleep(0.5 * 2**attempt)
                     attempt += 1
             if finish is None:
@@ -229,22 +260,40 @@ class RemoteTokenBackend:
         except (BackendError, httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as error:
             if not cancelled.is_set():
                 self.infra_errors += 1
-            return Completion([], [], "stop", weight_version=version, error=f"{self.name}: {type(error).__name__}: {error}")
+            return Completion(
+                [], [], "stop", weight_version=version, error=f"{self.name}: {type(error).__name__}: {error}"
+            )
         if len(partial) != len(logprobs):
             self.infra_errors += 1
-            return Completion([], [], "stop", weight_version=version, error=f"{self.name}: {len(partial)} token ids but {len(logprobs)} log-probs")
+            return Completion(
+                [],
+                [],
+                "stop",
+                weight_version=version,
+                error=f"{self.name}: {len(partial)} token ids but {len(logprobs)} log-probs",
+            )
         return Completion(list(partial), logprobs, finish, weight_version=version)
 
     def submit_streamed(self, body: dict[str, Any], partial: list[int], cancelled: threading.Event) -> Future:
         """``complete_streamed`` on the request pool."""
         return self._pool.submit(self.complete_streamed, body, partial, cancelled)
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams, *, stop_token_ids: list[int], max_new_tokens: list[int] | None = None) -> list[Completion]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        *,
+        stop_token_ids: list[int],
+        max_new_tokens: list[int] | None = None,
+    ) -> list[Completion]:
         """One completion per prompt, in input order, all requested at once. Row i's seed is
         ``sampling.row_seeds[i]`` if given, else derived from ``(sampling.seed, i)``."""
         limits = max_new_tokens or [sampling.max_new_tokens] * len(prompts)
         seeds = sampling.seeds_for(len(prompts))
-        bodies = [self.request_body(p, sampling, stop_token_ids=stop_token_ids, max_new_tokens=n, seed=s) for p, n, s in zip(prompts, limits, seeds, strict=True)]
+        bodies = [
+            self.request_body(p, sampling, stop_token_ids=stop_token_ids, max_new_tokens=n, seed=s)
+            for p, n, s in zip(prompts, limits, seeds, strict=True)
+        ]
         return list(self._pool.map(self.complete, bodies))
 
     def session(self, sampling: SamplingParams, *, stop_token_ids: Sequence[int]) -> RequestSession:
@@ -258,7 +307,9 @@ class RemoteTokenBackend:
         returns the new weight version. ``source=None`` only counts the update."""
         if source is not None:
             if self.weights_folder is None:
-                raise ValueError(f"{type(self).__name__}: weights_folder is needed to push weights into a server this process did not start")
+                raise ValueError(
+                    f"{type(self).__name__}: weights_folder is needed to push weights into a server this process did not start"
+                )
             started = time.monotonic()
             self.push(source)
             self.last_sync_s = time.monotonic() - started
@@ -336,7 +387,13 @@ class RequestSession:
             self.held.append((key, max_new_tokens))
             return
         seed = stream_seed(self.seeds[key], self.turns[key])
-        body = self.backend.request_body(self.contexts[key], self.sampling, stop_token_ids=self.stop_token_ids, max_new_tokens=max(int(max_new_tokens), 1), seed=seed)
+        body = self.backend.request_body(
+            self.contexts[key],
+            self.sampling,
+            stop_token_ids=self.stop_token_ids,
+            max_new_tokens=max(int(max_new_tokens), 1),
+            seed=seed,
+        )
         if not self.streamed:
             self.in_flight[self.backend.submit(body)] = key
             return

@@ -106,7 +106,9 @@ def inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     block_cdf = padded.sum(-1).double().cumsum(-1)
     target = uniform.double() * block_cdf[:, -1]
     block = torch.searchsorted(block_cdf, target[:, None], right=True).squeeze(-1).clamp_(max=blocks - 1)
-    before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp(min=0)[:, None]).squeeze(-1), torch.zeros_like(target))
+    before = torch.where(
+        block > 0, block_cdf.gather(-1, (block - 1).clamp(min=0)[:, None]).squeeze(-1), torch.zeros_like(target)
+    )
     inner = padded[torch.arange(rows, device=probs.device), block].double()
     inner_cdf = inner.cumsum(-1)
     index = torch.searchsorted(inner_cdf, (target - before)[:, None], right=True).squeeze(-1)

@@ -44,6 +44,10 @@ class ScriptedBackend(SharedWeights):
             finish = "stop"
             if len(ids) > limit:
                 ids, finish = ids[:limit], "length"
-            completions.append(Completion(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=finish, weight_version=self.weight_version))
+            completions.append(
+                Completion(
+                    token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=finish, weight_version=self.weight_version
+                )
+            )
         self.calls += 1
         return completions

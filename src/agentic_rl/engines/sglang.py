@@ -32,7 +32,15 @@ class SGLangBackend(RemoteTokenBackend):
         self.model_path = str(self.get_json("/get_model_info").get("model_path", ""))
         """What the server loaded at start (reported by ``/get_model_info``)."""
 
-    def request_body(self, prompt: Sequence[int], sampling: SamplingParams, *, stop_token_ids: Sequence[int], max_new_tokens: int, seed: int) -> dict[str, Any]:
+    def request_body(
+        self,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        stop_token_ids: Sequence[int],
+        max_new_tokens: int,
+        seed: int,
+    ) -> dict[str, Any]:
         """The ``/generate`` request for one prompt (token ids in, token ids out)."""
         if sampling.return_entropy:
             raise ValueError("backend.kind sglang: per-token entropies (ARPO's branching signal) need backend.kind hf")
@@ -59,9 +67,18 @@ class SGLangBackend(RemoteTokenBackend):
         return [int(entry[1]) for entry in entries], [float(entry[0]) for entry in entries], finish
 
     def reload(self, folder: Path) -> None:
-        answer = json_body(post_json(self.client, f"{self.base_url}/update_weights_from_disk", {"model_path": str(folder)}, max_retries=self.max_retries))
+        answer = json_body(
+            post_json(
+                self.client,
+                f"{self.base_url}/update_weights_from_disk",
+                {"model_path": str(folder)},
+                max_retries=self.max_retries,
+            )
+        )
         if not answer.get("success", False):
-            raise BackendError(f"{self.base_url}/update_weights_from_disk did not load {folder}: {answer.get('message', answer)}")
+            raise BackendError(
+                f"{self.base_url}/update_weights_from_disk did not load {folder}: {answer.get('message', answer)}"
+            )
 
 
 def build_sglang_backend(config, model_name: str, *, loaded=None) -> SGLangBackend:
@@ -73,7 +90,9 @@ def build_sglang_backend(config, model_name: str, *, loaded=None) -> SGLangBacke
     if not config.base_url:
         from agentic_rl.errors import ConfigError
 
-        raise ConfigError("backend.base_url: required when backend.kind is 'sglang' (a running server, e.g. http://127.0.0.1:30000)")
+        raise ConfigError(
+            "backend.base_url: required when backend.kind is 'sglang' (a running server, e.g. http://127.0.0.1:30000)"
+        )
     dtype = getattr(torch, server_dtype(config.dtype))
     options = {"weights_dtype": dtype, "max_concurrency": config.max_concurrency, "timeout_s": config.request_timeout_s}
     if loaded is None:

@@ -46,15 +46,25 @@ class VLLMBackend(RemoteTokenBackend):
     name = "vllm"
     generate_path = "/v1/completions"
 
-    def __init__(self, tokenizer, base_url: str | None = None, *, server: VLLMServer | None = None, weights_folder: Path | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        base_url: str | None = None,
+        *,
+        server: VLLMServer | None = None,
+        weights_folder: Path | None = None,
+        **options: Any,
+    ) -> None:
         if (base_url is None) == (server is None):
             raise ValueError("VLLMBackend: give exactly one of base_url (a running server) or server (a managed one)")
         self.server = server
         self.restarts = 0
         self._restart_lock = threading.Lock()
         super().__init__(
-            tokenizer, server.base_url if server is not None else base_url,
-            weights_folder=weights_folder if weights_folder is not None or server is None else server.model_dir, **options,
+            tokenizer,
+            server.base_url if server is not None else base_url,
+            weights_folder=weights_folder if weights_folder is not None or server is None else server.model_dir,
+            **options,
         )
         models = self.get_json("/v1/models").get("data") or []
         if not models:
@@ -64,7 +74,15 @@ class VLLMBackend(RemoteTokenBackend):
         self.adapter: Path | None = None
         """The newest pushed LoRA adapter folder (re-loaded into a restarted server)."""
 
-    def request_body(self, prompt: Sequence[int], sampling: SamplingParams, *, stop_token_ids: Sequence[int], max_new_tokens: int, seed: int) -> dict[str, Any]:
+    def request_body(
+        self,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        stop_token_ids: Sequence[int],
+        max_new_tokens: int,
+        seed: int,
+    ) -> dict[str, Any]:
         """The ``/v1/completions`` request for one prompt (token ids in, token ids out)."""
         if sampling.return_entropy:
             raise ValueError("backend.kind vllm: per-token entropies (ARPO's branching signal) need backend.kind hf")
@@ -98,7 +116,12 @@ class VLLMBackend(RemoteTokenBackend):
         return ids, logprobs, None if reason is None else ("length" if reason == "length" else "stop")
 
     def reload(self, folder: Path) -> None:
-        post_json(self.client, f"{self.base_url}/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}, max_retries=self.max_retries)
+        post_json(
+            self.client,
+            f"{self.base_url}/collective_rpc",
+            {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}},
+            max_retries=self.max_retries,
+        )
 
     def push(self, source: Any) -> None:
         """Full weights as the base class pushes them; a LoRA model pushes its adapters only."""
@@ -166,8 +189,13 @@ def build_vllm_backend(config, model_name: str, *, loaded=None) -> VLLMBackend:
     serve_folder(*loaded, folder / "model", dtype)
     max_lora_rank = vllm_max_lora_rank(lora_rank(loaded[0])) if is_lora(loaded[0]) else None
     server = VLLMServer(
-        folder / "model", python=config.python, dtype=dtype_name, extra_args=config.vllm_args, startup_timeout_s=config.startup_timeout_s,
-        log_path=folder / "server.log", max_lora_rank=max_lora_rank,
+        folder / "model",
+        python=config.python,
+        dtype=dtype_name,
+        extra_args=config.vllm_args,
+        startup_timeout_s=config.startup_timeout_s,
+        log_path=folder / "server.log",
+        max_lora_rank=max_lora_rank,
     )
     try:
         server.start()

@@ -38,7 +38,9 @@ def vllm_version(python: str) -> tuple[int, ...]:
     naming the fix) when it is missing or older than :data:`MIN_VERSION`."""
     fix = "build its environment with `make vllm` and pass --set backend.python=.venv-vllm/bin/python"
     try:
-        done = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True, timeout=300
+        )
     except FileNotFoundError:
         raise VLLMUnavailable(f"backend.python: {python} does not exist; {fix}") from None
     except subprocess.TimeoutExpired:
@@ -49,7 +51,9 @@ def vllm_version(python: str) -> tuple[int, ...]:
     text = done.stdout.strip().splitlines()[-1]
     version = tuple(int(part) for part in text.split("+")[0].split(".")[:3] if part.isdigit())
     if version < MIN_VERSION:
-        raise VLLMUnavailable(f"backend.python: {python} has vLLM {text}; the vllm backend needs {'.'.join(map(str, MIN_VERSION))} or newer ({fix})")
+        raise VLLMUnavailable(
+            f"backend.python: {python} has vLLM {text}; the vllm backend needs {'.'.join(map(str, MIN_VERSION))} or newer ({fix})"
+        )
     return version
 
 
@@ -98,11 +102,29 @@ class VLLMServer:
 
     def command(self) -> list[str]:
         return [
-            self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir), "--served-model-name", "policy",
-            "--dtype", self.dtype, *(("--max-model-len", str(self.max_model_len)) if self.max_model_len else ()), "--host", self.host, "--port", str(self.port),
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_dir),
+            "--served-model-name",
+            "policy",
+            "--dtype",
+            self.dtype,
+            *(("--max-model-len", str(self.max_model_len)) if self.max_model_len else ()),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
             # Sampler log-probs at the sampling temperature (the trainer's log-probs divide by it too).
-            "--logprobs-mode", "processed_logprobs",
-            *(("--enable-lora", "--max-loras", "1", "--max-lora-rank", str(self.max_lora_rank)) if self.max_lora_rank else ()), *self.extra_args,
+            "--logprobs-mode",
+            "processed_logprobs",
+            *(
+                ("--enable-lora", "--max-loras", "1", "--max-lora-rank", str(self.max_lora_rank))
+                if self.max_lora_rank
+                else ()
+            ),
+            *self.extra_args,
         ]
 
     def environment(self) -> dict[str, str]:
@@ -120,18 +142,29 @@ class VLLMServer:
         vllm_version(self.python)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            self.process = subprocess.Popen(
+                self.command(),
+                env=self.environment(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.starts += 1
         atexit.register(self.stop)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise VLLMUnavailable(f"the vLLM server exited with code {self.process.returncode} while starting: {self._log_tail()} (full log: {self.log_path})")
+                raise VLLMUnavailable(
+                    f"the vLLM server exited with code {self.process.returncode} while starting: {self._log_tail()} (full log: {self.log_path})"
+                )
             if self.healthy():
                 return
             time.sleep(1.0)
         self.stop()
-        raise VLLMUnavailable(f"the vLLM server did not answer {self.base_url}/health within {self.startup_timeout_s:g} s (log: {self.log_path})")
+        raise VLLMUnavailable(
+            f"the vLLM server did not answer {self.base_url}/health within {self.startup_timeout_s:g} s (log: {self.log_path})"
+        )
 
     def healthy(self) -> bool:
         try:

@@ -26,17 +26,61 @@ register(
     make_search_qa_env,
     "Multi-hop questions over a document collection, answered with a search tool (BM25); EM/F1 reward.",
 )
-register("math-python", make_math_python_env, "Math word problems from any JSONL (env.path), sandboxed python tool (hermes or ReTool <code> tags), math-verify reward.")
-register("gsm8k", make_gsm8k_env, "GSM8K from env.path (#### answers), sandboxed python tool (hermes or ReTool <code> tags), math-verify reward.")
-register("frozenlake", make_frozenlake_env, "FrozenLake text game (RAGEN style): generated lakes with a guaranteed path, one move per turn in <answer></answer>.")
-register("sokoban", make_sokoban_env, "Sokoban text game (RAGEN style): generated rooms solvable by reverse play, one move per turn in <answer></answer>.")
-register("code", make_code_env, "Write a Python function that passes unit tests (procedural tasks, HumanEval or a JSONL), sandboxed python tool; tests run in a fresh sandbox.")
-register("long-qa", make_long_qa_env, "A generated document several times longer than the context, streamed in chunks; bounded memory tools; questions at the end, exact-match reward per question.")
-register("multi-search-qa", make_multi_search_env, "Several search-qa questions in one episode (MEM1 multi-objective), answered with the search tool; reward = fraction right.")
-register("web-qa", make_web_qa_env, "Questions from a QA JSONL (env.qa_path) researched with web_search (Brave or Tavily API) and browse (main text of a page); EM/F1 reward.")
-register("textworld", make_textworld_env, "TextWorld text adventures generated locally (tw-make custom, seeded, cached), one admissible command per turn; score and win reward; needs the [textworld] extra.")
-register("gymnasium", make_gymnasium_env, "Any Gymnasium env with a Discrete action space (env_id, env_kwargs), ansi text observations, named actions; needs the [gym] extra.")
-register(MIX_ENV, make_mixed_env, "Several envs in one run (env.mix: [{name, weight, label, options...}]): tasks drawn by weight, metrics and eval tables per env.")
+register(
+    "math-python",
+    make_math_python_env,
+    "Math word problems from any JSONL (env.path), sandboxed python tool (hermes or ReTool <code> tags), math-verify reward.",
+)
+register(
+    "gsm8k",
+    make_gsm8k_env,
+    "GSM8K from env.path (#### answers), sandboxed python tool (hermes or ReTool <code> tags), math-verify reward.",
+)
+register(
+    "frozenlake",
+    make_frozenlake_env,
+    "FrozenLake text game (RAGEN style): generated lakes with a guaranteed path, one move per turn in <answer></answer>.",
+)
+register(
+    "sokoban",
+    make_sokoban_env,
+    "Sokoban text game (RAGEN style): generated rooms solvable by reverse play, one move per turn in <answer></answer>.",
+)
+register(
+    "code",
+    make_code_env,
+    "Write a Python function that passes unit tests (procedural tasks, HumanEval or a JSONL), sandboxed python tool; tests run in a fresh sandbox.",
+)
+register(
+    "long-qa",
+    make_long_qa_env,
+    "A generated document several times longer than the context, streamed in chunks; bounded memory tools; questions at the end, exact-match reward per question.",
+)
+register(
+    "multi-search-qa",
+    make_multi_search_env,
+    "Several search-qa questions in one episode (MEM1 multi-objective), answered with the search tool; reward = fraction right.",
+)
+register(
+    "web-qa",
+    make_web_qa_env,
+    "Questions from a QA JSONL (env.qa_path) researched with web_search (Brave or Tavily API) and browse (main text of a page); EM/F1 reward.",
+)
+register(
+    "textworld",
+    make_textworld_env,
+    "TextWorld text adventures generated locally (tw-make custom, seeded, cached), one admissible command per turn; score and win reward; needs the [textworld] extra.",
+)
+register(
+    "gymnasium",
+    make_gymnasium_env,
+    "Any Gymnasium env with a Discrete action space (env_id, env_kwargs), ansi text observations, named actions; needs the [gym] extra.",
+)
+register(
+    MIX_ENV,
+    make_mixed_env,
+    "Several envs in one run (env.mix: [{name, weight, label, options...}]): tasks drawn by weight, metrics and eval tables per env.",
+)
 
 __all__ = [
     "ArithmeticTasks",

@@ -45,7 +45,18 @@ DEFAULT_REVERSED_STEPS = 0.5
 class ArithmeticTasks(GeneratedTasks):
     """A lazy, seeded sequence of arithmetic tasks (task i is the same on every machine)."""
 
-    def __init__(self, *, split: str = "train", seed: int = 0, num_tasks: int | None = None, digits: int = 3, num_operands: int = 3, operators: str = "+-*", phrasing: str = "symbols", reversed_steps: float = DEFAULT_REVERSED_STEPS) -> None:
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        seed: int = 0,
+        num_tasks: int | None = None,
+        digits: int = 3,
+        num_operands: int = 3,
+        operators: str = "+-*",
+        phrasing: str = "symbols",
+        reversed_steps: float = DEFAULT_REVERSED_STEPS,
+    ) -> None:
         if split not in SPLITS:
             raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
         if not 1 <= digits <= 12:
@@ -60,7 +71,13 @@ class ArithmeticTasks(GeneratedTasks):
             raise ValueError(f"reversed_steps: expected a fraction in [0, 1], got {reversed_steps}")
         if reversed_steps != DEFAULT_REVERSED_STEPS and (phrasing != "words" or "-" not in operators):
             raise ValueError("reversed_steps: applies to phrasing words with '-' in operators")
-        self.split, self.seed, self.digits, self.num_operands, self.phrasing = split, seed, digits, num_operands, phrasing
+        self.split, self.seed, self.digits, self.num_operands, self.phrasing = (
+            split,
+            seed,
+            digits,
+            num_operands,
+            phrasing,
+        )
         self.reversed_steps = reversed_steps
         self.operators = sorted(set(operators))
         self.size = DEFAULT_NUM_TASKS[split] if num_tasks is None else num_tasks
@@ -90,7 +107,9 @@ class ArithmeticTasks(GeneratedTasks):
         )
 
 
-def _word_problem(rng: random.Random, low: int, high: int, num_operands: int, operators: Sequence[str], reversed_steps: float) -> tuple[str, str]:
+def _word_problem(
+    rng: random.Random, low: int, high: int, num_operands: int, operators: Sequence[str], reversed_steps: float
+) -> tuple[str, str]:
     """A step-by-step word problem and the one expression that computes it; a subtraction
     step is phrased in reverse order ("subtract it from N") with probability ``reversed_steps``."""
     start = rng.randint(low, high)
@@ -113,7 +132,10 @@ def demonstration(task: Task, style: Literal["tool", "answer"], parser) -> list[
     """A solved example as earlier conversation turns: a calculator call and its result,
     then the answer ("tool"), or the answer alone ("answer")."""
     if style == "answer":
-        return [{"role": "user", "content": task.prompt}, {"role": "assistant", "content": f"<answer>{task.answer}</answer>"}]
+        return [
+            {"role": "user", "content": task.prompt},
+            {"role": "assistant", "content": f"<answer>{task.answer}</answer>"},
+        ]
     call = ToolCall(name="calculator", arguments={"expression": task.metadata["expression"]}, id="call_0")
     result = calculator.invoke(call)
     return [
@@ -179,7 +201,14 @@ def make_arithmetic_env(
     """
     if few_shot < 0 or few_shot > DEFAULT_NUM_TASKS["demo"]:
         raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")
-    knobs = dict(seed=seed, digits=digits, num_operands=num_operands, operators=operators, phrasing=phrasing, reversed_steps=reversed_steps)
+    knobs = dict(
+        seed=seed,
+        digits=digits,
+        num_operands=num_operands,
+        operators=operators,
+        phrasing=phrasing,
+        reversed_steps=reversed_steps,
+    )
     registry = ToolRegistry(get_tool(name) for name in tools)
     call_parser = get_parser(parser, max_calls_per_turn=max_calls_per_turn, max_argument_chars=max_argument_chars)
     style = demo_style or ("tool" if len(registry) else "answer")

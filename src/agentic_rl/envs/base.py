@@ -57,7 +57,9 @@ class Env(Protocol):
 
     num_tasks: int
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]: ...
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[Message], dict[str, Any]]: ...
 
     def step(self, assistant_message: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]: ...
 
@@ -70,7 +72,11 @@ def _check_messages(messages: Any, where: str) -> None:
     if not isinstance(messages, list):
         raise EnvCheckError(f"{where}: expected a list of messages, got {type(messages).__name__}")
     for i, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
+        if (
+            not isinstance(message, dict)
+            or not isinstance(message.get("role"), str)
+            or not isinstance(message.get("content"), str)
+        ):
             raise EnvCheckError(f"{where}[{i}]: expected a dict with str 'role' and 'content', got {message!r}")
 
 
@@ -101,7 +107,12 @@ def check_env(env: Env, *, seed: int = 0) -> None:
         raise EnvCheckError("step() must return (observations, reward, terminated, truncated, info)")
     observations, reward, terminated, truncated, step_info = step
     _check_messages(observations, "step() observations")
-    if not isinstance(reward, (int, float)) or isinstance(reward, bool) or reward != reward or abs(reward) == float("inf"):
+    if (
+        not isinstance(reward, (int, float))
+        or isinstance(reward, bool)
+        or reward != reward
+        or abs(reward) == float("inf")
+    ):
         raise EnvCheckError(f"step() reward must be a finite number, got {reward!r}")
     if not isinstance(terminated, bool) or not isinstance(truncated, bool):
         raise EnvCheckError("step() terminated and truncated must both be bools")

@@ -46,7 +46,17 @@ def extract_code(text: str) -> str | None:
 class CodeEnv(ToolEnv):
     """A ``ToolEnv`` whose answer is the last python block of the first turn without tool calls."""
 
-    def __init__(self, tasks, tools, *, partial_credit: bool = False, timeout_s: float = 10.0, memory_mb: int = 512, test_progress_reward: float = 0.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        tasks,
+        tools,
+        *,
+        partial_credit: bool = False,
+        timeout_s: float = 10.0,
+        memory_mb: int = 512,
+        test_progress_reward: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
         if test_progress_reward < 0:
             raise ValueError(f"test_progress_reward: expected a number >= 0, got {test_progress_reward}")
         super().__init__(tasks, tools, **kwargs)
@@ -63,7 +73,9 @@ class CodeEnv(ToolEnv):
         """Best fraction of tests an intermediate run passed this episode."""
         self.turn_reward = 0.0
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
         self._reset_progress()
         return super().reset(seed=seed, options=options)
 
@@ -86,7 +98,14 @@ class CodeEnv(ToolEnv):
 
     def _tests_fraction(self, code: str) -> float:
         meta = self.task.metadata  # type: ignore[union-attr]
-        report = run_unit_tests(code, prompt=meta["prompt"], test=meta["test"], entry_point=meta["entry_point"], timeout_s=self.test_timeout_s, memory_mb=self.test_memory_mb)
+        report = run_unit_tests(
+            code,
+            prompt=meta["prompt"],
+            test=meta["test"],
+            entry_point=meta["entry_point"],
+            timeout_s=self.test_timeout_s,
+            memory_mb=self.test_memory_mb,
+        )
         return report.fraction
 
     def score_answer(self, answer: str | None) -> tuple[float, bool, dict[str, Any]]:
@@ -94,7 +113,14 @@ class CodeEnv(ToolEnv):
         if not answer or not answer.strip():
             return 0.0, False, {"tests_passed": 0, "tests_total": 0}
         meta = task.metadata
-        report = run_unit_tests(answer, prompt=meta["prompt"], test=meta["test"], entry_point=meta["entry_point"], timeout_s=self.test_timeout_s, memory_mb=self.test_memory_mb)
+        report = run_unit_tests(
+            answer,
+            prompt=meta["prompt"],
+            test=meta["test"],
+            entry_point=meta["entry_point"],
+            timeout_s=self.test_timeout_s,
+            memory_mb=self.test_memory_mb,
+        )
         reward = 1.0 if report.all_passed else (report.fraction if self.partial_credit else 0.0)
         return reward, report.all_passed, {"tests_passed": report.passed, "tests_total": report.total}
 
@@ -119,7 +145,11 @@ class CodeEnv(ToolEnv):
 
     def verdict(self, answer: str | None) -> str:
         """After a failed attempt (``attempts`` > 1): that it failed, never the tests."""
-        return "Your reply had no ```python code block." if not answer or not answer.strip() else "Your code does not pass the tests."
+        return (
+            "Your reply had no ```python code block."
+            if not answer or not answer.strip()
+            else "Your code does not pass the tests."
+        )
 
 
 def _defines(code: str, entry_point: str) -> bool:
@@ -188,7 +218,9 @@ def make_code_env(
     if test_timeout_s <= 0:
         raise ValueError(f"test_timeout_s: expected a positive number, got {test_timeout_s}")
     chosen = dataset or ("humaneval" if split == "test" else "procedural")
-    registry = ToolRegistry(make_python_tool(timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars) for _ in tools)
+    registry = ToolRegistry(
+        make_python_tool(timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars) for _ in tools
+    )
     return CodeEnv(
         _tasks(chosen, path, split, num_tasks, seed),
         registry,

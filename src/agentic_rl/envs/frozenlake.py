@@ -82,12 +82,16 @@ def render_relative(lake: Lake, player: Cell | None = None) -> str:
     sides = []
     for action in ACTIONS:
         cell = step_cell(lake.size, player, action)
-        sides.append(f"{action} {'edge' if cell == player else 'hole' if cell in lake.holes else 'goal' if cell == lake.goal else 'ice'}")
-    return "\n".join([
-        f"Goal: {offset_words(player, lake.goal)}.",
-        f"Holes: {'; '.join(offset_words(player, hole) for hole in holes) or 'none'}.",
-        f"Next to you: {', '.join(sides)}.",
-    ])
+        sides.append(
+            f"{action} {'edge' if cell == player else 'hole' if cell in lake.holes else 'goal' if cell == lake.goal else 'ice'}"
+        )
+    return "\n".join(
+        [
+            f"Goal: {offset_words(player, lake.goal)}.",
+            f"Holes: {'; '.join(offset_words(player, hole) for hole in holes) or 'none'}.",
+            f"Next to you: {', '.join(sides)}.",
+        ]
+    )
 
 
 def step_cell(size: int, cell: Cell, action: str) -> Cell:
@@ -133,7 +137,9 @@ def generator(size: int, num_holes: int):
 class FrozenLakeEnv(DiscreteTextGame):
     metric_prefix = "frozenlake"
 
-    def __init__(self, tasks: LevelTasks, *, step_penalty: float, success_reward: float, view: str = "grid", **game) -> None:
+    def __init__(
+        self, tasks: LevelTasks, *, step_penalty: float, success_reward: float, view: str = "grid", **game
+    ) -> None:
         if view not in VIEWS:
             raise ValueError(f"view: expected one of {', '.join(VIEWS)}, got {view!r}")
         super().__init__(actions=ACTIONS, **game)
@@ -204,6 +210,11 @@ def make_frozenlake_env(
     if system_prompt is None:  # an unknown view is FrozenLakeEnv's error
         system_prompt = RELATIVE_SYSTEM_PROMPT if view == "relative" else SYSTEM_PROMPT
     return FrozenLakeEnv(
-        tasks, step_penalty=step_penalty, success_reward=success_reward, view=view,
-        system_prompt=system_prompt, max_turns=max_turns, invalid_penalty=invalid_penalty,
+        tasks,
+        step_penalty=step_penalty,
+        success_reward=success_reward,
+        view=view,
+        system_prompt=system_prompt,
+        max_turns=max_turns,
+        invalid_penalty=invalid_penalty,
     )

@@ -37,7 +37,16 @@ class GymnasiumEnv(DiscreteTextGame):
     TEST_SEED_OFFSET = 1_000_000
     metric_prefix = "gym"
 
-    def __init__(self, env, *, actions: Sequence[str], split: str, num_tasks: int, formatter: Callable[[Any, Any], str] | None, **game) -> None:
+    def __init__(
+        self,
+        env,
+        *,
+        actions: Sequence[str],
+        split: str,
+        num_tasks: int,
+        formatter: Callable[[Any, Any], str] | None,
+        **game,
+    ) -> None:
         super().__init__(actions=actions, **game)
         if split not in SPLITS:
             raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
@@ -60,7 +69,12 @@ class GymnasiumEnv(DiscreteTextGame):
         self.observation, reward, terminated, truncated, _ = self.env.step(action + self.start_action)
         # Gymnasium has no success flag; a positive reward on the terminating step is the
         # convention of its goal-reaching envs (FrozenLake, CliffWalking's cousins).
-        return Move(reward=float(reward), terminated=bool(terminated), truncated=bool(truncated), solved=bool(terminated and reward > 0))
+        return Move(
+            reward=float(reward),
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            solved=bool(terminated and reward > 0),
+        )
 
     def render(self) -> str:
         if self.formatter is not None:
@@ -100,15 +114,25 @@ def make_gymnasium_env(
         raise ValueError(f"env_id: cannot make {env_id!r}: {exc}") from None
     if not isinstance(env.action_space, gymnasium.spaces.Discrete):
         env.close()
-        raise ValueError(f"env_id: {env_id!r} has a {type(env.action_space).__name__} action space; only Discrete is supported")
+        raise ValueError(
+            f"env_id: {env_id!r} has a {type(env.action_space).__name__} action space; only Discrete is supported"
+        )
     count = int(env.action_space.n)
     names = [str(i) for i in range(count)] if actions is None else [str(name) for name in actions]
     if len(names) != count or len({name.lower() for name in names}) != count:
         env.close()
-        raise ValueError(f"actions: expected {count} distinct names for {env_id!r}'s Discrete({count}) space, got {list(names)}")
+        raise ValueError(
+            f"actions: expected {count} distinct names for {env_id!r}'s Discrete({count}) space, got {list(names)}"
+        )
     if system_prompt is None:
         system_prompt = f"You play the Gymnasium game {env_id}. Each turn, choose one action."
     return GymnasiumEnv(
-        env, actions=names, split=split, num_tasks=num_tasks, formatter=formatter,
-        system_prompt=system_prompt, max_turns=max_turns, invalid_penalty=invalid_penalty,
+        env,
+        actions=names,
+        split=split,
+        num_tasks=num_tasks,
+        formatter=formatter,
+        system_prompt=system_prompt,
+        max_turns=max_turns,
+        invalid_penalty=invalid_penalty,
     )

@@ -50,7 +50,24 @@ FACT_PATTERN = re.compile(r"The ([a-z]+(?: [a-z]+)*) of ([A-Z][a-z]+) is ([A-Za-
 QUESTION_PATTERN = re.compile(r"What is the ([a-z]+(?: [a-z]+)*) of ([A-Z][a-z]+)\?")
 _NUMBER_ATTRIBUTES = ["vault code", "harbour number", "bridge count", "founding year", "well depth", "tower height"]
 _WORD_ATTRIBUTES = ["guild colour", "oldest tree", "patron animal", "river name", "market day", "festival dish"]
-_WORDS = ["amber", "willow", "heron", "saffron", "granite", "otter", "cobalt", "juniper", "falcon", "indigo", "maple", "badger", "crimson", "thistle", "lynx", "pewter"]
+_WORDS = [
+    "amber",
+    "willow",
+    "heron",
+    "saffron",
+    "granite",
+    "otter",
+    "cobalt",
+    "juniper",
+    "falcon",
+    "indigo",
+    "maple",
+    "badger",
+    "crimson",
+    "thistle",
+    "lynx",
+    "pewter",
+]
 _FILLER = [
     "Travellers reaching {a} spoke of {w} fields and {v} roofs.",
     "In {a} the markets opened late and closed early.",
@@ -65,7 +82,31 @@ _FILLER = [
     "Fishermen near {a} counted {n} boats at dawn.",
     "Old maps show {a} much closer to {b} than it is.",
 ]
-_ONSETS = ["b", "br", "c", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "r", "s", "st", "t", "th", "v", "w", "z"]
+_ONSETS = [
+    "b",
+    "br",
+    "c",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "k",
+    "kr",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "st",
+    "t",
+    "th",
+    "v",
+    "w",
+    "z",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ae", "ia", "ou"]
 _CODAS = ["", "", "n", "r", "l", "s", "th", "m", "nd", "rk"]
 SYSTEM_PROMPT = (
@@ -85,25 +126,51 @@ SYSTEM_PROMPT_NO_MEMORY = (
 
 
 def _place(rng: random.Random) -> str:
-    return ("".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.randint(2, 3))) + rng.choice(_CODAS)).capitalize()
+    return (
+        "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.randint(2, 3))) + rng.choice(_CODAS)
+    ).capitalize()
 
 
 class LongQATasks(GeneratedTasks):
     """A lazy, seeded sequence of long-document tasks (task i is the same on every machine;
     the splits use disjoint seeds)."""
 
-    def __init__(self, *, split: str = "train", seed: int = 0, num_tasks: int | None = None, num_chunks: int = 6, chunk_sentences: int = 10, num_facts: int = 4, num_questions: int = 2) -> None:
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        seed: int = 0,
+        num_tasks: int | None = None,
+        num_chunks: int = 6,
+        chunk_sentences: int = 10,
+        num_facts: int = 4,
+        num_questions: int = 2,
+    ) -> None:
         if split not in SPLITS:
             raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
-        for name, value, low in (("num_chunks", num_chunks, 2), ("chunk_sentences", chunk_sentences, 3), ("num_facts", num_facts, 1), ("num_questions", num_questions, 1)):
+        for name, value, low in (
+            ("num_chunks", num_chunks, 2),
+            ("chunk_sentences", chunk_sentences, 3),
+            ("num_facts", num_facts, 1),
+            ("num_questions", num_questions, 1),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
         if num_facts > 2 * (num_chunks - 1):
-            raise ValueError(f"num_facts: at most 2 per chunk after the first, so at most {2 * (num_chunks - 1)} with {num_chunks} chunks, got {num_facts}")
+            raise ValueError(
+                f"num_facts: at most 2 per chunk after the first, so at most {2 * (num_chunks - 1)} with {num_chunks} chunks, got {num_facts}"
+            )
         if num_questions > min(num_facts, MAX_QUESTIONS):
-            raise ValueError(f"num_questions: expected at most min(num_facts, {MAX_QUESTIONS}) = {min(num_facts, MAX_QUESTIONS)}, got {num_questions}")
+            raise ValueError(
+                f"num_questions: expected at most min(num_facts, {MAX_QUESTIONS}) = {min(num_facts, MAX_QUESTIONS)}, got {num_questions}"
+            )
         self.split, self.seed = split, seed
-        self.num_chunks, self.chunk_sentences, self.num_facts, self.num_questions = num_chunks, chunk_sentences, num_facts, num_questions
+        self.num_chunks, self.chunk_sentences, self.num_facts, self.num_questions = (
+            num_chunks,
+            chunk_sentences,
+            num_facts,
+            num_questions,
+        )
         self.size = DEFAULT_NUM_TASKS[split] if num_tasks is None else num_tasks
         if self.size < 1:
             raise ValueError(f"num_tasks: expected a positive int, got {num_tasks}")
@@ -117,7 +184,10 @@ class LongQATasks(GeneratedTasks):
                 places.append(name)
         attributes = _NUMBER_ATTRIBUTES + _WORD_ATTRIBUTES
         pairs = rng.sample([(a, p) for a in attributes for p in places[: self.num_facts + 2]], self.num_facts)
-        facts = [(attribute, place, str(rng.randint(1000, 9999)) if attribute in _NUMBER_ATTRIBUTES else rng.choice(_WORDS)) for attribute, place in pairs]
+        facts = [
+            (attribute, place, str(rng.randint(1000, 9999)) if attribute in _NUMBER_ATTRIBUTES else rng.choice(_WORDS))
+            for attribute, place in pairs
+        ]
         # At most two facts per chunk after the first, at random positions.
         slots = rng.sample([chunk for chunk in range(1, self.num_chunks) for _ in range(2)], self.num_facts)
         chunks: list[list[str]] = []
@@ -159,7 +229,9 @@ class LongQAEnv(ToolEnv):
     not an answer gets the next chunk (after the results of the tools it called), the last
     one the questions; from then on it is a plain tool-and-answer episode."""
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
         self.shown_chunks = 1
         self.asked = False
         self.read_notes: dict[str, str] = {}
@@ -204,7 +276,10 @@ class LongQAEnv(ToolEnv):
     def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
         """``long_qa/accuracy`` (fraction of questions answered right), ``long_qa/chunks_read``
         (fraction of the chunks shown), and ToolEnv's reflection and memory metrics."""
-        metrics = {"long_qa/accuracy": self.accuracy, "long_qa/chunks_read": self.shown_chunks / len(self.chunks) if self.task is not None else 0.0}
+        metrics = {
+            "long_qa/accuracy": self.accuracy,
+            "long_qa/chunks_read": self.shown_chunks / len(self.chunks) if self.task is not None else 0.0,
+        }
         metrics.update(super().episode_metrics(trajectory))
         return metrics
 
@@ -213,15 +288,23 @@ class LongQAEnv(ToolEnv):
         sentence of the chunk just shown (or ``Next.``); at the questions, ``memory_read`` of
         each question's note, then the answer from what the reads returned."""
         if self.memory is None:
-            raise ValueError("expert_reply: the oracle keeps its facts with the memory tools (memory: none gives it nothing to write with)")
+            raise ValueError(
+                "expert_reply: the oracle keeps its facts with the memory tools (memory: none gives it nothing to write with)"
+            )
         if not self.asked:
             facts = FACT_PATTERN.findall(self.chunks[self.shown_chunks - 1])
-            calls = [ToolCall("memory_write", {"text": f"The {a} of {p} is {v}.", "key": f"{a} of {p}"}, id=f"call_{i}") for i, (a, p, v) in enumerate(facts)]
+            calls = [
+                ToolCall("memory_write", {"text": f"The {a} of {p} is {v}.", "key": f"{a} of {p}"}, id=f"call_{i}")
+                for i, (a, p, v) in enumerate(facts)
+            ]
             return "\n".join(self.parser.format_call(call) for call in calls) if calls else "Next."
         keys = [f"{a} of {p}" for a, p in QUESTION_PATTERN.findall(questions_message(self.task.metadata["questions"]))]  # type: ignore[union-attr]
         missing = [key for key in keys if key not in self.read_notes]
         if missing:
-            return "\n".join(self.parser.format_call(ToolCall("memory_read", {"key": key}, id=f"call_{i}")) for i, key in enumerate(missing))
+            return "\n".join(
+                self.parser.format_call(ToolCall("memory_read", {"key": key}, id=f"call_{i}"))
+                for i, key in enumerate(missing)
+            )
         values = []
         for key in keys:
             found = FACT_PATTERN.search(self.read_notes[key])
@@ -237,17 +320,34 @@ class LongQAEnv(ToolEnv):
         total = len(self.chunks)
         # expert_reply saves a chunk's facts in the turn after it is shown; the turn that got
         # the questions saved the last chunk's.
-        saved = [f"{a} of {p}" for chunk in self.chunks[: self.shown_chunks if self.asked else self.shown_chunks - 1] for a, p, _ in FACT_PATTERN.findall(chunk)]
-        lines = [f"Read chunks 1-{self.shown_chunks} of {total}.", f"Notes saved: {'; '.join(saved) if saved else 'none'}."]
+        saved = [
+            f"{a} of {p}"
+            for chunk in self.chunks[: self.shown_chunks if self.asked else self.shown_chunks - 1]
+            for a, p, _ in FACT_PATTERN.findall(chunk)
+        ]
+        lines = [
+            f"Read chunks 1-{self.shown_chunks} of {total}.",
+            f"Notes saved: {'; '.join(saved) if saved else 'none'}.",
+        ]
         if not self.asked:
             pending = [match.group(0) for match in FACT_PATTERN.finditer(self.chunks[self.shown_chunks - 1])]
-            lines.append(f"Not saved yet: {' '.join(pending)}" if pending else f"Chunk {self.shown_chunks} has no facts to save.")
-            lines.append("Next: save them with memory_write, then reply for the next chunk." if pending else "Next: reply for the next chunk.")
+            lines.append(
+                f"Not saved yet: {' '.join(pending)}" if pending else f"Chunk {self.shown_chunks} has no facts to save."
+            )
+            lines.append(
+                "Next: save them with memory_write, then reply for the next chunk."
+                if pending
+                else "Next: reply for the next chunk."
+            )
             return "\n".join(lines)
         lines.append("Questions:\n" + numbered_questions(self.task.metadata["questions"]))  # type: ignore[union-attr]
         if self.read_notes:
             lines.append("Notes read: " + " ".join(self.read_notes.values()))
-        lines.append("Next: answer inside <answer></answer>." if self.read_notes else "Next: read the notes with memory_read, then answer.")
+        lines.append(
+            "Next: answer inside <answer></answer>."
+            if self.read_notes
+            else "Next: read the notes with memory_read, then answer."
+        )
         return "\n".join(lines)
 
 
@@ -276,12 +376,24 @@ def make_long_qa_env(
     no tools). ``max_turns`` defaults to ``num_chunks + 3`` (one reply per chunk, one turn
     to look notes up, the answer, one to spare). ``attempts`` / ``attempt_discount`` /
     ``self_critique``: reflection, see :class:`ToolEnv`."""
-    tasks = LongQATasks(split=split, seed=seed, num_tasks=num_tasks, num_chunks=num_chunks, chunk_sentences=chunk_sentences, num_facts=num_facts, num_questions=num_questions)
+    tasks = LongQATasks(
+        split=split,
+        seed=seed,
+        num_tasks=num_tasks,
+        num_chunks=num_chunks,
+        chunk_sentences=chunk_sentences,
+        num_facts=num_facts,
+        num_questions=num_questions,
+    )
     tools = memory_tools(memory)
     if tools is not None and not {"memory_write", "memory_read"} <= set(tools.offered):
-        raise ValueError(f"memory.tools: long-qa needs memory_write and memory_read (to save facts and look them up), got {list(tools.offered)}")
+        raise ValueError(
+            f"memory.tools: long-qa needs memory_write and memory_read (to save facts and look them up), got {list(tools.offered)}"
+        )
     if system_prompt is None:
-        lookup = " or ".join(name for name in ("memory_read", "memory_search") if tools is not None and name in tools.offered)
+        lookup = " or ".join(
+            name for name in ("memory_read", "memory_search") if tools is not None and name in tools.offered
+        )
         system_prompt = SYSTEM_PROMPT.format(lookup=lookup) if tools is not None else SYSTEM_PROMPT_NO_MEMORY
     return LongQAEnv(
         tasks,

@@ -93,7 +93,12 @@ def load_math_tasks(
             check_columns(list(row), fields, f"{source} row {index + 1}", option_names=FIELD_OPTIONS)
     else:
         rows = open_dataset(source, split=split)
-        check_columns(rows.column_names, fields, str(source) if isinstance(source, (str, Path)) else "the dataset", option_names=FIELD_OPTIONS)
+        check_columns(
+            rows.column_names,
+            fields,
+            str(source) if isinstance(source, (str, Path)) else "the dataset",
+            option_names=FIELD_OPTIONS,
+        )
         if num_tasks:
             rows = rows.select(range(min(num_tasks, len(rows))))
     tasks = []
@@ -150,7 +155,9 @@ def make_math_python_env(
     ``memory`` (memory tools; hermes format only): see :class:`ToolEnv`.
     """
     if not path and dataset is None:
-        raise ValueError(f"{name}: set env.path to a JSONL / Parquet / Arrow file or a save_to_disk folder (this package ships no data)")
+        raise ValueError(
+            f"{name}: set env.path to a JSONL / Parquet / Arrow file or a save_to_disk folder (this package ships no data)"
+        )
     if path and dataset is not None:
         raise ValueError("dataset: give either path or dataset, not both")
     if not 0 <= few_shot <= len(DEMO_PROBLEMS):
@@ -160,21 +167,28 @@ def make_math_python_env(
     limit = max_calls_per_turn if max_calls_per_turn is not None else (1 if parser == "retool" else 4)
     call_parser = get_parser(parser, max_calls_per_turn=limit, max_argument_chars=max_argument_chars)
     registry = ToolRegistry(
-        make_python_tool(timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars) if tool_name == "python" else get_tool(tool_name)
+        make_python_tool(timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars)
+        if tool_name == "python"
+        else get_tool(tool_name)
         for tool_name in tools
     )
     demo_tool = next((tool_name for tool_name in tools if tool_name in ("python", "calculator")), "")
     if few_shot and tools and not demo_tool:
         raise ValueError("few_shot: demonstrations need the python or calculator tool (or no tools)")
     return ToolEnv(
-        _cached_tasks(path or dataset, question_field, answer_field, name, num_tasks, split, id_field, tuple(metadata_fields)),
+        _cached_tasks(
+            path or dataset, question_field, answer_field, name, num_tasks, split, id_field, tuple(metadata_fields)
+        ),
         registry,
         parser=call_parser,
         reward_fn=math_reward,
         max_turns=max_turns,
         system_prompt=SYSTEM_PROMPTS[demo_tool] if system_prompt is None else system_prompt,
         # Fresh dicts per env: the cached demonstrations are shared by every env of the process.
-        demonstrations=[[dict(message) for message in demo] for demo in _demonstrations(few_shot, demo_tool, parser, limit, max_output_chars)],
+        demonstrations=[
+            [dict(message) for message in demo]
+            for demo in _demonstrations(few_shot, demo_tool, parser, limit, max_output_chars)
+        ],
         attempts=attempts,
         attempt_discount=attempt_discount,
         self_critique=self_critique,
@@ -189,13 +203,22 @@ def _cached_tasks(source, question_field, answer_field, name, num_tasks, split, 
     key = (source_key(source), question_field, answer_field, name, num_tasks, split, id_field, metadata_fields)
     if key not in _CACHE:  # envs are built per trajectory: read the data once
         _CACHE[key] = load_math_tasks(
-            source, question_field=question_field, answer_field=answer_field, name=name, num_tasks=num_tasks, split=split, id_field=id_field, metadata_fields=metadata_fields
+            source,
+            question_field=question_field,
+            answer_field=answer_field,
+            name=name,
+            num_tasks=num_tasks,
+            split=split,
+            id_field=id_field,
+            metadata_fields=metadata_fields,
         )
     return _CACHE[key]
 
 
 @functools.lru_cache(maxsize=16)
-def _demonstrations(count: int, tool_name: str, parser: str, max_calls_per_turn: int, max_output_chars: int) -> tuple[tuple[Message, ...], ...]:
+def _demonstrations(
+    count: int, tool_name: str, parser: str, max_calls_per_turn: int, max_output_chars: int
+) -> tuple[tuple[Message, ...], ...]:
     """The first ``count`` demo problems as conversation turns, computed once per process
     (envs are built per trajectory; the python demos run in a real sandbox)."""
     if not count:
@@ -203,10 +226,17 @@ def _demonstrations(count: int, tool_name: str, parser: str, max_calls_per_turn:
     call_parser = get_parser(parser, max_calls_per_turn=max_calls_per_turn)
     if not tool_name:
         return tuple(
-            ({"role": "user", "content": row["question"]}, {"role": "assistant", "content": _answer_only(row["answer"])})
+            (
+                {"role": "user", "content": row["question"]},
+                {"role": "assistant", "content": _answer_only(row["answer"])},
+            )
             for row in DEMO_PROBLEMS[:count]
         )
-    tool = make_python_tool(timeout_s=10.0, max_output_chars=max_output_chars) if tool_name == "python" else get_tool(tool_name)
+    tool = (
+        make_python_tool(timeout_s=10.0, max_output_chars=max_output_chars)
+        if tool_name == "python"
+        else get_tool(tool_name)
+    )
     try:
         demos = []
         for row in DEMO_PROBLEMS[:count]:
@@ -248,13 +278,37 @@ def make_gsm8k_env(
 ) -> ToolEnv:
     """GSM8K (``question`` / ``answer`` with ``#### N``) from a path or dataset you give, with the python tool."""
     return make_math_python_env(
-        path=path, dataset=dataset, split=split, num_tasks=num_tasks, tools=tools, parser=parser, max_calls_per_turn=max_calls_per_turn,
-        max_argument_chars=max_argument_chars, few_shot=few_shot, max_turns=max_turns, system_prompt=system_prompt, timeout_s=timeout_s, memory_mb=memory_mb,
-        max_output_chars=max_output_chars, name="gsm8k", attempts=attempts, attempt_discount=attempt_discount, self_critique=self_critique, memory=memory,
+        path=path,
+        dataset=dataset,
+        split=split,
+        num_tasks=num_tasks,
+        tools=tools,
+        parser=parser,
+        max_calls_per_turn=max_calls_per_turn,
+        max_argument_chars=max_argument_chars,
+        few_shot=few_shot,
+        max_turns=max_turns,
+        system_prompt=system_prompt,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        max_output_chars=max_output_chars,
+        name="gsm8k",
+        attempts=attempts,
+        attempt_discount=attempt_discount,
+        self_critique=self_critique,
+        memory=memory,
     )
 
 
-def gsm8k_to_sft(in_path: str | Path, out_path: str | Path, *, tool: str = "calculator", parser: str = "hermes", keep_mismatches: bool = False, limit: int | None = None) -> ConversionStats:
+def gsm8k_to_sft(
+    in_path: str | Path,
+    out_path: str | Path,
+    *,
+    tool: str = "calculator",
+    parser: str = "hermes",
+    keep_mismatches: bool = False,
+    limit: int | None = None,
+) -> ConversionStats:
     """Convert a GSM8K JSONL file into SFT conversations (JSONL) for the ``gsm8k`` env with
     ``tools=[tool]`` and ``parser``: the system prompt is that env's, and the tool is that
     env's own (same limits), so SFT sees exactly what evaluation shows."""
@@ -266,7 +320,12 @@ def gsm8k_to_sft(in_path: str | Path, out_path: str | Path, *, tool: str = "calc
     env = make_gsm8k_env(path=str(in_path), num_tasks=1, tools=[tool], parser=parser)
     stats = ConversionStats()
     try:
-        write_jsonl(out_path, convert_rows(rows, env.tools.get(tool), system_prompt=env.system_prompt, keep_mismatches=keep_mismatches, stats=stats))
+        write_jsonl(
+            out_path,
+            convert_rows(
+                rows, env.tools.get(tool), system_prompt=env.system_prompt, keep_mismatches=keep_mismatches, stats=stats
+            ),
+        )
     finally:
         env.close()
     return stats

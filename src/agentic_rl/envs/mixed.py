@@ -57,7 +57,9 @@ def parse_mix(entries: Any) -> list[MixEntry]:
         if label == "weighted":
             raise ValueError(f"mix[{i}].label: 'weighted' names the mix-weighted metrics; choose another label")
         if label in {p.label for p in parsed}:
-            raise ValueError(f"mix[{i}].label: two entries are labelled {label!r}; give each entry of one env its own label")
+            raise ValueError(
+                f"mix[{i}].label: two entries are labelled {label!r}; give each entry of one env its own label"
+            )
         options = {key: value for key, value in entry.items() if key not in _ENTRY_KEYS}
         parsed.append(MixEntry(name, float(weight), label, options))
     return parsed
@@ -115,7 +117,9 @@ class MixSpec:
         """The first ``count`` tasks of each entry, by label (held-out evaluation)."""
         for entry, size in zip(self.entries, self.sizes):
             if count > size:
-                raise ConfigError(f"num_tasks: mix entry {entry.label!r} has {size} tasks in this split, asked for {count}")
+                raise ConfigError(
+                    f"num_tasks: mix entry {entry.label!r} has {size} tasks in this split, asked for {count}"
+                )
         return {entry.label: list(range(start, start + count)) for entry, start in zip(self.entries, self.offsets)}
 
     def pools(self, task_indices: Sequence[int]) -> dict[str, list[int]]:
@@ -143,7 +147,11 @@ def _spec(key: str, split: str | None) -> MixSpec:
             builder = env_factory(entry.name, entry.options, split=split)
         except ConfigError as exc:
             reason = str(exc).removeprefix("env: ")
-            raise ValueError(f"mix[{i}].name: {reason}" if reason.startswith("unknown env") else f"mix[{i}] ({entry.label}): {reason}") from None
+            raise ValueError(
+                f"mix[{i}].name: {reason}"
+                if reason.startswith("unknown env")
+                else f"mix[{i}] ({entry.label}): {reason}"
+            ) from None
         probe = builder()
         try:
             sizes.append(int(probe.num_tasks))
@@ -161,7 +169,9 @@ def mix_spec(mix: Any, split: str | None = None) -> MixSpec:
     try:
         key = json.dumps(mix, sort_keys=True)
     except TypeError:
-        raise ValueError(f"mix: expected plain config values (lists, mappings, numbers, strings), got {mix!r}") from None
+        raise ValueError(
+            f"mix: expected plain config values (lists, mappings, numbers, strings), got {mix!r}"
+        ) from None
     return _spec(key, split)
 
 

@@ -37,14 +37,25 @@ class MultiSearchTasks(GeneratedTasks):
     """Tasks of ``num_questions`` consecutive search-qa questions each (same splits, seeds,
     ``types`` and ``hops`` filters as search-qa)."""
 
-    def __init__(self, *, split: str = "train", seed: int = 0, num_tasks: int | None = None, num_questions: int = 3, types: Sequence[str] | None = None, hops: int | Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        seed: int = 0,
+        num_tasks: int | None = None,
+        num_questions: int = 3,
+        types: Sequence[str] | None = None,
+        hops: int | Sequence[int] | None = None,
+    ) -> None:
         if not isinstance(num_questions, int) or isinstance(num_questions, bool) or not 2 <= num_questions <= 8:
             raise ValueError(f"num_questions: expected an int in [2, 8], got {num_questions!r}")
         self.questions = SearchQATasks(split=split, seed=seed, types=types, hops=hops)
         self.num_questions = num_questions
         self.size = len(self.questions) // num_questions if num_tasks is None else num_tasks
         if not 1 <= self.size <= len(self.questions) // num_questions:
-            raise ValueError(f"num_tasks: expected an int in [1, {len(self.questions) // num_questions}], got {num_tasks}")
+            raise ValueError(
+                f"num_tasks: expected an int in [1, {len(self.questions) // num_questions}], got {num_tasks}"
+            )
         self.split, self.seed = split, seed
 
     def generate(self, index: int) -> Task:
@@ -125,7 +136,9 @@ def make_multi_search_env(
         raise ValueError(f"max_doc_chars: expected a positive int or None, got {max_doc_chars}")
     if not 0.0 <= format_reward <= 1.0:
         raise ValueError(f"format_reward: expected a weight in [0, 1], got {format_reward}")
-    tasks = MultiSearchTasks(split=split, seed=seed, num_tasks=num_tasks, num_questions=num_questions, types=types, hops=hops)
+    tasks = MultiSearchTasks(
+        split=split, seed=seed, num_tasks=num_tasks, num_questions=num_questions, types=types, hops=hops
+    )
     search_tool = make_search_tool(get_retriever(seed=seed), top_k=top_k, max_doc_chars=max_doc_chars)
     return MultiSearchEnv(
         tasks,

@@ -14,7 +14,9 @@ from collections import Counter
 from collections.abc import Iterable
 
 PLAN_TAG = "plan"
-PLAN_INSTRUCTION = "Begin with a plan inside <plan></plan>: one step per line, naming the tool each step calls; then carry it out."
+PLAN_INSTRUCTION = (
+    "Begin with a plan inside <plan></plan>: one step per line, naming the tool each step calls; then carry it out."
+)
 PLAN_ACK = "Plan noted. Now carry it out."
 
 

@@ -57,7 +57,9 @@ def _factory(name: str) -> Callable[..., Env]:
 
     close = difflib.get_close_matches(name, _REGISTRY, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise UnknownEnvError(f"unknown env {name!r}{hint}; registered envs: {', '.join(sorted(_REGISTRY))} (or an import path package.module:Factory)")
+    raise UnknownEnvError(
+        f"unknown env {name!r}{hint}; registered envs: {', '.join(sorted(_REGISTRY))} (or an import path package.module:Factory)"
+    )
 
 
 def accepts_option(name: str, option: str) -> bool:

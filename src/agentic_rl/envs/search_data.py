@@ -47,15 +47,121 @@ SPLITS = ("train", "test", "demo")
 DEFAULT_NUM_TASKS = {"train": 10_000, "test": 1_000, "demo": 16}
 WORLD_OF_SPLIT = {"train": "train", "demo": "train", "test": "test"}
 
-_ONSETS = ["b", "br", "c", "d", "dr", "f", "g", "gr", "h", "j", "k", "kr", "l", "m", "n", "p", "qu", "r", "s", "st", "t", "th", "tr", "v", "vr", "w", "z"]
+_ONSETS = [
+    "b",
+    "br",
+    "c",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "j",
+    "k",
+    "kr",
+    "l",
+    "m",
+    "n",
+    "p",
+    "qu",
+    "r",
+    "s",
+    "st",
+    "t",
+    "th",
+    "tr",
+    "v",
+    "vr",
+    "w",
+    "z",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ae", "ia", "ou", "y"]
 _CODAS = ["", "", "", "n", "r", "l", "s", "th", "x", "m", "nd", "rk"]
-_COMPANY_SUFFIXES = ["Dynamics", "Works", "Labs", "Industries", "Systems", "Holdings", "Foundry", "Motors", "Instruments", "Textiles", "Shipping", "Optics", "Chemicals", "Mills", "Analytics"]
-_INDUSTRIES = ["shipping", "textile", "optics", "chemical", "railway", "aviation", "software", "mining", "publishing", "brewing", "robotics", "pharmaceutical"]
-_PROFESSIONS = ["chemist", "engineer", "banker", "architect", "physician", "merchant", "inventor", "economist", "geologist", "clockmaker", "botanist", "lawyer"]
-_FIELDS = ["mathematics", "chemistry", "law", "medicine", "physics", "economics", "botany", "engineering", "music", "history"]
-_DEVICES = ["Engine", "Loom", "Lamp", "Compass", "Press", "Valve", "Telegraph", "Turbine", "Lens", "Dynamo", "Sextant", "Pump", "Furnace", "Cipher", "Gyroscope"]
-_KINDS = ["steam device", "measuring instrument", "signalling device", "weaving machine", "optical instrument", "electrical machine", "navigation aid", "printing machine"]
+_COMPANY_SUFFIXES = [
+    "Dynamics",
+    "Works",
+    "Labs",
+    "Industries",
+    "Systems",
+    "Holdings",
+    "Foundry",
+    "Motors",
+    "Instruments",
+    "Textiles",
+    "Shipping",
+    "Optics",
+    "Chemicals",
+    "Mills",
+    "Analytics",
+]
+_INDUSTRIES = [
+    "shipping",
+    "textile",
+    "optics",
+    "chemical",
+    "railway",
+    "aviation",
+    "software",
+    "mining",
+    "publishing",
+    "brewing",
+    "robotics",
+    "pharmaceutical",
+]
+_PROFESSIONS = [
+    "chemist",
+    "engineer",
+    "banker",
+    "architect",
+    "physician",
+    "merchant",
+    "inventor",
+    "economist",
+    "geologist",
+    "clockmaker",
+    "botanist",
+    "lawyer",
+]
+_FIELDS = [
+    "mathematics",
+    "chemistry",
+    "law",
+    "medicine",
+    "physics",
+    "economics",
+    "botany",
+    "engineering",
+    "music",
+    "history",
+]
+_DEVICES = [
+    "Engine",
+    "Loom",
+    "Lamp",
+    "Compass",
+    "Press",
+    "Valve",
+    "Telegraph",
+    "Turbine",
+    "Lens",
+    "Dynamo",
+    "Sextant",
+    "Pump",
+    "Furnace",
+    "Cipher",
+    "Gyroscope",
+]
+_KINDS = [
+    "steam device",
+    "measuring instrument",
+    "signalling device",
+    "weaving machine",
+    "optical instrument",
+    "electrical machine",
+    "navigation aid",
+    "printing machine",
+]
 _LANGUAGES = ["Veltic", "Oranese", "Tamic", "Lorvish", "Quenyan", "Sarthic", "Dovrian", "Meltic"]
 
 
@@ -82,21 +188,53 @@ class World:
             docs.append(Document(id=f"{prefix}-{len(docs)}-{key}", title=title, text=text))
 
         for c in self.countries:
-            add("country", c["name"], f"{c['name']} is a country whose capital is {c['capital']}. Its official language is {c['language']}.")
+            add(
+                "country",
+                c["name"],
+                f"{c['name']} is a country whose capital is {c['capital']}. Its official language is {c['language']}.",
+            )
         for c in self.cities:
-            add("city", c["name"], f"{c['name']} is a city in the country of {c['country']}. It has a population of {c['population']:,} and was first settled in {c['settled']}.")
+            add(
+                "city",
+                c["name"],
+                f"{c['name']} is a city in the country of {c['country']}. It has a population of {c['population']:,} and was first settled in {c['settled']}.",
+            )
         for p in self.people:
             article = "an" if p["profession"][0] in "aeiou" else "a"
-            add("person", p["name"], f"{p['name']} was {article} {p['profession']} born in {p['birth_city']} in {p['birth_year']}.")
-            add("career", f"{p['name']} (career)", f"{p['name']} studied {p['field']} and later worked in {p['work_city']} for many years.")
+            add(
+                "person",
+                p["name"],
+                f"{p['name']} was {article} {p['profession']} born in {p['birth_city']} in {p['birth_year']}.",
+            )
+            add(
+                "career",
+                f"{p['name']} (career)",
+                f"{p['name']} studied {p['field']} and later worked in {p['work_city']} for many years.",
+            )
         for c in self.companies:
             article = "an" if c["industry"][0] in "aeiou" else "a"
-            add("company", c["name"], f"{c['name']} is {article} {c['industry']} company founded in {c['founded']} by {c['founder']}.")
-            add("hq", f"{c['name']} (headquarters)", f"{c['name']} has its headquarters in {c['hq']}. The firm employs about {c['employees']:,} people.")
+            add(
+                "company",
+                c["name"],
+                f"{c['name']} is {article} {c['industry']} company founded in {c['founded']} by {c['founder']}.",
+            )
+            add(
+                "hq",
+                f"{c['name']} (headquarters)",
+                f"{c['name']} has its headquarters in {c['hq']}. The firm employs about {c['employees']:,} people.",
+            )
         for i in self.inventions:
             article = "an" if i["kind"][0] in "aeiou" else "a"
-            add("invention", i["name"], f"The {i['name']} is {article} {i['kind']} first produced by {i['company']} in {i['year']}.")
-            add("design", f"{i['name']} (design)", f"The {i['name']} was designed by {i['designer']} after several failed prototypes.")
+            add(
+                "invention",
+                i["name"],
+                f"The {i['name']} is {article} {i['kind']} first produced by {i['company']} in {i['year']}.",
+            )
+            add(
+                "design",
+                f"{i['name']} (design)",
+                f"The {i['name']} was designed by {i['designer']} after several failed prototypes.",
+            )
         return docs
 
 
@@ -130,24 +268,62 @@ def generate_world(seed: int | str, name: str, *, scale: float = 1.0, used_names
     last_names = [names.word((2, 3)) for _ in range(size(60))]
 
     for _ in range(size(25)):
-        world.countries.append({"name": names.unique(lambda: names.word((2, 3)) + rng.choice(["ia", "land", "stan", "mark", ""])), "language": rng.choice(_LANGUAGES)})
+        world.countries.append(
+            {
+                "name": names.unique(lambda: names.word((2, 3)) + rng.choice(["ia", "land", "stan", "mark", ""])),
+                "language": rng.choice(_LANGUAGES),
+            }
+        )
     for _ in range(size(60)):
         city = names.unique(lambda: names.word((2, 3)))
-        world.cities.append({"name": city, "country": rng.choice(world.countries)["name"], "population": rng.randint(20, 4000) * 1000 + rng.randint(0, 999), "settled": rng.randint(900, 1800)})
+        world.cities.append(
+            {
+                "name": city,
+                "country": rng.choice(world.countries)["name"],
+                "population": rng.randint(20, 4000) * 1000 + rng.randint(0, 999),
+                "settled": rng.randint(900, 1800),
+            }
+        )
     for country in world.countries:
         country["capital"] = rng.choice(world.cities)["name"]
     city_names = [c["name"] for c in world.cities]
     for _ in range(size(300)):
         person = names.unique(lambda: f"{rng.choice(first_names)} {rng.choice(last_names)}")
-        world.people.append({"name": person, "profession": rng.choice(_PROFESSIONS), "birth_city": rng.choice(city_names), "birth_year": rng.randint(1800, 1950), "field": rng.choice(_FIELDS), "work_city": rng.choice(city_names)})
+        world.people.append(
+            {
+                "name": person,
+                "profession": rng.choice(_PROFESSIONS),
+                "birth_city": rng.choice(city_names),
+                "birth_year": rng.randint(1800, 1950),
+                "field": rng.choice(_FIELDS),
+                "work_city": rng.choice(city_names),
+            }
+        )
     for _ in range(size(120)):
         company = names.unique(lambda: f"{names.word((2, 3))} {rng.choice(_COMPANY_SUFFIXES)}")
         founder = rng.choice(world.people)
-        world.companies.append({"name": company, "industry": rng.choice(_INDUSTRIES), "founder": founder["name"], "founded": founder["birth_year"] + rng.randint(22, 60), "hq": rng.choice(city_names), "employees": rng.randint(10, 90_000)})
+        world.companies.append(
+            {
+                "name": company,
+                "industry": rng.choice(_INDUSTRIES),
+                "founder": founder["name"],
+                "founded": founder["birth_year"] + rng.randint(22, 60),
+                "hq": rng.choice(city_names),
+                "employees": rng.randint(10, 90_000),
+            }
+        )
     for _ in range(size(120)):
         invention = names.unique(lambda: f"{names.word((2, 3))} {rng.choice(_DEVICES)}")
         company = rng.choice(world.companies)
-        world.inventions.append({"name": invention, "kind": rng.choice(_KINDS), "company": company["name"], "year": company["founded"] + rng.randint(1, 40), "designer": rng.choice(world.people)["name"]})
+        world.inventions.append(
+            {
+                "name": invention,
+                "kind": rng.choice(_KINDS),
+                "company": company["name"],
+                "year": company["founded"] + rng.randint(1, 40),
+                "designer": rng.choice(world.people)["name"],
+            }
+        )
     return world
 
 
@@ -205,22 +381,42 @@ def _compare(keys: list[str], values: list[str], into: str, pick: str = "min") -
 def _bridge_founder_city(rng, w):
     c = rng.choice(w.companies)
     p = _person(w, c["founder"])
-    plan = [_step("{C} founded", _P_COMPANY, "C", year="y", founder="F"), _step("{F} born", _P_PERSON, "F", city="A", year="by")]
+    plan = [
+        _step("{C} founded", _P_COMPANY, "C", year="y", founder="F"),
+        _step("{F} born", _P_PERSON, "F", city="A", year="by"),
+    ]
     return f"In which city was the founder of {c['name']} born?", p["birth_city"], {"C": c["name"]}, plan, "bridge", 2
 
 
 def _bridge_invention_company_year(rng, w):
     i = rng.choice(w.inventions)
     c = _company(w, i["company"])
-    plan = [_step("{I} produced", _P_INVENTION, "I", company="C", year="iy"), _step("{C} founded", _P_COMPANY, "C", year="A", founder="F")]
-    return f"In which year was the company that produced the {i['name']} founded?", str(c["founded"]), {"I": i["name"]}, plan, "bridge", 2
+    plan = [
+        _step("{I} produced", _P_INVENTION, "I", company="C", year="iy"),
+        _step("{C} founded", _P_COMPANY, "C", year="A", founder="F"),
+    ]
+    return (
+        f"In which year was the company that produced the {i['name']} founded?",
+        str(c["founded"]),
+        {"I": i["name"]},
+        plan,
+        "bridge",
+        2,
+    )
 
 
 def _bridge_hq_country(rng, w):
     c = rng.choice(w.companies)
     city = _city(w, c["hq"])
     plan = [_step("{C} headquarters", _P_HQ, "C", city="H"), _step("{H} city country", _P_CITY, "H", country="A")]
-    return f"In which country is the city where {c['name']} has its headquarters?", city["country"], {"C": c["name"]}, plan, "bridge", 2
+    return (
+        f"In which country is the city where {c['name']} has its headquarters?",
+        city["country"],
+        {"C": c["name"]},
+        plan,
+        "bridge",
+        2,
+    )
 
 
 def _bridge3_invention_founder_city(rng, w):
@@ -231,7 +427,14 @@ def _bridge3_invention_founder_city(rng, w):
         _step("{C} founded", _P_COMPANY, "C", year="cy", founder="F"),
         _step("{F} born", _P_PERSON, "F", city="A", year="by"),
     ]
-    return f"In which city was the founder of the company that produced the {i['name']} born?", p["birth_city"], {"I": i["name"]}, plan, "bridge", 3
+    return (
+        f"In which city was the founder of the company that produced the {i['name']} born?",
+        p["birth_city"],
+        {"I": i["name"]},
+        plan,
+        "bridge",
+        3,
+    )
 
 
 def _bridge3_designer_country(rng, w):
@@ -242,7 +445,14 @@ def _bridge3_designer_country(rng, w):
         _step("{D} born", _P_PERSON, "D", city="B", year="by"),
         _step("{B} city country", _P_CITY, "B", country="A"),
     ]
-    return f"In which country was the designer of the {i['name']} born?", _city(w, p["birth_city"])["country"], {"I": i["name"]}, plan, "bridge", 3
+    return (
+        f"In which country was the designer of the {i['name']} born?",
+        _city(w, p["birth_city"])["country"],
+        {"I": i["name"]},
+        plan,
+        "bridge",
+        3,
+    )
 
 
 def _comparison_company_founder(rng, w):
@@ -253,7 +463,14 @@ def _comparison_company_founder(rng, w):
         _compare(["y1", "y2"], ["f1", "f2"], "A"),
     ]
     answer = min((c1, c2), key=lambda c: c["founded"])["founder"]
-    return f"Who founded the older company: {c1['name']} or {c2['name']}?", answer, {"C1": c1["name"], "C2": c2["name"]}, plan, "comparison", 2
+    return (
+        f"Who founded the older company: {c1['name']} or {c2['name']}?",
+        answer,
+        {"C1": c1["name"], "C2": c2["name"]},
+        plan,
+        "comparison",
+        2,
+    )
 
 
 def _comparison_person_city(rng, w):
@@ -264,7 +481,14 @@ def _comparison_person_city(rng, w):
         _compare(["y1", "y2"], ["c1", "c2"], "A"),
     ]
     answer = min((p1, p2), key=lambda p: p["birth_year"])["birth_city"]
-    return f"In which city was the older of {p1['name']} and {p2['name']} born?", answer, {"P1": p1["name"], "P2": p2["name"]}, plan, "comparison", 2
+    return (
+        f"In which city was the older of {p1['name']} and {p2['name']} born?",
+        answer,
+        {"P1": p1["name"], "P2": p2["name"]},
+        plan,
+        "comparison",
+        2,
+    )
 
 
 def _comparison3_invention_founder(rng, w):
@@ -277,7 +501,14 @@ def _comparison3_invention_founder(rng, w):
         _step("{C} founded", _P_COMPANY, "C", year="cy", founder="A"),
     ]
     answer = _company(w, first["company"])["founder"]
-    return f"Who founded the company that produced the earlier invention: the {i1['name']} or the {i2['name']}?", answer, {"I1": i1["name"], "I2": i2["name"]}, plan, "comparison", 3
+    return (
+        f"Who founded the company that produced the earlier invention: the {i1['name']} or the {i2['name']}?",
+        answer,
+        {"I1": i1["name"], "I2": i2["name"]},
+        plan,
+        "comparison",
+        3,
+    )
 
 
 def _lookup_founder(rng, w):
@@ -396,13 +627,24 @@ class SearchQATasks(GeneratedTasks):
     def generate(self, index: int) -> Task:
         rng = random.Random(f"search-qa:{self.split}:{self.seed}:{index}")
         # Unweighted draws keep randrange, so the tasks of unweighted splits stay as they were.
-        kind = self.types[rng.randrange(len(self.types))] if self.weights is None else rng.choices(self.types, weights=self.weights)[0]
+        kind = (
+            self.types[rng.randrange(len(self.types))]
+            if self.weights is None
+            else rng.choices(self.types, weights=self.weights)[0]
+        )
         question, answer, start, plan, qtype, hops = QUESTION_TYPES[kind](rng, self.world)
         return Task(
             id=f"search-qa-{self.split}-{self.seed}-{index}",
             prompt=question,
             answer=answer,
-            metadata={"answers": [answer], "question_type": qtype, "template": kind, "hops": hops, "vars": start, "plan": plan},
+            metadata={
+                "answers": [answer],
+                "question_type": qtype,
+                "template": kind,
+                "hops": hops,
+                "vars": start,
+                "plan": plan,
+            },
         )
 
 
@@ -410,7 +652,11 @@ def _hops_filter(hops: Any) -> set[int] | None:
     if hops is None:
         return None
     values = [hops] if isinstance(hops, int) and not isinstance(hops, bool) else hops
-    if not isinstance(values, (list, tuple)) or not values or any(isinstance(h, bool) or h not in (1, 2, 3) for h in values):
+    if (
+        not isinstance(values, (list, tuple))
+        or not values
+        or any(isinstance(h, bool) or h not in (1, 2, 3) for h in values)
+    ):
         raise ValueError(f"hops: expected 1, 2, 3, a list of them, or None, got {hops!r}")
     return set(values)
 
@@ -420,7 +666,9 @@ def _template_weights(names: Sequence[str], question_weights: Mapping[str, float
     if question_weights is None:
         return None
     if not isinstance(question_weights, Mapping):
-        raise ValueError(f"question_weights: expected a mapping of question type to weight, e.g. {{bridge: 3}}, got {question_weights!r}")
+        raise ValueError(
+            f"question_weights: expected a mapping of question type to weight, e.g. {{bridge: 3}}, got {question_weights!r}"
+        )
     known = sorted({_question_type_of(name) for name in QUESTION_TYPES})
     for key, weight in question_weights.items():
         if key not in known:

@@ -47,7 +47,13 @@ from typing import Any, Literal
 
 from agentic_rl.data.conversations import read_jsonl
 from agentic_rl.envs.base import Task
-from agentic_rl.envs.search_data import DEFAULT_NUM_TASKS, SearchQATasks, demo_corpus, oracle_action, supporting_documents
+from agentic_rl.envs.search_data import (
+    DEFAULT_NUM_TASKS,
+    SearchQATasks,
+    demo_corpus,
+    oracle_action,
+    supporting_documents,
+)
 from agentic_rl.envs.tool_env import ToolEnv
 from agentic_rl.parsers import DEFAULT_MAX_ARGUMENT_CHARS, ToolCallParser, get_parser
 from agentic_rl.retrieval.base import Retriever, format_documents
@@ -79,7 +85,9 @@ _RETRIEVERS: dict[tuple, CachedRetriever] = {}
 _RETRIEVERS_LOCK = threading.Lock()
 
 
-def get_retriever(*, seed: int = 0, corpus_path: str | None = None, index_path: str | None = None, server_url: str | None = None) -> CachedRetriever:
+def get_retriever(
+    *, seed: int = 0, corpus_path: str | None = None, index_path: str | None = None, server_url: str | None = None
+) -> CachedRetriever:
     """A cached retriever per source, shared by every env of this process (envs are rebuilt
     per episode; the index is built or opened once)."""
     given = [x for x in (corpus_path, index_path, server_url) if x]
@@ -226,10 +234,18 @@ class SearchQAEnv(ToolEnv):
         if not 0.0 <= format_reward <= 1.0:
             raise ValueError(f"format_reward: expected a weight in [0, 1], got {format_reward}")
         if info_gain_reward < 0 or repeat_penalty < 0:
-            raise ValueError(f"info_gain_reward, repeat_penalty: expected numbers >= 0, got {info_gain_reward}, {repeat_penalty}")
+            raise ValueError(
+                f"info_gain_reward, repeat_penalty: expected numbers >= 0, got {info_gain_reward}, {repeat_penalty}"
+            )
         if not 0.0 <= evidence_reward <= 1.0 - format_reward:
-            raise ValueError(f"evidence_reward: expected a weight in [0, 1 - format_reward] = [0, {1.0 - format_reward:g}], got {evidence_reward}")
-        for option, value in (("info_gain_reward", info_gain_reward), ("require_evidence", require_evidence), ("evidence_reward", evidence_reward)):
+            raise ValueError(
+                f"evidence_reward: expected a weight in [0, 1 - format_reward] = [0, {1.0 - format_reward:g}], got {evidence_reward}"
+            )
+        for option, value in (
+            ("info_gain_reward", info_gain_reward),
+            ("require_evidence", require_evidence),
+            ("evidence_reward", evidence_reward),
+        ):
             if value and (gold_documents is None or retriever is None):
                 raise ValueError(f"{option}: needs gold_documents and the retriever the search tool uses")
         super().__init__(tasks, tools, **kwargs)
@@ -255,12 +271,16 @@ class SearchQAEnv(ToolEnv):
         self.found_gold: set[str] = set()
         self.turn_reward = 0.0
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
         self._reset_episode()
         messages, info = super().reset(seed=seed, options=options)
         if self.simulated_search is not None:
             step = (options or {}).get("training_step")
-            self.simulated_search.begin_episode(question=self.task.prompt, answers=_golds(self.task), step=step, seed=seed)  # type: ignore[union-attr]
+            self.simulated_search.begin_episode(
+                question=self.task.prompt, answers=_golds(self.task), step=step, seed=seed
+            )  # type: ignore[union-attr]
         if self.gold_documents is not None:  # given exactly when an option reads the gold documents
             self.gold = frozenset(self.gold_documents(self.task))  # type: ignore[misc, arg-type]
         return messages, info
@@ -276,7 +296,11 @@ class SearchQAEnv(ToolEnv):
         if self.require_evidence and not self.has_evidence():
             base = 0.0
         formed = float(self.well_formed(answer))
-        reward = (1.0 - self.format_weight - self.evidence_weight) * base + self.format_weight * formed + self.evidence_weight * formed * self.evidence_share()
+        reward = (
+            (1.0 - self.format_weight - self.evidence_weight) * base
+            + self.format_weight * formed
+            + self.evidence_weight * formed * self.evidence_share()
+        )
         return reward, {"em": em, "f1": f1}
 
     def evidence_share(self) -> float:
@@ -447,23 +471,39 @@ def make_search_qa_env(
         raise ValueError(f"max_doc_chars: expected a positive int or None, got {max_doc_chars}")
     if qa_path:
         if question_weights is not None:
-            raise ValueError("question_weights: weighs the built-in question types; a qa_path file has none (leave it out)")
+            raise ValueError(
+                "question_weights: weighs the built-in question types; a qa_path file has none (leave it out)"
+            )
         tasks: Sequence[Task] = QATasks(qa_path.replace("{split}", split), num_tasks=num_tasks)
     else:
-        tasks = SearchQATasks(split=split, seed=seed, num_tasks=num_tasks, types=types, hops=hops, question_weights=question_weights)
+        tasks = SearchQATasks(
+            split=split, seed=seed, num_tasks=num_tasks, types=types, hops=hops, question_weights=question_weights
+        )
     simulated = _simulated_search(retriever, split) if retriever is not None else None
     if simulated is not None and (corpus_path or index_path or server_url):
-        raise ValueError("retriever: a simulated search engine replaces the corpus; give it or corpus_path / index_path / server_url, not both")
+        raise ValueError(
+            "retriever: a simulated search engine replaces the corpus; give it or corpus_path / index_path / server_url, not both"
+        )
     if not isinstance(require_evidence, bool):
         raise ValueError(f"require_evidence: expected true or false, got {require_evidence!r}")
     if not isinstance(evidence_reward, (int, float)) or isinstance(evidence_reward, bool):
         raise ValueError(f"evidence_reward: expected a number in [0, 1], got {evidence_reward!r}")
-    evidence_option = "info_gain_reward" if info_gain_reward else "evidence_reward" if evidence_reward else "require_evidence"
+    evidence_option = (
+        "info_gain_reward" if info_gain_reward else "evidence_reward" if evidence_reward else "require_evidence"
+    )
     if simulated is not None and (info_gain_reward or require_evidence or evidence_reward):
-        raise ValueError(f"{evidence_option}: needs a document collection to find the gold documents in, not a simulated search engine")
+        raise ValueError(
+            f"{evidence_option}: needs a document collection to find the gold documents in, not a simulated search engine"
+        )
     if simulated is not None and few_shot:
-        raise ValueError("few_shot: the oracle demonstrations need a document collection, not a simulated search engine")
-    search = simulated if simulated is not None else get_retriever(seed=seed, corpus_path=corpus_path, index_path=index_path, server_url=server_url)
+        raise ValueError(
+            "few_shot: the oracle demonstrations need a document collection, not a simulated search engine"
+        )
+    search = (
+        simulated
+        if simulated is not None
+        else get_retriever(seed=seed, corpus_path=corpus_path, index_path=index_path, server_url=server_url)
+    )
     search_tool = make_search_tool(search, top_k=top_k, max_doc_chars=max_doc_chars)
     limit = max_calls_per_turn if max_calls_per_turn is not None else (1 if parser == "search_r1" else 4)
     call_parser = get_parser(parser, max_calls_per_turn=limit, max_argument_chars=max_argument_chars)
@@ -471,13 +511,17 @@ def make_search_qa_env(
         raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")
     if few_shot and qa_path:
         raise ValueError("few_shot: demonstrations need the built-in questions (no qa_path)")
-    demos = [_demonstration(task, call_parser, search_tool) for task in SearchQATasks(split="demo", seed=seed)[:few_shot]]
+    demos = [
+        _demonstration(task, call_parser, search_tool) for task in SearchQATasks(split="demo", seed=seed)[:few_shot]
+    ]
     gold_documents: GoldDocuments | None = None
     if info_gain_reward or require_evidence or evidence_reward:
         if qa_path:
             missing = next((task for task in tasks if "supporting_docs" not in task.metadata), None)
             if missing is not None:
-                raise ValueError(f"{evidence_option}: task {missing.id} of {qa_path} has no supporting_docs (document ids or titles)")
+                raise ValueError(
+                    f"{evidence_option}: task {missing.id} of {qa_path} has no supporting_docs (document ids or titles)"
+                )
             gold_documents = task_supporting_docs
         else:
             gold_documents = _builtin_supporting_docs(seed)
@@ -518,7 +562,9 @@ def _simulated_search(spec: Any, split: str) -> SimulatedSearch:
     elif isinstance(spec, dict):
         engine = simulated_engine(SimulationConfig.parse(spec))
     else:
-        raise ValueError(f"retriever: expected a mapping like {{kind: simulated, model: ...}}, got {type(spec).__name__}")
+        raise ValueError(
+            f"retriever: expected a mapping like {{kind: simulated, model: ...}}, got {type(spec).__name__}"
+        )
     with_answer = engine.config.with_answer
     return SimulatedSearch(engine, with_answer=split == "train" if with_answer is None else with_answer)
 

@@ -114,7 +114,13 @@ def solve(room: Room, max_states: int = MAX_SOLVER_STATES) -> list[str] | None:
 def carve(rng: random.Random, height: int, width: int) -> set[Cell]:
     """Floor cells from a random walk over the interior that carves small shapes (gym-sokoban's
     room topology: a walk of about 1.7 * (height + width) steps)."""
-    shapes = [((0, 0),), ((0, 0), (0, 1)), ((0, 0), (1, 0)), ((0, 0), (0, 1), (1, 0), (1, 1)), ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))]
+    shapes = [
+        ((0, 0),),
+        ((0, 0), (0, 1)),
+        ((0, 0), (1, 0)),
+        ((0, 0), (0, 1), (1, 0), (1, 1)),
+        ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)),
+    ]
     r, c = rng.randrange(1, height - 1), rng.randrange(1, width - 1)
     direction = rng.choice(ACTIONS)
     floor: set[Cell] = set()
@@ -142,7 +148,9 @@ def reverse_moves(walls: frozenset[Cell], player: Cell, boxes: frozenset[Cell]):
             yield ahead, (boxes - {behind}) | {player}
 
 
-def reverse_play(walls: frozenset[Cell], floor: set[Cell], targets: frozenset[Cell], max_depth: int, budget: int) -> tuple[int, list[tuple[Cell, frozenset[Cell]]]]:
+def reverse_play(
+    walls: frozenset[Cell], floor: set[Cell], targets: frozenset[Cell], max_depth: int, budget: int
+) -> tuple[int, list[tuple[Cell, frozenset[Cell]]]]:
     """Breadth-first reverse play from every solved state (boxes on targets, player on any
     free floor cell): a state's depth is the length of its shortest solution. Returns the
     deepest depth reached (at most ``max_depth``, within ``budget`` states) and the states
@@ -187,9 +195,16 @@ def generator(height: int, width: int, num_boxes: int, max_solution_steps: int):
 class SokobanEnv(DiscreteTextGame):
     metric_prefix = "sokoban"
 
-    def __init__(self, tasks: LevelTasks, *, step_penalty: float, box_reward: float, success_reward: float, **game) -> None:
+    def __init__(
+        self, tasks: LevelTasks, *, step_penalty: float, box_reward: float, success_reward: float, **game
+    ) -> None:
         super().__init__(actions=ACTIONS, **game)
-        self.tasks, self.step_penalty, self.box_reward, self.success_reward = tasks, step_penalty, box_reward, success_reward
+        self.tasks, self.step_penalty, self.box_reward, self.success_reward = (
+            tasks,
+            step_penalty,
+            box_reward,
+            success_reward,
+        )
         self.room: Room | None = None
         self.player: Cell = (0, 0)
         self.boxes: frozenset[Cell] = frozenset()
@@ -211,7 +226,9 @@ class SokobanEnv(DiscreteTextGame):
         on_target = len(self.boxes & self.room.targets)
         shaping = self.box_reward * (on_target - on_target_before) - self.step_penalty
         solved = self.boxes <= self.room.targets
-        return Move(reward=self.success_reward if solved else 0.0, turn_reward=shaping, terminated=solved, solved=solved)
+        return Move(
+            reward=self.success_reward if solved else 0.0, turn_reward=shaping, terminated=solved, solved=solved
+        )
 
     def render(self) -> str:
         assert self.room is not None
@@ -257,8 +274,20 @@ def make_sokoban_env(
         raise ValueError(f"max_solution_steps: expected an int in [1, 100], got {max_solution_steps}")
     if step_penalty < 0 or box_reward < 0:
         raise ValueError(f"{'step_penalty' if step_penalty < 0 else 'box_reward'}: expected a number >= 0")
-    tasks = LevelTasks("sokoban", generator(height, width, num_boxes, max_solution_steps), render, split=split, seed=seed, num_tasks=num_tasks)
+    tasks = LevelTasks(
+        "sokoban",
+        generator(height, width, num_boxes, max_solution_steps),
+        render,
+        split=split,
+        seed=seed,
+        num_tasks=num_tasks,
+    )
     return SokobanEnv(
-        tasks, step_penalty=step_penalty, box_reward=box_reward, success_reward=success_reward,
-        system_prompt=system_prompt, max_turns=max_turns, invalid_penalty=invalid_penalty,
+        tasks,
+        step_penalty=step_penalty,
+        box_reward=box_reward,
+        success_reward=success_reward,
+        system_prompt=system_prompt,
+        max_turns=max_turns,
+        invalid_penalty=invalid_penalty,
     )

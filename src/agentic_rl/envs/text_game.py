@@ -92,7 +92,9 @@ class DiscreteTextGame:
     def action_hint(self) -> str:
         return "Reply with one action: " + ", ".join(f"<answer>{name}</answer>" for name in self.actions) + "."
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
         """Start on level ``options["task_index"]``, else on one drawn with ``seed``."""
         options = options or {}
         index = options["task_index"] if "task_index" in options else random.Random(seed).randrange(self.num_tasks)
@@ -132,7 +134,15 @@ class DiscreteTextGame:
         }
         if self.done:
             return [], float(outcome.reward), outcome.terminated, truncated, info
-        text = "\n\n".join(part for part in (outcome.note, self.render() if action is not None else self.render_unchanged(), self.action_hint()) if part)
+        text = "\n\n".join(
+            part
+            for part in (
+                outcome.note,
+                self.render() if action is not None else self.render_unchanged(),
+                self.action_hint(),
+            )
+            if part
+        )
         return [{"role": "user", "content": text}], float(outcome.reward), False, False, info
 
     def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
@@ -154,7 +164,16 @@ class LevelTasks(GeneratedTasks):
     drawn for the other split is redrawn, so train and test never share a level even when
     the grid is small enough for seed streams to collide."""
 
-    def __init__(self, name: str, generate_level: Callable[[random.Random], Any], render: Callable[[Any], str], *, split: str, seed: int, num_tasks: int | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        generate_level: Callable[[random.Random], Any],
+        render: Callable[[Any], str],
+        *,
+        split: str,
+        seed: int,
+        num_tasks: int | None,
+    ) -> None:
         if split not in SPLITS:
             raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
         self.size = DEFAULT_NUM_TASKS[split] if num_tasks is None else num_tasks
@@ -169,8 +188,15 @@ class LevelTasks(GeneratedTasks):
             level = self.generate_level(rng)
             text = self.render_level(level)
             if level_split(text) == self.split:
-                return Task(id=f"{self.name}-{self.split}-{self.seed}-{index}", prompt=text, answer="", metadata={"level": level})
-        raise RuntimeError(f"{self.name}: no {self.split} level found in 1000 draws; the grid options allow too few levels")
+                return Task(
+                    id=f"{self.name}-{self.split}-{self.seed}-{index}",
+                    prompt=text,
+                    answer="",
+                    metadata={"level": level},
+                )
+        raise RuntimeError(
+            f"{self.name}: no {self.split} level found in 1000 draws; the grid options allow too few levels"
+        )
 
 
 def level_split(text: str) -> str:

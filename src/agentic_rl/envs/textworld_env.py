@@ -43,9 +43,16 @@ class TextWorldEnv(DiscreteTextGame):
 
     metric_prefix = "textworld"
 
-    def __init__(self, games: TextWorldGames, *, score_reward: float, win_reward: float, show_commands: bool, **game) -> None:
+    def __init__(
+        self, games: TextWorldGames, *, score_reward: float, win_reward: float, show_commands: bool, **game
+    ) -> None:
         super().__init__(actions=(), **game)
-        self.games, self.score_reward, self.win_reward, self.show_commands = games, score_reward, win_reward, show_commands
+        self.games, self.score_reward, self.win_reward, self.show_commands = (
+            games,
+            score_reward,
+            win_reward,
+            show_commands,
+        )
         self.game: Any = None
         self.text = ""
         self.plan: list[str] = []
@@ -60,7 +67,9 @@ class TextWorldEnv(DiscreteTextGame):
         task = self.games[index]
         self.close()
         # policy_commands: TextWorld's winning commands from the current state (the expert).
-        infos = textworld.EnvInfos(admissible_commands=True, policy_commands=True, score=True, max_score=True, won=True, lost=True)
+        infos = textworld.EnvInfos(
+            admissible_commands=True, policy_commands=True, score=True, max_score=True, won=True, lost=True
+        )
         self.game = textworld.start(task.metadata["path"], request_infos=infos)
         state = self.game.reset()
         self._observe(state)
@@ -107,7 +116,10 @@ class TextWorldEnv(DiscreteTextGame):
 
     def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
         """The text-game metrics and the share of the game's points the episode earned."""
-        return {**super().episode_metrics(trajectory), f"{self.metric_prefix}/score": self.score / self.max_score if self.max_score else 0.0}
+        return {
+            **super().episode_metrics(trajectory),
+            f"{self.metric_prefix}/score": self.score / self.max_score if self.max_score else 0.0,
+        }
 
     def close(self) -> None:
         if self.game is not None:
@@ -144,8 +156,19 @@ def make_textworld_env(
     for option, value in (("score_reward", score_reward), ("win_reward", win_reward)):
         if value < 0:
             raise ValueError(f"{option}: expected a number >= 0, got {value}")
-    games = TextWorldGames(GenerationOptions(world_size, num_objects, quest_length), split=split, seed=seed, num_tasks=num_tasks, folder=cache_dir)
+    games = TextWorldGames(
+        GenerationOptions(world_size, num_objects, quest_length),
+        split=split,
+        seed=seed,
+        num_tasks=num_tasks,
+        folder=cache_dir,
+    )
     return TextWorldEnv(
-        games, score_reward=score_reward, win_reward=win_reward, show_commands=show_commands,
-        system_prompt=system_prompt, max_turns=max_turns, invalid_penalty=invalid_penalty,
+        games,
+        score_reward=score_reward,
+        win_reward=win_reward,
+        show_commands=show_commands,
+        system_prompt=system_prompt,
+        max_turns=max_turns,
+        invalid_penalty=invalid_penalty,
     )

@@ -95,7 +95,9 @@ class TextWorldGames(GeneratedTasks):
     The task's metadata holds the game file and its walkthrough (TextWorld's winning
     command sequence); the prompt is the game's objective."""
 
-    def __init__(self, options: GenerationOptions, *, split: str, seed: int, num_tasks: int | None, folder: str | Path | None) -> None:
+    def __init__(
+        self, options: GenerationOptions, *, split: str, seed: int, num_tasks: int | None, folder: str | Path | None
+    ) -> None:
         if split not in SPLITS:
             raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
         self.size = DEFAULT_NUM_TASKS[split] if num_tasks is None else num_tasks

@@ -33,7 +33,11 @@ def check_reflection_options(attempts: Any, attempt_discount: Any, self_critique
     """ValueError naming the first bad reflection option."""
     if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
         raise ValueError(f"attempts: expected a positive int, got {attempts!r}")
-    if not isinstance(attempt_discount, (int, float)) or isinstance(attempt_discount, bool) or not 0.0 < attempt_discount <= 1.0:
+    if (
+        not isinstance(attempt_discount, (int, float))
+        or isinstance(attempt_discount, bool)
+        or not 0.0 < attempt_discount <= 1.0
+    ):
         raise ValueError(f"attempt_discount: expected a number in (0, 1], got {attempt_discount!r}")
     if not isinstance(self_critique, bool):
         raise ValueError(f"self_critique: expected true or false, got {self_critique!r}")
@@ -152,7 +156,9 @@ class ToolEnv:
         except Exception:
             parsed = []
         if not parsed or parsed[0].name != call.name or parsed[0].arguments != call.arguments:
-            raise ValueError(f"memory: the {self.parser.name or type(self.parser).__name__} call format cannot call the memory tools; use parser hermes")
+            raise ValueError(
+                f"memory: the {self.parser.name or type(self.parser).__name__} call format cannot call the memory tools; use parser hermes"
+            )
 
     @property
     def num_tasks(self) -> int:
@@ -165,12 +171,19 @@ class ToolEnv:
         messages: list[Message] = [{"role": "system", "content": system}] if system else []
         for demo in self.demonstrations:
             if self.framed:  # the chat template frames tool output: the demonstrations' results go bare too
-                demo = [{**m, "content": self.parser.unwrap_observation(m.get("content") or "")} if m.get("role") == "tool" else m for m in demo]
+                demo = [
+                    {**m, "content": self.parser.unwrap_observation(m.get("content") or "")}
+                    if m.get("role") == "tool"
+                    else m
+                    for m in demo
+                ]
             messages.extend(demo)
         messages.append({"role": "user", "content": task.prompt})
         return messages
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
         """Start an episode on ``options["task_index"]`` (or ``options["task"]``), else on a
         task drawn with ``seed``. ``options["tools_prompt"] = "template"``: leave the tools'
         description to the chat template where the format allows (see the class docstring);
@@ -238,7 +251,13 @@ class ToolEnv:
         if self.plan_first and self.turn == 1:
             self.plan = extract_tag(text, PLAN_TAG)
             if self.plan is not None and answer is None and (parsed is None or not parsed.has_calls):
-                return [{"role": "user", "content": PLAN_ACK}], 0.0, False, self.turn >= self.max_turns, {"answer": None, "correct": False, "tool_results": []}
+                return (
+                    [{"role": "user", "content": PLAN_ACK}],
+                    0.0,
+                    False,
+                    self.turn >= self.max_turns,
+                    {"answer": None, "correct": False, "tool_results": []},
+                )
         if answer is not None or parsed is None or not parsed.has_calls:
             # An answer ends the attempt even if the same turn also calls a tool: the
             # reward only ever depends on the answer the model committed to.
@@ -263,7 +282,9 @@ class ToolEnv:
     def feedback_message(self, answer: str | None) -> Message:
         """The user message after an incorrect attempt: the verdict, then the request to
         try again (with ``self_critique``, after a short critique)."""
-        ask = " First write a short critique of what went wrong, then try again." if self.self_critique else " Try again."
+        ask = (
+            " First write a short critique of what went wrong, then try again." if self.self_critique else " Try again."
+        )
         return {"role": "user", "content": self.verdict(answer) + ask}
 
     def verdict(self, answer: str | None) -> str:
@@ -298,7 +319,10 @@ class ToolEnv:
     def tool_turn(self, parsed) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         """The step of a turn that called tools: run them (malformed calls answered with
         their error), record them, and show the results; truncated at ``max_turns``."""
-        results = [ToolResult(name=INVALID_CALL, content=f"Error: {error}", ok=False, malformed=True) for error in parsed.errors]
+        results = [
+            ToolResult(name=INVALID_CALL, content=f"Error: {error}", ok=False, malformed=True)
+            for error in parsed.errors
+        ]
         call_results = self._run_tools(parsed.calls)
         self.made_calls.update(call.name for call in parsed.calls)
         results += call_results

@@ -59,7 +59,10 @@ def describe(episode: Trajectory | Mapping[str, Any]) -> EpisodeBehaviour:
     )
 
 
-def classify(episode: Trajectory | Mapping[str, Any] | EpisodeBehaviour, tokens_per_call_threshold: float = DEFAULT_TOKENS_PER_CALL) -> str:
+def classify(
+    episode: Trajectory | Mapping[str, Any] | EpisodeBehaviour,
+    tokens_per_call_threshold: float = DEFAULT_TOKENS_PER_CALL,
+) -> str:
     """``reactive``, ``deliberative`` or ``no_tool`` (see the module docstring)."""
     info = episode if isinstance(episode, EpisodeBehaviour) else describe(episode)
     per_call = info.tokens_per_call
@@ -93,7 +96,9 @@ def behaviour_metrics(
         metrics[f"behaviour/{mode}/accuracy"] = sum(m.correct for m in members) / len(members) if members else 0.0
         if mode != "no_tool":
             calls = sum(m.tool_calls for m in members)
-            metrics[f"behaviour/{mode}/tool_success_rate"] = sum(m.successful_calls for m in members) / calls if calls else 0.0
+            metrics[f"behaviour/{mode}/tool_success_rate"] = (
+                sum(m.successful_calls for m in members) / calls if calls else 0.0
+            )
     per_call = [info.tokens_per_call for info in infos if info.tokens_per_call is not None]
     metrics["behaviour/tokens_per_call_mean"] = sum(per_call) / len(per_call) if per_call else 0.0
     metrics["behaviour/tokens_per_call_threshold"] = float(tokens_per_call_threshold)

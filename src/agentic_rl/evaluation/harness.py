@@ -64,7 +64,9 @@ class PreparedEval:
             return list(range(self.config.num_tasks))
         return [index for indices in self.tasks.values() for index in indices]
 
-    def run(self, on_trajectory: Callable[[Trajectory], None] | None = None, *, dist: DistContext | None = None) -> EvalResult:
+    def run(
+        self, on_trajectory: Callable[[Trajectory], None] | None = None, *, dist: DistContext | None = None
+    ) -> EvalResult:
         """Sample and score. ``dist``: data-parallel ranks each sample every world-size-th
         task (the samples one process would draw for it) and all get the whole result."""
         config, dist = self.config, dist or DistContext()
@@ -86,7 +88,9 @@ class PreparedEval:
         metrics = aggregate_metrics([g.trajectories for g in groups], k=config.k)
         if self.tasks is not None:
             metrics.update(per_env_eval_metrics(groups, self.tasks, self.weights or {}, k=config.k))
-        result = EvalResult(metrics=metrics, config=config.model_dump(), groups=groups, wall_time_s=time.monotonic() - started)
+        result = EvalResult(
+            metrics=metrics, config=config.model_dump(), groups=groups, wall_time_s=time.monotonic() - started
+        )
         if config.output:
             result.save(config.output)
         return result
@@ -96,12 +100,16 @@ class PreparedEval:
         return list(range(rank, len(self.task_indices), world_size))
 
 
-def per_env_eval_metrics(groups: list[TrajectoryGroup], tasks: dict[str, list[int]], weights: dict[str, float], *, k: int) -> dict[str, float]:
+def per_env_eval_metrics(
+    groups: list[TrajectoryGroup], tasks: dict[str, list[int]], weights: dict[str, float], *, k: int
+) -> dict[str, float]:
     """A mix's per-env table, flat: each env's ``aggregate_metrics`` with its label as suffix
     (``avg@1@arithmetic``), and ``<metric>@weighted``: the envs' values averaged with the mix
     weights (``WEIGHTED_METRICS``). The unsuffixed metrics weigh every task the same."""
     by_index = {g.task_index: g for g in groups}
-    tables = {label: aggregate_metrics([by_index[i].trajectories for i in indices], k=k) for label, indices in tasks.items()}
+    tables = {
+        label: aggregate_metrics([by_index[i].trajectories for i in indices], k=k) for label, indices in tasks.items()
+    }
     out = {f"{key}@{label}": value for label, table in tables.items() for key, value in table.items()}
     total = sum(weights[label] for label in tables)
     for key in (f"avg@{k}", f"pass@{k}", f"maj@{k}", *WEIGHTED_METRICS):
@@ -111,8 +119,15 @@ def per_env_eval_metrics(groups: list[TrajectoryGroup], tasks: dict[str, list[in
 
 
 WEIGHTED_METRICS = (
-    "mean_reward", "tool_success_rate", "tool_calls_per_episode", "malformed_call_rate", "episodes_with_tool_call",
-    "correct_with_tool_call", "mean_turns", "mean_response_tokens", "infra_error_rate",
+    "mean_reward",
+    "tool_success_rate",
+    "tool_calls_per_episode",
+    "malformed_call_rate",
+    "episodes_with_tool_call",
+    "correct_with_tool_call",
+    "mean_turns",
+    "mean_response_tokens",
+    "infra_error_rate",
 )
 """Besides avg/pass/maj@k, the per-episode rates and means a mix also reports weighted (counts are not)."""
 
@@ -127,9 +142,13 @@ def prepare(config: EvalConfig | dict[str, Any] | None = None, *, loaded=None, b
     mix = envs.mixed_spec_of(probe)
     tasks = mix.first_tasks(config.num_tasks) if mix is not None else None  # a mix: num_tasks of each entry
     if mix is None and config.num_tasks > probe.num_tasks:
-        raise ConfigError(f"num_tasks: the env has {probe.num_tasks} tasks in split {config.split!r}, asked for {config.num_tasks}")
+        raise ConfigError(
+            f"num_tasks: the env has {probe.num_tasks} tasks in split {config.split!r}, asked for {config.num_tasks}"
+        )
     if backend is None:
-        backend = build_backend(config.backend, config.model, loaded=loaded, precision=_sampling_precision(config, loaded))
+        backend = build_backend(
+            config.backend, config.model, loaded=loaded, precision=_sampling_precision(config, loaded)
+        )
     return PreparedEval(config, make_env, backend, tasks=tasks, weights=mix.weights if mix is not None else None)
 
 

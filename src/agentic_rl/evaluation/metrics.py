@@ -185,9 +185,7 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
         avg_scores.append(avg_at_k(correct))
         pass_scores.append(pass_at_k(len(group), sum(correct), k))
         correct_keys = {normalize_answer(t.answer) for t in group if t.correct and t.answer is not None}
-        maj_scores.append(
-            maj_at_k([t.answer for t in group[:k]], lambda a: normalize_answer(a) in correct_keys)
-        )
+        maj_scores.append(maj_at_k([t.answer for t in group[:k]], lambda a: normalize_answer(a) in correct_keys))
 
     samples = [t for group in groups for t in group]
     results = [r for t in samples for r in t.tool_results]
@@ -213,9 +211,7 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
     }
 
     correct_samples = [t for t in samples if t.correct]
-    metrics["correct_with_tool_call"] = _mean(
-        [float(any(map(_succeeded, t.tool_results))) for t in correct_samples]
-    )
+    metrics["correct_with_tool_call"] = _mean([float(any(map(_succeeded, t.tool_results))) for t in correct_samples])
 
     for reason in TERMINATION_REASONS:
         metrics[f"termination/{reason}"] = sum(t.termination_reason == reason for t in samples) / num_samples

@@ -112,8 +112,16 @@ def _finish_reason(completion: Completion, stopped_by_string: bool) -> str:
 
 
 def create_app(
-    service: CompletionService, renderer: ChatRenderer, parser: ToolCallParser, *, model_name: str, store: EpisodeStore | None = None,
-    max_context: int = 8192, default_max_tokens: int = 512, token: str | None = None, allowed_hosts: Sequence[str] = ("*",),
+    service: CompletionService,
+    renderer: ChatRenderer,
+    parser: ToolCallParser,
+    *,
+    model_name: str,
+    store: EpisodeStore | None = None,
+    max_context: int = 8192,
+    default_max_tokens: int = 512,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] = ("*",),
 ):
     """The ASGI app serving ``service`` (see the module docstring). ``renderer``: the model's
     chat template; ``parser``: its tool-call format; ``max_context``: most prompt +
@@ -126,7 +134,9 @@ def create_app(
     tokenizer = renderer.tokenizer
     vocabulary = len(tokenizer)
     tools_in_template = renderer.render_tools(parser)
-    output_in_template = tools_in_template and renderer.frames_tool_output(parser)  # Qwen's <tool_response>: results go bare, as in ToolEnv
+    output_in_template = tools_in_template and renderer.frames_tool_output(
+        parser
+    )  # Qwen's <tool_response>: results go bare, as in ToolEnv
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -137,7 +147,10 @@ def create_app(
         return {"status": "ok", "model": model_name, "weight_version": service.weight_version}
 
     def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "agentic-rl"}]}
+        return {
+            "object": "list",
+            "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "agentic-rl"}],
+        }
 
     app.get("/v1/models")(models)
     app.get("/episodes/{episode_id}/v1/models")(lambda episode_id: models())
@@ -159,7 +172,13 @@ def create_app(
         top_p = _number(body, "top_p", 1.0, 1e-6, 1.0)
         base = seed if seed is not None else random.getrandbits(62)
         return [
-            {"max_tokens": min(limit, room), "seed": stream_seed(base, i), "temperature": temperature, "top_p": top_p, "top_logprobs": top_logprobs}
+            {
+                "max_tokens": min(limit, room),
+                "seed": stream_seed(base, i),
+                "temperature": temperature,
+                "top_p": top_p,
+                "top_logprobs": top_logprobs,
+            }
             for i in range(count)
         ]
 
@@ -181,8 +200,12 @@ def create_app(
         """The non-streamed response around ``(choice, completion tokens)`` pairs, with usage."""
         used = sum(count for _, count in choices)
         return {
-            "id": f"{id_prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()), "model": model_name,
-            "choices": [choice for choice, _ in choices], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": used, "total_tokens": prompt_tokens + used},
+            "id": f"{id_prefix}-{uuid.uuid4().hex}",
+            "object": kind,
+            "created": int(time.time()),
+            "model": model_name,
+            "choices": [choice for choice, _ in choices],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": used, "total_tokens": prompt_tokens + used},
             "system_fingerprint": f"weights-v{completions[0].weight_version}",
         }
 
@@ -200,11 +223,17 @@ def create_app(
         schemas = tool_schemas(body.get("tools"))
         tool_choice = body.get("tool_choice", "auto")
         if tool_choice not in ("auto", "none", "required", None) and not isinstance(tool_choice, dict):
-            raise RequestError("tool_choice: expected auto, none, required or {type: function, function: {name}}", "tool_choice")
+            raise RequestError(
+                "tool_choice: expected auto, none, required or {type: function, function: {name}}", "tool_choice"
+            )
         in_template = bool(schemas) and tools_in_template
-        model_messages = to_model_messages(messages, schemas, parser, describe_tools=not in_template, framed=in_template and output_in_template)
+        model_messages = to_model_messages(
+            messages, schemas, parser, describe_tools=not in_template, framed=in_template and output_in_template
+        )
         n = _integer(body, "n", 1, 1, MAX_CHOICES)
-        limit = _integer(body, "max_completion_tokens", None, 1, max_context) or _integer(body, "max_tokens", default_max_tokens, 1, max_context)
+        limit = _integer(body, "max_completion_tokens", None, 1, max_context) or _integer(
+            body, "max_tokens", default_max_tokens, 1, max_context
+        )
         seed = _integer(body, "seed", None, -(2**63), 2**63 - 1)
         stops = _stops(body)
         want_logprobs = _flag(body, "logprobs")
@@ -218,12 +247,18 @@ def create_app(
         if continued is not None:  # the history is a call we served: append only the new messages' tokens
             call, start = continued
             tail = model_messages[len(model_messages) - (len(messages) - start) :]
-            prompt = call.prompt_ids + call.completion_ids + renderer.observation_ids(tail, stopped=call.finish_reason != "length")
+            prompt = (
+                call.prompt_ids
+                + call.completion_ids
+                + renderer.observation_ids(tail, stopped=call.finish_reason != "length")
+            )
         else:
             prompt = renderer.prompt_ids(model_messages, tools=schemas if in_template else None)
         room = max_context - len(prompt)
         if room < 1:
-            raise RequestError(f"messages: the prompt is {len(prompt)} tokens; this server allows {max_context} in all", "messages")
+            raise RequestError(
+                f"messages: the prompt is {len(prompt)} tokens; this server allows {max_context} in all", "messages"
+            )
         if seed is None and episode_id:
             seed = store.request_seed(episode_id)
         jobs = [{"prompt": prompt, **options} for options in sampling(body, limit, room, seed, n, top_k)]
@@ -235,25 +270,52 @@ def create_app(
             message, calls = reply_message(text, parser if parse_tools else None)
             finish_reason = "tool_calls" if calls else _finish_reason(completion, stopped_by_string)
             if episode_id:
-                store.record(episode_id, Call(prompt, ids, logprobs, completion.weight_version, "stop" if finish_reason != "length" else "length",
-                                              messages=list(messages), reply=message, tools=tools_key))
+                store.record(
+                    episode_id,
+                    Call(
+                        prompt,
+                        ids,
+                        logprobs,
+                        completion.weight_version,
+                        "stop" if finish_reason != "length" else "length",
+                        messages=list(messages),
+                        reply=message,
+                        tools=tools_key,
+                    ),
+                )
             choice = {"index": index, "message": message, "finish_reason": finish_reason, "logprobs": None}
             if want_logprobs:
                 top = completion.top_logprobs or [[] for _ in ids]
-                choice["logprobs"] = {"content": [_token_logprob(tokenizer, t, lp, alts) for t, lp, alts in zip(ids, logprobs, top)]}
+                choice["logprobs"] = {
+                    "content": [_token_logprob(tokenizer, t, lp, alts) for t, lp, alts in zip(ids, logprobs, top)]
+                }
             return choice, len(ids)
 
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if stream:
             markers = stops + ([parser.call_open_tag] if parse_tools and parser.call_open_tag else [])
-            live = [LiveText(renderer, markers, hold_trailing_space=parse_tools, hold_all=parse_tools and not parser.call_open_tag) for _ in jobs]
+            live = [
+                LiveText(
+                    renderer,
+                    markers,
+                    hold_trailing_space=parse_tools,
+                    hold_all=parse_tools and not parser.call_open_tag,
+                )
+                for _ in jobs
+            ]
             events = _chat_stream(service, jobs, live, finish, model_name, len(prompt), include_usage)
             return StreamingResponse(events, media_type="text/event-stream")
         completions = await gather(jobs)
         failed = next((c.error for c in completions if c.error is not None), None)
         if failed is not None:
             return error_response(500, f"the engine failed: {failed}")
-        return envelope("chatcmpl", "chat.completion", [finish(index, completion) for index, completion in enumerate(completions)], len(prompt), completions)
+        return envelope(
+            "chatcmpl",
+            "chat.completion",
+            [finish(index, completion) for index, completion in enumerate(completions)],
+            len(prompt),
+            completions,
+        )
 
     @app.post("/v1/chat/completions")
     async def chat_plain(request: Request):
@@ -276,7 +338,9 @@ def create_app(
                 if not all(0 <= t < vocabulary for t in item):
                     raise RequestError(f"prompt: token ids must be in [0, {vocabulary})", "prompt")
                 return list(item), tokenizer.decode(item)
-            raise RequestError("prompt: expected a non-empty string, a non-empty list of token ids, or a list of those", "prompt")
+            raise RequestError(
+                "prompt: expected a non-empty string, a non-empty list of token ids, or a list of those", "prompt"
+            )
 
         if isinstance(prompt, list) and prompt and all(isinstance(item, (str, list)) for item in prompt):
             if len(prompt) > MAX_PROMPTS:
@@ -297,17 +361,28 @@ def create_app(
         top_k = _integer(body, "logprobs", None, 0, MAX_TOP_LOGPROBS)
         echo = _flag(body, "echo")
         if echo and top_k is not None:
-            raise RequestError("echo: not with logprobs (the prompt's log-probs are not computed); ask for one or the other", "echo")
+            raise RequestError(
+                "echo: not with logprobs (the prompt's log-probs are not computed); ask for one or the other", "echo"
+            )
         top_k_engine = alternatives(top_k or 0, "logprobs")
         stream = _flag(body, "stream")
         longest = max(len(ids) for ids, _ in prompts)
         room = max_context - longest
         if room < 1:
-            raise RequestError(f"prompt: the prompt is {longest} tokens; this server allows {max_context} in all", "prompt")
+            raise RequestError(
+                f"prompt: the prompt is {longest} tokens; this server allows {max_context} in all", "prompt"
+            )
         if seed is None and episode_id:
             seed = store.request_seed(episode_id)
         options = sampling(body, limit, room, seed, len(prompts) * n, top_k_engine)
-        jobs = [{"prompt": prompts[index // n][0], **options[index], "max_tokens": min(limit, max_context - len(prompts[index // n][0]))} for index in range(len(options))]
+        jobs = [
+            {
+                "prompt": prompts[index // n][0],
+                **options[index],
+                "max_tokens": min(limit, max_context - len(prompts[index // n][0])),
+            }
+            for index in range(len(options))
+        ]
 
         def finish(index: int, completion: Completion) -> Choice:
             prompt_ids, prompt_text = prompts[index // n]
@@ -315,9 +390,24 @@ def create_app(
             logprobs = completion.logprobs[: len(ids)]
             finish_reason = _finish_reason(completion, stopped_by_string)
             if episode_id:
-                store.record(episode_id, Call(prompt_ids, ids, logprobs, completion.weight_version, finish_reason,
-                                              reply={"role": "assistant", "content": completion_text}, kind="completion"))
-            choice = {"index": index, "text": prompt_text + completion_text if echo else completion_text, "logprobs": None, "finish_reason": finish_reason}
+                store.record(
+                    episode_id,
+                    Call(
+                        prompt_ids,
+                        ids,
+                        logprobs,
+                        completion.weight_version,
+                        finish_reason,
+                        reply={"role": "assistant", "content": completion_text},
+                        kind="completion",
+                    ),
+                )
+            choice = {
+                "index": index,
+                "text": prompt_text + completion_text if echo else completion_text,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
             if top_k is not None:
                 choice["logprobs"] = _text_logprobs(tokenizer, ids, logprobs, completion.top_logprobs)
             return choice, len(ids)
@@ -333,7 +423,13 @@ def create_app(
         failed = next((c.error for c in completions if c.error is not None), None)
         if failed is not None:
             return error_response(500, f"the engine failed: {failed}")
-        return envelope("cmpl", "text_completion", [finish(index, completion) for index, completion in enumerate(completions)], prompt_tokens, completions)
+        return envelope(
+            "cmpl",
+            "text_completion",
+            [finish(index, completion) for index, completion in enumerate(completions)],
+            prompt_tokens,
+            completions,
+        )
 
     @app.post("/v1/completions")
     async def text_plain(request: Request):
@@ -365,7 +461,12 @@ def create_app(
         trace = store.get(episode_id)
         if trace is None:
             return error_response(404, f"no episode {episode_id!r}", "episode_id")
-        return {"episode_id": episode_id, "reward": trace.reward, "info": trace.info, "calls": [call.to_dict() for call in trace.calls]}
+        return {
+            "episode_id": episode_id,
+            "reward": trace.reward,
+            "info": trace.info,
+            "calls": [call.to_dict() for call in trace.calls],
+        }
 
     return app
 
@@ -380,7 +481,9 @@ def _token_logprob(tokenizer, token: int, logprob: float, alternatives: list[tup
     return {**entry(token, logprob), "top_logprobs": [entry(t, v) for t, v in alternatives]}
 
 
-def _text_logprobs(tokenizer, ids: list[int], logprobs: list[float], top: list[list[tuple[int, float]]] | None) -> dict[str, Any]:
+def _text_logprobs(
+    tokenizer, ids: list[int], logprobs: list[float], top: list[list[tuple[int, float]]] | None
+) -> dict[str, Any]:
     """A text choice's legacy ``logprobs`` object: each token's text, its log-prob, the most
     likely alternatives by text (with the sampled token, as OpenAI gives k + 1 at most) and
     its offset in the completion text (the sum of the earlier tokens' texts)."""
@@ -402,20 +505,38 @@ def _event(body: dict[str, Any]) -> str:
 
 
 def _engine_error(error: Any) -> str:
-    return _event({"error": {"message": f"the engine failed: {error}", "type": "server_error", "param": None, "code": None}})
+    return _event(
+        {"error": {"message": f"the engine failed: {error}", "type": "server_error", "param": None, "code": None}}
+    )
 
 
 async def _chat_stream(
-    service: CompletionService, jobs: list[dict], live: list[LiveText], finish: Callable[[int, Completion], Choice], model: str, prompt_tokens: int, include_usage: bool,
+    service: CompletionService,
+    jobs: list[dict],
+    live: list[LiveText],
+    finish: Callable[[int, Completion], Choice],
+    model: str,
+    prompt_tokens: int,
+    include_usage: bool,
 ):
     """A chat completion's server-sent events: each choice's role, its text as it becomes
     safe to send, then (once finished) the rest of its content, its tool calls in OpenAI's
     delta form, its log-probs and finish reason; the usage; ``[DONE]``."""
-    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-            "system_fingerprint": f"weights-v{service.weight_version}"}
+    head = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": f"weights-v{service.weight_version}",
+    }
 
     def chunk(index: int, delta: dict, finish_reason: str | None = None, logprobs: dict | None = None) -> str:
-        return _event({**head, "choices": [{"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": logprobs}]})
+        return _event(
+            {
+                **head,
+                "choices": [{"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": logprobs}],
+            }
+        )
 
     for index in range(len(jobs)):
         yield chunk(index, {"role": "assistant"})
@@ -436,26 +557,61 @@ async def _chat_stream(
             yield chunk(index, {"content": rest})
         for position, call in enumerate(message.get("tool_calls") or []):
             function = call["function"]
-            yield chunk(index, {"tool_calls": [{"index": position, "id": call["id"], "type": "function", "function": {"name": function["name"], "arguments": ""}}]})
+            yield chunk(
+                index,
+                {
+                    "tool_calls": [
+                        {
+                            "index": position,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": function["name"], "arguments": ""},
+                        }
+                    ]
+                },
+            )
             yield chunk(index, {"tool_calls": [{"index": position, "function": {"arguments": function["arguments"]}}]})
         yield chunk(index, {}, choice["finish_reason"], choice["logprobs"])
     if include_usage:
-        yield _event({**head, "choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": usage, "total_tokens": prompt_tokens + usage}})
+        yield _event(
+            {
+                **head,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": usage,
+                    "total_tokens": prompt_tokens + usage,
+                },
+            }
+        )
     yield "data: [DONE]\n\n"
 
 
 async def _text_stream(
-    service: CompletionService, jobs: list[dict], live: list[LiveText], finish: Callable[[int, Completion], Choice], model: str, prompt_tokens: int,
-    include_usage: bool, echoes: list[str],
+    service: CompletionService,
+    jobs: list[dict],
+    live: list[LiveText],
+    finish: Callable[[int, Completion], Choice],
+    model: str,
+    prompt_tokens: int,
+    include_usage: bool,
+    echoes: list[str],
 ):
     """A text completion's server-sent events: each choice's echoed prompt (when asked), its
     text as it becomes safe to send, then the rest with its log-probs and finish reason;
     the usage; ``[DONE]``."""
-    head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": model,
-            "system_fingerprint": f"weights-v{service.weight_version}"}
+    head = {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": f"weights-v{service.weight_version}",
+    }
 
     def chunk(index: int, text: str, finish_reason: str | None = None, logprobs: dict | None = None) -> str:
-        return _event({**head, "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}]})
+        return _event(
+            {**head, "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}]}
+        )
 
     for index, echo in enumerate(echoes):
         if echo:
@@ -474,5 +630,15 @@ async def _text_stream(
         completion_text = choice["text"][len(echoes[index]) :]
         yield chunk(index, live[index].rest(completion_text) or "", choice["finish_reason"], choice["logprobs"])
     if include_usage:
-        yield _event({**head, "choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": usage, "total_tokens": prompt_tokens + usage}})
+        yield _event(
+            {
+                **head,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": usage,
+                    "total_tokens": prompt_tokens + usage,
+                },
+            }
+        )
     yield "data: [DONE]\n\n"

@@ -51,13 +51,21 @@ def tool_schemas(tools: Any) -> list[dict]:
     schemas = []
     for i, tool in enumerate(tools):
         function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or tool.get("type", "function") != "function":
-            raise RequestError(f"tools[{i}]: expected {{type: function, function: {{name, description, parameters}}}}", "tools")
+        if (
+            not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or tool.get("type", "function") != "function"
+        ):
+            raise RequestError(
+                f"tools[{i}]: expected {{type: function, function: {{name, description, parameters}}}}", "tools"
+            )
         schemas.append(function)
     return schemas
 
 
-def to_model_messages(messages: Any, schemas: list[dict], parser: ToolCallParser, *, describe_tools: bool = True, framed: bool = False) -> list[Message]:
+def to_model_messages(
+    messages: Any, schemas: list[dict], parser: ToolCallParser, *, describe_tools: bool = True, framed: bool = False
+) -> list[Message]:
     """OpenAI request ``messages`` -> the messages the chat template renders (tools in the
     system prompt unless ``describe_tools`` is False (the template describes them), earlier
     calls and results in the parser's text format; ``framed``: results bare, the template
@@ -68,7 +76,13 @@ def to_model_messages(messages: Any, schemas: list[dict], parser: ToolCallParser
     call_names: dict[str, str] = {}
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
-        if not isinstance(message, dict) or message.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+        if not isinstance(message, dict) or message.get("role") not in (
+            "system",
+            "developer",
+            "user",
+            "assistant",
+            "tool",
+        ):
             raise RequestError(f"{where}.role: expected system, developer, user, assistant or tool", where)
         role = "system" if message["role"] == "developer" else message["role"]
         text = _text(message.get("content"), where)
@@ -78,13 +92,22 @@ def to_model_messages(messages: Any, schemas: list[dict], parser: ToolCallParser
                     function = call["function"]
                     arguments = json.loads(function.get("arguments") or "{}")
                     call_names[call.get("id", "")] = function["name"]
-                    text += ("\n" if text else "") + parser.format_call(ToolCall(function["name"], arguments, call.get("id", "")))
+                    text += ("\n" if text else "") + parser.format_call(
+                        ToolCall(function["name"], arguments, call.get("id", ""))
+                    )
                 except (KeyError, TypeError, json.JSONDecodeError):
-                    raise RequestError(f"{where}.tool_calls: expected [{{id, type: function, function: {{name, arguments: JSON string}}}}]", where) from None
+                    raise RequestError(
+                        f"{where}.tool_calls: expected [{{id, type: function, function: {{name, arguments: JSON string}}}}]",
+                        where,
+                    ) from None
             out.append({"role": "assistant", "content": text})
         elif role == "tool":
             name = message.get("name") or call_names.get(message.get("tool_call_id", ""), "tool")
-            out.append(parser.format_result(ToolResult(name=name, content=text, call_id=message.get("tool_call_id", "")), framed=framed))
+            out.append(
+                parser.format_result(
+                    ToolResult(name=name, content=text, call_id=message.get("tool_call_id", "")), framed=framed
+                )
+            )
         else:
             out.append({"role": role, "content": text})
     return parser.with_tools_prompt(out, schemas) if describe_tools else out
@@ -101,7 +124,11 @@ def reply_message(text: str, parser: ToolCallParser | None) -> tuple[dict[str, A
         parsed = parser.parse(text)
         if parsed.calls:
             calls = [
-                {"id": call.id or f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+                {
+                    "id": call.id or f"call_{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)},
+                }
                 for call in parsed.calls
             ]
             cut = text.find(parser.call_open_tag) if parser.call_open_tag else -1

@@ -20,8 +20,19 @@ class GatewayServer(ASGIServer):
     ``keep_idle_s``: see ``CompletionService`` (0 when a trainer shares the weights)."""
 
     def __init__(
-        self, backend, *, model_name: str, parser: str = "hermes", host: str = "127.0.0.1", port: int = 8000, allow_remote: bool = False,
-        token: str | None = None, max_context: int = 8192, default_max_tokens: int = 512, max_concurrency: int = 256, verbose: bool = False,
+        self,
+        backend,
+        *,
+        model_name: str,
+        parser: str = "hermes",
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        allow_remote: bool = False,
+        token: str | None = None,
+        max_context: int = 8192,
+        default_max_tokens: int = 512,
+        max_concurrency: int = 256,
+        verbose: bool = False,
         keep_idle_s: float = KEEP_IDLE_S,
     ) -> None:
         from agentic_rl.gateway.app import create_app
@@ -33,10 +44,24 @@ class GatewayServer(ASGIServer):
         try:
             super().__init__(
                 lambda allowed: create_app(
-                    self.service, renderer, tool_parser, model_name=model_name, store=self.store, max_context=max_context,
-                    default_max_tokens=default_max_tokens, token=token, allowed_hosts=allowed,
+                    self.service,
+                    renderer,
+                    tool_parser,
+                    model_name=model_name,
+                    store=self.store,
+                    max_context=max_context,
+                    default_max_tokens=default_max_tokens,
+                    token=token,
+                    allowed_hosts=allowed,
                 ),
-                host, port, allow_remote=allow_remote, token=token, verbose=verbose, max_concurrency=max_concurrency, what="the policy", name="gateway",
+                host,
+                port,
+                allow_remote=allow_remote,
+                token=token,
+                verbose=verbose,
+                max_concurrency=max_concurrency,
+                what="the policy",
+                name="gateway",
             )
         except BaseException:
             self.service.close()

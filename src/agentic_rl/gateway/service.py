@@ -69,7 +69,14 @@ class CompletionService:
         self._thread.start()
 
     def submit(
-        self, prompt: Sequence[int], *, max_tokens: int, seed: int, temperature: float = 1.0, top_p: float = 1.0, top_logprobs: int = 0,
+        self,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int,
+        seed: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_logprobs: int = 0,
         on_tokens: Callable[[list[int]], None] | None = None,
     ) -> Future:
         """One completion of ``prompt``; draws depend only on ``seed`` and the position.
@@ -84,7 +91,18 @@ class CompletionService:
             return future
         if top_logprobs and not self.supports_top_logprobs:
             raise ValueError(f"top_logprobs: {type(self.backend).__name__} does not return alternatives")
-        self._incoming.put(_Request(list(prompt), int(max_tokens), int(seed), float(temperature), float(top_p), int(top_logprobs), future, on_tokens))
+        self._incoming.put(
+            _Request(
+                list(prompt),
+                int(max_tokens),
+                int(seed),
+                float(temperature),
+                float(top_p),
+                int(top_logprobs),
+                future,
+                on_tokens,
+            )
+        )
         return future
 
     @property
@@ -174,7 +192,13 @@ class CompletionService:
                 del idle_since[setting]
             if setting not in sessions:
                 # stream_tokens: streamed replies and cancels reach a server engine's requests too
-                sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, max_new_tokens=request.max_tokens, top_logprobs=request.top_logprobs, stream_tokens=True)
+                sampling = SamplingParams(
+                    temperature=request.temperature,
+                    top_p=request.top_p,
+                    max_new_tokens=request.max_tokens,
+                    top_logprobs=request.top_logprobs,
+                    stream_tokens=True,
+                )
                 session = self.backend.session(sampling, stop_token_ids=self.stop_token_ids)
                 sessions[setting] = (session.__enter__(), {})
             session, requests = sessions[setting]
@@ -185,4 +209,3 @@ class CompletionService:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
-

@@ -25,7 +25,14 @@ class LiveText:
     drops it from the content). ``hold_all``: send nothing until the end (a tool-call
     format whose opening is unknown)."""
 
-    def __init__(self, renderer: ChatRenderer, markers: Sequence[str], *, hold_trailing_space: bool = False, hold_all: bool = False) -> None:
+    def __init__(
+        self,
+        renderer: ChatRenderer,
+        markers: Sequence[str],
+        *,
+        hold_trailing_space: bool = False,
+        hold_all: bool = False,
+    ) -> None:
         self.renderer = renderer
         self.markers = [m for m in markers if m]
         self.hold_trailing_space = hold_trailing_space

@@ -47,8 +47,13 @@ class Call:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.kind, "prompt_ids": self.prompt_ids, "completion_ids": self.completion_ids, "logprobs": self.logprobs,
-            "weight_version": self.weight_version, "finish_reason": self.finish_reason, "created": self.created,
+            "kind": self.kind,
+            "prompt_ids": self.prompt_ids,
+            "completion_ids": self.completion_ids,
+            "logprobs": self.logprobs,
+            "weight_version": self.weight_version,
+            "finish_reason": self.finish_reason,
+            "created": self.created,
         }
 
 
@@ -107,7 +112,13 @@ class EpisodeStore:
             calls = list(episode.calls) if episode else []
         for call in reversed(calls):
             n = len(call.messages)
-            if call.kind == "chat" and call.tools == tools and len(messages) > n + 1 and messages[:n] == call.messages and same_reply(messages[n], call.reply):
+            if (
+                call.kind == "chat"
+                and call.tools == tools
+                and len(messages) > n + 1
+                and messages[:n] == call.messages
+                and same_reply(messages[n], call.reply)
+            ):
                 return call, n + 1
         return None
 
@@ -144,7 +155,9 @@ class EpisodeStore:
             return self._episodes.pop(episode_id, None)
 
 
-def calls_to_trajectories(calls: list[Call], *, reward: float, task_id: str = "", group_id: str = "") -> list[Trajectory]:
+def calls_to_trajectories(
+    calls: list[Call], *, reward: float, task_id: str = "", group_id: str = ""
+) -> list[Trajectory]:
     """The samples an episode's calls make: a call whose prompt extends the previous call's
     prompt + completion joins its trajectory (the new tokens are observations, loss mask
     0; the completion is sampled, mask 1); any other call starts a new one. Every sample
@@ -163,6 +176,13 @@ def calls_to_trajectories(calls: list[Call], *, reward: float, task_id: str = ""
             trajectories.append(current)
         start = len(current.token_ids)
         current.append(call.completion_ids, 1, call.logprobs)
-        current.turns.append(Turn(assistant_text=str(call.reply.get("content") or ""), response_start=start, response_end=len(current.token_ids),
-                                  finish_reason=call.finish_reason, weight_version=call.weight_version))
+        current.turns.append(
+            Turn(
+                assistant_text=str(call.reply.get("content") or ""),
+                response_start=start,
+                response_end=len(current.token_ids),
+                finish_reason=call.finish_reason,
+                weight_version=call.weight_version,
+            )
+        )
     return trajectories

@@ -51,7 +51,9 @@ def _sharded(backbone) -> bool:
     return bool(layers) and isinstance(layers[0], FSDPModule)
 
 
-def hidden_states(backbone, input_ids: torch.Tensor, attention_mask: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, int]:
+def hidden_states(
+    backbone, input_ids: torch.Tensor, attention_mask: torch.Tensor, target: torch.Tensor
+) -> tuple[torch.Tensor, int]:
     """Last hidden states and the column they start at: ``input_ids``, ``attention_mask``,
     ``target`` (the positions whose tokens a loss reads) [B, T] -> ([B, T - prefix, H], prefix).
 

@@ -9,7 +9,9 @@ import torch
 from torch import nn
 
 
-def frozen_copy(model: nn.Module, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> nn.Module:
+def frozen_copy(
+    model: nn.Module, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+) -> nn.Module:
     """A gradient-free copy of ``model`` in eval mode, its floating-point parameters in
     ``dtype`` and everything on ``device`` (None: as they are).
 
@@ -20,7 +22,9 @@ def frozen_copy(model: nn.Module, *, dtype: torch.dtype | None = None, device: t
     memo = {}
     for parameter in model.parameters():
         target = dtype if dtype is not None and parameter.is_floating_point() else parameter.dtype
-        memo[id(parameter)] = nn.Parameter(parameter.detach().to(device=device, dtype=target, copy=True), requires_grad=False)
+        memo[id(parameter)] = nn.Parameter(
+            parameter.detach().to(device=device, dtype=target, copy=True), requires_grad=False
+        )
     frozen = copy.deepcopy(model, memo)
     if device is not None:
         frozen.to(device)  # the buffers; the parameters are there already

@@ -53,7 +53,13 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
-def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dtype: torch.dtype | None = None, linear_kernel: str = "auto"):
+def load(
+    name_or_path: str = "smollm2-135m",
+    *,
+    device: str | None = "auto",
+    dtype: torch.dtype | None = None,
+    linear_kernel: str = "auto",
+):
     """Load ``(model, tokenizer)``.
 
     ``name_or_path``: a built-in name (see ``MODEL_NAMES``), a local Hugging Face folder,
@@ -79,10 +85,14 @@ def load(name_or_path: str = "smollm2-135m", *, device: str | None = "auto", dty
     try:
         tokenizer = load_tokenizer(name_or_path)
         if name_or_path == "tiny-random":
-            model = build_tiny_model(len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            model = build_tiny_model(
+                len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+            )
             model = model.to(dtype)
         else:
-            folder = embedded.model_folder(cache_dir()) if name_or_path == "smollm2-135m" else _local_or_hub(name_or_path)
+            folder = (
+                embedded.model_folder(cache_dir()) if name_or_path == "smollm2-135m" else _local_or_hub(name_or_path)
+            )
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     except embedded.EmbeddedModelMissing as exc:
         raise ModelNotFoundError(str(exc)) from None

@@ -12,4 +12,13 @@ def apply_lora(model, lora: LoraConfig):
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
 
-    return get_peft_model(model, PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules, task_type="CAUSAL_LM"))
+    return get_peft_model(
+        model,
+        PeftLoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=lora.target_modules,
+            task_type="CAUSAL_LM",
+        ),
+    )

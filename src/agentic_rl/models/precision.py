@@ -119,7 +119,9 @@ def resolve_precision(setting: str, device: torch.device | str) -> Resolved:
         return Resolved("fp32", "set in the config")
     if setting == "bf16-mixed":
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise ConfigError(f"precision: bf16-mixed needs a GPU with bf16 support; {torch.cuda.get_device_name(device)} has none (use fp32)")
+            raise ConfigError(
+                f"precision: bf16-mixed needs a GPU with bf16 support; {torch.cuda.get_device_name(device)} has none (use fp32)"
+            )
         return Resolved("bf16-mixed", "set in the config")
     if device.type == "cuda":
         if torch.cuda.is_bf16_supported():
@@ -130,7 +132,9 @@ def resolve_precision(setting: str, device: torch.device | str) -> Resolved:
     speedup = cpu_bf16_speedup()
     if speedup >= BF16_MIN_SPEEDUP:
         return Resolved("bf16-mixed", f"auto: bf16 matmul measured {speedup:.2f}x float32 on this CPU")
-    return Resolved("fp32", f"auto: bf16 matmul measured {speedup:.2f}x float32 on this CPU (bf16-mixed needs {BF16_MIN_SPEEDUP}x)")
+    return Resolved(
+        "fp32", f"auto: bf16 matmul measured {speedup:.2f}x float32 on this CPU (bf16-mixed needs {BF16_MIN_SPEEDUP}x)"
+    )
 
 
 def apply_precision(model, setting: str) -> Resolved:

@@ -98,7 +98,11 @@ class ToolCallParser(abc.ABC):
     def format_result(self, result: ToolResult, *, framed: bool = False) -> Message:
         """The observation message for one tool result (``framed``: the chat template frames
         it, see :meth:`framed_by`)."""
-        return {"role": "tool", "name": result.name, "content": result.content if framed else self.wrap_observation(result.content)}
+        return {
+            "role": "tool",
+            "name": result.name,
+            "content": result.content if framed else self.wrap_observation(result.content),
+        }
 
     def format_error(self, error: str, *, framed: bool = False) -> Message:
         """The observation message for a call that could not be parsed."""
@@ -142,7 +146,9 @@ def argument_size_error(size: int, limit: int) -> str | None:
     return f"tool call is {size} characters long; at most {limit} are allowed, so it was not run"
 
 
-def scan_tag_blocks(text: str, open_tag: str, close_tag: str, *, unclosed_hint: str) -> tuple[list[str], list[str], list[str]]:
+def scan_tag_blocks(
+    text: str, open_tag: str, close_tag: str, *, unclosed_hint: str
+) -> tuple[list[str], list[str], list[str]]:
     """Split ``text`` at ``open_tag ... close_tag`` blocks -> (bodies, outside, errors).
 
     ``bodies`` are the raw block contents in order, ``outside`` the text between blocks

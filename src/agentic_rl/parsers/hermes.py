@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentic_rl.parsers.base import DEFAULT_MAX_ARGUMENT_CHARS, ParseResult, ToolCallParser, argument_size_error, check_max_argument_chars, register_parser
+from agentic_rl.parsers.base import (
+    DEFAULT_MAX_ARGUMENT_CHARS,
+    ParseResult,
+    ToolCallParser,
+    argument_size_error,
+    check_max_argument_chars,
+    register_parser,
+)
 from agentic_rl.types import ToolCall
 
 __all__ = ["HermesParser"]
@@ -109,7 +116,7 @@ class HermesParser(ToolCallParser):
             except (json.JSONDecodeError, RecursionError):
                 pass
         if not isinstance(arguments, dict):
-            return f'tool call "arguments" of \'{name}\' must be a JSON object'
+            return f"tool call \"arguments\" of '{name}' must be a JSON object"
         return name, arguments
 
     def format_tools_prompt(self, schemas: list[dict]) -> str:

@@ -8,7 +8,15 @@ its turn; the environment runs it and answers with ``<interpreter>...</interpret
 
 from __future__ import annotations
 
-from agentic_rl.parsers.base import DEFAULT_MAX_ARGUMENT_CHARS, ParseResult, ToolCallParser, argument_size_error, check_max_argument_chars, register_parser, scan_tag_blocks
+from agentic_rl.parsers.base import (
+    DEFAULT_MAX_ARGUMENT_CHARS,
+    ParseResult,
+    ToolCallParser,
+    argument_size_error,
+    check_max_argument_chars,
+    register_parser,
+    scan_tag_blocks,
+)
 from agentic_rl.types import ToolCall
 
 __all__ = ["RetoolParser"]
@@ -46,7 +54,12 @@ class RetoolParser(ToolCallParser):
     name = "retool"
     call_open_tag = OPEN_TAG
 
-    def __init__(self, max_calls_per_turn: int = 1, tool_name: str = "python", max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> None:
+    def __init__(
+        self,
+        max_calls_per_turn: int = 1,
+        tool_name: str = "python",
+        max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
+    ) -> None:
         if max_calls_per_turn < 1:
             raise ValueError("max_calls_per_turn must be at least 1")
         self.max_calls_per_turn = max_calls_per_turn
@@ -54,7 +67,9 @@ class RetoolParser(ToolCallParser):
         self.max_argument_chars = check_max_argument_chars(max_argument_chars)
 
     def parse(self, text: str) -> ParseResult:
-        bodies, outside, errors = scan_tag_blocks(text, OPEN_TAG, CLOSE_TAG, unclosed_hint=f"end the code block with {CLOSE_TAG}")
+        bodies, outside, errors = scan_tag_blocks(
+            text, OPEN_TAG, CLOSE_TAG, unclosed_hint=f"end the code block with {CLOSE_TAG}"
+        )
         calls: list[ToolCall] = []
         for body in bodies[: self.max_calls_per_turn]:
             too_long = argument_size_error(len(body.strip()), self.max_argument_chars)
@@ -75,7 +90,9 @@ class RetoolParser(ToolCallParser):
             calls.append(ToolCall(name=self.tool_name, arguments={"code": code}, id=f"call_{len(calls)}"))
         dropped = len(bodies) - self.max_calls_per_turn
         if dropped > 0:
-            errors.append(f"too many code blocks in one turn: at most {self.max_calls_per_turn} allowed, the other {dropped} were not run")
+            errors.append(
+                f"too many code blocks in one turn: at most {self.max_calls_per_turn} allowed, the other {dropped} were not run"
+            )
         content = "\n".join(piece.strip() for piece in outside if piece.strip())
         return ParseResult(calls=calls, errors=errors, content=content)
 

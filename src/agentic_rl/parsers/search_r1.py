@@ -8,7 +8,15 @@ named ``tool_name`` (default ``search``) with argument ``{"query": ...}``.
 
 from __future__ import annotations
 
-from agentic_rl.parsers.base import DEFAULT_MAX_ARGUMENT_CHARS, ParseResult, ToolCallParser, argument_size_error, check_max_argument_chars, register_parser, scan_tag_blocks
+from agentic_rl.parsers.base import (
+    DEFAULT_MAX_ARGUMENT_CHARS,
+    ParseResult,
+    ToolCallParser,
+    argument_size_error,
+    check_max_argument_chars,
+    register_parser,
+    scan_tag_blocks,
+)
 from agentic_rl.types import Message, ToolCall, ToolResult
 
 __all__ = ["SearchR1Parser"]
@@ -28,7 +36,12 @@ class SearchR1Parser(ToolCallParser):
     name = "search_r1"
     call_open_tag = OPEN_TAG
 
-    def __init__(self, max_calls_per_turn: int = 1, tool_name: str = "search", max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> None:
+    def __init__(
+        self,
+        max_calls_per_turn: int = 1,
+        tool_name: str = "search",
+        max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
+    ) -> None:
         if max_calls_per_turn < 1:
             raise ValueError("max_calls_per_turn must be at least 1")
         self.max_calls_per_turn = max_calls_per_turn
@@ -37,7 +50,9 @@ class SearchR1Parser(ToolCallParser):
 
     def parse(self, text: str) -> ParseResult:
         calls: list[ToolCall] = []
-        bodies, outside, errors = scan_tag_blocks(text, OPEN_TAG, CLOSE_TAG, unclosed_hint=f"end the query with {CLOSE_TAG}")
+        bodies, outside, errors = scan_tag_blocks(
+            text, OPEN_TAG, CLOSE_TAG, unclosed_hint=f"end the query with {CLOSE_TAG}"
+        )
         queries = [body.strip() for body in bodies]
         for query in queries[: self.max_calls_per_turn]:
             if not query:
@@ -50,7 +65,9 @@ class SearchR1Parser(ToolCallParser):
                 calls.append(ToolCall(name=self.tool_name, arguments={"query": query}, id=f"call_{len(calls)}"))
         dropped = len(queries) - self.max_calls_per_turn
         if dropped > 0:
-            errors.append(f"too many searches in one turn: at most {self.max_calls_per_turn} allowed, the other {dropped} were not run")
+            errors.append(
+                f"too many searches in one turn: at most {self.max_calls_per_turn} allowed, the other {dropped} were not run"
+            )
         content = "\n".join(piece.strip() for piece in outside if piece.strip())
         return ParseResult(calls=calls, errors=errors, content=content)
 
@@ -67,4 +84,8 @@ class SearchR1Parser(ToolCallParser):
         return f"<information>{text}</information>"
 
     def format_result(self, result: ToolResult, *, framed: bool = False) -> Message:
-        return {"role": "tool", "name": result.name, "content": result.content if framed else self.wrap_observation(result.content)}
+        return {
+            "role": "tool",
+            "name": result.name,
+            "content": result.content if framed else self.wrap_observation(result.content),
+        }

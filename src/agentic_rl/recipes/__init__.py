@@ -50,7 +50,11 @@ def _resolve(name_or_path: str, folder: Path | None, chain: list[tuple[str, str]
     inherited = _resolve(base, file.parent if file else None, [*chain, (identity, name_or_path)])
     inherited.pop("description", None)
     child_env, base_env = data.get("env"), inherited.get("env")
-    if isinstance(child_env, dict) and isinstance(base_env, dict) and child_env.get("name", base_env.get("name")) != base_env.get("name"):
+    if (
+        isinstance(child_env, dict)
+        and isinstance(base_env, dict)
+        and child_env.get("name", base_env.get("name")) != base_env.get("name")
+    ):
         # Another env's options (arithmetic's phrasing...) mean nothing to this one, and
         # neither do the stage overrides of them (sft.env, eval.env).
         inherited.pop("env")
@@ -89,7 +93,9 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     other value (lists included) replaced."""
     merged = dict(base)
     for key, value in override.items():
-        merged[key] = deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        merged[key] = (
+            deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
     return merged
 
 

@@ -24,10 +24,20 @@ MAX_BODY_BYTES = 1 << 20
 
 
 def _document_payload(doc: Document) -> dict[str, Any]:
-    return {"document": {"id": doc.id, "title": doc.title, "text": doc.text, "contents": f'"{doc.title}"\n{doc.text}'}, "score": doc.score}
+    return {
+        "document": {"id": doc.id, "title": doc.title, "text": doc.text, "contents": f'"{doc.title}"\n{doc.text}'},
+        "score": doc.score,
+    }
 
 
-def create_app(retriever: Retriever, *, token: str | None = None, allowed_hosts: Sequence[str] = ("*",), max_body_bytes: int = MAX_BODY_BYTES, read_timeout_s: float = 30.0):
+def create_app(
+    retriever: Retriever,
+    *,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] = ("*",),
+    max_body_bytes: int = MAX_BODY_BYTES,
+    read_timeout_s: float = 30.0,
+):
     """The ASGI app (FastAPI) serving ``retriever``: ``POST /retrieve``, ``GET /health``.
 
     Every request is checked before its body is read: a ``Host`` in ``allowed_hosts``
@@ -62,7 +72,9 @@ def create_app(retriever: Retriever, *, token: str | None = None, allowed_hosts:
         except (ValueError, TypeError, AttributeError) as exc:
             return error(400, str(exc))
         try:
-            results = await run_in_threadpool(lambda: [[_document_payload(doc) for doc in retriever.search(query, topk)] for query in queries])
+            results = await run_in_threadpool(
+                lambda: [[_document_payload(doc) for doc in retriever.search(query, topk)] for query in queries]
+            )
         except Exception as exc:  # the retriever's failure, not the client's
             return error(500, f"{type(exc).__name__}: {exc}")
         return {"result": results}
@@ -82,5 +94,3 @@ def _parse_request(request: Any) -> tuple[list[str], int]:
     if len(queries) > MAX_QUERIES or not 1 <= topk <= MAX_TOPK:
         raise ValueError(f"at most {MAX_QUERIES} queries and 1 <= topk <= {MAX_TOPK}")
     return queries, topk
-
-

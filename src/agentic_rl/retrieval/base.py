@@ -30,7 +30,12 @@ class Document:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Document":
-        return cls(id=str(data["id"]), title=str(data.get("title", "")), text=str(data.get("text", "")), score=float(data.get("score", 0.0)))
+        return cls(
+            id=str(data["id"]),
+            title=str(data.get("title", "")),
+            text=str(data.get("text", "")),
+            score=float(data.get("score", 0.0)),
+        )
 
 
 @runtime_checkable

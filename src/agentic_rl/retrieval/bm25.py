@@ -55,7 +55,14 @@ class BM25Retriever:
     and open with :func:`load_index` (memory-mapped).
     """
 
-    def __init__(self, model: Any, documents: Sequence[Document] | None = None, *, docs_path: Path | None = None, offsets: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        documents: Sequence[Document] | None = None,
+        *,
+        docs_path: Path | None = None,
+        offsets: np.ndarray | None = None,
+    ) -> None:
         self.model = model
         self._documents = list(documents) if documents is not None else None
         self._offsets = offsets
@@ -94,11 +101,7 @@ class BM25Retriever:
         k = min(k, len(scores))
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         top = top[np.argsort(-scores[top], kind="stable")]
-        return [
-            Document(**{**self.document(int(i)).__dict__, "score": float(scores[i])})
-            for i in top
-            if scores[i] > 0
-        ]
+        return [Document(**{**self.document(int(i)).__dict__, "score": float(scores[i])}) for i in top if scores[i] > 0]
 
     def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Document]]:
         return [self.search(query, k) for query in queries]
@@ -115,7 +118,9 @@ class BM25Retriever:
             pass
 
 
-def build_index(documents: Iterable[Document] | str | Path, out_dir: str | Path, *, k1: float = 1.5, b: float = 0.75) -> dict[str, Any]:
+def build_index(
+    documents: Iterable[Document] | str | Path, out_dir: str | Path, *, k1: float = 1.5, b: float = 0.75
+) -> dict[str, Any]:
     """Index a corpus (documents or a JSONL path) into ``out_dir``; returns ``meta.json``'s content.
 
     Document ids must be unique.
@@ -135,7 +140,9 @@ def build_index(documents: Iterable[Document] | str | Path, out_dir: str | Path,
             if doc.id in seen:
                 raise ValueError(f"duplicate document id {doc.id!r}")
             seen.add(doc.id)
-            line = (json.dumps({"id": doc.id, "title": doc.title, "text": doc.text}, ensure_ascii=False) + "\n").encode("utf-8")
+            line = (json.dumps({"id": doc.id, "title": doc.title, "text": doc.text}, ensure_ascii=False) + "\n").encode(
+                "utf-8"
+            )
             handle.write(line)
             offsets.append(offsets[-1] + len(line))
             tokens.append(_document_tokens(doc))
@@ -145,7 +152,14 @@ def build_index(documents: Iterable[Document] | str | Path, out_dir: str | Path,
     model = bm25s.BM25(k1=k1, b=b)
     model.index(tokens, show_progress=False)
     model.save(out / "bm25", show_progress=False)
-    meta = {"kind": "bm25", "format_version": FORMAT_VERSION, "num_docs": len(tokens), "k1": k1, "b": b, "build_time_s": time.perf_counter() - started}
+    meta = {
+        "kind": "bm25",
+        "format_version": FORMAT_VERSION,
+        "num_docs": len(tokens),
+        "k1": k1,
+        "b": b,
+        "build_time_s": time.perf_counter() - started,
+    }
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     return meta
 
@@ -157,10 +171,14 @@ def load_index(index_dir: str | Path, *, mmap: bool = True) -> BM25Retriever:
     folder = Path(index_dir)
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
-        raise FileNotFoundError(f"{folder} is not an index folder (no meta.json); build one with `agentic-rl index build`")
+        raise FileNotFoundError(
+            f"{folder} is not an index folder (no meta.json); build one with `agentic-rl index build`"
+        )
     meta = json.loads(meta_path.read_text())
     if meta.get("kind") != "bm25" or meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{folder}: unsupported index kind/version {meta.get('kind')!r}/{meta.get('format_version')!r}")
+        raise ValueError(
+            f"{folder}: unsupported index kind/version {meta.get('kind')!r}/{meta.get('format_version')!r}"
+        )
     model = bm25s.BM25.load(folder / "bm25", mmap=mmap, show_progress=False)
     offsets = np.load(folder / "offsets.npy", mmap_mode="r" if mmap else None)
     return BM25Retriever(model, docs_path=folder / "docs.jsonl", offsets=offsets)

@@ -61,7 +61,9 @@ class DenseRetriever:
         if not self.documents:
             raise ValueError("cannot index an empty corpus")
         texts = [f"{doc.title}\n{doc.text}" for doc in self.documents]
-        vectors = np.concatenate([_normalized(self.embed(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)])
+        vectors = np.concatenate(
+            [_normalized(self.embed(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)]
+        )
         self.index = faiss.IndexFlatIP(vectors.shape[1])
         self.index.add(vectors)
         self.num_docs = len(self.documents)
@@ -71,7 +73,11 @@ class DenseRetriever:
             raise ValueError(f"k must be a positive int, got {k}")
         scores, ids = self.index.search(_normalized(self.embed(list(queries))), min(k, self.num_docs))
         return [
-            [Document(**{**self.documents[i].__dict__, "score": float(s)}) for s, i in zip(row_scores, row_ids) if i >= 0]
+            [
+                Document(**{**self.documents[i].__dict__, "score": float(s)})
+                for s, i in zip(row_scores, row_ids)
+                if i >= 0
+            ]
             for row_scores, row_ids in zip(scores, ids)
         ]
 

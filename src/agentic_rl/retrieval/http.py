@@ -34,26 +34,47 @@ def _parse_document(item: dict[str, Any]) -> Document:
     return Document(id=str(body.get("id", "")), title=str(title), text=str(text), score=float(item.get("score", 0.0)))
 
 
-
-
 class RetrievalServer(ASGIServer):
     """Serves one retriever with uvicorn (http_server.ASGIServer: loopback by default,
     ``allow_remote=True`` and a bearer ``token`` beyond it). ``port=0`` picks a free port."""
 
     def __init__(
-        self, retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, *, allow_remote: bool = False, token: str | None = None,
-        verbose: bool = False, max_concurrency: int = 64, read_timeout_s: float = 30.0,
+        self,
+        retriever: Retriever,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        *,
+        allow_remote: bool = False,
+        token: str | None = None,
+        verbose: bool = False,
+        max_concurrency: int = 64,
+        read_timeout_s: float = 30.0,
     ) -> None:
         from agentic_rl.retrieval.app import create_app
 
         self.retriever = retriever
         super().__init__(
-            lambda allowed: create_app(retriever, token=token, allowed_hosts=allowed, read_timeout_s=read_timeout_s), host, port,
-            allow_remote=allow_remote, token=token, verbose=verbose, max_concurrency=max_concurrency, what="the index", name="retrieval-server",
+            lambda allowed: create_app(retriever, token=token, allowed_hosts=allowed, read_timeout_s=read_timeout_s),
+            host,
+            port,
+            allow_remote=allow_remote,
+            token=token,
+            verbose=verbose,
+            max_concurrency=max_concurrency,
+            what="the index",
+            name="retrieval-server",
         )
 
 
-def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, *, allow_remote: bool = False, token: str | None = None, verbose: bool = True) -> None:
+def serve(
+    retriever: Retriever,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    allow_remote: bool = False,
+    token: str | None = None,
+    verbose: bool = True,
+) -> None:
     """Serve until interrupted."""
     server = RetrievalServer(retriever, host, port, allow_remote=allow_remote, token=token, verbose=verbose)
     try:

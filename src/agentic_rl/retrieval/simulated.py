@@ -47,7 +47,7 @@ __all__ = [
 USEFUL_PROMPT = (
     "You are the Google search engine.\n"
     "Given a query, you need to generate {count} useful documents for the query.\n\n"
-    "The user is trying to answer the question: \"{question}\"{answer_clause}.\n"
+    'The user is trying to answer the question: "{question}"{answer_clause}.\n'
     "Each document should contain about 30 words, and these documents should contain useful information.\n\n"
     "Query: {query}\n"
     "Useful Output:\n"
@@ -55,14 +55,27 @@ USEFUL_PROMPT = (
 NOISY_PROMPT = (
     "You are the Google search engine.\n"
     "Given a query, you need to generate {count} noisy documents for the query.\n\n"
-    "The user is trying to answer the question: \"{question}\"{answer_clause}.\n"
+    'The user is trying to answer the question: "{question}"{answer_clause}.\n'
     "Each document should contain about 30 words, and these documents should contain noisy information.\n\n"
     "Query: {query}\n"
     "Noisy Output:\n"
 )
-_COUNT_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+_COUNT_WORDS = {
+    1: "one",
+    2: "two",
+    3: "three",
+    4: "four",
+    5: "five",
+    6: "six",
+    7: "seven",
+    8: "eight",
+    9: "nine",
+    10: "ten",
+}
 _PLACEHOLDER = "\u2063QUERY\u2063"  # never in a template: where the untrusted query goes
-_DOC_MARKER = re.compile(r"(?:^|\n)\s*(?:\*\*)?Doc(?:ument)?\s*(\d+)\s*(?:\*\*)?\s*[:.)\-]\s*(?:\*\*)?\s*", re.IGNORECASE)
+_DOC_MARKER = re.compile(
+    r"(?:^|\n)\s*(?:\*\*)?Doc(?:ument)?\s*(\d+)\s*(?:\*\*)?\s*[:.)\-]\s*(?:\*\*)?\s*", re.IGNORECASE
+)
 
 
 def noise_probability(step: int, *, start: float, end: float, total_steps: int, base: float = 4.0) -> float:
@@ -75,14 +88,18 @@ def noise_probability(step: int, *, start: float, end: float, total_steps: int, 
     return start + (math.pow(base, progress) - 1) / (base - 1) * (end - start)
 
 
-def simulation_prompt(query: str, *, useful: bool, k: int, question: str | None = None, answer: str | None = None) -> str:
+def simulation_prompt(
+    query: str, *, useful: bool, k: int, question: str | None = None, answer: str | None = None
+) -> str:
     """The prompt asking for ``k`` useful or noisy documents for ``query``; ``question`` and
     ``answer`` (training only) tell the simulator what the user is after."""
     template = USEFUL_PROMPT if useful else NOISY_PROMPT
     if question is None:  # no episode context: the query alone
         template = template.replace('The user is trying to answer the question: "{question}"{answer_clause}.\n', "")
     answer_clause = f" whose answer is {answer}" if answer else ""
-    return template.format(count=_COUNT_WORDS.get(k, str(k)), question=question or "", answer_clause=answer_clause, query=query)
+    return template.format(
+        count=_COUNT_WORDS.get(k, str(k)), question=question or "", answer_clause=answer_clause, query=query
+    )
 
 
 def parse_documents(text: str, k: int) -> list[Document]:
@@ -90,7 +107,9 @@ def parse_documents(text: str, k: int) -> list[Document]:
     else one per non-empty line; at most ``k``, empty ones dropped."""
     marks = list(_DOC_MARKER.finditer(text))
     if marks:
-        pieces = [text[m.end() : (marks[i + 1].start() if i + 1 < len(marks) else len(text))] for i, m in enumerate(marks)]
+        pieces = [
+            text[m.end() : (marks[i + 1].start() if i + 1 < len(marks) else len(text))] for i, m in enumerate(marks)
+        ]
     else:
         pieces = text.splitlines()
     texts = [" ".join(piece.split()) for piece in pieces]
@@ -102,7 +121,15 @@ def parse_documents(text: str, k: int) -> list[Document]:
 TextGenerator = Callable[[list[str]], list[str]]
 
 
-def generate_texts(llm: Any, prompts: Sequence[str], *, temperature: float, max_new_tokens: int, seed: int | None = None, lock: threading.Lock | None = None) -> list[str]:
+def generate_texts(
+    llm: Any,
+    prompts: Sequence[str],
+    *,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int | None = None,
+    lock: threading.Lock | None = None,
+) -> list[str]:
     """One reply per prompt (a single user message each) from any backend: a token engine
     (its tokenizer's chat template; the prompt's query is tokenized as plain text), a chat
     engine (``chat``), or a callable ``list[str] -> list[str]``. ``lock`` serializes calls
@@ -114,10 +141,18 @@ def generate_texts(llm: Any, prompts: Sequence[str], *, temperature: float, max_
         return texts
     interface = getattr(llm, "interface", None)
     if interface == "chat":
-        replies = llm.chat([[{"role": "user", "content": p}] for p in prompts], temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=seed)
+        replies = llm.chat(
+            [[{"role": "user", "content": p}] for p in prompts],
+            temperature=temperature,
+            top_p=1.0,
+            max_tokens=max_new_tokens,
+            seed=seed,
+        )
         return [reply.text for reply in replies]
     if interface != "tokens":
-        raise TypeError(f"the simulator LLM must be a backend (interface 'tokens' or 'chat') or a callable, got {type(llm).__name__}")
+        raise TypeError(
+            f"the simulator LLM must be a backend (interface 'tokens' or 'chat') or a callable, got {type(llm).__name__}"
+        )
     from agentic_rl.engines.base import SamplingParams
     from agentic_rl.rollout.chat import ChatRenderer
 
@@ -147,7 +182,9 @@ def _prompt_ids(renderer: Any, prompt: str) -> list[int]:
     """The chat prompt's tokens, with the query line (the policy's text) tokenized as plain
     text: a query holding ``<|im_end|>`` cannot close the simulator's turn and write its own."""
     head, query, tail = _split_query(prompt)
-    text = renderer.tokenizer.apply_chat_template([{"role": "user", "content": head + _PLACEHOLDER + tail}], tokenize=False, add_generation_prompt=True)
+    text = renderer.tokenizer.apply_chat_template(
+        [{"role": "user", "content": head + _PLACEHOLDER + tail}], tokenize=False, add_generation_prompt=True
+    )
     before, after = text.split(_PLACEHOLDER, 1)
     return renderer.encode_text(before) + renderer.encode_untrusted(query) + renderer.encode_text(after)
 
@@ -195,10 +232,14 @@ class SimulationConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
                 raise ValueError(f"retriever.{name}: expected a probability in [0, 1], got {value!r}")
-        if self.total_steps is not None and (not isinstance(self.total_steps, int) or isinstance(self.total_steps, bool) or self.total_steps < 1):
+        if self.total_steps is not None and (
+            not isinstance(self.total_steps, int) or isinstance(self.total_steps, bool) or self.total_steps < 1
+        ):
             raise ValueError(f"retriever.total_steps: expected a positive int, got {self.total_steps!r}")
         if self.total_steps is None and self.start_noise != self.end_noise:
-            raise ValueError("retriever.total_steps: required when start_noise != end_noise (the training steps over which the noise rises)")
+            raise ValueError(
+                "retriever.total_steps: required when start_noise != end_noise (the training steps over which the noise rises)"
+            )
         if not isinstance(self.base, (int, float)) or isinstance(self.base, bool) or self.base <= 1.0:
             raise ValueError(f"retriever.base: expected a number > 1, got {self.base!r}")
         if not isinstance(self.temperature, (int, float)) or isinstance(self.temperature, bool) or self.temperature < 0:
@@ -218,7 +259,9 @@ class SimulationConfig:
 
     def noise(self, step: int) -> float:
         """The probability of noisy documents at training ``step``."""
-        return noise_probability(step, start=self.start_noise, end=self.end_noise, total_steps=self.total_steps or 1, base=self.base)
+        return noise_probability(
+            step, start=self.start_noise, end=self.end_noise, total_steps=self.total_steps or 1, base=self.base
+        )
 
 
 class SimulatedSearchEngine:
@@ -235,10 +278,29 @@ class SimulatedSearchEngine:
     def set_step(self, step: int) -> None:
         self.step = int(step)
 
-    def documents(self, queries: Sequence[str], *, useful: Sequence[bool], k: int, question: str | None = None, answer: str | None = None, seed: int | None = None) -> list[list[Document]]:
+    def documents(
+        self,
+        queries: Sequence[str],
+        *,
+        useful: Sequence[bool],
+        k: int,
+        question: str | None = None,
+        answer: str | None = None,
+        seed: int | None = None,
+    ) -> list[list[Document]]:
         """Simulated results, one list per query."""
-        prompts = [simulation_prompt(q, useful=u, k=k, question=question, answer=answer) for q, u in zip(queries, useful, strict=True)]
-        texts = generate_texts(self.llm, prompts, temperature=self.config.temperature, max_new_tokens=self.config.max_new_tokens, seed=seed, lock=self._lock)
+        prompts = [
+            simulation_prompt(q, useful=u, k=k, question=question, answer=answer)
+            for q, u in zip(queries, useful, strict=True)
+        ]
+        texts = generate_texts(
+            self.llm,
+            prompts,
+            temperature=self.config.temperature,
+            max_new_tokens=self.config.max_new_tokens,
+            seed=seed,
+            lock=self._lock,
+        )
         return [parse_documents(text, k) for text in texts]
 
 
@@ -259,7 +321,9 @@ class SimulatedSearch:
     def noise(self) -> float:
         return self.engine.config.noise(self.step)
 
-    def begin_episode(self, *, question: str, answers: Sequence[str], step: int | None = None, seed: int | None = None) -> None:
+    def begin_episode(
+        self, *, question: str, answers: Sequence[str], step: int | None = None, seed: int | None = None
+    ) -> None:
         """A new episode: its question, gold answers (shown to the simulator when
         ``with_answer``), training step (None: the engine's) and random seed (None: fresh)."""
         self.question = question
@@ -278,7 +342,9 @@ class SimulatedSearch:
         useful = [self._rng.random() >= noise for _ in queries]
         self.searches += len(queries)
         self.noisy_searches += useful.count(False)
-        return self.engine.documents(queries, useful=useful, k=k, question=self.question, answer=self.answer, seed=self._rng.getrandbits(31))
+        return self.engine.documents(
+            queries, useful=useful, k=k, question=self.question, answer=self.answer, seed=self._rng.getrandbits(31)
+        )
 
 
 _ENGINES: dict[SimulationConfig, SimulatedSearchEngine] = {}

@@ -48,7 +48,9 @@ class _SearchAPI:
         self.key_env = api_key_env or self.default_key_env
         key = os.environ.get(self.key_env, "").strip()
         if not key:
-            raise ValueError(f"web search provider {self.name}: the environment variable {self.key_env} is not set (it holds the API key)")
+            raise ValueError(
+                f"web search provider {self.name}: the environment variable {self.key_env} is not set (it holds the API key)"
+            )
         self._key = key
         self.base_url = (base_url or self.default_base_url).rstrip("/")
         if not self.base_url.startswith(("http://", "https://")):
@@ -70,10 +72,14 @@ class _SearchAPI:
         except httpx.TimeoutException:
             raise WebSearchError(f"the {self.name} search API did not answer within {self.timeout_s:g} s") from None
         except httpx.HTTPError as exc:
-            raise WebSearchError(self._scrub(f"the {self.name} search API could not be reached: {type(exc).__name__}: {exc}")) from None
+            raise WebSearchError(
+                self._scrub(f"the {self.name} search API could not be reached: {type(exc).__name__}: {exc}")
+            ) from None
         if response.status_code != 200:
             body = " ".join(response.text.split())[:MAX_ERROR_BODY_CHARS]
-            raise WebSearchError(self._scrub(f"the {self.name} search API answered HTTP {response.status_code}: {body}"))
+            raise WebSearchError(
+                self._scrub(f"the {self.name} search API answered HTTP {response.status_code}: {body}")
+            )
         try:
             return response.json()
         except ValueError:
@@ -102,7 +108,9 @@ class _SearchAPI:
 
 
 def _document(url: Any, title: Any, text: Any, score: Any = 0.0) -> Document:
-    return Document(id=str(url or ""), title=str(title or ""), text=" ".join(str(text or "").split()), score=float(score or 0.0))
+    return Document(
+        id=str(url or ""), title=str(title or ""), text=" ".join(str(text or "").split()), score=float(score or 0.0)
+    )
 
 
 class BraveSearch(_SearchAPI):
@@ -115,11 +123,20 @@ class BraveSearch(_SearchAPI):
 
     def _request(self, query: str, k: int) -> Any:
         headers = {"Accept": "application/json", "X-Subscription-Token": self._key}
-        return self._send("GET", f"{self.base_url}/res/v1/web/search", params={"q": query, "count": min(k, self.MAX_COUNT)}, headers=headers)
+        return self._send(
+            "GET",
+            f"{self.base_url}/res/v1/web/search",
+            params={"q": query, "count": min(k, self.MAX_COUNT)},
+            headers=headers,
+        )
 
     def _parse(self, payload: Any) -> list[Document]:
         results = (payload.get("web") or {}).get("results") or []
-        return [_document(item.get("url"), item.get("title"), item.get("description")) for item in results if item.get("url")]
+        return [
+            _document(item.get("url"), item.get("title"), item.get("description"))
+            for item in results
+            if item.get("url")
+        ]
 
 
 class TavilySearch(_SearchAPI):
@@ -135,14 +152,20 @@ class TavilySearch(_SearchAPI):
 
     def _parse(self, payload: Any) -> list[Document]:
         results = payload.get("results") or []
-        return [_document(item.get("url"), item.get("title"), item.get("content"), item.get("score")) for item in results if item.get("url")]
+        return [
+            _document(item.get("url"), item.get("title"), item.get("content"), item.get("score"))
+            for item in results
+            if item.get("url")
+        ]
 
 
 PROVIDERS: dict[str, type[_SearchAPI]] = {"brave": BraveSearch, "tavily": TavilySearch}
 """Search API clients by name."""
 
 
-def make_provider(name: str, *, base_url: str | None = None, api_key_env: str | None = None, timeout_s: float = 10.0) -> BraveSearch | TavilySearch:
+def make_provider(
+    name: str, *, base_url: str | None = None, api_key_env: str | None = None, timeout_s: float = 10.0
+) -> BraveSearch | TavilySearch:
     """The named provider's client; ValueError for an unknown name or a missing key."""
     if name not in PROVIDERS:
         raise ValueError(f"provider: expected one of {', '.join(PROVIDERS)}, got {name!r}")

@@ -60,7 +60,9 @@ def main() -> None:
             prediction, gold = json.loads(line)
             # math-verify's own timeouts (SIGALRM) are off: the parent's deadline is the bound.
             gold_parsed = parse(f"${gold}$", parsing_timeout=None)
-            predicted = parse(prediction if "$" in prediction or "\\" in prediction else f"${prediction}$", parsing_timeout=None)
+            predicted = parse(
+                prediction if "$" in prediction or "\\" in prediction else f"${prediction}$", parsing_timeout=None
+            )
             equal = bool(gold_parsed and predicted and verify(gold_parsed, predicted, timeout_seconds=None))
         except Exception:  # MemoryError (the RLIMIT_AS cap) included: not equivalent
             equal = False

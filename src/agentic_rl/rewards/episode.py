@@ -47,7 +47,15 @@ def retrieval_calls(trajectory: Trajectory, tool: str) -> int:
 
 
 def two_stage_reward(
-    outcome: float, *, step: int, switch_step: int, formatted: bool, retrieved: bool, retrieval_reward: float = 0.5, format_reward: float = 0.5, format_penalty: float = 2.0
+    outcome: float,
+    *,
+    step: int,
+    switch_step: int,
+    formatted: bool,
+    retrieved: bool,
+    retrieval_reward: float = 0.5,
+    format_reward: float = 0.5,
+    format_penalty: float = 2.0,
 ) -> float:
     """R1-Searcher's two-stage reward.
 

@@ -43,7 +43,13 @@ class MathVerifier:
     (atexit, stdin EOF, a parent watch) and is restarted after a fork.
     """
 
-    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, memory_bytes: int = DEFAULT_MEMORY_BYTES, startup_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        startup_timeout_s: float = 120.0,
+    ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self.timeout_s = timeout_s
@@ -66,7 +72,11 @@ class MathVerifier:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
         self._process = subprocess.Popen(
             [sys.executable, "-m", "agentic_rl.rewards._math_worker", str(self.memory_bytes)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            close_fds=True,
         )
         self._buffer = b""
         self._ready = False
@@ -78,7 +88,9 @@ class MathVerifier:
             self._kill()
         elif status != "ready":
             self._kill()
-            raise RuntimeError(f"the math-verify worker did not start within {self.startup_timeout_s:.0f} s (got {status!r})")
+            raise RuntimeError(
+                f"the math-verify worker did not start within {self.startup_timeout_s:.0f} s (got {status!r})"
+            )
         else:
             self._ready = True
 

@@ -12,7 +12,17 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 
-__all__ = ["squad_normalize", "exact_match", "token_f1", "best_exact_match", "best_f1", "answer_in_text", "ANSWER_SEPARATOR", "split_answers", "per_question_exact_match"]
+__all__ = [
+    "squad_normalize",
+    "exact_match",
+    "token_f1",
+    "best_exact_match",
+    "best_f1",
+    "answer_in_text",
+    "ANSWER_SEPARATOR",
+    "split_answers",
+    "per_question_exact_match",
+]
 
 _PUNCTUATION = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -84,4 +94,7 @@ def split_answers(prediction: str | None, count: int) -> list[str | None]:
 def per_question_exact_match(prediction: str | None, golds: list[list[str]]) -> list[float]:
     """Exact match of each answer of a multi-question reply against its question's gold
     answers (``golds[i]``: the answers of question i)."""
-    return [best_exact_match(answer, question_golds) for answer, question_golds in zip(split_answers(prediction, len(golds)), golds)]
+    return [
+        best_exact_match(answer, question_golds)
+        for answer, question_golds in zip(split_answers(prediction, len(golds)), golds)
+    ]

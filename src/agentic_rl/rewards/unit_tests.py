@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from agentic_rl.sandbox import SandboxPool, execute
 
-_CANDIDATE = r'''
+_CANDIDATE = r"""
 import ast, json, os, sys
 proto_in = os.fdopen(os.dup(0), "r")
 proto_out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -62,7 +62,7 @@ for line in proto_in:
     except BaseException as error:
         reply = {"error": type(error).__name__}
     proto_out.write(json.dumps(reply) + "\n")
-'''
+"""
 
 _CHECKER = r'''
 import ast, builtins, json, os, select, subprocess, sys, time
@@ -192,11 +192,28 @@ class TestReport:
         return self.passed / self.total if self.total else 0.0
 
 
-def run_unit_tests(answer: str, *, prompt: str, test: str, entry_point: str, timeout_s: float = 10.0, memory_mb: int = 512, pool: SandboxPool | None = None) -> TestReport:
+def run_unit_tests(
+    answer: str,
+    *,
+    prompt: str,
+    test: str,
+    entry_point: str,
+    timeout_s: float = 10.0,
+    memory_mb: int = 512,
+    pool: SandboxPool | None = None,
+) -> TestReport:
     """Run ``test``'s ``check(candidate)`` against ``entry_point`` as defined by ``prompt``
     followed by ``answer``, in a fresh sandboxed process pair (see the module docstring)."""
     nonce = secrets.token_hex(16)
-    job = {"nonce": nonce, "prompt": prompt, "answer": answer, "test": test, "entry_point": entry_point, "timeout_s": timeout_s, "candidate_source": _CANDIDATE}
+    job = {
+        "nonce": nonce,
+        "prompt": prompt,
+        "answer": answer,
+        "test": test,
+        "entry_point": entry_point,
+        "timeout_s": timeout_s,
+        "candidate_source": _CANDIDATE,
+    }
     code = _CHECKER.replace("__JOB__", repr(json.dumps(job)))
     # The margin lets the checker, whose own deadline is timeout_s, report after a hang.
     result = execute(code, timeout_s=timeout_s + 5.0, memory_mb=memory_mb, max_output_bytes=1 << 20, pool=pool)

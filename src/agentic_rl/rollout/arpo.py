@@ -109,10 +109,25 @@ def arpo_rollout(
     rng = random.Random(seed)
     stats = ARPOStats(tasks=len(task_indices), rounds=1)
 
-    groups = rollout(backend, make_env, task_indices, group_size=params.initial_samples, seed=seed, training_step=training_step, **sample)
+    groups = rollout(
+        backend,
+        make_env,
+        task_indices,
+        group_size=params.initial_samples,
+        seed=seed,
+        training_step=training_step,
+        **sample,
+    )
     for group, index in zip(groups, task_indices):
         for number, trajectory in enumerate(group.trajectories):
-            trajectory.info[INFO_KEY] = {"id": f"{group.group_id}/{number}", "task_index": index, "lineage": [], "branch_turn": None, "round": 0, "training_step": training_step}
+            trajectory.info[INFO_KEY] = {
+                "id": f"{group.group_id}/{number}",
+                "task_index": index,
+                "lineage": [],
+                "branch_turn": None,
+                "round": 0,
+                "training_step": training_step,
+            }
     # (group position, trajectory, first turn whose tool-call point is not examined yet)
     frontier = [(position, t, 0) for position, g in enumerate(groups) for t in g.trajectories]
     for round_number in range(1, params.max_rounds + 1):
@@ -128,12 +143,16 @@ def arpo_rollout(
                 if increase is None:
                     continue
                 stats.branch_points += 1
-                probability = branch_probability(increase, base_probability=params.base_probability, entropy_weight=params.entropy_weight)
+                probability = branch_probability(
+                    increase, base_probability=params.base_probability, entropy_weight=params.entropy_weight
+                )
                 if rng.random() >= probability:
                     continue
                 for _ in range(min(params.branches, remaining)):
                     number = len(group.trajectories) + sum(1 for p, _, _ in placed if p == position)
-                    start = branch_from(parent, turn_index, make_env, branch_id=f"{group.group_id}/{number}", round_number=round_number)
+                    start = branch_from(
+                        parent, turn_index, make_env, branch_id=f"{group.group_id}/{number}", round_number=round_number
+                    )
                     if start is None:
                         stats.replay_mismatches += 1
                         continue
@@ -141,7 +160,9 @@ def arpo_rollout(
                     placed.append((position, start[0], turn_index + 1))
         if not starts:
             break
-        continue_rollouts(backend, starts, seed=None if seed is None else derive_seed(seed, "arpo-round", round_number), **sample)
+        continue_rollouts(
+            backend, starts, seed=None if seed is None else derive_seed(seed, "arpo-round", round_number), **sample
+        )
         for position, trajectory, _ in placed:
             groups[position].trajectories.append(trajectory)
         stats.branches += len(placed)
@@ -156,7 +177,11 @@ def arpo_rollout(
 
 def _fill(backend, make_env, groups, task_indices, budget, stats: ARPOStats, **sample) -> None:
     """Global samples for the budget branching left unspent, in one batched engine call."""
-    wanted = [(position, index) for position, (group, index) in enumerate(zip(groups, task_indices)) for _ in range(budget - len(group.trajectories))]
+    wanted = [
+        (position, index)
+        for position, (group, index) in enumerate(zip(groups, task_indices))
+        for _ in range(budget - len(group.trajectories))
+    ]
     if not wanted:
         return
     extra = rollout(backend, make_env, [index for _, index in wanted], group_size=1, **sample)
@@ -164,7 +189,14 @@ def _fill(backend, make_env, groups, task_indices, budget, stats: ARPOStats, **s
         group = groups[position]
         for trajectory in single.trajectories:
             trajectory.group_id = group.group_id
-            trajectory.info[INFO_KEY] = {"id": f"{group.group_id}/{len(group.trajectories)}", "task_index": index, "lineage": [], "branch_turn": None, "round": stats.rounds, "training_step": sample.get("training_step")}
+            trajectory.info[INFO_KEY] = {
+                "id": f"{group.group_id}/{len(group.trajectories)}",
+                "task_index": index,
+                "lineage": [],
+                "branch_turn": None,
+                "round": stats.rounds,
+                "training_step": sample.get("training_step"),
+            }
             group.trajectories.append(trajectory)
             stats.filled += 1
     stats.rounds += 1
@@ -190,7 +222,9 @@ def _entropy_increase(trajectory: Trajectory, turn_index: int, k: int, vocab_siz
     return current - initial
 
 
-def branch_from(parent: Trajectory, turn_index: int, make_env: Callable[[], Env], *, branch_id: str, round_number: int) -> tuple[Trajectory, Env] | None:
+def branch_from(
+    parent: Trajectory, turn_index: int, make_env: Callable[[], Env], *, branch_id: str, round_number: int
+) -> tuple[Trajectory, Env] | None:
     """A partial copy of ``parent`` up to the end of turn ``turn_index``'s observation and
     a fresh env replayed to that point; None when the replay does not reproduce the
     recorded observations and rewards (or raises)."""
@@ -209,7 +243,14 @@ def branch_from(parent: Trajectory, turn_index: int, make_env: Callable[[], Env]
     lineage = [[meta["id"], position]] + [[ancestor, min(shared, position)] for ancestor, shared in meta["lineage"]]
     info = dict(reset_info)
     info["turn_entropies"] = [list(e) for e in parent.info["turn_entropies"][: turn_index + 1]]
-    info[INFO_KEY] = {"id": branch_id, "task_index": meta["task_index"], "lineage": lineage, "branch_turn": turn_index, "round": round_number, "training_step": meta.get("training_step")}
+    info[INFO_KEY] = {
+        "id": branch_id,
+        "task_index": meta["task_index"],
+        "lineage": lineage,
+        "branch_turn": turn_index,
+        "round": round_number,
+        "training_step": meta.get("training_step"),
+    }
     branch = Trajectory(
         task_id=parent.task_id,
         group_id=parent.group_id,
@@ -230,7 +271,10 @@ def branch_from(parent: Trajectory, turn_index: int, make_env: Callable[[], Env]
 def _replay(env: Env, parent: Trajectory, turn_index: int, task_index: int, training_step: int | None = None):
     """Step ``env`` through the parent's first ``turn_index + 1`` turns, checking each
     observation and reward; (messages consumed, reset info, answer, correct) or None."""
-    options = {"task_index": task_index, **({"tools_prompt": "template"} if parent.template_tools else {})}  # as the parent was reset
+    options = {
+        "task_index": task_index,
+        **({"tools_prompt": "template"} if parent.template_tools else {}),
+    }  # as the parent was reset
     if "tool_output_template" in parent.info:
         options["tool_output_template"] = parent.info["tool_output_template"]
     if training_step is not None:
@@ -244,7 +288,12 @@ def _replay(env: Env, parent: Trajectory, turn_index: int, task_index: int, trai
         assistant = parent.messages[cursor]
         cursor += 1
         observations, reward, terminated, truncated, info = env.step(assistant)
-        if terminated or truncated or float(reward) != turn.reward or list(observations) != parent.messages[cursor : cursor + len(observations)]:
+        if (
+            terminated
+            or truncated
+            or float(reward) != turn.reward
+            or list(observations) != parent.messages[cursor : cursor + len(observations)]
+        ):
             return None
         cursor += len(observations)
         answer = info.get("answer", answer)

@@ -51,7 +51,9 @@ class ChatRenderer:
         specials = {token.content for token in getattr(tokenizer, "added_tokens_decoder", {}).values() if token.special}
         specials |= set(tokenizer.all_special_tokens)
         # Longest first, so a token that extends another one wins.
-        self._special_pattern = re.compile("(" + "|".join(map(re.escape, sorted(specials, key=len, reverse=True))) + ")")
+        self._special_pattern = re.compile(
+            "(" + "|".join(map(re.escape, sorted(specials, key=len, reverse=True))) + ")"
+        )
         # What the template writes after an assistant message's content (e.g. "<|im_end|>\n").
         probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _PROBE}]
         rendered = self._render(probe, add_generation_prompt=False)
@@ -62,7 +64,11 @@ class ChatRenderer:
         itself (``frames_tool_output``), observations carry the bare output."""
 
     def _tool_output_template(self, before: str) -> str:
-        probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _PROBE}, {"role": "tool", "name": "tool", "content": TOOL_OUTPUT_PROBE}]
+        probe = [
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": _PROBE},
+            {"role": "tool", "name": "tool", "content": TOOL_OUTPUT_PROBE},
+        ]
         try:
             rendered = self._render(probe, add_generation_prompt=False)
         except Exception:  # a template that refuses tool messages (jinja raise_exception): it frames nothing
@@ -90,7 +96,9 @@ class ChatRenderer:
 
     def _render(self, messages: list[Message], *, add_generation_prompt: bool, tools: list[dict] | None = None) -> str:
         if tools:
-            return self.tokenizer.apply_chat_template(messages, tools=openai_tools(tools), tokenize=False, add_generation_prompt=add_generation_prompt)
+            return self.tokenizer.apply_chat_template(
+                messages, tools=openai_tools(tools), tokenize=False, add_generation_prompt=add_generation_prompt
+            )
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     def encode_text(self, text: str) -> list[int]:
@@ -101,7 +109,9 @@ class ChatRenderer:
         ``tools``: tool schemas (OpenAI's form, or bare functions) for the chat template to describe (only where
         ``template_tools``; otherwise they are in the messages' text already)."""
         if tools and not self.template_tools:
-            raise ValueError("this chat template does not render tools: describe them in the system message (parser.with_tools_prompt)")
+            raise ValueError(
+                "this chat template does not render tools: describe them in the system message (parser.with_tools_prompt)"
+            )
         return self.encode_text(self._render(messages, add_generation_prompt=True, tools=tools))
 
     def response_text(self, token_ids: list[int]) -> str:
@@ -121,7 +131,9 @@ class ChatRenderer:
         before = self._render(probe, add_generation_prompt=False)
         after = self._render(probe + observations, add_generation_prompt=True)
         if not after.startswith(before):
-            raise ValueError("chat template renders earlier messages differently once more follow; cannot append observations")
+            raise ValueError(
+                "chat template renders earlier messages differently once more follow; cannot append observations"
+            )
         remainder = self.assistant_suffix
         if stopped:
             stop_texts = [self.tokenizer.decode([i]) for i in self.stop_token_ids]
@@ -155,7 +167,9 @@ class ChatRenderer:
             if _SLOT.sub(lambda slot: transform(values[int(slot.group(1))]), template_text) == rendered:
                 break
         else:
-            raise ValueError("the chat template transforms observation text beyond trimming; cannot keep it from producing special tokens")
+            raise ValueError(
+                "the chat template transforms observation text beyond trimming; cannot keep it from producing special tokens"
+            )
         # Cut only at the template's own special tokens and tokenize the text between them
         # (fields included) in one piece: benign observations get exactly the ids of
         # tokenizing the rendered text, and no special token can come from a field.

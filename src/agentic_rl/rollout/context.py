@@ -62,14 +62,19 @@ def summary_request(text: str | None = None) -> Message:
     return {"role": "user", "content": SUMMARY_REQUEST if text is None else text}
 
 
-def summary_context(messages: list[Message], summary: str, *, opening: int, keep_last: bool, header: str | None = None) -> list[Message]:
+def summary_context(
+    messages: list[Message], summary: str, *, opening: int, keep_last: bool, header: str | None = None
+) -> list[Message]:
     """The messages of the context that follows a summary: the first ``opening`` of
     ``messages`` (system, demonstrations, task), the summary as a user message opened by
     ``header`` (:data:`SUMMARY_HEADER` when None), and, with ``keep_last``, the last turn of
     ``messages`` verbatim (its assistant message and the observations after it).
     ``messages``: the segment's messages before the summary request."""
-    shown = [*messages[:opening], {"role": "user", "content": (SUMMARY_HEADER if header is None else header) + summary.strip()}]
+    shown = [
+        *messages[:opening],
+        {"role": "user", "content": (SUMMARY_HEADER if header is None else header) + summary.strip()},
+    ]
     starts = [i for i in range(opening, len(messages)) if messages[i].get("role") == "assistant"]
     if keep_last and starts:
-        shown += messages[starts[-1]:]
+        shown += messages[starts[-1] :]
     return shown

@@ -59,9 +59,21 @@ def rollout(
     for index in task_indices:
         group = TrajectoryGroup(task_id="", group_id=uuid.uuid4().hex[:12], task_index=index)
         for _ in range(group_size):
-            episodes.append(Episode.reset(make_env, index, group, limits=config, renderer=renderer, on_finish=on_finish, training_step=training_step))
+            episodes.append(
+                Episode.reset(
+                    make_env,
+                    index,
+                    group,
+                    limits=config,
+                    renderer=renderer,
+                    on_finish=on_finish,
+                    training_step=training_step,
+                )
+            )
         groups.append(group)
-    ordinals = None if task_positions is None else [p * group_size + j for p in task_positions for j in range(group_size)]
+    ordinals = (
+        None if task_positions is None else [p * group_size + j for p in task_positions for j in range(group_size)]
+    )
     run_episodes(episodes, backend, config, seed=seed, return_entropy=return_entropy, ordinals=ordinals)
     return groups
 
@@ -86,7 +98,15 @@ def continue_rollouts(
     run_episodes(episodes, backend, config, seed=seed, return_entropy=return_entropy)
 
 
-def run_episodes(episodes: list[Episode], backend, config: RolloutConfig, *, seed: int | None, return_entropy: bool, ordinals: Sequence[int] | None = None) -> None:
+def run_episodes(
+    episodes: list[Episode],
+    backend,
+    config: RolloutConfig,
+    *,
+    seed: int | None,
+    return_entropy: bool,
+    ordinals: Sequence[int] | None = None,
+) -> None:
     """Give each unfinished episode its own random stream (the ``ordinals``-th, one per
     episode, when given; else numbered in order) and run them all to the end."""
     base_seed = seed if seed is not None else random.getrandbits(62)
@@ -95,7 +115,13 @@ def run_episodes(episodes: list[Episode], backend, config: RolloutConfig, *, see
             episode.seed = stream_seed(base_seed, ordinal)
     for ordinal, episode in enumerate(e for e in episodes if not e.finished and ordinals is None):
         episode.seed = stream_seed(base_seed, ordinal)
-    sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens, seed=seed, return_entropy=return_entropy)
+    sampling = SamplingParams(
+        temperature=config.temperature,
+        top_p=config.top_p,
+        max_new_tokens=config.max_new_tokens,
+        seed=seed,
+        return_entropy=return_entropy,
+    )
     scheduler = scheduler_for(backend, continuous_batching=config.continuous_batching)
     pool = ThreadPoolExecutor(max_workers=ENV_STEP_THREADS, thread_name_prefix="env-step")
     try:

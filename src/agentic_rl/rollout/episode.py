@@ -39,7 +39,9 @@ def reset_options(task_index: int, renderer: ChatRenderer | None, training_step:
         options["training_step"] = training_step
     if renderer is not None and renderer.template_tools:
         options["tools_prompt"] = "template"
-        if renderer.tool_output_template:  # the env leaves the framing of tool output to the template where it matches its own
+        if (
+            renderer.tool_output_template
+        ):  # the env leaves the framing of tool output to the template where it matches its own
             options["tool_output_template"] = renderer.tool_output_template
     return options
 
@@ -72,7 +74,14 @@ class Episode:
 
     @classmethod
     def reset(
-        cls, make_env: Callable[[], Env], task_index: int, group: TrajectoryGroup, *, limits: RolloutConfig, renderer: ChatRenderer | None, on_finish: OnFinish | None,
+        cls,
+        make_env: Callable[[], Env],
+        task_index: int,
+        group: TrajectoryGroup,
+        *,
+        limits: RolloutConfig,
+        renderer: ChatRenderer | None,
+        on_finish: OnFinish | None,
         training_step: int | None = None,
     ) -> Episode:
         """A new episode of ``task_index`` in ``group`` (appended to it). A failing env build
@@ -82,13 +91,19 @@ class Episode:
             env = make_env()
             messages, info = env.reset(options=reset_options(task_index, renderer, training_step))
         except Exception as exc:  # a broken env must not take the other episodes down
-            trajectory = Trajectory(task_id=str(task_index), group_id=group.group_id, infra_error=f"reset failed: {type(exc).__name__}: {exc}")
+            trajectory = Trajectory(
+                task_id=str(task_index),
+                group_id=group.group_id,
+                infra_error=f"reset failed: {type(exc).__name__}: {exc}",
+            )
             group.trajectories.append(trajectory)
             episode = cls(trajectory, None, limits, renderer, on_finish, started)
             episode.finish("error")
             return episode
         group.task_id = str(info.get("task_id", task_index))
-        trajectory = Trajectory(task_id=group.task_id, group_id=group.group_id, messages=list(messages), info=dict(info))
+        trajectory = Trajectory(
+            task_id=group.task_id, group_id=group.group_id, messages=list(messages), info=dict(info)
+        )
         if renderer:
             trajectory.append(renderer.prompt_ids(messages, tools=trajectory.template_tools), 0)
             trajectory.prompt_length = len(trajectory.token_ids)
@@ -132,7 +147,11 @@ class Episode:
         self.hit_token_limit = len(trajectory.token_ids) >= self.limits.max_total_tokens
         text = self.renderer.response_text(completion.token_ids)
         turn = Turn(
-            assistant_text=text, response_start=start, response_end=len(trajectory.token_ids), finish_reason=completion.finish_reason, weight_version=completion.weight_version,
+            assistant_text=text,
+            response_start=start,
+            response_end=len(trajectory.token_ids),
+            finish_reason=completion.finish_reason,
+            weight_version=completion.weight_version,
             version_changes=[(start + offset, version) for offset, version in completion.version_changes or ()],
         )
         return turn, self._say(text)
@@ -140,7 +159,13 @@ class Episode:
     def take_reply(self, text: str, finish_reason: str, weight_version: int = 0) -> tuple[Turn, Message]:
         """Append a chat-level reply (no token data); returns the turn and the assistant message."""
         position = len(self.trajectory.token_ids)
-        turn = Turn(assistant_text=text, response_start=position, response_end=position, finish_reason=finish_reason, weight_version=weight_version)
+        turn = Turn(
+            assistant_text=text,
+            response_start=position,
+            response_end=position,
+            finish_reason=finish_reason,
+            weight_version=weight_version,
+        )
         return turn, self._say(text)
 
     def _say(self, text: str) -> Message:
@@ -173,7 +198,9 @@ class Episode:
         except FutureTimeout:
             # The env (or a tool inside it) hung: infrastructure, not the policy's doing.
             trajectory.turns.append(turn)
-            trajectory.infra_error = f"env step did not return within the {self.limits.timeout_s:g} s trajectory timeout"
+            trajectory.infra_error = (
+                f"env step did not return within the {self.limits.timeout_s:g} s trajectory timeout"
+            )
             self.finish("timeout")
             return False
         except Exception as exc:  # an env or tool crash is infrastructure, not the policy's doing
@@ -197,7 +224,10 @@ class Episode:
             reason = self._start_segment(shown, observations)
         elif reason is None and self.renderer:
             obs_ids = self.renderer.observation_ids(observations, stopped=self.stopped_last_turn)
-            if self.limits.context == "summarize" and len(trajectory.token_ids) + len(obs_ids) > self.limits.context_tokens:
+            if (
+                self.limits.context == "summarize"
+                and len(trajectory.token_ids) + len(obs_ids) > self.limits.context_tokens
+            ):
                 # The next prompt would pass the budget: show the observations and ask for
                 # the summary that will replace the history (the next sampled turn).
                 observations = [*observations, summary_request(self.limits.context_summary_request)]
@@ -229,7 +259,11 @@ class Episode:
         if reason is None:
             # The segment's messages end with the summary request and the summary itself.
             shown = summary_context(
-                trajectory.messages[:-2], turn.assistant_text, opening=self.opening, keep_last=self.limits.context_keep_last, header=self.limits.context_summary_header
+                trajectory.messages[:-2],
+                turn.assistant_text,
+                opening=self.opening,
+                keep_last=self.limits.context_keep_last,
+                header=self.limits.context_summary_header,
             )
             reason = self._start_segment(shown, [])
         if reason is not None:
@@ -244,7 +278,9 @@ class Episode:
             return None
         from agentic_rl.rollout.context import context_messages
 
-        shown = context_messages(self.limits.context, [*self.history, *observations], opening=self.opening, turns=self.limits.context_turns)
+        shown = context_messages(
+            self.limits.context, [*self.history, *observations], opening=self.opening, turns=self.limits.context_turns
+        )
         return None if shown == [*self.trajectory.messages, *observations] else shown
 
     def _start_segment(self, shown: list[Message], observations: list[Message]) -> str | None:
@@ -255,10 +291,14 @@ class Episode:
         trajectory = self.trajectory
         if self.history is not None:
             self.history.extend(observations)
-        finished = dataclasses.replace(trajectory, segments=[], info={k: v for k, v in trajectory.info.items() if k != "turn_entropies"})
+        finished = dataclasses.replace(
+            trajectory, segments=[], info={k: v for k, v in trajectory.info.items() if k != "turn_entropies"}
+        )
         trajectory.segments = [*trajectory.segments, finished]
         trajectory.messages, trajectory.turns = list(shown), []
-        trajectory.info["prompt_messages"] = len(shown)  # earlier turns shown here are prompt, not this sample's (SFT examples: weight 0)
+        trajectory.info["prompt_messages"] = len(
+            shown
+        )  # earlier turns shown here are prompt, not this sample's (SFT examples: weight 0)
         trajectory.token_ids, trajectory.loss_mask, trajectory.sampler_logprobs = [], [], []
         trajectory.append(self.renderer.prompt_ids(shown, tools=trajectory.template_tools), 0)
         trajectory.prompt_length = len(trajectory.token_ids)
@@ -289,7 +329,11 @@ class Episode:
         trajectory.wall_time_s = time.monotonic() - self.started
         for segment in trajectory.segments:  # every sample carries the episode's outcome
             segment.reward, segment.correct, segment.answer = trajectory.reward, trajectory.correct, trajectory.answer
-            segment.termination_reason, segment.infra_error, segment.wall_time_s = reason, trajectory.infra_error, trajectory.wall_time_s
+            segment.termination_reason, segment.infra_error, segment.wall_time_s = (
+                reason,
+                trajectory.infra_error,
+                trajectory.wall_time_s,
+            )
         self._record_episode_metrics()
         close = getattr(self.env, "close", None)
         if callable(close):  # release per-trajectory resources (sandbox sessions)

@@ -46,9 +46,21 @@ def run_per_turn(episodes: list[Episode], backend, sampling: SamplingParams, poo
     while active:
         seed = None if sampling.seed is None else derive_seed(sampling.seed, "turn", turn_index)
         if backend.interface == "tokens":
-            turn_sampling = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=sampling.max_new_tokens, seed=seed, return_entropy=sampling.return_entropy, row_seeds=[e.seed for e in active])
+            turn_sampling = SamplingParams(
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_new_tokens=sampling.max_new_tokens,
+                seed=seed,
+                return_entropy=sampling.return_entropy,
+                row_seeds=[e.seed for e in active],
+            )
             renderer = active[0].renderer
-            completions = backend.generate([e.trajectory.token_ids for e in active], turn_sampling, stop_token_ids=renderer.stop_token_ids, max_new_tokens=[e.budget() for e in active])
+            completions = backend.generate(
+                [e.trajectory.token_ids for e in active],
+                turn_sampling,
+                stop_token_ids=renderer.stop_token_ids,
+                max_new_tokens=[e.budget() for e in active],
+            )
             sampled = []
             for episode, completion in zip(active, completions):
                 if completion.error is not None:  # the engine failed this turn: an infrastructure error
@@ -62,13 +74,26 @@ def run_per_turn(episodes: list[Episode], backend, sampling: SamplingParams, poo
             # them structured; the backend writes them back in the env's format).
             tools = [e.trajectory.info.get("tools") for e in active]
             parser = getattr(active[0].env, "parser", None)
-            replies = backend.chat([e.trajectory.messages for e in active], temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens, seed=seed, tools=tools, parser=parser)
-            taken = [episode.take_reply(reply.text, reply.finish_reason, backend.weight_version) for episode, reply in zip(active, replies)]
+            replies = backend.chat(
+                [e.trajectory.messages for e in active],
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_new_tokens,
+                seed=seed,
+                tools=tools,
+                parser=parser,
+            )
+            taken = [
+                episode.take_reply(reply.text, reply.finish_reason, backend.weight_version)
+                for episode, reply in zip(active, replies)
+            ]
         futures = [pool.submit(episode.env_step(message)) for episode, (_, message) in zip(active, taken)]
         still_active = []
         for episode, (turn, _), future in zip(active, taken, futures):
             remaining = episode.deadline - time.monotonic()
-            if episode.apply_step(turn, lambda future=future, remaining=remaining: future.result(timeout=max(remaining, 0.0))):
+            if episode.apply_step(
+                turn, lambda future=future, remaining=remaining: future.result(timeout=max(remaining, 0.0))
+            ):
                 still_active.append(episode)
         active = still_active
         turn_index += 1
@@ -79,7 +104,13 @@ def _raise_timeout():
 
 
 def run_continuous(
-    episodes: list[Episode], backend, sampling: SamplingParams, pool: ThreadPoolExecutor, *, incoming: queue.Queue | None = None, stop: threading.Event | None = None,
+    episodes: list[Episode],
+    backend,
+    sampling: SamplingParams,
+    pool: ThreadPoolExecutor,
+    *,
+    incoming: queue.Queue | None = None,
+    stop: threading.Event | None = None,
 ) -> None:
     """Run ``episodes`` (token level) to the end in one continuous-batching decode session.
 
@@ -105,7 +136,9 @@ def run_continuous(
             nonlocal session
             while pending:
                 if session is None:
-                    session = scope.enter_context(backend.session(sampling, stop_token_ids=pending[0].renderer.stop_token_ids))
+                    session = scope.enter_context(
+                        backend.session(sampling, stop_token_ids=pending[0].renderer.stop_token_ids)
+                    )
                 slots = getattr(session, "max_slots", None)
                 if slots is not None and len(active) >= slots:
                     return

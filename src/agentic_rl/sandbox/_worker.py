@@ -46,7 +46,15 @@ def _handle(worker: Worker, request: dict) -> dict:
             return worker.run(request)
         except Exception as error:
             stderr = f"sandbox worker error: {type(error).__name__}: {error}"
-            return {"status": "killed", "stdout": "", "stderr": stderr, "exit_code": None, "duration_s": 0.0, "truncated": False, "infra_error": True}
+            return {
+                "status": "killed",
+                "stdout": "",
+                "stderr": stderr,
+                "exit_code": None,
+                "duration_s": 0.0,
+                "truncated": False,
+                "infra_error": True,
+            }
     if op == "reset":
         worker.stop_session()
     return {"ok": True}

@@ -63,15 +63,36 @@ def _scrub_environment() -> None:
     os.environ.clear()
     # USER / LOGNAME: the worker's uid has no passwd entry, and getpass.getuser() (which
     # libraries call for cache dirs) reads them before it asks pwd.
-    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.getcwd(), "TMPDIR": os.getcwd(), "USER": "sandbox", "LOGNAME": "sandbox"})
+    os.environ.update(
+        {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": os.getcwd(),
+            "TMPDIR": os.getcwd(),
+            "USER": "sandbox",
+            "LOGNAME": "sandbox",
+        }
+    )
     import io
 
     sys.stdin = open(0, "r", closefd=False)
-    sys.stdout = io.TextIOWrapper(open(1, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
-    sys.stderr = io.TextIOWrapper(open(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    sys.stdout = io.TextIOWrapper(
+        open(1, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+    )
+    sys.stderr = io.TextIOWrapper(
+        open(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+    )
 
 
-def prepare_child(request: dict, fds: tuple[int, int, int, int], workdir: str, nproc: int | None, drop: bool, uid: int | None, own_ipc: bool) -> None:
+def prepare_child(
+    request: dict,
+    fds: tuple[int, int, int, int],
+    workdir: str,
+    nproc: int | None,
+    drop: bool,
+    uid: int | None,
+    own_ipc: bool,
+) -> None:
     """Turn the freshly forked process into the call's sandboxed child (before any user code).
 
     ``fds``: the child's ends of the (stdout, stderr, control, status) pipes. Limits are

@@ -80,7 +80,12 @@ def _private_dev() -> bool:
         for name, fd in fds.items():
             open(f"/dev/{name}", "a").close()
             ok = _bind_from_fd(fd, f"/dev/{name}") and ok
-        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        for name, target in (
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ):
             os.symlink(target, f"/dev/{name}")
         os.mkdir("/dev/shm", 0o1777)
         ok = _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=1777") and ok
@@ -96,10 +101,17 @@ def _mask_proc() -> bool:
     ok = True
     for point in PROC_READONLY:
         if os.path.exists(point):
-            ok = _mount(point, point, None, MS_BIND | MS_REC) and _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC) and ok
+            ok = (
+                _mount(point, point, None, MS_BIND | MS_REC)
+                and _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                and ok
+            )
     for point in PROC_MASKED:
         if os.path.isdir(point):
-            ok = _mount("tmpfs", point, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") and ok
+            ok = (
+                _mount("tmpfs", point, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+                and ok
+            )
         elif os.path.exists(point):
             ok = _mount("/dev/null", point, None, MS_BIND) and ok
     return ok
@@ -113,7 +125,9 @@ def split_workdirs(base: str) -> int | None:
     calls' uid owns ``base`` (a user namespace) permissions alone cannot stop that. None
     when the remount fails (``base`` stays writable to its owner)."""
     fd = os.open(base, O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    if _mount(base, base, None, MS_BIND) and _mount(None, base, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV):
+    if _mount(base, base, None, MS_BIND) and _mount(
+        None, base, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+    ):
         return fd
     os.close(fd)
     return None
@@ -152,7 +166,9 @@ def setup_mounts(base: str, disk_mb: int, owner: int | None, keep: list, hide: l
     try:
         report["homes_hidden"] = _hide(hidden, keep, base)
         for point in rebound:
-            report["homes_hidden"] = _mount("tmpfs", point, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0755") and report["homes_hidden"]
+            report["homes_hidden"] = (
+                _mount("tmpfs", point, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0755") and report["homes_hidden"]
+            )
         options = f"size={disk_mb}m,mode=0711" + (f",uid={owner},gid={owner}" if owner is not None else "")
         if _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, options):
             report["workdir_tmpfs"] = True
@@ -176,7 +192,9 @@ def setup_mounts(base: str, disk_mb: int, owner: int | None, keep: list, hide: l
                 failures += 1
     report["readonly_root"] = failures == 0
     report["proc_masked"] = _mask_proc()
-    report["sys_hidden"] = os.path.isdir("/sys") and _mount("tmpfs", "/sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+    report["sys_hidden"] = os.path.isdir("/sys") and _mount(
+        "tmpfs", "/sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555"
+    )
     report["private_dev"] = report["private_tmp"] = _private_dev()
     return report
 
@@ -242,7 +260,11 @@ def remove_sysv_ipc() -> None:
     (the worker's own) IPC namespace: what a call created dies with it. Cheaper than an IPC
     namespace per call (about 0.5 ms a fork on a loaded machine)."""
     lib = libc()
-    for kind, remove in (("shm", lambda ident: lib.shmctl(ident, 0, None)), ("sem", lambda ident: lib.semctl(ident, 0, 0)), ("msg", lambda ident: lib.msgctl(ident, 0, None))):
+    for kind, remove in (
+        ("shm", lambda ident: lib.shmctl(ident, 0, None)),
+        ("sem", lambda ident: lib.semctl(ident, 0, 0)),
+        ("msg", lambda ident: lib.msgctl(ident, 0, None)),
+    ):
         try:
             with open(f"/proc/sysvipc/{kind}") as handle:
                 rows = handle.read().splitlines()[1:]

@@ -19,7 +19,16 @@ import sys
 import time
 
 from _worker_child import prepare_child, serve_cells
-from _worker_isolation import become_subreaper, bind_workdir, in_new_net_ns, join_cgroups, probe_child, remove_sysv_ipc, setup_mounts, split_workdirs
+from _worker_isolation import (
+    become_subreaper,
+    bind_workdir,
+    in_new_net_ns,
+    join_cgroups,
+    probe_child,
+    remove_sysv_ipc,
+    setup_mounts,
+    split_workdirs,
+)
 from _worker_reaper import kill_group, kill_leftovers, oom_seen
 
 READ_SIZE = 1 << 16
@@ -88,7 +97,14 @@ def session_cpu_s(sid: int, uid: int | None = None) -> float:
     return total / _TICKS
 
 
-def _pump(child: dict, chunks: dict, deadline: float, limit: int, cell: int, cpu_budget: tuple[float, float, int | None] | None = None) -> tuple[str | None, str | None, int | None]:
+def _pump(
+    child: dict,
+    chunks: dict,
+    deadline: float,
+    limit: int,
+    cell: int,
+    cpu_budget: tuple[float, float, int | None] | None = None,
+) -> tuple[str | None, str | None, int | None]:
     """Collect the child's output into ``chunks`` until its cell finishes, it exits, the
     output exceeds ``limit`` or the deadline passes: (outcome, kill_reason, exit status).
 
@@ -220,7 +236,9 @@ class Worker:
         self.report["cgroups"] = joined
         for controller, ok in joined.items():
             if ok:
-                self.cgroups[controller] = os.open(cfg["cgroups"][controller], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                self.cgroups[controller] = os.open(
+                    cfg["cgroups"][controller], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                )
         self.report["net_ns"] = in_new_net_ns(cfg.get("parent_net_ns"))
         self.report["uts_ns"] = os.stat("/proc/self/ns/uts").st_ino != cfg.get("parent_uts_ns")
         # With an IPC namespace of its own the worker empties it after each call; without
@@ -229,10 +247,20 @@ class Worker:
         self.report["mount_ns"] = False
         if cfg.get("mount_setup"):
             # What the calls must still read: the interpreter and every import path.
-            keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+            keep = [
+                sys.prefix,
+                sys.base_prefix,
+                sys.exec_prefix,
+                sys.base_exec_prefix,
+                os.path.dirname(os.path.realpath(sys.executable)),
+            ]
             keep += [entry for entry in sys.path if entry and os.path.isdir(entry)]
             try:
-                self.report.update(setup_mounts(self.base, int(cfg.get("disk_mb", 64)), cfg.get("base_owner"), keep, cfg.get("hide") or []))
+                self.report.update(
+                    setup_mounts(
+                        self.base, int(cfg.get("disk_mb", 64)), cfg.get("base_owner"), keep, cfg.get("hide") or []
+                    )
+                )
                 self.report["mount_ns"] = True
                 fd = split_workdirs(self.base)
                 self.writable_base = None if fd is None else f"/proc/self/fd/{fd}"
@@ -246,14 +274,20 @@ class Worker:
         if uid is not None and probe.get("uid") != uid:
             self.report["uid_error"] = probe.get("error") or f"could not become uid {uid}"
             probe = probe_child(None)
-        self.report.update(ipc_ns=self.worker_ipc_ns or bool(probe.get("ipc_ns")), caps_dropped=bool(probe.get("caps_dropped")), uid=probe.get("uid"))
+        self.report.update(
+            ipc_ns=self.worker_ipc_ns or bool(probe.get("ipc_ns")),
+            caps_dropped=bool(probe.get("caps_dropped")),
+            uid=probe.get("uid"),
+        )
         self.uid = uid if probe.get("uid") == uid else None
         self.drop = bool(probe.get("caps_dropped")) or self.uid is not None
 
     # ------------------------------------------------------------------ child
     def _child_main(self, request: dict, fds: tuple[int, int, int, int]) -> None:
         """In the forked child: limits, privileges, then a loop running cells."""
-        prepare_child(request, fds, self._workdir(request), self.config.get("nproc"), self.drop, self.uid, not self.worker_ipc_ns)
+        prepare_child(
+            request, fds, self._workdir(request), self.config.get("nproc"), self.drop, self.uid, not self.worker_ipc_ns
+        )
         del request
         self.config = None  # nothing of the worker's state for the user code
         serve_cells()
@@ -329,7 +363,9 @@ class Worker:
         restarted = bool(request.get("keep") and request.get("had_session"))
         return self._spawn(request), restarted
 
-    def _end_call(self, child: dict, chunks: dict, limit: int, exit_status: int | None, workdir: str, keep: bool) -> int | None:
+    def _end_call(
+        self, child: dict, chunks: dict, limit: int, exit_status: int | None, workdir: str, keep: bool
+    ) -> int | None:
         """Kill and reap the call's child and everything it left behind; returns its exit status."""
         pid = child["pid"]
         if exit_status is None:
@@ -379,7 +415,11 @@ class Worker:
         # The soft limit the child sets itself gives cpu_s + 1 s; one more second of grace before the worker's own count ends the cell.
         # Count by uid only where no other worker's calls share it (not the shared fallback uid).
         count_uid = self.uid if self.config.get("uid_exclusive") else None
-        budget = (session_cpu_s(child["pid"], count_uid), float(request["cpu_s"]) + 2, count_uid) if request.get("keep") else None
+        budget = (
+            (session_cpu_s(child["pid"], count_uid), float(request["cpu_s"]) + 2, count_uid)
+            if request.get("keep")
+            else None
+        )
         limit = request["max_output_bytes"]
         chunks = {child["out"]: bytearray(), child["err"]: bytearray()}
         if reused and _status_pending(child):
@@ -388,10 +428,17 @@ class Worker:
             outcome, kill_reason, exit_status = None, "garbage", None
         else:
             try:
-                os.write(child["ctl"], (json.dumps({"code": request["code"], "cell": self.cells, "cpu_s": request["cpu_s"]}) + "\n").encode())
+                os.write(
+                    child["ctl"],
+                    (
+                        json.dumps({"code": request["code"], "cell": self.cells, "cpu_s": request["cpu_s"]}) + "\n"
+                    ).encode(),
+                )
             except OSError:
                 pass
-            outcome, kill_reason, exit_status = _pump(child, chunks, start + request["timeout_s"], limit, self.cells, budget)
+            outcome, kill_reason, exit_status = _pump(
+                child, chunks, start + request["timeout_s"], limit, self.cells, budget
+            )
         duration = time.monotonic() - start
         if kill_reason is not None:
             kill_group(child["pid"])

@@ -115,12 +115,41 @@ class Isolation:
         return gone
 
 
-FEATURES = ("net_ns", "pid_ns", "mount_ns", "ipc_ns", "uts_ns", "user_ns", "unprivileged", "readonly_root", "private_tmp", "private_workdir", "caps_dropped", "proc_masked", "sys_hidden", "private_dev", "homes_hidden", "cgroup_memory", "cgroup_pids", "rlimit_nproc")
+FEATURES = (
+    "net_ns",
+    "pid_ns",
+    "mount_ns",
+    "ipc_ns",
+    "uts_ns",
+    "user_ns",
+    "unprivileged",
+    "readonly_root",
+    "private_tmp",
+    "private_workdir",
+    "caps_dropped",
+    "proc_masked",
+    "sys_hidden",
+    "private_dev",
+    "homes_hidden",
+    "cgroup_memory",
+    "cgroup_pids",
+    "rlimit_nproc",
+)
 
 
 def _try(cmd: list[str]) -> bool:
     try:
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, env={"PATH": "/usr/bin:/bin"}).returncode == 0
+        return (
+            subprocess.run(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=10,
+                env={"PATH": "/usr/bin:/bin"},
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -150,7 +179,9 @@ def cgroup_v1_available() -> dict[str, bool]:
     found = {}
     for controller in ("memory", "pids"):
         path = os.path.join(CGROUP_V1_ROOT, controller)
-        found[controller] = os.path.isdir(path) and os.access(path, os.W_OK) and os.path.exists(os.path.join(path, "cgroup.procs"))
+        found[controller] = (
+            os.path.isdir(path) and os.access(path, os.W_OK) and os.path.exists(os.path.join(path, "cgroup.procs"))
+        )
     return found
 
 
@@ -165,7 +196,14 @@ def _own_cgroup_v2(proc_cgroup: str) -> str | None:
     return None
 
 
-def cgroup_v2_create(name: str, memory_mb: int, max_processes: int, *, root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> str | None:
+def cgroup_v2_create(
+    name: str,
+    memory_mb: int,
+    max_processes: int,
+    *,
+    root: str = "/sys/fs/cgroup",
+    proc_cgroup: str = "/proc/self/cgroup",
+) -> str | None:
     """A child cgroup (v2) with memory.max and pids.max, under this process's own cgroup
     when that subtree is delegated to us (writable, memory and pids enabled in its
     subtree_control); None when there is no such subtree (then RLIMIT_NPROC and RLIMIT_AS
@@ -199,7 +237,11 @@ def _cgroup_v2_child(parent: str, name: str, memory_mb: int, max_processes: int)
     path = os.path.join(parent, name)
     try:
         os.mkdir(path)
-        for file, value in (("memory.max", (memory_mb + 128) * 1024 * 1024), ("pids.max", max_processes + 4), ("memory.swap.max", 0)):
+        for file, value in (
+            ("memory.max", (memory_mb + 128) * 1024 * 1024),
+            ("pids.max", max_processes + 4),
+            ("memory.swap.max", 0),
+        ):
             try:
                 with open(os.path.join(path, file), "w") as handle:
                     handle.write(str(value))

@@ -15,7 +15,20 @@ import warnings
 from agentic_rl.sandbox.limits import Isolation, SandboxError, unshare_prefix
 
 MODES = ("auto", "required", "best-effort")
-REQUIRED = ("net_ns", "pid_ns", "mount_ns", "ipc_ns", "unprivileged", "caps_dropped", "readonly_root", "private_workdir", "proc_masked", "sys_hidden", "private_dev", "homes_hidden")
+REQUIRED = (
+    "net_ns",
+    "pid_ns",
+    "mount_ns",
+    "ipc_ns",
+    "unprivileged",
+    "caps_dropped",
+    "readonly_root",
+    "private_workdir",
+    "proc_masked",
+    "sys_hidden",
+    "private_dev",
+    "homes_hidden",
+)
 """An unprivileged nobody in an empty box: what ``required`` demands (plus a process bound:
 the pids cgroup or RLIMIT_NPROC under a non-root uid)."""
 
@@ -65,9 +78,10 @@ def enforce(info: Isolation, mode: str | None = None) -> None:
         return
     notes = f"; {'; '.join(info.notes)}" if info.notes else ""
     if mode == "required":
-        raise IsolationUnavailable(f"sandbox.isolation is 'required' but this machine's sandbox lacks {', '.join(gone)}{notes} (set sandbox.isolation: best-effort to run with {info.describe()})")
+        raise IsolationUnavailable(
+            f"sandbox.isolation is 'required' but this machine's sandbox lacks {', '.join(gone)}{notes} (set sandbox.isolation: best-effort to run with {info.describe()})"
+        )
     text = f"sandbox.isolation is 'best-effort': running without {', '.join(gone)}{notes}"
     if text not in _warned:
         _warned.add(text)
         warnings.warn(text, RuntimeWarning, stacklevel=3)
-

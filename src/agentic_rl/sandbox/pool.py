@@ -27,11 +27,26 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from agentic_rl.sandbox.limits import CGROUP_V1_ROOT, ExecutionResult, Isolation, Limits, SandboxError, cgroup_v1_available, cgroup_v2_create, unshare_prefix
+from agentic_rl.sandbox.limits import (
+    CGROUP_V1_ROOT,
+    ExecutionResult,
+    Isolation,
+    Limits,
+    SandboxError,
+    cgroup_v1_available,
+    cgroup_v2_create,
+    unshare_prefix,
+)
 from agentic_rl.sandbox.policy import enforce
 
 WORKER_SCRIPT = str(Path(__file__).with_name("_worker.py"))
-SCRUBBED_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp", "PYTHONIOENCODING": "utf-8"}
+SCRUBBED_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "HOME": "/tmp",
+    "PYTHONIOENCODING": "utf-8",
+}
 _counter = itertools.count()
 
 
@@ -80,7 +95,17 @@ def _count_uid_processes(uid: int) -> int:
 class SandboxWorker:
     """One fork-server process. Not thread-safe: one call at a time (the pool ensures it)."""
 
-    def __init__(self, *, memory_mb: int = 512, max_processes: int = 32, disk_mb: int = 64, namespaces: bool = True, cgroups: bool = True, start_timeout_s: float = 20.0, isolation: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        memory_mb: int = 512,
+        max_processes: int = 32,
+        disk_mb: int = 64,
+        namespaces: bool = True,
+        cgroups: bool = True,
+        start_timeout_s: float = 20.0,
+        isolation: str | None = None,
+    ) -> None:
         """``isolation``: ``required`` / ``best-effort`` / ``auto`` (None: the process's
         ``sandbox.isolation`` setting); a worker lacking what ``required`` demands is
         stopped and :class:`~agentic_rl.sandbox.policy.IsolationUnavailable` raised."""
@@ -102,7 +127,9 @@ class SandboxWorker:
             self.close()
             raise
 
-    def _start(self, memory_mb: int, max_processes: int, disk_mb: int, namespaces: bool, cgroups: bool, start_timeout_s: float) -> None:
+    def _start(
+        self, memory_mb: int, max_processes: int, disk_mb: int, namespaces: bool, cgroups: bool, start_timeout_s: float
+    ) -> None:
         prefix, user_ns = unshare_prefix() if namespaces else ((), False)
         root = os.geteuid() == 0
         self.user_ns = user_ns
@@ -148,7 +175,8 @@ class SandboxWorker:
             "disk_mb": disk_mb,
             "base_owner": None,
             "uid": uid,
-            "uid_exclusive": uid is not None and self.uid_claim.uid != SHARED_UID,  # the worker may count this uid's processes as its calls'
+            "uid_exclusive": uid is not None
+            and self.uid_claim.uid != SHARED_UID,  # the worker may count this uid's processes as its calls'
             "nproc": nproc,
             "mount_setup": bool(prefix),
             "cgroups": self.cgroup_paths,
@@ -158,7 +186,16 @@ class SandboxWorker:
             "hide": _hidden_paths(),
         }
         command = [*prefix, sys.executable, "-I", "-B", WORKER_SCRIPT, json.dumps(config)]
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(SCRUBBED_ENV), cwd=self.base, start_new_session=True, close_fds=True)
+        self.proc = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=dict(SCRUBBED_ENV),
+            cwd=self.base,
+            start_new_session=True,
+            close_fds=True,
+        )
         hello = self._read_line(time.monotonic() + start_timeout_s)
         if hello is None or not hello.get("ready"):
             raise SandboxError(f"sandbox worker failed to start: {hello}")
@@ -194,8 +231,12 @@ class SandboxWorker:
         if hello.get("uid_error"):
             self.isolation.notes.append(f"could not drop to uid {uid}: {hello['uid_error']}")
         if uid is not None and not self.isolation.mount_ns and not _readable_by_others(sys.base_prefix):
-            self.isolation.notes.append(f"the interpreter under {sys.base_prefix} is not readable by uid {uid} outside a mount namespace: only modules the worker preloaded import")
-        self.isolation.level = "namespaces" if (self.isolation.net_ns and self.isolation.pid_ns and self.isolation.mount_ns) else "process"
+            self.isolation.notes.append(
+                f"the interpreter under {sys.base_prefix} is not readable by uid {uid} outside a mount namespace: only modules the worker preloaded import"
+            )
+        self.isolation.level = (
+            "namespaces" if (self.isolation.net_ns and self.isolation.pid_ns and self.isolation.mount_ns) else "process"
+        )
         if hello.get("mount_error"):
             self.isolation.notes.append(f"mount setup failed: {hello['mount_error']}")
 
@@ -227,10 +268,17 @@ class SandboxWorker:
         except (OSError, ValueError):
             return None
 
-    def run(self, code: str, limits: Limits, files: Mapping[str, str | bytes] | None = None, *, keep: bool = False) -> ExecutionResult:
+    def run(
+        self, code: str, limits: Limits, files: Mapping[str, str | bytes] | None = None, *, keep: bool = False
+    ) -> ExecutionResult:
         """Run ``code`` in a fresh child (``keep``: in this worker's persistent session child)."""
         if self.dead:
-            return ExecutionResult(status="killed", stderr="sandbox worker is not running", infra_error=True, isolation=self.isolation.level)
+            return ExecutionResult(
+                status="killed",
+                stderr="sandbox worker is not running",
+                infra_error=True,
+                isolation=self.isolation.level,
+            )
         name = "session" if keep else f"call-{next(_counter)}"
         workdir = os.path.join(self.base, name)
         encoded = {}
@@ -262,7 +310,13 @@ class SandboxWorker:
         if response is None:
             self.kill()
             shutil.rmtree(workdir, ignore_errors=True)  # the host-side dir when there was no private tmpfs
-            return ExecutionResult(status="killed", stderr="sandbox worker died or hung; it was killed", infra_error=True, isolation=self.isolation.level, restarted=keep)
+            return ExecutionResult(
+                status="killed",
+                stderr="sandbox worker died or hung; it was killed",
+                infra_error=True,
+                isolation=self.isolation.level,
+                restarted=keep,
+            )
         return ExecutionResult(
             status=response["status"],
             stdout=response.get("stdout", ""),
@@ -282,7 +336,11 @@ class SandboxWorker:
 
     def workdirs(self) -> list[str]:
         """Names in the work-dir base as the worker sees it (its private tmpfs, if any)."""
-        view = f"/proc/{self.proc.pid}/root{self.base}" if self.proc is not None and self.proc.poll() is None else self.base
+        view = (
+            f"/proc/{self.proc.pid}/root{self.base}"
+            if self.proc is not None and self.proc.poll() is None
+            else self.base
+        )
         try:
             return sorted(os.listdir(view))
         except OSError:
@@ -362,7 +420,9 @@ class SandboxPool:
     is replaced on the next call.
     """
 
-    def __init__(self, size: int = 2, *, limits: Limits | None = None, max_processes: int = 32, namespaces: bool = True) -> None:
+    def __init__(
+        self, size: int = 2, *, limits: Limits | None = None, max_processes: int = 32, namespaces: bool = True
+    ) -> None:
         if size < 1:
             raise ValueError(f"size: expected a positive int, got {size}")
         self.limits = limits or Limits()
@@ -412,7 +472,16 @@ class SandboxPool:
         self.close()
 
 
-def execute(code: str, *, timeout_s: float = 10.0, memory_mb: int = 512, max_output_bytes: int = 65536, files: Mapping[str, str | bytes] | None = None, pool: SandboxPool | None = None, **limits) -> ExecutionResult:
+def execute(
+    code: str,
+    *,
+    timeout_s: float = 10.0,
+    memory_mb: int = 512,
+    max_output_bytes: int = 65536,
+    files: Mapping[str, str | bytes] | None = None,
+    pool: SandboxPool | None = None,
+    **limits,
+) -> ExecutionResult:
     """Run ``code`` (Python source) in a fresh sandboxed process and return what happened.
 
     Without ``pool`` a worker is started and stopped for this call (an interpreter start);
@@ -420,7 +489,9 @@ def execute(code: str, *, timeout_s: float = 10.0, memory_mb: int = 512, max_out
     paths to contents placed in the private working directory first.
     """
     if pool is not None:
-        return pool.execute(code, files=files, timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes, **limits)
+        return pool.execute(
+            code, files=files, timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes, **limits
+        )
     config = Limits(timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes, **limits)
     try:
         worker = SandboxWorker(memory_mb=memory_mb)

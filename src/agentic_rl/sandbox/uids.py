@@ -44,7 +44,9 @@ def uid_range() -> range:
     except ValueError:
         low = high = -1
     if not dash or not 0 < low <= high <= _MAX_UID:
-        raise SandboxError(f"{ENV}: expected FIRST-LAST, unprivileged uids no user has (e.g. {DEFAULT_UIDS}), got {text!r}")
+        raise SandboxError(
+            f"{ENV}: expected FIRST-LAST, unprivileged uids no user has (e.g. {DEFAULT_UIDS}), got {text!r}"
+        )
     return range(low, high + 1)
 
 
@@ -84,7 +86,9 @@ def _lock_dir() -> str:
         # Another user's folder would let that user hand two workers the same uid.
         if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077:
             return path
-    raise SandboxError("sandbox uids: no private folder for their locks (/run/agentic-rl-sandbox-uids, or agentic-rl-sandbox-uids in the temp dir, owned by another user?)")
+    raise SandboxError(
+        "sandbox uids: no private folder for their locks (/run/agentic-rl-sandbox-uids, or agentic-rl-sandbox-uids in the temp dir, owned by another user?)"
+    )
 
 
 @dataclass
@@ -106,7 +110,12 @@ def claim_uid() -> UidClaim:
     note, where that range does not exist in this user namespace)."""
     uids = uid_range()
     if not _mapped(uids):
-        return UidClaim(SHARED_UID, [f"uids {uids.start}-{uids.stop - 1} ({ENV}) are not mapped in this user namespace: every worker runs as uid {SHARED_UID} and shares its RLIMIT_NPROC count"])
+        return UidClaim(
+            SHARED_UID,
+            [
+                f"uids {uids.start}-{uids.stop - 1} ({ENV}) are not mapped in this user namespace: every worker runs as uid {SHARED_UID} and shares its RLIMIT_NPROC count"
+            ],
+        )
     directory = _lock_dir()
     for uid in uids:
         if _has_an_owner(uid):
@@ -118,4 +127,6 @@ def claim_uid() -> UidClaim:
             os.close(fd)
             continue
         return UidClaim(uid, _lock=fd)
-    raise SandboxError(f"sandbox uids: all {len(uids)} uids of {uids.start}-{uids.stop - 1} ({ENV}) are in use by live workers or users; widen the range")
+    raise SandboxError(
+        f"sandbox uids: all {len(uids)} uids of {uids.start}-{uids.stop - 1} ({ENV}) are in use by live workers or users; widen the range"
+    )

@@ -6,4 +6,21 @@ from agentic_rl.tools.registry import BUILTIN_TOOLS, ToolRegistry, get_tool
 from agentic_rl.tools.memory import MemoryConfig, MemoryStore, MemoryTools, add_memory_tools, memory_tools, shared_store
 from agentic_rl.tools.web import WebConfig, WebTools, web_tools
 
-__all__ = ["Tool", "ToolArgumentError", "tool", "ToolRegistry", "BUILTIN_TOOLS", "get_tool", "calculator", "MemoryConfig", "MemoryStore", "MemoryTools", "add_memory_tools", "memory_tools", "shared_store", "WebConfig", "WebTools", "web_tools"]
+__all__ = [
+    "Tool",
+    "ToolArgumentError",
+    "tool",
+    "ToolRegistry",
+    "BUILTIN_TOOLS",
+    "get_tool",
+    "calculator",
+    "MemoryConfig",
+    "MemoryStore",
+    "MemoryTools",
+    "add_memory_tools",
+    "memory_tools",
+    "shared_store",
+    "WebConfig",
+    "WebTools",
+    "web_tools",
+]

@@ -74,9 +74,7 @@ def _check_value(value: Any, schema: dict, path: str) -> str | None:
         allowed = expected if isinstance(expected, list) else [expected]
         if not any(_JSON_TYPE_CHECKS.get(t, lambda v: True)(value) for t in allowed):
             wanted = " or ".join(allowed) + (" or null" if schema.get("nullable") else "")
-            return (
-                f"{where} must be {wanted}, got {_json_type_name(value)} ({_short_repr(value)})"
-            )
+            return f"{where} must be {wanted}, got {_json_type_name(value)} ({_short_repr(value)})"
     if "enum" in schema:
         # Compare with types too: in Python True == 1 and 1 == 1.0.
         if not any(type(value) is type(option) and value == option for option in schema["enum"]):
@@ -138,8 +136,7 @@ class Tool:
         """
         if not isinstance(arguments, dict):
             raise ToolArgumentError(
-                f"arguments of '{self.name}' must be a JSON object, "
-                f"got {_json_type_name(arguments)}"
+                f"arguments of '{self.name}' must be a JSON object, got {_json_type_name(arguments)}"
             )
         properties: dict[str, dict] = self.parameters.get("properties", {})
         if not self.parameters.get("additionalProperties", False):
@@ -147,15 +144,12 @@ class Tool:
                 if key not in properties:
                     expected = ", ".join(properties) or "none"
                     raise ToolArgumentError(
-                        f"unexpected argument '{key}' for '{self.name}'; "
-                        f"expected arguments: {expected}"
+                        f"unexpected argument '{key}' for '{self.name}'; expected arguments: {expected}"
                     )
         for key in self.parameters.get("required", []):
             if key not in arguments:
                 kind = properties.get(key, {}).get("type", "value")
-                raise ToolArgumentError(
-                    f"missing required argument '{key}' ({kind}) for '{self.name}'"
-                )
+                raise ToolArgumentError(f"missing required argument '{key}' ({kind}) for '{self.name}'")
         for key, value in arguments.items():
             if key in properties:
                 error = _check_value(value, properties[key], key)

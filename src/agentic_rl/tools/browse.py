@@ -41,7 +41,9 @@ def _trafilatura():
     try:
         import trafilatura
     except ImportError:
-        raise ImportError("browse extracts page text with trafilatura: pip install trafilatura (or agentic-rl[web])") from None
+        raise ImportError(
+            "browse extracts page text with trafilatura: pip install trafilatura (or agentic-rl[web])"
+        ) from None
     return trafilatura
 
 
@@ -50,7 +52,9 @@ def extract_main_text(html: bytes | str, *, url: str | None = None) -> tuple[str
     content block (a bare list, a tiny page) gives all its visible text instead."""
     trafilatura = _trafilatura()
 
-    document = trafilatura.bare_extraction(html, url=url, with_metadata=True, include_comments=False, include_tables=True, favor_precision=True)
+    document = trafilatura.bare_extraction(
+        html, url=url, with_metadata=True, include_comments=False, include_tables=True, favor_precision=True
+    )
     title = (getattr(document, "title", None) or "") if document is not None else ""
     text = (getattr(document, "text", None) or "") if document is not None else ""
     if not text.strip():
@@ -69,15 +73,27 @@ class PageReader:
     """
 
     def __init__(
-        self, policy: DomainPolicy | None = None, *, timeout_s: float = 10.0, max_bytes: int = 2_000_000, max_chars: int = 8_000,
-        cache_size: int = 1_024, max_redirects: int = 5, user_agent: str = "agentic-rl-browse/0.1",
+        self,
+        policy: DomainPolicy | None = None,
+        *,
+        timeout_s: float = 10.0,
+        max_bytes: int = 2_000_000,
+        max_chars: int = 8_000,
+        cache_size: int = 1_024,
+        max_redirects: int = 5,
+        user_agent: str = "agentic-rl-browse/0.1",
     ) -> None:
         import httpx
 
         _trafilatura()  # missing: fail when the tools are built, not at the first page
         if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
             raise ValueError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
-        for name, value, least in (("max_bytes", max_bytes, 1), ("max_chars", max_chars, 1), ("cache_size", cache_size, 0), ("max_redirects", max_redirects, 0)):
+        for name, value, least in (
+            ("max_bytes", max_bytes, 1),
+            ("max_chars", max_chars, 1),
+            ("cache_size", cache_size, 0),
+            ("max_redirects", max_redirects, 0),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
         self.policy = policy or DomainPolicy()
@@ -139,7 +155,9 @@ class PageReader:
                         current = self.policy.check(urljoin(current, response.headers["location"]))
                         continue
                     if response.status_code != 200:
-                        raise BrowseError(f"the page answered HTTP {response.status_code} ({response.reason_phrase or 'error'})")
+                        raise BrowseError(
+                            f"the page answered HTTP {response.status_code} ({response.reason_phrase or 'error'})"
+                        )
                     kind = response.headers.get("content-type", "text/html").split(";", 1)[0].strip().lower()
                     if kind not in _READABLE_TYPES:
                         raise BrowseError(f"cannot read {kind} content; only HTML and plain-text pages can be read")
@@ -170,4 +188,3 @@ class PageReader:
 
     def close(self) -> None:
         self._client.close()
-

@@ -111,9 +111,7 @@ def evaluate_expression(expression: str) -> Number:
     if not text:
         raise ValueError("empty expression")
     if len(text) > MAX_EXPRESSION_CHARS:
-        raise ValueError(
-            f"expression too long ({len(text)} characters, at most {MAX_EXPRESSION_CHARS})"
-        )
+        raise ValueError(f"expression too long ({len(text)} characters, at most {MAX_EXPRESSION_CHARS})")
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):

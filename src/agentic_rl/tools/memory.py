@@ -28,7 +28,20 @@ from agentic_rl.retrieval.bm25 import BM25Retriever, tokenize
 from agentic_rl.tools.base import Tool, tool
 from agentic_rl.tools.registry import ToolRegistry
 
-__all__ = ["EVICTION_POLICIES", "MEMORY_MODES", "MEMORY_TOOL_NAMES", "MemoryConfig", "MemoryStore", "MemoryTools", "WriteOutcome", "add_memory_tools", "load_shared_stores", "memory_tools", "shared_store", "shared_stores_state"]
+__all__ = [
+    "EVICTION_POLICIES",
+    "MEMORY_MODES",
+    "MEMORY_TOOL_NAMES",
+    "MemoryConfig",
+    "MemoryStore",
+    "MemoryTools",
+    "WriteOutcome",
+    "add_memory_tools",
+    "load_shared_stores",
+    "memory_tools",
+    "shared_store",
+    "shared_stores_state",
+]
 
 EVICTION_POLICIES = ("lru", "fifo")
 MEMORY_MODES = ("none", "episode", "shared")
@@ -57,13 +70,32 @@ class MemoryStore:
     raise ``ValueError`` with a message meant for the model; the store is unchanged.
     """
 
-    def __init__(self, *, max_notes: int = 64, max_chars: int = 16_384, max_note_chars: int = 1_000, max_key_chars: int = 64, eviction: str = "lru") -> None:
-        for name, value in (("max_notes", max_notes), ("max_chars", max_chars), ("max_note_chars", max_note_chars), ("max_key_chars", max_key_chars)):
+    def __init__(
+        self,
+        *,
+        max_notes: int = 64,
+        max_chars: int = 16_384,
+        max_note_chars: int = 1_000,
+        max_key_chars: int = 64,
+        eviction: str = "lru",
+    ) -> None:
+        for name, value in (
+            ("max_notes", max_notes),
+            ("max_chars", max_chars),
+            ("max_note_chars", max_note_chars),
+            ("max_key_chars", max_key_chars),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: expected a positive int, got {value!r}")
         if eviction not in EVICTION_POLICIES:
             raise ValueError(f"eviction: expected one of {', '.join(EVICTION_POLICIES)}, got {eviction!r}")
-        self.max_notes, self.max_chars, self.max_note_chars, self.max_key_chars, self.eviction = max_notes, max_chars, max_note_chars, max_key_chars, eviction
+        self.max_notes, self.max_chars, self.max_note_chars, self.max_key_chars, self.eviction = (
+            max_notes,
+            max_chars,
+            max_note_chars,
+            max_key_chars,
+            eviction,
+        )
         self._notes: OrderedDict[str, str] = OrderedDict()  # first = next to forget
         self._chars = 0
         self._lock = threading.Lock()
@@ -143,7 +175,11 @@ class MemoryStore:
             if version != self._version:
                 # Notes with no indexable word (stopwords only) can never match; bm25s
                 # refuses a corpus without any word.
-                documents = [Document(id=key, title=key, text=text) for key, text in self._notes.items() if tokenize(f"{key} {text}")]
+                documents = [
+                    Document(id=key, title=key, text=text)
+                    for key, text in self._notes.items()
+                    if tokenize(f"{key} {text}")
+                ]
                 index = BM25Retriever.from_documents(documents) if documents else None
                 self._index = (self._version, index)
             found = index.search(query, k) if index is not None else []
@@ -173,7 +209,11 @@ class MemoryStore:
     def state_dict(self) -> dict[str, Any]:
         """The notes (in forgetting order) and counters, as JSON-ready values."""
         with self._lock:
-            return {"notes": [[key, text] for key, text in self._notes.items()], "next_auto_key": self._next_auto_key, "evictions": self.evictions}
+            return {
+                "notes": [[key, text] for key, text in self._notes.items()],
+                "next_auto_key": self._next_auto_key,
+                "evictions": self.evictions,
+            }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Replace the notes and counters with :meth:`state_dict`'s; ValueError (the store
@@ -184,7 +224,9 @@ class MemoryStore:
             notes[self.check_key(key)] = text
         chars = sum(map(len, notes.values()))
         if len(notes) > self.max_notes or chars > self.max_chars:
-            raise ValueError(f"the saved store holds {len(notes)} notes and {chars} characters; this store allows {self.max_notes} and {self.max_chars}")
+            raise ValueError(
+                f"the saved store holds {len(notes)} notes and {chars} characters; this store allows {self.max_notes} and {self.max_chars}"
+            )
         with self._lock:
             self._notes, self._chars = notes, chars
             self._next_auto_key = int(state.get("next_auto_key", 0))
@@ -231,7 +273,9 @@ class MemoryConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in MEMORY_MODES:
-            raise ValueError(f"memory: expected one of {', '.join(MEMORY_MODES)} (or a mapping with 'mode'), got {self.mode!r}")
+            raise ValueError(
+                f"memory: expected one of {', '.join(MEMORY_MODES)} (or a mapping with 'mode'), got {self.mode!r}"
+            )
         for name in ("max_notes", "max_chars", "max_note_chars", "max_key_chars", "max_writes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -241,8 +285,15 @@ class MemoryConfig:
         if not isinstance(self.store, str) or not self.store:
             raise ValueError(f"memory.store: expected a non-empty name, got {self.store!r}")
         tools = (self.tools,) if isinstance(self.tools, str) else self.tools
-        if not isinstance(tools, (list, tuple)) or not tools or any(name not in MEMORY_TOOL_NAMES for name in tools) or len(set(tools)) != len(tools):
-            raise ValueError(f"memory.tools: expected a non-empty list of distinct names from {', '.join(MEMORY_TOOL_NAMES)}, got {self.tools!r}")
+        if (
+            not isinstance(tools, (list, tuple))
+            or not tools
+            or any(name not in MEMORY_TOOL_NAMES for name in tools)
+            or len(set(tools)) != len(tools)
+        ):
+            raise ValueError(
+                f"memory.tools: expected a non-empty list of distinct names from {', '.join(MEMORY_TOOL_NAMES)}, got {self.tools!r}"
+            )
         object.__setattr__(self, "tools", tuple(tools))
 
     @classmethod
@@ -266,7 +317,13 @@ class MemoryConfig:
         raise ValueError(f"memory: expected one of {', '.join(MEMORY_MODES)} or a mapping, got {spec!r}")
 
     def store_caps(self) -> dict[str, Any]:
-        return {"max_notes": self.max_notes, "max_chars": self.max_chars, "max_note_chars": self.max_note_chars, "max_key_chars": self.max_key_chars, "eviction": self.eviction}
+        return {
+            "max_notes": self.max_notes,
+            "max_chars": self.max_chars,
+            "max_note_chars": self.max_note_chars,
+            "max_key_chars": self.max_key_chars,
+            "eviction": self.eviction,
+        }
 
 
 _SHARED: dict[tuple, MemoryStore] = {}
@@ -312,7 +369,14 @@ class MemoryTools:
     ``metrics()`` gives ``memory/<counter>`` values for an env's ``episode_metrics``.
     """
 
-    def __init__(self, store: MemoryStore | None = None, *, shared: bool = False, max_writes: int = 64, tools: tuple[str, ...] = MEMORY_TOOL_NAMES) -> None:
+    def __init__(
+        self,
+        store: MemoryStore | None = None,
+        *,
+        shared: bool = False,
+        max_writes: int = 64,
+        tools: tuple[str, ...] = MEMORY_TOOL_NAMES,
+    ) -> None:
         if not isinstance(max_writes, int) or isinstance(max_writes, bool) or max_writes < 1:
             raise ValueError(f"max_writes: expected a positive int, got {max_writes!r}")
         unknown = [name for name in tools if name not in MEMORY_TOOL_NAMES]
@@ -331,7 +395,12 @@ class MemoryTools:
         if config.mode == "none":
             return None
         if config.mode == "shared":
-            return cls(shared_store(config.store, **config.store_caps()), shared=True, max_writes=config.max_writes, tools=config.tools)
+            return cls(
+                shared_store(config.store, **config.store_caps()),
+                shared=True,
+                max_writes=config.max_writes,
+                tools=config.tools,
+            )
         return cls(MemoryStore(**config.store_caps()), max_writes=config.max_writes, tools=config.tools)
 
     def reset(self) -> None:
@@ -363,7 +432,9 @@ class MemoryTools:
                 self.counts["writes"] += 1
         if not allowed:
             self._count(rejected=1)
-            raise ValueError(f"the write limit of this episode is reached ({self.max_writes} notes written); use the notes you have")
+            raise ValueError(
+                f"the write limit of this episode is reached ({self.max_writes} notes written); use the notes you have"
+            )
         try:
             outcome = self.store.write(text, key)
         except ValueError:
@@ -372,7 +443,9 @@ class MemoryTools:
         self._count(evictions=len(outcome.evicted))
         message = f"{'Replaced' if outcome.replaced else 'Saved'} note {outcome.key!r} ({len(text)} characters; notes in memory: {outcome.notes})."
         if outcome.evicted:
-            shown = ", ".join(repr(k) for k in outcome.evicted[:5]) + (f" and {len(outcome.evicted) - 5} more" if len(outcome.evicted) > 5 else "")
+            shown = ", ".join(repr(k) for k in outcome.evicted[:5]) + (
+                f" and {len(outcome.evicted) - 5} more" if len(outcome.evicted) > 5 else ""
+            )
             message += f" Memory was full: forgot {shown}."
         return message
 
@@ -457,4 +530,3 @@ def add_memory_tools(registry: ToolRegistry, spec: Any) -> MemoryTools | None:
     for item in memory.tools:
         registry.register(item)
     return memory
-

@@ -80,7 +80,9 @@ class PythonTool(Tool):
             from agentic_rl.sandbox import execute
 
             limits = self.limits
-            return execute(code, timeout_s=limits.timeout_s, memory_mb=limits.memory_mb, max_output_bytes=limits.max_output_bytes)
+            return execute(
+                code, timeout_s=limits.timeout_s, memory_mb=limits.memory_mb, max_output_bytes=limits.max_output_bytes
+            )
         if self.session is None or self.session.closed:
             self.session = PythonSession(self.limits)
         return self.session.run(code)
@@ -92,7 +94,14 @@ class PythonTool(Tool):
         try:
             arguments = self.validate(call.arguments)
         except Exception as error:
-            return ToolResult(name=call.name, content=f"Error: {error}", ok=False, call_id=call.id, malformed=True, latency_s=time.perf_counter() - start)
+            return ToolResult(
+                name=call.name,
+                content=f"Error: {error}",
+                ok=False,
+                call_id=call.id,
+                malformed=True,
+                latency_s=time.perf_counter() - start,
+            )
         try:
             result = self._run(arguments["code"])
         except SandboxError:
@@ -103,7 +112,13 @@ class PythonTool(Tool):
             # Not the policy's doing: the episode turns this into an infra error (masked).
             raise SandboxError(f"sandbox failure: {result.stderr.strip() or result.status}")
         content = format_execution(result, max_chars=self.max_output_chars, timeout_s=self.limits.timeout_s)
-        return ToolResult(name=call.name, content=content, ok=result.status == "ok", call_id=call.id, latency_s=time.perf_counter() - start)
+        return ToolResult(
+            name=call.name,
+            content=content,
+            ok=result.status == "ok",
+            call_id=call.id,
+            latency_s=time.perf_counter() - start,
+        )
 
     def close(self) -> None:
         if self.session is not None:
@@ -111,7 +126,9 @@ class PythonTool(Tool):
             self.session = None
 
 
-def make_python_tool(*, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 2048, stateful: bool = True) -> PythonTool:
+def make_python_tool(
+    *, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 2048, stateful: bool = True
+) -> PythonTool:
     """A fresh ``python`` tool (one per trajectory: each has its own session)."""
     from agentic_rl.tools.base import tool as to_tool
 

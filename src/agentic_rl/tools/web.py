@@ -85,7 +85,11 @@ class WebConfig:
             known = [item.name for item in fields(cls)]
             unknown = sorted(set(map(str, spec)) - set(known))
             if unknown:
-                hint = "; keys are read from the environment (api_key_env names the variable)" if any("key" in u and u != "api_key_env" for u in unknown) else ""
+                hint = (
+                    "; keys are read from the environment (api_key_env names the variable)"
+                    if any("key" in u and u != "api_key_env" for u in unknown)
+                    else ""
+                )
                 raise ValueError(f"web: unknown key {unknown[0]!r}; expected keys: {', '.join(known)}{hint}")
             return cls(**{str(key): value for key, value in spec.items()})
         raise ValueError(f"web: expected a provider name ({', '.join(PROVIDERS)}) or a mapping, got {spec!r}")
@@ -110,10 +114,28 @@ class WebTools:
 
     def __init__(self, config: WebConfig | None = None, *, search: Retriever | None = None) -> None:
         self.config = config = config or WebConfig()
-        self.policy = DomainPolicy(allow_domains=config.allow_domains, deny_domains=config.deny_domains, allow_private_addresses=config.allow_private_addresses)
-        engine = search if search is not None else make_provider(config.provider, base_url=config.base_url, api_key_env=config.api_key_env, timeout_s=config.timeout_s)
-        self.search_engine: Retriever = CachedRetriever(engine, max_size=config.cache_size) if config.cache_size else engine
-        self.reader = PageReader(self.policy, timeout_s=config.timeout_s, max_bytes=config.max_bytes, max_chars=config.max_chars, cache_size=config.cache_size)
+        self.policy = DomainPolicy(
+            allow_domains=config.allow_domains,
+            deny_domains=config.deny_domains,
+            allow_private_addresses=config.allow_private_addresses,
+        )
+        engine = (
+            search
+            if search is not None
+            else make_provider(
+                config.provider, base_url=config.base_url, api_key_env=config.api_key_env, timeout_s=config.timeout_s
+            )
+        )
+        self.search_engine: Retriever = (
+            CachedRetriever(engine, max_size=config.cache_size) if config.cache_size else engine
+        )
+        self.reader = PageReader(
+            self.policy,
+            timeout_s=config.timeout_s,
+            max_bytes=config.max_bytes,
+            max_chars=config.max_chars,
+            cache_size=config.cache_size,
+        )
         self.tools: list[Tool] = self._make_tools()
 
     def search(self, query: str) -> str:
@@ -123,7 +145,11 @@ class WebTools:
             raise ValueError(f"the query has {len(query)} characters; a query has at most {MAX_QUERY_CHARS}")
         # Results from denied (or not allowed) domains are never shown: a deny list keeps
         # pages that publish the benchmark's answers out of reach.
-        results = [doc for doc in self.search_engine.search(query.strip(), self.config.top_k) if self.policy.url_allowed(doc.id)]
+        results = [
+            doc
+            for doc in self.search_engine.search(query.strip(), self.config.top_k)
+            if self.policy.url_allowed(doc.id)
+        ]
         return format_results(results, max_snippet_chars=self.config.max_snippet_chars)
 
     def browse(self, url: str) -> str:

@@ -48,7 +48,13 @@ def _is_private(address: str) -> bool:
 class DomainPolicy:
     """Allow/deny lists of domains and the private-address rule (see the module docstring)."""
 
-    def __init__(self, *, allow_domains: Iterable[str] = (), deny_domains: Iterable[str] = (), allow_private_addresses: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        allow_domains: Iterable[str] = (),
+        deny_domains: Iterable[str] = (),
+        allow_private_addresses: bool = False,
+    ) -> None:
         self.allow_domains = _domains(allow_domains, "allow_domains")
         self.deny_domains = _domains(deny_domains, "deny_domains")
         if not isinstance(allow_private_addresses, bool):

@@ -186,7 +186,9 @@ def first_tokens_after_tool_entropy(entropies: Sequence[float], trajectory: Traj
     return sum(float(entropies[i]) for i in positions) / len(positions)
 
 
-def mean_first_tokens_after_tool_entropy(entropies: Sequence[Sequence[float]], trajectories: Sequence[Trajectory], m: int = 8) -> float | None:
+def mean_first_tokens_after_tool_entropy(
+    entropies: Sequence[Sequence[float]], trajectories: Sequence[Trajectory], m: int = 8
+) -> float | None:
     """``first_tokens_after_tool_entropy`` pooled over a batch (token mean over all of
     them; ``entropies[j]`` belongs to ``trajectories[j]``). None when no trajectory has
     a sampled token after a tool observation."""
@@ -251,6 +253,7 @@ _EXPLAIN = {
 }
 _MALFORMED = "the parser could not read them, or they named an unknown tool or gave bad arguments"
 
+
 def _rule(key: str, value: Any, defaults: Mapping[str, tuple[str, float]]) -> tuple[str, float] | None:
     if value is None:
         return None
@@ -294,6 +297,10 @@ def check_thresholds(metrics: Mapping[str, float], thresholds: Mapping[str, Any]
             reason = f"most calls to {metric_key.split('/', 1)[1]!r} fail"
         if base == "malformed_call_rate":
             count = metrics.get("malformed_tool_calls")
-            reason = f"{int(count)} malformed tool calls this step ({_MALFORMED})" if isinstance(count, (int, float)) else f"{reason} ({_MALFORMED})"
+            reason = (
+                f"{int(count)} malformed tool calls this step ({_MALFORMED})"
+                if isinstance(count, (int, float))
+                else f"{reason} ({_MALFORMED})"
+            )
         warnings.append(f"{metric_key} = {value:.4g} {direction} {limit:g}: {reason}")
     return warnings

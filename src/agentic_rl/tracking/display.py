@@ -43,7 +43,15 @@ def trajectory_progress(total: int, description: str = "rollouts") -> Iterator[C
         yield on_finish
 
 
-_HEADLINE = ("tool_calls_per_episode", "tool_success_rate", "malformed_call_rate", "mean_turns", "mean_response_tokens", "mean_reward", "infra_error_rate")
+_HEADLINE = (
+    "tool_calls_per_episode",
+    "tool_success_rate",
+    "malformed_call_rate",
+    "mean_turns",
+    "mean_response_tokens",
+    "mean_reward",
+    "infra_error_rate",
+)
 
 
 def metrics_table(metrics: dict[str, float], k: int, title: str = "evaluation") -> Table:
@@ -64,13 +72,17 @@ def metrics_table(metrics: dict[str, float], k: int, title: str = "evaluation") 
 def env_labels(metrics: dict[str, float], k: int) -> list[str]:
     """The env labels of a mix's per-env metrics (``avg@{k}@label``), in their order, without ``weighted``."""
     prefix = f"avg@{k}@"
-    return [key[len(prefix):] for key in metrics if key.startswith(prefix) and key != f"{prefix}weighted"]
+    return [key[len(prefix) :] for key in metrics if key.startswith(prefix) and key != f"{prefix}weighted"]
 
 
 def without_env_metrics(metrics: dict[str, float], k: int) -> dict[str, float]:
     """``metrics`` less a mix's per-env and weighted copies (``env_table`` shows those)."""
     suffixes = tuple(f"@{label}" for label in (*env_labels(metrics, k), "weighted"))
-    return {key: value for key, value in metrics.items() if not key.endswith(suffixes)} if len(suffixes) > 1 else dict(metrics)
+    return (
+        {key: value for key, value in metrics.items() if not key.endswith(suffixes)}
+        if len(suffixes) > 1
+        else dict(metrics)
+    )
 
 
 def env_table(metrics: dict[str, float], k: int, title: str = "per env") -> Table:
@@ -88,8 +100,17 @@ def env_table(metrics: dict[str, float], k: int, title: str = "per env") -> Tabl
 
 
 _STEP_KEYS = (
-    ("reward_mean", "reward"), ("accuracy", "acc"), ("tool_success_rate", "tool ok"), ("tool_calls_per_episode", "calls"), ("calls_per_episode", "model calls"),
-    ("entropy", "ent"), ("kl", "kl"), ("clip_frac_high", "clip hi"), ("grad_norm", "|g|"), ("response_length", "len"), ("step_time_s", "s"),
+    ("reward_mean", "reward"),
+    ("accuracy", "acc"),
+    ("tool_success_rate", "tool ok"),
+    ("tool_calls_per_episode", "calls"),
+    ("calls_per_episode", "model calls"),
+    ("entropy", "ent"),
+    ("kl", "kl"),
+    ("clip_frac_high", "clip hi"),
+    ("grad_norm", "|g|"),
+    ("response_length", "len"),
+    ("step_time_s", "s"),
 )
 
 
@@ -104,7 +125,13 @@ def print_step(metrics: dict[str, float], total_steps: int) -> None:
 
 def print_eval(label: str, metrics: dict[str, float], k: int) -> None:
     """One line per evaluation inside a training run."""
-    keys = ((f"avg@{k}", f"avg@{k}"), ("tool_success_rate", "tool ok"), ("tool_calls_per_episode", "calls/episode"), ("malformed_call_rate", "malformed"), ("mean_turns", "turns"))
+    keys = (
+        (f"avg@{k}", f"avg@{k}"),
+        ("tool_success_rate", "tool ok"),
+        ("tool_calls_per_episode", "calls/episode"),
+        ("malformed_call_rate", "malformed"),
+        ("mean_turns", "turns"),
+    )
     console.print(f"[bold]eval {label}[/]: " + "  ".join(f"{name} {metrics[key]:.3f}" for key, name in keys))
     labels = env_labels(metrics, k)
     if labels:  # a mix: each env's accuracy and the mix-weighted one

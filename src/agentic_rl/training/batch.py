@@ -64,7 +64,12 @@ def padding_batch(pad_token_id: int, per_token: Sequence[str] = ()) -> TokenBatc
     """A two-token micro-batch with one loss position: data-parallel ranks with fewer
     micro-batches than the busiest run it (its loss scaled by zero), so that every rank
     enters the wrappers' collective forwards and backwards as often."""
-    return collate([[pad_token_id, pad_token_id]], [[0, 1]], pad_token_id=pad_token_id, per_token={name: [[0.0, 0.0]] for name in per_token})
+    return collate(
+        [[pad_token_id, pad_token_id]],
+        [[0, 1]],
+        pad_token_id=pad_token_id,
+        per_token={name: [[0.0, 0.0]] for name in per_token},
+    )
 
 
 MICRO_BATCH_OVERHEAD_TOKENS = 64
@@ -72,7 +77,9 @@ MICRO_BATCH_OVERHEAD_TOKENS = 64
 layers x dozens of kernel launches each way; about 0.1-0.2 s on a 2-core CPU)."""
 
 
-def length_buckets(lengths: Sequence[int], max_tokens: int, max_sequences: int, *, overhead_tokens: int = MICRO_BATCH_OVERHEAD_TOKENS) -> list[list[int]]:
+def length_buckets(
+    lengths: Sequence[int], max_tokens: int, max_sequences: int, *, overhead_tokens: int = MICRO_BATCH_OVERHEAD_TOKENS
+) -> list[list[int]]:
     """Group indices into micro-batches of similar length, each within ``max_tokens``
     padded tokens and ``max_sequences`` rows (a longer single sequence gets its own).
 

@@ -80,7 +80,13 @@ def rng_state() -> dict[str, Any]:
     """Python, NumPy and torch RNG states, plus every CUDA device's when CUDA is in use."""
     kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
     # NumPy's state as a tensor and plain values: trainer.pt must load with weights_only=True.
-    numpy_state = {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "position": position, "has_gauss": has_gauss, "cached_gaussian": cached_gaussian}
+    numpy_state = {
+        "kind": kind,
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "position": position,
+        "has_gauss": has_gauss,
+        "cached_gaussian": cached_gaussian,
+    }
     state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     # Only once initialised: querying the states would otherwise start CUDA in a CPU run.
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -97,7 +103,13 @@ def set_rng_state(state: dict[str, Any]) -> None:
     if isinstance(numpy_state, dict):
         keys = numpy_state["keys"]
         keys = keys.cpu().numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
-        numpy_state = (numpy_state["kind"], keys.astype(np.uint32), numpy_state["position"], numpy_state["has_gauss"], numpy_state["cached_gaussian"])
+        numpy_state = (
+            numpy_state["kind"],
+            keys.astype(np.uint32),
+            numpy_state["position"],
+            numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )
     np.random.set_state(numpy_state)  # a tuple: checkpoints written before the dict form
     # The generators take CPU byte tensors only, wherever map_location put the saved ones.
     torch.set_rng_state(state["torch"].cpu())
@@ -106,12 +118,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
         return
     devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if devices != len(cuda):
-        _warn_once(f"checkpoint: the CUDA RNG states of {len(cuda)} device(s) were not restored (this machine has {devices}); sampling on the GPU will not repeat the original run's")
+        _warn_once(
+            f"checkpoint: the CUDA RNG states of {len(cuda)} device(s) were not restored (this machine has {devices}); sampling on the GPU will not repeat the original run's"
+        )
         return
     torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
 
 
-def save_checkpoint(root: Path, step: int, *, model, trainer_state: dict[str, Any], info: dict[str, Any], keep: int, critic_module=None) -> Path:
+def save_checkpoint(
+    root: Path, step: int, *, model, trainer_state: dict[str, Any], info: dict[str, Any], keep: int, critic_module=None
+) -> Path:
     """Write ``root/step-<step>`` atomically and prune to the newest ``keep`` complete ones.
 
     ``model`` (and ``critic_module``) weights go to safetensors, ``trainer_state`` (the
@@ -142,10 +158,14 @@ def writing_checkpoint(tmp: Path, step: int) -> Iterator[None]:
         previous = complete_checkpoints(tmp.parent)
         kept = f"the previous checkpoint {previous[-1].name} is kept" if previous else "there is no earlier checkpoint"
         reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
-        raise CheckpointError(f"checkpoint step {step} not written: {reason} ({tmp.parent}); {kept}; free space, then --resume the run") from None
+        raise CheckpointError(
+            f"checkpoint step {step} not written: {reason} ({tmp.parent}); {kept}; free space, then --resume the run"
+        ) from None
 
 
-def publish_checkpoint(tmp: Path, final: Path, *, step: int, trainer_state: dict[str, Any], info: dict[str, Any], keep: int) -> Path:
+def publish_checkpoint(
+    tmp: Path, final: Path, *, step: int, trainer_state: dict[str, Any], info: dict[str, Any], keep: int
+) -> Path:
     """Finish the checkpoint being written in ``tmp``: add trainer.pt (``trainer_state`` and
     the RNG states), state.json and the completion mark, make every file and folder in
     ``tmp`` durable, rename ``tmp`` to ``final`` (durably) and prune ``final``'s folder to
@@ -195,7 +215,9 @@ def _sha256(path: Path) -> str:
 def write_manifest(folder: Path) -> None:
     """``folder/SHA256SUMS``: the sha256 of every file under ``folder`` but the completion mark."""
     files = sorted(path for path in folder.rglob("*") if path.is_file() and path.name not in (MANIFEST, COMPLETE))
-    (folder / MANIFEST).write_text("".join(f"{_sha256(path)}  {path.relative_to(folder).as_posix()}\n" for path in files))
+    (folder / MANIFEST).write_text(
+        "".join(f"{_sha256(path)}  {path.relative_to(folder).as_posix()}\n" for path in files)
+    )
 
 
 def _manifest_problem(folder: Path) -> str | None:
@@ -318,8 +340,14 @@ def load_trainer_state(path: Path, *, map_location) -> dict[str, Any]:
         with torch.serialization.safe_globals(_numpy_array_globals()):
             return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
-        found = str(error).split("Unsupported global: GLOBAL ", 1)[-1].split(" ", 1)[0] if "Unsupported global" in str(error) else "a Python object"
-        raise CheckpointError(f"{path}: holds {found}, not just tensors and plain values; refused (loading it could run code). Resume from a checkpoint this version wrote") from None
+        found = (
+            str(error).split("Unsupported global: GLOBAL ", 1)[-1].split(" ", 1)[0]
+            if "Unsupported global" in str(error)
+            else "a Python object"
+        )
+        raise CheckpointError(
+            f"{path}: holds {found}, not just tensors and plain values; refused (loading it could run code). Resume from a checkpoint this version wrote"
+        ) from None
 
 
 def _keep_steps_on_cpu(state: dict[str, Any]) -> None:
@@ -363,7 +391,14 @@ def final_dtype(setting: str, model_name: str) -> torch.dtype:
     return FINAL_DTYPES[setting]
 
 
-def save_final(model, tokenizer, folder: Path, *, dtype: torch.dtype | None = None, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+def save_final(
+    model,
+    tokenizer,
+    folder: Path,
+    *,
+    dtype: torch.dtype | None = None,
+    state_dict: dict[str, torch.Tensor] | None = None,
+) -> None:
     """A plain Hugging Face folder that ``transformers`` loads (LoRA adapters merged), its
     weights in ``dtype`` (None: as they are in memory). ``model`` keeps its own dtype: the
     run may go on using it. ``state_dict``: the weights to write instead of ``model``'s own

@@ -69,7 +69,13 @@ def collect_successful(
     mine = collect_positions(config, dist)
     tasks = [config.task_offset + position for position in mine]
     groups = rollout(
-        backend, lambda: envs.make(env_name, **options), tasks, group_size=config.samples_per_task, config=sampling, seed=seed, on_finish=on_trajectory,
+        backend,
+        lambda: envs.make(env_name, **options),
+        tasks,
+        group_size=config.samples_per_task,
+        config=sampling,
+        seed=seed,
+        on_finish=on_trajectory,
         task_positions=mine if dist.distributed else None,
     )
     if dist.distributed:
@@ -83,8 +89,12 @@ def collect_successful(
         good = [t for t in group.trajectories if t.correct and t.infra_error is None]
         result.successful += len(good)
         result.tasks_with_success += bool(good)
-        for trajectory in good[: config.max_per_task]:  # one example per sample: a context policy's segments each hold what the model saw
-            result.examples += [trajectory_to_example(sample, parser, skip_messages=num_demo_messages) for sample in trajectory.samples]
+        for trajectory in good[
+            : config.max_per_task
+        ]:  # one example per sample: a context policy's segments each hold what the model saw
+            result.examples += [
+                trajectory_to_example(sample, parser, skip_messages=num_demo_messages) for sample in trajectory.samples
+            ]
     result.wall_time_s = time.monotonic() - started
     return result
 
@@ -95,7 +105,12 @@ def collect_positions(config: CollectConfig, dist: DistContext) -> list[int]:
 
 
 def collect_expert(
-    env_name: str, env_options: dict, config: CollectConfig, *, renderer: ChatRenderer | None = None, rollout_config: RolloutConfig | None = None,
+    env_name: str,
+    env_options: dict,
+    config: CollectConfig,
+    *,
+    renderer: ChatRenderer | None = None,
+    rollout_config: RolloutConfig | None = None,
 ) -> CollectResult:
     """One expert episode per training task (``config.num_tasks`` from ``task_offset``),
     played by the env's ``expert_reply()`` through the rollout's own episode state machine
@@ -119,8 +134,14 @@ def collect_expert(
     probe = envs.make(env_name, **options)
     try:
         if not callable(getattr(probe, "expert_reply", None)):
-            raise ConfigError(f"sft.collect.source: 'expert' needs an env with a scripted expert (expert_reply); {env_name} has none, use source: model")
-        if limits.context == "summarize" and renderer is not None and not callable(getattr(probe, "expert_summary", None)):
+            raise ConfigError(
+                f"sft.collect.source: 'expert' needs an env with a scripted expert (expert_reply); {env_name} has none, use source: model"
+            )
+        if (
+            limits.context == "summarize"
+            and renderer is not None
+            and not callable(getattr(probe, "expert_summary", None))
+        ):
             raise ConfigError(
                 f"sft.collect.source: 'expert' with rollout.context summarize needs an env whose expert writes the summaries (expert_summary); {env_name} has none: "
                 "use another context policy or source: model"
@@ -141,7 +162,9 @@ def collect_expert(
     return result
 
 
-def play_expert(make_env: Callable[[], object], task_index: int, *, limits: RolloutConfig, renderer: ChatRenderer | None) -> Trajectory:
+def play_expert(
+    make_env: Callable[[], object], task_index: int, *, limits: RolloutConfig, renderer: ChatRenderer | None
+) -> Trajectory:
     """One episode of ``task_index`` played by the env's scripted expert (``expert_reply``,
     and ``expert_summary`` for the summaries ``summarize`` asks for) through the rollout's
     ``Episode`` under ``limits``: its samples (``trajectory.samples``) hold exactly the
@@ -157,7 +180,9 @@ def play_expert(make_env: Callable[[], object], task_index: int, *, limits: Roll
             turn, message = episode.take_reply(text, "stop")
         else:
             ids = renderer.encode_text(text) + [eot]
-            turn, message = episode.take_completion(Completion(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop"))
+            turn, message = episode.take_completion(
+                Completion(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
+            )
         episode.apply_step(turn, episode.env_step(message))
     if episode.trajectory.infra_error:  # a bug to see, not data to drop
         raise RuntimeError(f"expert episode of task {task_index}: {episode.trajectory.infra_error}")
@@ -177,10 +202,19 @@ def mix_shares(mix: list[dict], config: CollectConfig) -> list[tuple[str, dict, 
 
     entries = parse_mix(mix)
     total = sum(entry.weight for entry in entries)
-    return [(entry.name, entry.options, config.model_copy(update={"num_tasks": max(1, round(config.num_tasks * entry.weight / total))})) for entry in entries]
+    return [
+        (
+            entry.name,
+            entry.options,
+            config.model_copy(update={"num_tasks": max(1, round(config.num_tasks * entry.weight / total))}),
+        )
+        for entry in entries
+    ]
 
 
-def collect_mix(collect_entry: Callable[[str, dict, CollectConfig], CollectResult], mix: list[dict], config: CollectConfig) -> CollectResult:
+def collect_mix(
+    collect_entry: Callable[[str, dict, CollectConfig], CollectResult], mix: list[dict], config: CollectConfig
+) -> CollectResult:
     """``collect_entry(name, options, share)`` on each entry of ``env.mix`` (``mix_shares``),
     the examples and counts put together."""
     started = time.monotonic()
@@ -197,7 +231,9 @@ def collect_mix(collect_entry: Callable[[str, dict, CollectConfig], CollectResul
 
 def collect_successful_mix(backend, mix: list[dict], config: CollectConfig, **kwargs) -> CollectResult:
     """``collect_successful`` on each entry of ``env.mix`` (``collect_mix``); ``kwargs`` as for ``collect_successful``."""
-    return collect_mix(lambda name, options, share: collect_successful(backend, name, options, share, **kwargs), mix, config)
+    return collect_mix(
+        lambda name, options, share: collect_successful(backend, name, options, share, **kwargs), mix, config
+    )
 
 
 def collect_expert_mix(mix: list[dict], config: CollectConfig, **kwargs) -> CollectResult:

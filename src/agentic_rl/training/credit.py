@@ -95,6 +95,14 @@ def build_advantage_inputs(
         if values is not None:
             values[row, : len(token_values[row])] = torch.tensor(token_values[row], dtype=torch.float32)
     return AdvantageInputs(
-        rewards=rewards, response_mask=response_mask, group_index=group_index, token_rewards=token_rewards, values=values,
-        turn_index=turn_index, turn_rewards=turn_rewards, turn_mask=turn_mask, anchor_index=anchor_index, first_tool_turn=first_tool_turn,
+        rewards=rewards,
+        response_mask=response_mask,
+        group_index=group_index,
+        token_rewards=token_rewards,
+        values=values,
+        turn_index=turn_index,
+        turn_rewards=turn_rewards,
+        turn_mask=turn_mask,
+        anchor_index=anchor_index,
+        first_tool_turn=first_tool_turn,
     )

@@ -67,14 +67,25 @@ class Curriculum:
         for label in schedule.labels:
             if not any(index in self.pass_rates for index in schedule.schedules[label].task_indices):
                 continue  # nothing measured yet: the pool keeps its shuffle
-            rates = {index: self.pass_rates.get(index, config.prior) for index in schedule.schedules[label].task_indices}
+            rates = {
+                index: self.pass_rates.get(index, config.prior) for index in schedule.schedules[label].task_indices
+            }
             schedule.set_task_weights(label, middle_difficulty_weights(rates, floor=config.floor))
 
     def metrics(self) -> dict[str, float]:
         if self.config.by == "env":
             total = sum(self.schedule.pool_weights.values())
-            out = {f"curriculum/pass_rate@{label}": self.pass_rates[label] for label in self.schedule.labels if label in self.pass_rates}
-            out.update({f"curriculum/probability@{label}": weight / total for label, weight in self.schedule.pool_weights.items()})
+            out = {
+                f"curriculum/pass_rate@{label}": self.pass_rates[label]
+                for label in self.schedule.labels
+                if label in self.pass_rates
+            }
+            out.update(
+                {
+                    f"curriculum/probability@{label}": weight / total
+                    for label, weight in self.schedule.pool_weights.items()
+                }
+            )
             return out
         rates = list(self.pass_rates.values())
         return {

@@ -24,6 +24,10 @@ def difficulty_filter(
 ) -> FilterResult:
     """Roll out ``samples_per_task`` episodes per task and keep tasks with
     ``min_pass_rate < pass rate < max_pass_rate`` (see ``select_by_pass_rate``)."""
-    groups = rollout(backend, make_env, list(task_indices), group_size=samples_per_task, config=rollout_config, seed=seed)
-    pass_rates = {index: sum(t.correct for t in g.trajectories) / len(g.trajectories) for index, g in zip(task_indices, groups)}
+    groups = rollout(
+        backend, make_env, list(task_indices), group_size=samples_per_task, config=rollout_config, seed=seed
+    )
+    pass_rates = {
+        index: sum(t.correct for t in g.trajectories) / len(g.trajectories) for index, g in zip(task_indices, groups)
+    }
     return select_by_pass_rate(pass_rates, min_pass_rate=min_pass_rate, max_pass_rate=max_pass_rate)

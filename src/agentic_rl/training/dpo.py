@@ -36,7 +36,14 @@ from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.batch import collate, length_buckets, padding_batch
 from agentic_rl.training.logprobs import PolicyLogprobs, token_logprobs
-from agentic_rl.training.optim import NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, optimizer_params
+from agentic_rl.training.optim import (
+    NonFiniteGuard,
+    Optimized,
+    accumulate_and_step,
+    make_optimizer,
+    make_scheduler,
+    optimizer_params,
+)
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 Sequences = tuple[list[int], list[int]]  # (token ids, loss mask)
@@ -87,13 +94,19 @@ def validate_pair(pair, index: int | None = None) -> None:
             raise ValueError(f"{where}.{key}: must start with an assistant message")
 
 
-def pairs_from_groups(groups: Sequence[TrajectoryGroup], parser: ToolCallParser | str, *, skip_messages: int = 0) -> list[dict]:
+def pairs_from_groups(
+    groups: Sequence[TrajectoryGroup], parser: ToolCallParser | str, *, skip_messages: int = 0
+) -> list[dict]:
     """One pair per group: its highest-reward trajectory (chosen) against its lowest
     (rejected); groups whose usable rewards are all equal give none. Infrastructure
     failures never enter a pair."""
     pairs = []
     for group in groups:
-        usable = [t for t in group.trajectories if t.infra_error is None and any(m.get("role") == "assistant" for m in t.messages)]
+        usable = [
+            t
+            for t in group.trajectories
+            if t.infra_error is None and any(m.get("role") == "assistant" for m in t.messages)
+        ]
         if len(usable) < 2:
             continue
         best = max(usable, key=lambda t: t.reward)  # first of equals: deterministic
@@ -104,15 +117,19 @@ def pairs_from_groups(groups: Sequence[TrajectoryGroup], parser: ToolCallParser 
         rejected = trajectory_to_example(worst, parser, skip_messages=skip_messages)
         prompt, chosen_messages = _split(chosen["messages"])
         rejected_prompt, rejected_messages = _split(rejected["messages"])
-        if prompt != rejected_prompt or chosen.get("tools") != rejected.get("tools"):  # same task, so the same opening; never pair different prompts
+        if prompt != rejected_prompt or chosen.get("tools") != rejected.get(
+            "tools"
+        ):  # same task, so the same opening; never pair different prompts
             continue
-        pairs.append({
-            "prompt": prompt,
-            "chosen": chosen_messages,
-            "rejected": rejected_messages,
-            **({"tools": chosen["tools"]} if chosen.get("tools") else {}),
-            "metadata": {"task_id": group.task_id, "chosen_reward": best.reward, "rejected_reward": worst.reward},
-        })
+        pairs.append(
+            {
+                "prompt": prompt,
+                "chosen": chosen_messages,
+                "rejected": rejected_messages,
+                **({"tools": chosen["tools"]} if chosen.get("tools") else {}),
+                "metadata": {"task_id": group.task_id, "chosen_reward": best.reward, "rejected_reward": worst.reward},
+            }
+        )
     return pairs
 
 
@@ -124,15 +141,28 @@ def pairs_from_rollout_records(records: Sequence[dict], parser: ToolCallParser |
         if not isinstance(record.get("messages"), list) or "reward" not in record:
             raise ValueError(f"rollout record {number}: expected 'messages' and 'reward' (a rollouts.jsonl line)")
         key = (record.get("step"), record.get("group_id"))
-        group = groups.setdefault(key, TrajectoryGroup(task_id=str(record.get("task_id", "")), group_id=str(record.get("group_id", ""))))
-        group.trajectories.append(Trajectory(
-            task_id=group.task_id, group_id=group.group_id, messages=record["messages"],
-            reward=float(record["reward"]), infra_error=record.get("infra_error"),
-            info={
-                **({"tools": record["tools"], "tools_prompt": "template"} if record.get("tools") else {}),  # described by the chat template
-                **({"tool_output_template": record["tool_output_template"]} if record.get("tool_output_template") else {}),  # which framed the results
-            },
-        ))
+        group = groups.setdefault(
+            key, TrajectoryGroup(task_id=str(record.get("task_id", "")), group_id=str(record.get("group_id", "")))
+        )
+        group.trajectories.append(
+            Trajectory(
+                task_id=group.task_id,
+                group_id=group.group_id,
+                messages=record["messages"],
+                reward=float(record["reward"]),
+                infra_error=record.get("infra_error"),
+                info={
+                    **(
+                        {"tools": record["tools"], "tools_prompt": "template"} if record.get("tools") else {}
+                    ),  # described by the chat template
+                    **(
+                        {"tool_output_template": record["tool_output_template"]}
+                        if record.get("tool_output_template")
+                        else {}
+                    ),  # which framed the results
+                },
+            )
+        )
     return pairs_from_groups(list(groups.values()), parser)
 
 
@@ -165,7 +195,13 @@ def collect_pairs(
     dist = dist or DistContext()
     mine = list(range(dist.rank, len(task_indices), dist.world_size))
     groups = rollout(
-        backend, make_env, [task_indices[i] for i in mine], group_size=samples_per_task, config=rollout_config, seed=seed, on_finish=on_finish,
+        backend,
+        make_env,
+        [task_indices[i] for i in mine],
+        group_size=samples_per_task,
+        config=rollout_config,
+        seed=seed,
+        on_finish=on_finish,
         task_positions=mine if dist.distributed else None,
     )
     if dist.distributed:
@@ -177,7 +213,9 @@ def collect_pairs(
 # --- training ---------------------------------------------------------------------
 
 
-def tokenize_pairs(pairs: Sequence[dict], tokenizer, parser: ToolCallParser | str, max_length: int) -> tuple[list[tuple[Sequences, Sequences]], int]:
+def tokenize_pairs(
+    pairs: Sequence[dict], tokenizer, parser: ToolCallParser | str, max_length: int
+) -> tuple[list[tuple[Sequences, Sequences]], int]:
     """(chosen, rejected) token ids and loss masks per pair that fits ``max_length``, and how many did not."""
     parser = get_parser(parser) if isinstance(parser, str) else parser
     renderer = ChatRenderer(tokenizer)
@@ -199,7 +237,9 @@ def _micro_batches(pairs: list[tuple[Sequences, Sequences]], members: list[int],
     return [[members[j] for j in bucket] for bucket in length_buckets(lengths, max(max_tokens // 2, 1), len(members))]
 
 
-def _pair_logprobs(model, pairs, members: list[int], pad_id: int, device, *, average: bool, forward=None) -> tuple[torch.Tensor, torch.Tensor]:
+def _pair_logprobs(
+    model, pairs, members: list[int], pad_id: int, device, *, average: bool, forward=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """[n] chosen and [n] rejected sequence log-probs of the pairs ``members``, one forward pass
     (``forward``: the policy's log-prob forward as a strategy wraps it; default ``model``'s)."""
     rows = [pairs[i][0] for i in members] + [pairs[i][1] for i in members]
@@ -221,7 +261,9 @@ def reference_logprobs(model, pairs, config: DPOConfig, pad_id: int) -> torch.Te
     try:
         with torch.no_grad():
             for members in _micro_batches(pairs, list(range(len(pairs))), config.micro_batch_tokens):
-                chosen, rejected = _pair_logprobs(model, pairs, members, pad_id, device, average=config.loss_type == "ipo")
+                chosen, rejected = _pair_logprobs(
+                    model, pairs, members, pad_id, device, average=config.loss_type == "ipo"
+                )
                 out[members, 0], out[members, 1] = chosen.float().cpu(), rejected.float().cpu()
     finally:
         model.train(was_training)
@@ -249,7 +291,9 @@ def train_dpo(
     started = time.monotonic()
     sequences, dropped = tokenize_pairs(pairs, tokenizer, parser, config.max_length)
     if not sequences:
-        raise ValueError(f"no DPO pairs to train on ({dropped} of {len(pairs)} longer than max_length={config.max_length})")
+        raise ValueError(
+            f"no DPO pairs to train on ({dropped} of {len(pairs)} longer than max_length={config.max_length})"
+        )
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     reference = reference_logprobs(model, sequences, config, pad_id).to(device)
@@ -268,7 +312,11 @@ def train_dpo(
     def micro_losses(batch: list[int], margins: list[float]) -> Iterator[torch.Tensor]:
         """Each micro-batch's loss (this rank's share of ``batch``); its pairs'
         implicit-reward margins go into ``margins``."""
-        buckets: list[list[int] | None] = list(_micro_batches(sequences, batch[dist.rank :: dist.world_size], config.micro_batch_tokens)) if batch[dist.rank :: dist.world_size] else []
+        buckets: list[list[int] | None] = (
+            list(_micro_batches(sequences, batch[dist.rank :: dist.world_size], config.micro_batch_tokens))
+            if batch[dist.rank :: dist.world_size]
+            else []
+        )
         buckets += [None] * dist.lockstep_padding(len(buckets))
         for index, members in enumerate(buckets):
             with contextlib.nullcontext() if index == len(buckets) - 1 else strategy.accumulating(policy):
@@ -277,10 +325,17 @@ def train_dpo(
                     logprobs, _ = policy(pad.input_ids, pad.attention_mask, pad.loss_mask)
                     yield logprobs.sum() * 0.0
                     continue
-                chosen, rejected = _pair_logprobs(model, sequences, members, pad_id, device, average=config.loss_type == "ipo", forward=policy)
+                chosen, rejected = _pair_logprobs(
+                    model, sequences, members, pad_id, device, average=config.loss_type == "ipo", forward=policy
+                )
                 out = dpo_loss(
-                    chosen, rejected, reference[members, 0], reference[members, 1],
-                    beta=config.beta, label_smoothing=config.label_smoothing, loss_type=config.loss_type,
+                    chosen,
+                    rejected,
+                    reference[members, 0],
+                    reference[members, 1],
+                    beta=config.beta,
+                    label_smoothing=config.label_smoothing,
+                    loss_type=config.loss_type,
                 )
                 margins.extend(out.margins.tolist())
                 # Weighting each micro-batch mean by its share of the whole batch makes
@@ -296,7 +351,12 @@ def train_dpo(
                 batch = order[start : start + config.batch_size]
                 margins: list[float] = []
                 outcome = accumulate_and_step(
-                    micro_losses(batch, margins), step, max_grad_norm=config.max_grad_norm, guard=guard, grad_scale=strategy.grad_scale, reduce=dist.all_reduce,
+                    micro_losses(batch, margins),
+                    step,
+                    max_grad_norm=config.max_grad_norm,
+                    guard=guard,
+                    grad_scale=strategy.grad_scale,
+                    reduce=dist.all_reduce,
                 )
                 margins = [m for rank_margins in dist.all_gather_objects(margins) for m in rank_margins]
                 if outcome.skipped:
@@ -307,10 +367,18 @@ def train_dpo(
                 result.margins.append(sum(margins) / len(margins))
                 result.accuracies.append(sum(margin > 0 for margin in margins) / len(batch))
                 if on_step:
-                    on_step({
-                        "step": result.steps, "epoch": epoch, "loss": outcome.loss, "margin": result.margins[-1],
-                        "accuracy": result.accuracies[-1], "lr": outcome.lr, "grad_norm": outcome.grad_norm, "pairs": len(batch),
-                    })
+                    on_step(
+                        {
+                            "step": result.steps,
+                            "epoch": epoch,
+                            "loss": outcome.loss,
+                            "margin": result.margins[-1],
+                            "accuracy": result.accuracies[-1],
+                            "lr": outcome.lr,
+                            "grad_norm": outcome.grad_norm,
+                            "pairs": len(batch),
+                        }
+                    )
     finally:
         model.eval()
     result.wall_time_s = time.monotonic() - started

@@ -40,12 +40,20 @@ def token_logprobs(
     rows, cols = target.nonzero(as_tuple=True)
     with compute_autocast(model):
         hidden, offset = hidden_states(backbone, input_ids, attention_mask, target)
-        picked, values = head_logprobs(lm_head, hidden[rows, cols - 1 - offset], input_ids[rows, cols], temperature=temperature, with_entropy=with_entropy)
+        picked, values = head_logprobs(
+            lm_head,
+            hidden[rows, cols - 1 - offset],
+            input_ids[rows, cols],
+            temperature=temperature,
+            with_entropy=with_entropy,
+        )
     out = torch.zeros(input_ids.shape, dtype=picked.dtype, device=picked.device)
     out = out.index_put((rows, cols), picked)
     entropy = None
     if with_entropy:
-        entropy = torch.zeros(input_ids.shape, dtype=values.dtype, device=values.device).index_put((rows, cols), values.detach())
+        entropy = torch.zeros(input_ids.shape, dtype=values.dtype, device=values.device).index_put(
+            (rows, cols), values.detach()
+        )
     return out, entropy
 
 
@@ -58,5 +66,14 @@ class PolicyLogprobs(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, select: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False):
-        return token_logprobs(self.model, input_ids, attention_mask, select, temperature=temperature, with_entropy=with_entropy)
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        select: torch.Tensor,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ):
+        return token_logprobs(
+            self.model, input_ids, attention_mask, select, temperature=temperature, with_entropy=with_entropy
+        )

@@ -27,7 +27,21 @@ from agentic_rl.models.lora import apply_lora
 from agentic_rl.models.precision import apply_precision
 from agentic_rl.training.checkpoint import usable_checkpoint
 from agentic_rl.training.run_dir import RunDirectory
-from agentic_rl.training.stages import RunEvents, RunState, TrainingStopped, eval_env_options, evaluation, restore_filter, run_dpo, run_filter, run_final, run_report, run_rl, run_sft, sft_env_options
+from agentic_rl.training.stages import (
+    RunEvents,
+    RunState,
+    TrainingStopped,
+    eval_env_options,
+    evaluation,
+    restore_filter,
+    run_dpo,
+    run_filter,
+    run_final,
+    run_report,
+    run_rl,
+    run_sft,
+    sft_env_options,
+)
 
 __all__ = ["STAGES", "RunEvents", "Stage", "TrainResult", "TrainingStopped", "train"]
 
@@ -74,7 +88,9 @@ class TrainResult:
     steps: list[dict[str, float]]
 
 
-def _open_run(config, name: str, resume, overrides, dist: DistContext) -> tuple[TrainConfig, str, RunDirectory, Path | None, list[str], Path, list[str]]:
+def _open_run(
+    config, name: str, resume, overrides, dist: DistContext
+) -> tuple[TrainConfig, str, RunDirectory, Path | None, list[str], Path, list[str]]:
     """(config, recipe name, run directory, checkpoint to resume from, stages it covers,
     the run directory's path on every rank, the overrides' changes). Rank 0 owns the run
     directory; other ranks write what they must into a scratch one (and their checkpoint
@@ -84,11 +100,17 @@ def _open_run(config, name: str, resume, overrides, dist: DistContext) -> tuple[
     if resume is None:
         if not isinstance(config, TrainConfig):
             config = build(TrainConfig, config or {})
-        run = RunDirectory.create(config.output_dir, name=name, config=config.model_dump()) if dist.is_main else RunDirectory.scratch(dist.rank)
+        run = (
+            RunDirectory.create(config.output_dir, name=name, config=config.model_dump())
+            if dist.is_main
+            else RunDirectory.scratch(dist.rank)
+        )
         shared = Path(dist.broadcast_object(str(run.path)))  # the other ranks wait here until the directory exists
         return config, name, run, None, [], shared, []
     if config is not None:
-        raise ConfigError("resume: the run's own config.yaml is used; pass overrides, not a config, to change what may change mid-run")
+        raise ConfigError(
+            "resume: the run's own config.yaml is used; pass overrides, not a config, to change what may change mid-run"
+        )
     run, name, saved = RunDirectory.existing(resume)
     config, changed = resume_config(saved, overrides)
     checkpoint = usable_checkpoint(run.checkpoints)  # the newest whole one: a corrupt newest falls back, with a warning
@@ -150,11 +172,15 @@ def _checked_stages(stages: Collection[str] | None, resume) -> frozenset[str] | 
     if unknown:
         raise ValueError(f"stages: unknown stage {unknown[0]!r}; stages: {', '.join(names)}")
     if resume is not None:
-        raise ValueError("stages: only for a new run (a resumed run restores or runs the stages its checkpoint implies)")
+        raise ValueError(
+            "stages: only for a new run (a resumed run restores or runs the stages its checkpoint implies)"
+        )
     return frozenset(stages)
 
 
-def _check_sandbox(config: TrainConfig, train_env: Callable, events: RunEvents, run: RunDirectory | None = None) -> None:
+def _check_sandbox(
+    config: TrainConfig, train_env: Callable, events: RunEvents, run: RunDirectory | None = None
+) -> None:
     """Where the env runs model-written code: refuse to start (required) or warn, naming
     what is missing (best-effort), before anything else is spent. Never a silent fallback:
     what was verified and what is missing is also written to the run's sandbox.json."""
@@ -172,10 +198,21 @@ def _check_sandbox(config: TrainConfig, train_env: Callable, events: RunEvents, 
         events.on_stage(f"warning: {warning}")
     events.on_stage(f"sandbox: {info.describe()} ({sandbox.isolation_mode()})")
     if run is not None:
-        run.write_json("sandbox.json", {"mode": sandbox.isolation_mode(), "missing": missing(info), "isolation": info.to_dict()})
+        run.write_json(
+            "sandbox.json", {"mode": sandbox.isolation_mode(), "missing": missing(info), "isolation": info.to_dict()}
+        )
 
 
-def _train(config, name: str, events: RunEvents | None, loaded, resume, overrides, dist: DistContext, only: frozenset[str] | None = None) -> TrainResult:
+def _train(
+    config,
+    name: str,
+    events: RunEvents | None,
+    loaded,
+    resume,
+    overrides,
+    dist: DistContext,
+    only: frozenset[str] | None = None,
+) -> TrainResult:
     events = events or RunEvents()
     config, name, run, checkpoint, finished, shared, changed = _open_run(config, name, resume, overrides, dist)
     if not dist.is_main:
@@ -195,26 +232,52 @@ def _train(config, name: str, events: RunEvents | None, loaded, resume, override
         env_factory(config.env.name, sft_env_options(config), split="train")
     _check_sandbox(config, train_env, events, run)
     events.on_stage(f"loading {config.model.name}")
-    model, tokenizer = loaded or load(config.model.name, device=str(dist.device(resolve_device(config.model.device))), linear_kernel=config.model.linear_kernel)
+    model, tokenizer = loaded or load(
+        config.model.name,
+        device=str(dist.device(resolve_device(config.model.device))),
+        linear_kernel=config.model.linear_kernel,
+    )
     if next(model.parameters()).dtype != torch.float32:
         model = model.float()  # float32 master weights always; bf16 is a compute choice (precision)
     precision = apply_precision(model, config.precision)
-    run.write_json("precision.json", {"setting": config.precision, "precision": precision.precision, "reason": precision.reason})
+    run.write_json(
+        "precision.json", {"setting": config.precision, "precision": precision.precision, "reason": precision.reason}
+    )
     events.on_stage(f"precision: {precision.precision} ({precision.reason})")
     model = apply_lora(model, config.lora)
     probe = train_env()
     mix = mixed_spec_of(probe)
     # A mix's task_offset applies within each entry; its tasks are interleaved so the first N cover every entry.
-    task_indices = mix.task_indices(config.task_offset) if mix is not None else list(range(config.task_offset, probe.num_tasks))
+    task_indices = (
+        mix.task_indices(config.task_offset) if mix is not None else list(range(config.task_offset, probe.num_tasks))
+    )
     if not task_indices:
         raise ConfigError(f"task_offset: {config.task_offset} leaves no training tasks")
     # A sharded trainer's parameters cannot decode: its engine holds a full copy.
     own_copy = config.trainer.strategy == "fsdp2"
     if config.backend.kind == "vllm":
-        events.on_stage("starting the vLLM server (the first start compiles: minutes)" if not config.backend.base_url else f"connecting to the vLLM server at {redact_url(config.backend.base_url)}")
-    backend = build_backend(config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision, own_copy=own_copy)
+        events.on_stage(
+            "starting the vLLM server (the first start compiles: minutes)"
+            if not config.backend.base_url
+            else f"connecting to the vLLM server at {redact_url(config.backend.base_url)}"
+        )
+    backend = build_backend(
+        config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision, own_copy=own_copy
+    )
     try:
-        state = RunState(config, run, events, model, tokenizer, backend, train_env, task_indices, checkpoint=checkpoint, dist=dist, checkpoints_root=RunDirectory(shared).checkpoints)
+        state = RunState(
+            config,
+            run,
+            events,
+            model,
+            tokenizer,
+            backend,
+            train_env,
+            task_indices,
+            checkpoint=checkpoint,
+            dist=dist,
+            checkpoints_root=RunDirectory(shared).checkpoints,
+        )
         for stage in STAGES:
             if not stage.enabled(config) or (only is not None and stage.name not in only):
                 continue

@@ -45,7 +45,9 @@ class ReferencePolicy:
     policy cannot run outside its wrapper); None: ``token_logprobs`` of ``model``."""
 
     @classmethod
-    def build(cls, model: nn.Module, *, lora_enabled: bool, kl_needed: bool, placement: str = "fp32") -> ReferencePolicy | None:
+    def build(
+        cls, model: nn.Module, *, lora_enabled: bool, kl_needed: bool, placement: str = "fp32"
+    ) -> ReferencePolicy | None:
         """None when no KL term needs one; call it before the first update (the copy is
         taken of ``model`` as it is now). ``placement``: fp32, bf16 or cpu (see
         :func:`resolve_kl_reference`); with LoRA there is no copy to place."""
@@ -55,7 +57,13 @@ class ReferencePolicy:
             return None
         if lora_enabled:
             return cls(model, adapters_disabled=True)
-        return cls(frozen_copy(model, dtype=torch.bfloat16 if placement == "bf16" else None, device="cpu" if placement == "cpu" else None))
+        return cls(
+            frozen_copy(
+                model,
+                dtype=torch.bfloat16 if placement == "bf16" else None,
+                device="cpu" if placement == "cpu" else None,
+            )
+        )
 
     def logprobs(self, batch: TokenBatch, temperature: float) -> torch.Tensor:
         """Log-probs [B, T] of ``batch``'s tokens at its loss positions (0 elsewhere), without
@@ -65,5 +73,10 @@ class ReferencePolicy:
         device = next(self.model.parameters()).device
         run = self.forward or functools.partial(token_logprobs, self.model)
         with torch.no_grad(), adapters_off:
-            logprobs, _ = run(batch.input_ids.to(device), batch.attention_mask.to(device), batch.loss_mask.to(device), temperature=temperature)
+            logprobs, _ = run(
+                batch.input_ids.to(device),
+                batch.attention_mask.to(device),
+                batch.loss_mask.to(device),
+                temperature=temperature,
+            )
         return logprobs.to(batch.input_ids.device)

@@ -13,7 +13,16 @@ from contextlib import nullcontext
 import torch
 
 from agentic_rl.accel import device_peak_bytes, release_memory, reset_device_peak, resident_bytes
-from agentic_rl.algorithms import ROW_LOCAL_LOSSES, aggregate, compute_policy_loss, kl_penalty, resolve_old_logprobs, resolve_rollout_correction, rollout_correction, value_loss
+from agentic_rl.algorithms import (
+    ROW_LOCAL_LOSSES,
+    aggregate,
+    compute_policy_loss,
+    kl_penalty,
+    resolve_old_logprobs,
+    resolve_rollout_correction,
+    rollout_correction,
+    value_loss,
+)
 from agentic_rl.config import TrainConfig, check_world_size
 from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.envs.base import Env
@@ -25,7 +34,16 @@ from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.diagnostics import step_diagnostics
 from agentic_rl.training.batch import TokenBatch, collate, length_buckets, padding_batch
 from agentic_rl.training.logprobs import PolicyLogprobs
-from agentic_rl.training.optim import NonFiniteError, NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, optimizer_params, restart_schedule
+from agentic_rl.training.optim import (
+    NonFiniteError,
+    NonFiniteGuard,
+    Optimized,
+    accumulate_and_step,
+    make_optimizer,
+    make_scheduler,
+    optimizer_params,
+    restart_schedule,
+)
 from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
 from agentic_rl.training.rl_metrics import UpdateTally, per_env_metrics, rollout_metrics
 from agentic_rl.training.scoring import ScoredBatch, keep_groups, score, shaped_rewards, usable_trajectories
@@ -38,27 +56,62 @@ from agentic_rl.types import Trajectory, TrajectoryGroup
 RELEASE_MEMORY_ABOVE = 0.5
 """Fraction of physical memory held by the process past which a step hands free heap pages back."""
 
-__all__ = ["ROLLOUT_MODES", "NonFiniteError", "RLTrainer", "ScoredBatch", "keep_groups", "score", "shaped_rewards", "usable_trajectories"]
+__all__ = [
+    "ROLLOUT_MODES",
+    "NonFiniteError",
+    "RLTrainer",
+    "ScoredBatch",
+    "keep_groups",
+    "score",
+    "shaped_rewards",
+    "usable_trajectories",
+]
 
 
-def _sample_groups(trainer: RLTrainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+def _sample_groups(
+    trainer: RLTrainer, task_indices: list[int], seed: int
+) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """``group_size`` independent samples per task. With several ranks each rolls out every
     world-size-th task (whole groups: the group advantage needs them together), as one
     process would sample it, and every rank receives all groups in task order."""
     config, dist = trainer.config, trainer.dist
-    if config.distributed.engine == "ray":  # rollout workers own the envs (distributed/ray_rollouts.py); rank 0 asks them
-        return dist.broadcast_object(trainer.backend.rollout(task_indices, group_size=config.group_size, seed=seed, training_step=trainer.step_index) if dist.is_main else None), {}
+    if (
+        config.distributed.engine == "ray"
+    ):  # rollout workers own the envs (distributed/ray_rollouts.py); rank 0 asks them
+        return dist.broadcast_object(
+            trainer.backend.rollout(
+                task_indices, group_size=config.group_size, seed=seed, training_step=trainer.step_index
+            )
+            if dist.is_main
+            else None
+        ), {}
     if not dist.distributed:
-        return rollout(trainer.backend, trainer.make_env, task_indices, group_size=config.group_size, config=config.rollout, seed=seed, training_step=trainer.step_index), {}
+        return rollout(
+            trainer.backend,
+            trainer.make_env,
+            task_indices,
+            group_size=config.group_size,
+            config=config.rollout,
+            seed=seed,
+            training_step=trainer.step_index,
+        ), {}
     mine = list(range(dist.rank, len(task_indices), dist.world_size))
     groups = rollout(
-        trainer.backend, trainer.make_env, [task_indices[i] for i in mine], group_size=config.group_size, config=config.rollout, seed=seed, task_positions=mine,
+        trainer.backend,
+        trainer.make_env,
+        [task_indices[i] for i in mine],
+        group_size=config.group_size,
+        config=config.rollout,
+        seed=seed,
+        task_positions=mine,
         training_step=trainer.step_index,
     )
     return dist.gather_by_position(mine, groups, len(task_indices)), {}
 
 
-def _sample_arpo(trainer: RLTrainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+def _sample_arpo(
+    trainer: RLTrainer, task_indices: list[int], seed: int
+) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """ARPO's entropy-based branching with a budget of ``group_size`` per task. With several
     ranks each branches on every world-size-th task (a group's branches stay on the rank
     that sampled its prefixes) from a seed of its own, so the samples differ from one
@@ -67,12 +120,20 @@ def _sample_arpo(trainer: RLTrainer, task_indices: list[int], seed: int) -> tupl
     mine = list(range(dist.rank, len(task_indices), dist.world_size))
     rank_seed = seed if not dist.distributed else derive_seed(seed, "arpo-rank", dist.rank)
     groups, stats = arpo_rollout(
-        trainer.backend, trainer.make_env, [task_indices[i] for i in mine], budget=config.group_size, params=config.arpo, config=config.rollout, seed=rank_seed,
+        trainer.backend,
+        trainer.make_env,
+        [task_indices[i] for i in mine],
+        budget=config.group_size,
+        params=config.arpo,
+        config=config.rollout,
+        seed=rank_seed,
         training_step=trainer.step_index,
     )
     if not dist.distributed:
         return groups, stats.metrics()
-    return dist.gather_by_position(mine, groups, len(task_indices)), ARPOStats.total(dist.all_gather_objects(stats)).metrics()
+    return dist.gather_by_position(mine, groups, len(task_indices)), ARPOStats.total(
+        dist.all_gather_objects(stats)
+    ).metrics()
 
 
 ROLLOUT_MODES = {"group": _sample_groups, "arpo": _sample_arpo}
@@ -83,8 +144,17 @@ class RLTrainer:
     """Owns the policy, its optimizer and the task schedule; ``step()`` runs one RL step."""
 
     def __init__(
-        self, config: TrainConfig, model, tokenizer, backend, make_env: Callable[[], Env] | None, task_indices: list[int], *,
-        dist: DistContext | None = None, sampler: Callable | None = None, task_pools: TaskPools | None = None,
+        self,
+        config: TrainConfig,
+        model,
+        tokenizer,
+        backend,
+        make_env: Callable[[], Env] | None,
+        task_indices: list[int],
+        *,
+        dist: DistContext | None = None,
+        sampler: Callable | None = None,
+        task_pools: TaskPools | None = None,
     ) -> None:
         self.config = config
         self.sampler = sampler
@@ -113,15 +183,25 @@ class RLTrainer:
         apply_speed_options(model, gradient_checkpointing=config.gradient_checkpointing, compile=config.compile)
         # The reference and a separate critic copy the unsharded model, before the strategy wraps it.
         self.reference = ReferencePolicy.build(
-            model, lora_enabled=config.lora.enabled, kl_needed=bool(algorithm.kl_coef),
+            model,
+            lora_enabled=config.lora.enabled,
+            kl_needed=bool(algorithm.kl_coef),
             placement=resolve_kl_reference(config.kl_reference, compute_precision(model)),
         )
         """The initial policy for the KL term (None without one)."""
         self.critic = Critic(model, algorithm.critic, lr=algorithm.critic_lr) if algorithm.critic != "none" else None
-        strategy = config.trainer.strategy if config.trainer.strategy != "auto" else ("ddp" if self.dist.distributed else "single")
-        self.strategy = make_strategy(strategy, self.dist, precision=compute_precision(model), cpu_offload=config.trainer.cpu_offload)
+        strategy = (
+            config.trainer.strategy
+            if config.trainer.strategy != "auto"
+            else ("ddp" if self.dist.distributed else "single")
+        )
+        self.strategy = make_strategy(
+            strategy, self.dist, precision=compute_precision(model), cpu_offload=config.trainer.cpu_offload
+        )
         if self.strategy.name == "fsdp2" and not getattr(backend, "separate_weights", False):
-            raise ValueError("trainer.strategy fsdp2: the engine must hold its own copy of the weights (sharded parameters cannot decode)")
+            raise ValueError(
+                "trainer.strategy fsdp2: the engine must hold its own copy of the weights (sharded parameters cannot decode)"
+            )
         self.policy = self.strategy.wrap(PolicyLogprobs(model), layers=list(split_model(model)[0].layers))
         """The trainable forward (log-probs of a batch) as the strategy runs it."""
         if self.reference is not None and self.strategy.sharded:
@@ -130,11 +210,19 @@ class RLTrainer:
             self.critic.shard(self.strategy)
         self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         updates = config.steps * config.ppo_epochs * config.mini_batches
-        self.scheduler = make_scheduler(self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule)
+        self.scheduler = make_scheduler(
+            self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule
+        )
         separate_sampler = bool(getattr(backend, "separate_weights", False))
-        self.rollout_correction = resolve_rollout_correction(algorithm.rollout_correction, precision=compute_precision(model), separate_sampler=separate_sampler)
+        self.rollout_correction = resolve_rollout_correction(
+            algorithm.rollout_correction, precision=compute_precision(model), separate_sampler=separate_sampler
+        )
         """The importance correction between sampler and trainer log-probs in use (none, tis, mis, seq-tis, seq-mis)."""
-        sampler_facts = dict(precision=compute_precision(model), policy_logprobs=bool(getattr(backend, "policy_logprobs", False)), correction=self.rollout_correction)
+        sampler_facts = dict(
+            precision=compute_precision(model),
+            policy_logprobs=bool(getattr(backend, "policy_logprobs", False)),
+            correction=self.rollout_correction,
+        )
         self.old_logprobs = resolve_old_logprobs(algorithm.old_logprobs, **sampler_facts)
         """Where the pre-update log-probs of a batch's later updates come from: sampler or recompute."""
         # The first update's policy is the pre-update one, so it reads the current log-probs
@@ -142,12 +230,16 @@ class RLTrainer:
         # the sampler's numbers are the trainer's the sampler-vs-trainer metrics stay
         # measured. Only an explicit sampler elsewhere (bypass mode) takes the sampler's in
         # every update.
-        self._current_first = self.old_logprobs == "recompute" or resolve_old_logprobs("auto", **sampler_facts) == "sampler"
+        self._current_first = (
+            self.old_logprobs == "recompute" or resolve_old_logprobs("auto", **sampler_facts) == "sampler"
+        )
         self.step_index = 0
         self.stream = None
         """Async mode's stream of groups sampled ahead (distributed.max_staleness set; built at the first step)."""
         self.skip_zero_advantage = (
-            config.skip_zero_advantage and algorithm.policy_loss in ROW_LOCAL_LOSSES and self.critic is None
+            config.skip_zero_advantage
+            and algorithm.policy_loss in ROW_LOCAL_LOSSES
+            and self.critic is None
             and (self.reference is None or algorithm.kl_in_reward)
         )
         """Whether the update leaves all-zero-advantage trajectories out (exact only where no
@@ -164,7 +256,12 @@ class RLTrainer:
             return dataclasses.replace(reference, forward=self.policy)
         if next(reference.model.parameters()).device != self.device:
             return reference
-        return dataclasses.replace(reference, forward=self.strategy.wrap(PolicyLogprobs(reference.model), layers=list(split_model(reference.model)[0].layers)))
+        return dataclasses.replace(
+            reference,
+            forward=self.strategy.wrap(
+                PolicyLogprobs(reference.model), layers=list(split_model(reference.model)[0].layers)
+            ),
+        )
 
     @property
     def device(self) -> torch.device:
@@ -225,7 +322,11 @@ class RLTrainer:
                 metrics.update(self.curriculum.update())  # the next step draws with the new weights
         if reward_kl is not None:
             metrics["reward_kl"] = reward_kl
-        metrics.update(step_diagnostics([t for g in groups for t in g.trajectories], response_length_history=self.response_length_history))
+        metrics.update(
+            step_diagnostics(
+                [t for g in groups for t in g.trajectories], response_length_history=self.response_length_history
+            )
+        )
         self.response_length_history.append(metrics["response_length"])
         update_started = time.monotonic()
         total = sum(len(g.trajectories) for g in kept)
@@ -234,7 +335,9 @@ class RLTrainer:
         if scored.trajectories and not metrics["skipped_infra"]:
             metrics.update(self.update(scored))
             sync_started = time.monotonic()
-            self.backend.sync_weights(self.strategy.full_weights(self.model))  # the next rollouts sample from the new weights
+            self.backend.sync_weights(
+                self.strategy.full_weights(self.model)
+            )  # the next rollouts sample from the new weights
             metrics["weight_sync_time_s"] = time.monotonic() - sync_started
         # The heap keeps the update's freed activations for the next step (accel/allocator.py);
         # past half the machine's memory, fragmentation is handed back before it can grow further.
@@ -265,8 +368,11 @@ class RLTrainer:
         if self.stream is None:
             config = self.config
             self.stream = self.backend.stream(
-                lambda: self.task_schedule.next(1)[0], group_size=config.group_size, batch=config.tasks_per_step,
-                max_staleness=config.distributed.max_staleness, seed=config.seed,
+                lambda: self.task_schedule.next(1)[0],
+                group_size=config.group_size,
+                batch=config.tasks_per_step,
+                max_staleness=config.distributed.max_staleness,
+                seed=config.seed,
             )
         return self.stream
 
@@ -275,7 +381,9 @@ class RLTrainer:
         if self.stream is not None:
             self.stream.cancel()
 
-    def score_groups(self, kept: list[TrajectoryGroup], groups: list[TrajectoryGroup] | None = None) -> tuple[ScoredBatch, list[float], float | None]:
+    def score_groups(
+        self, kept: list[TrajectoryGroup], groups: list[TrajectoryGroup] | None = None
+    ) -> tuple[ScoredBatch, list[float], float | None]:
         """Advantages of the ``kept`` groups (with the critic's values and the KL-in-reward
         term when the algorithm uses them) -> (scored batch, the shaped rewards of every
         sampled group's usable trajectories (``groups``: all sampled, default ``kept``),
@@ -287,12 +395,27 @@ class RLTrainer:
         token_kl = self._token_kl(usable) if algorithm.kl_in_reward and self.reference is not None and usable else None
         # The metrics describe every sampled group; the update sees the kept ones, which
         # are the same groups unless the group filter dropped some.
-        rewards = shaped_rewards(usable_trajectories(groups), algorithm, max_total_tokens=config.rollout.max_total_tokens, reward=config.reward, step=self.step_index)
-        scored = score(
-            kept, algorithm, max_total_tokens=config.rollout.max_total_tokens, attribution=config.arpo.attribution,
-            rewards=rewards if len(kept) == len(groups) else None, token_values=token_values, token_kl=token_kl, reward=config.reward, step=self.step_index,
+        rewards = shaped_rewards(
+            usable_trajectories(groups),
+            algorithm,
+            max_total_tokens=config.rollout.max_total_tokens,
+            reward=config.reward,
+            step=self.step_index,
         )
-        reward_kl = None if token_kl is None else sum(map(sum, token_kl)) / max(sum(t.response_tokens for t in usable), 1)
+        scored = score(
+            kept,
+            algorithm,
+            max_total_tokens=config.rollout.max_total_tokens,
+            attribution=config.arpo.attribution,
+            rewards=rewards if len(kept) == len(groups) else None,
+            token_values=token_values,
+            token_kl=token_kl,
+            reward=config.reward,
+            step=self.step_index,
+        )
+        reward_kl = (
+            None if token_kl is None else sum(map(sum, token_kl)) / max(sum(t.response_tokens for t in usable), 1)
+        )
         return scored, rewards, reward_kl
 
     def _sample(self) -> tuple[list[TrajectoryGroup], list[TrajectoryGroup], dict[str, float]]:
@@ -308,8 +431,14 @@ class RLTrainer:
         metrics: dict[str, float] = {}
         rounds = 0
         while rounds < algorithm.max_generation_rounds and len(kept) < config.tasks_per_step:
-            if config.distributed.max_staleness is not None:  # async: rank 0 takes from the stream, every rank gets the groups
-                taken = self._stream().take(config.tasks_per_step - len(kept), self.backend.weight_version) if self.dist.is_main else None
+            if (
+                config.distributed.max_staleness is not None
+            ):  # async: rank 0 takes from the stream, every rank gets the groups
+                taken = (
+                    self._stream().take(config.tasks_per_step - len(kept), self.backend.weight_version)
+                    if self.dist.is_main
+                    else None
+                )
                 groups, round_metrics = self.dist.broadcast_object(taken)
             else:
                 task_indices = self.task_schedule.next(config.tasks_per_step - len(kept))
@@ -321,19 +450,34 @@ class RLTrainer:
             sampled += groups
             kept += keep_groups(groups, algorithm)
             rounds += 1
-        metrics = {key: value / rounds for key, value in metrics.items()}  # the rollout mode's metrics, averaged over rounds
+        metrics = {
+            key: value / rounds for key, value in metrics.items()
+        }  # the rollout mode's metrics, averaged over rounds
         if algorithm.group_filter != "none":
-            metrics.update(generation_rounds=float(rounds), groups_sampled=float(len(sampled)), groups_kept=float(min(len(kept), config.tasks_per_step)))
+            metrics.update(
+                generation_rounds=float(rounds),
+                groups_sampled=float(len(sampled)),
+                groups_kept=float(min(len(kept), config.tasks_per_step)),
+            )
         return sampled, kept[: config.tasks_per_step], metrics
 
-    def _per_token_rows(self, trajectories: list[Trajectory], compute: Callable[[TokenBatch], torch.Tensor], extra: str | None = None, *, lockstep: bool = False) -> list[list[float]]:
+    def _per_token_rows(
+        self,
+        trajectories: list[Trajectory],
+        compute: Callable[[TokenBatch], torch.Tensor],
+        extra: str | None = None,
+        *,
+        lockstep: bool = False,
+    ) -> list[list[float]]:
         """``compute(batch) -> [b, T]`` over length-bucketed micro-batches, without gradients,
         as one row per trajectory aligned with its token_ids. ``extra`` names a per-token
         trajectory field (e.g. "sampler_logprobs") put into ``batch.per_token``.
         ``lockstep``: ``compute`` runs the strategy's wrapped policy, whose forwards are
         collective: every rank runs as many micro-batches (padding ones are discarded)."""
         lengths = [len(t.token_ids) for t in trajectories]
-        buckets: list[list[int] | None] = list(length_buckets(lengths, self.config.micro_batch_tokens, len(trajectories)))
+        buckets: list[list[int] | None] = list(
+            length_buckets(lengths, self.config.micro_batch_tokens, len(trajectories))
+        )
         if lockstep:
             buckets += [None] * self.dist.lockstep_padding(len(buckets))
         rows: dict[int, list[float]] = {}
@@ -344,7 +488,12 @@ class RLTrainer:
                     continue
                 members = [trajectories[i] for i in bucket]
                 values = {extra: [getattr(t, extra) for t in members]} if extra else None
-                batch = collate([t.token_ids for t in members], [t.loss_mask for t in members], pad_token_id=self.tokenizer.pad_token_id, per_token=values).to(self.device)
+                batch = collate(
+                    [t.token_ids for t in members],
+                    [t.loss_mask for t in members],
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    per_token=values,
+                ).to(self.device)
                 out = compute(batch)
                 for row, i in enumerate(bucket):
                     rows[i] = out[row, : lengths[i]].tolist()
@@ -364,8 +513,10 @@ class RLTrainer:
                     self._logprobs(batch)
                 return captured["values"]
         else:
+
             def compute(batch: TokenBatch) -> torch.Tensor:
                 return self.critic.values(batch.input_ids, batch.attention_mask, batch.loss_mask)
+
         return self._per_token_rows(trajectories, compute, lockstep=self.strategy.sharded)
 
     def _token_kl(self, trajectories: list[Trajectory]) -> list[list[float]]:
@@ -377,7 +528,9 @@ class RLTrainer:
             reference = self.reference.logprobs(batch, self._temperature)
             return kl_penalty(batch.per_token["sampler_logprobs"], reference, estimator) * batch.loss_mask
 
-        return self._per_token_rows(trajectories, compute, extra="sampler_logprobs", lockstep=self.reference.forward is not None)
+        return self._per_token_rows(
+            trajectories, compute, extra="sampler_logprobs", lockstep=self.reference.forward is not None
+        )
 
     @property
     def _temperature(self) -> float:
@@ -387,7 +540,13 @@ class RLTrainer:
 
     def _logprobs(self, batch: TokenBatch, *, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The policy's log-probs [b, T] (and entropies) of ``batch``'s loss tokens."""
-        return self.policy(batch.input_ids, batch.attention_mask, batch.loss_mask, temperature=self._temperature, with_entropy=with_entropy)
+        return self.policy(
+            batch.input_ids,
+            batch.attention_mask,
+            batch.loss_mask,
+            temperature=self._temperature,
+            with_entropy=with_entropy,
+        )
 
     def _train_mode(self, mode: bool) -> None:
         self.model.train(mode)
@@ -398,7 +557,9 @@ class RLTrainer:
         """PPO epochs over mini-batches, each one optimizer step over length-bucketed
         micro-batches whose losses add up exactly to the mini-batch loss (global normalisers)."""
         config, dist = self.config, self.dist
-        order = torch.randperm(len(scored.trajectories), generator=torch.Generator().manual_seed(config.seed + self.step_index)).tolist()
+        order = torch.randperm(
+            len(scored.trajectories), generator=torch.Generator().manual_seed(config.seed + self.step_index)
+        ).tolist()
         minis = [order[i :: config.mini_batches] for i in range(config.mini_batches)]
         trained = self._trained(scored)
         # Each rank trains on every world-size-th trajectory of each mini-batch that the loss
@@ -410,7 +571,9 @@ class RLTrainer:
         # parameters until the next backward; clipping must see the sharded ones that get the gradients.
         groups = [Optimized(optimizer_params(self.optimizer), self.optimizer, self.scheduler)]
         if self.critic is not None:
-            groups.append(Optimized(optimizer_params(self.critic.optimizer), self.critic.optimizer))  # its own optimizer, clipped on its own
+            groups.append(
+                Optimized(optimizer_params(self.critic.optimizer), self.critic.optimizer)
+            )  # its own optimizer, clipped on its own
         tally = UpdateTally()
         self._train_mode(True)
         try:
@@ -421,18 +584,34 @@ class RLTrainer:
                 # Rows read only by the first update need no pre-update pass (see _current_first).
                 later = shares[1:] if self._current_first and config.ppo_epochs == 1 else shares
                 members = sorted({i for share in later for i in share})
-                old_logprobs = self._old_logprobs(scored, members) if self.old_logprobs == "recompute" else self._sampler_logprobs(scored, members)
+                old_logprobs = (
+                    self._old_logprobs(scored, members)
+                    if self.old_logprobs == "recompute"
+                    else self._sampler_logprobs(scored, members)
+                )
             for epoch in range(config.ppo_epochs):
                 for index, (mini, share) in enumerate(zip(minis, shares)):
                     first = epoch == 0 and index == 0 and self._current_first
                     micro_losses = self._micro_losses(scored, mini, share, None if first else old_logprobs, tally)
-                    tally.add_step(accumulate_and_step(
-                        micro_losses, groups, max_grad_norm=config.optim.max_grad_norm, guard=self.nonfinite, grad_scale=self.strategy.grad_scale, reduce=dist.all_reduce,
-                    ))
+                    tally.add_step(
+                        accumulate_and_step(
+                            micro_losses,
+                            groups,
+                            max_grad_norm=config.optim.max_grad_norm,
+                            guard=self.nonfinite,
+                            grad_scale=self.strategy.grad_scale,
+                            reduce=dist.all_reduce,
+                        )
+                    )
         finally:
             self._train_mode(False)
         tally.merge_ranks(dist)
-        metrics = tally.metrics(updates=updates, critic=self.critic is not None, lr=self.scheduler.get_last_lr()[0], trajectories=scored.trajectories)
+        metrics = tally.metrics(
+            updates=updates,
+            critic=self.critic is not None,
+            lr=self.scheduler.get_last_lr()[0],
+            trajectories=scored.trajectories,
+        )
         metrics["zero_advantage_skipped"] = 1.0 - sum(trained) / max(len(trained), 1)
         return metrics
 
@@ -442,11 +621,16 @@ class RLTrainer:
         add exactly zero to the loss and its gradient."""
         if not self.skip_zero_advantage:
             return [True] * len(scored.trajectories)
-        return [any(a != 0.0 for a, m in zip(row, t.loss_mask) if m) for t, row in zip(scored.trajectories, scored.advantages)]
+        return [
+            any(a != 0.0 for a, m in zip(row, t.loss_mask) if m)
+            for t, row in zip(scored.trajectories, scored.advantages)
+        ]
 
     def _old_logprobs(self, scored: ScoredBatch, members: list[int]) -> list[list[float] | None]:
         """The pre-update log-probs of the trajectories ``members`` (this rank's), by index."""
-        rows = self._per_token_rows([scored.trajectories[i] for i in members], lambda batch: self._logprobs(batch)[0], lockstep=True)
+        rows = self._per_token_rows(
+            [scored.trajectories[i] for i in members], lambda batch: self._logprobs(batch)[0], lockstep=True
+        )
         out: list[list[float] | None] = [None] * len(scored.trajectories)
         for i, row in zip(members, rows):
             out[i] = row
@@ -469,11 +653,20 @@ class RLTrainer:
             rows.update(returns=scored.returns, old_values=scored.old_values)
         trajectories = [scored.trajectories[i] for i in members]
         return collate(
-            [t.token_ids for t in trajectories], [t.loss_mask for t in trajectories], pad_token_id=self.tokenizer.pad_token_id,
+            [t.token_ids for t in trajectories],
+            [t.loss_mask for t in trajectories],
+            pad_token_id=self.tokenizer.pad_token_id,
             per_token={name: [values[i] for i in members] for name, values in rows.items()},
         )
 
-    def _micro_losses(self, scored: ScoredBatch, mini: list[int], share: list[int], old_logprobs: list[list[float]] | None, tally: UpdateTally) -> Iterator[torch.Tensor]:
+    def _micro_losses(
+        self,
+        scored: ScoredBatch,
+        mini: list[int],
+        share: list[int],
+        old_logprobs: list[list[float]] | None,
+        tally: UpdateTally,
+    ) -> Iterator[torch.Tensor]:
         """The loss of each length-bucketed micro-batch of ``share`` (this rank's part of the
         mini-batch ``mini``; all of it in one process), normalised by the whole mini-batch
         so that the losses of every rank add up to its loss; each micro-batch's metrics go
@@ -488,14 +681,18 @@ class RLTrainer:
         }
         # Nothing to train on (every trajectory skipped): one padding micro-batch still gives
         # zero gradients, so the optimizer steps exactly as it would on the full batch.
-        buckets: list[list[int] | None] = list(length_buckets(lengths, self.config.micro_batch_tokens, len(share))) if share else [None]
+        buckets: list[list[int] | None] = (
+            list(length_buckets(lengths, self.config.micro_batch_tokens, len(share))) if share else [None]
+        )
         buckets += [None] * self.dist.lockstep_padding(len(buckets))
         for index, bucket in enumerate(buckets):
             last = index == len(buckets) - 1
             with nullcontext() if last else self.strategy.accumulating(self.policy):
                 if bucket is None:
                     rows = (
-                        "advantages", "sampler_logprobs", *(("old_logprobs",) if old_logprobs is not None else ()),
+                        "advantages",
+                        "sampler_logprobs",
+                        *(("old_logprobs",) if old_logprobs is not None else ()),
                         *(("returns", "old_values") if self.critic is not None else ()),
                     )
                     loss, *_ = self._micro_batch_loss(self._padding_batch(rows), normalisers)
@@ -504,14 +701,18 @@ class RLTrainer:
                 members = [share[j] for j in bucket]
                 batch = self._collate(scored, members, old_logprobs).to(self.device)
                 loss, entropy, sums, maxima = self._micro_batch_loss(batch, normalisers)
-                tally.add_micro_batch(sums, float(batch.loss_mask.sum()), members, entropy, [lengths[j] for j in bucket], maxima)
+                tally.add_micro_batch(
+                    sums, float(batch.loss_mask.sum()), members, entropy, [lengths[j] for j in bucket], maxima
+                )
                 yield loss
         if self.critic is not None and not self.critic.sharded:
             # All backwards are done: a replicated critic (a DDP copy, a shared head) lives
             # outside the policy's wrapper; its gradients are averaged here.
             self.strategy.average_gradients(self.critic.parameters())
 
-    def _micro_batch_loss(self, batch: TokenBatch, normalisers: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], dict[str, float]]:
+    def _micro_batch_loss(
+        self, batch: TokenBatch, normalisers: dict[str, float]
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], dict[str, float]]:
         """Policy loss + the KL-to-reference term (when KL is a loss) + the value loss (with a
         critic) on one micro-batch -> (loss, entropy [b, T], the sums it adds to the
         update's metrics: token-weighted, divided by the update's loss tokens at the end,
@@ -525,27 +726,56 @@ class RLTrainer:
         # policy: its importance weight scales each token's loss (through the advantage,
         # which every registered loss is linear in for a non-negative weight).
         correction = rollout_correction(
-            old, batch.per_token["sampler_logprobs"], batch.loss_mask, mode=self.rollout_correction,
-            cap=algorithm.correction_cap, low=algorithm.correction_low, high=algorithm.correction_high,
+            old,
+            batch.per_token["sampler_logprobs"],
+            batch.loss_mask,
+            mode=self.rollout_correction,
+            cap=algorithm.correction_cap,
+            low=algorithm.correction_low,
+            high=algorithm.correction_high,
         )
         advantages = batch.per_token["advantages"] * correction.weights
-        out = compute_policy_loss(algorithm.policy_loss, logprobs, old, advantages, batch.loss_mask, **algorithm.policy_loss_params(), **normalisers)
+        out = compute_policy_loss(
+            algorithm.policy_loss,
+            logprobs,
+            old,
+            advantages,
+            batch.loss_mask,
+            **algorithm.policy_loss_params(),
+            **normalisers,
+        )
         loss, loss_tokens, sums = out.loss, float(batch.loss_mask.sum()), {}
         if self.reference is not None and not algorithm.kl_in_reward:
             kl = kl_penalty(logprobs, self.reference.logprobs(batch, self._temperature), algorithm.kl_estimator)
             loss = loss + algorithm.kl_coef * aggregate(kl, batch.loss_mask, algorithm.aggregation, **normalisers)
             sums["kl"] = float((kl.detach() * batch.loss_mask).sum())
         if critic is not None:
-            values = captured["values"] if shared_critic else critic.values(batch.input_ids, batch.attention_mask, batch.loss_mask)
+            values = (
+                captured["values"]
+                if shared_critic
+                else critic.values(batch.input_ids, batch.attention_mask, batch.loss_mask)
+            )
             critic_loss, critic_metrics = value_loss(
-                values, batch.per_token["old_values"], batch.per_token["returns"], batch.loss_mask,
-                clip_range=algorithm.value_clip or None, aggregation=algorithm.aggregation, **normalisers,
+                values,
+                batch.per_token["old_values"],
+                batch.per_token["returns"],
+                batch.loss_mask,
+                clip_range=algorithm.value_clip or None,
+                aggregation=algorithm.aggregation,
+                **normalisers,
             )
             loss = loss + algorithm.value_loss_coef * critic_loss
-            sums["value_loss"] = float(critic_loss.detach())  # already this micro-batch's share of the mini-batch loss (global normalisers)
+            sums["value_loss"] = float(
+                critic_loss.detach()
+            )  # already this micro-batch's share of the mini-batch loss (global normalisers)
             sums.update({key: value * loss_tokens for key, value in critic_metrics.items()})
         sums["entropy"] = float((entropy * batch.loss_mask).sum())
-        sums.update({key: out.metrics[key] * loss_tokens for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "approx_kl")})
+        sums.update(
+            {
+                key: out.metrics[key] * loss_tokens
+                for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "approx_kl")
+            }
+        )
         maxima = {"rollout_logprob_diff_max": correction.metrics.pop("rollout_logprob_diff_max")}
         sums.update({key: value * loss_tokens for key, value in correction.metrics.items()})
         return loss, entropy, sums, maxima

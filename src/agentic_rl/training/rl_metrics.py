@@ -16,7 +16,14 @@ from agentic_rl.types import Trajectory, TrajectoryGroup
 
 
 MACHINE_METRICS = (
-    "step_time_s", "rollout_time_s", "update_time_s", "weight_sync_time_s", "tokens_per_s", "host_rss_gb", "host_memory_released_gb", "device_peak_gb",
+    "step_time_s",
+    "rollout_time_s",
+    "update_time_s",
+    "weight_sync_time_s",
+    "tokens_per_s",
+    "host_rss_gb",
+    "host_memory_released_gb",
+    "device_peak_gb",
 )
 """Step metrics that measure the machine, not the run: they differ between runs of the
 same seed (compare runs without them)."""
@@ -48,13 +55,20 @@ def rollout_metrics(groups: list[TrajectoryGroup], rewards: torch.Tensor, *, exc
         "tool_calls_per_episode": summary["tool_calls_per_episode"],
         "tool_success_rate": summary["tool_success_rate"],
         "malformed_call_rate": summary["malformed_call_rate"],
-        "frac_zero_std_groups": zero_std_group_fraction(rewards, torch.tensor([group_of[t.group_id] for t in usable])) if usable else 0.0,
+        "frac_zero_std_groups": zero_std_group_fraction(rewards, torch.tensor([group_of[t.group_id] for t in usable]))
+        if usable
+        else 0.0,
         "infra_errors": float(excluded),
         **episode_metrics_means([t for g in groups for t in g.trajectories]),
     }
 
 
-def per_env_metrics(groups: list[TrajectoryGroup], rewards: torch.Tensor, label_of: Callable[[TrajectoryGroup], str | None], labels: list[str]) -> dict[str, float]:
+def per_env_metrics(
+    groups: list[TrajectoryGroup],
+    rewards: torch.Tensor,
+    label_of: Callable[[TrajectoryGroup], str | None],
+    labels: list[str],
+) -> dict[str, float]:
     """``rollout_metrics`` of each env's groups, with the env's label as suffix
     (``reward_mean@arithmetic``), and ``mix_share@label``: its share of the step's groups.
     ``rewards`` as for ``rollout_metrics``; an env with no group this step has only its share."""
@@ -86,7 +100,15 @@ class UpdateTally:
         self.critic_norms: list[float] = []
         self.skipped = 0
 
-    def add_micro_batch(self, sums: dict[str, float], loss_tokens: float, members: list[int], entropy: torch.Tensor, lengths: list[int], maxima: dict[str, float] | None = None) -> None:
+    def add_micro_batch(
+        self,
+        sums: dict[str, float],
+        loss_tokens: float,
+        members: list[int],
+        entropy: torch.Tensor,
+        lengths: list[int],
+        maxima: dict[str, float] | None = None,
+    ) -> None:
         """``sums``: the micro-batch's contributions to the totals; ``entropy`` [b, T] for
         the trajectories ``members`` (their token counts ``lengths``); ``maxima``: values
         whose update-wide maximum is the metric."""
@@ -128,19 +150,27 @@ class UpdateTally:
     def metrics(self, *, updates: int, critic: bool, lr: float, trajectories: list[Trajectory]) -> dict[str, float]:
         """``updates``: optimizer steps attempted; ``lr``: the learning rate after them;
         ``trajectories``: the scored batch (for the entropy after tool results)."""
-        metrics = {key: value / max(self.weight, 1.0) for key, value in self.totals.items() if key not in ("loss", "value_loss")}
+        metrics = {
+            key: value / max(self.weight, 1.0)
+            for key, value in self.totals.items()
+            if key not in ("loss", "value_loss")
+        }
         metrics["loss"] = self.totals["loss"] / max(updates - self.skipped, 1)
         metrics.update(self.maxima)
         if critic:
             metrics["value_loss"] = self.totals.get("value_loss", 0.0) / max(updates, 1)
-            metrics["critic_grad_norm"] = sum(self.critic_norms) / len(self.critic_norms) if self.critic_norms else float("nan")
+            metrics["critic_grad_norm"] = (
+                sum(self.critic_norms) / len(self.critic_norms) if self.critic_norms else float("nan")
+            )
         finite = [g for g in self.grad_norms if math.isfinite(g)]
         metrics["grad_norm"] = sum(finite) / len(finite) if finite else float("nan")
         metrics["skipped_nonfinite"] = float(self.skipped)
         metrics["lr"] = lr
         metrics.setdefault("kl", 0.0)
         order = sorted(self.entropy_rows)
-        after_tool = mean_first_tokens_after_tool_entropy([self.entropy_rows[i] for i in order], [trajectories[i] for i in order], m=8)
+        after_tool = mean_first_tokens_after_tool_entropy(
+            [self.entropy_rows[i] for i in order], [trajectories[i] for i in order], m=8
+        )
         if after_tool is not None:
             metrics["entropy_after_tool"] = after_tool
         return metrics

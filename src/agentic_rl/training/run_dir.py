@@ -1,13 +1,13 @@
 """``RunDirectory``: one training run's folder and what each stage leaves in it.
 
-    config.yaml          the resolved config (plus the recipe name): what --resume reads
-                         (and rewrites with what its --set changed); API keys, tokens
-                         and passwords as *** (config/secrets.py), as in every run file
-    stages.json          the stages finished so far, in order
-    eval_*.json, sft_data.jsonl, filtered_tasks.json, dpo_pairs.jsonl, *_metrics.jsonl
-    metrics.jsonl, rollouts.jsonl, tensorboard/   per-RL-step logs
-    checkpoints/step-N/  resumable checkpoints (training/checkpoint.py)
-    final/               a Hugging Face model folder; summary.json; report.html
+config.yaml          the resolved config (plus the recipe name): what --resume reads
+                     (and rewrites with what its --set changed); API keys, tokens
+                     and passwords as *** (config/secrets.py), as in every run file
+stages.json          the stages finished so far, in order
+eval_*.json, sft_data.jsonl, filtered_tasks.json, dpo_pairs.jsonl, *_metrics.jsonl
+metrics.jsonl, rollouts.jsonl, tensorboard/   per-RL-step logs
+checkpoints/step-N/  resumable checkpoints (training/checkpoint.py)
+final/               a Hugging Face model folder; summary.json; report.html
 """
 
 from __future__ import annotations

@@ -53,15 +53,28 @@ def episode_rewards(trajectories: list[Trajectory], reward: RewardConfig | None,
             stages = reward.two_stage
             if stages.switch_step is not None:
                 value = two_stage_reward(
-                    value, step=step, switch_step=stages.switch_step, formatted=formatted, retrieved=retrieval_calls(trajectory, stages.retrieval_tool) > 0,
-                    retrieval_reward=stages.retrieval_reward, format_reward=stages.format_reward, format_penalty=stages.format_penalty,
+                    value,
+                    step=step,
+                    switch_step=stages.switch_step,
+                    formatted=formatted,
+                    retrieved=retrieval_calls(trajectory, stages.retrieval_tool) > 0,
+                    retrieval_reward=stages.retrieval_reward,
+                    format_reward=stages.format_reward,
+                    format_penalty=stages.format_penalty,
                 )
             value += reward.format_weight * float(formatted) - tool_cost(trajectory, reward.tool_costs)
         values.append(value)
     return torch.tensor(values, dtype=torch.float32)
 
 
-def shaped_rewards(trajectories: list[Trajectory], algorithm: AlgorithmConfig, *, max_total_tokens: int, reward: RewardConfig | None = None, step: int = 0) -> torch.Tensor:
+def shaped_rewards(
+    trajectories: list[Trajectory],
+    algorithm: AlgorithmConfig,
+    *,
+    max_total_tokens: int,
+    reward: RewardConfig | None = None,
+    step: int = 0,
+) -> torch.Tensor:
     """Episode rewards [N] (:func:`episode_rewards`: the outcome with the ``reward`` section's
     terms at RL step ``step``) plus DAPO's soft overlong punishment when configured
     (``max_total_tokens``: the rollout's token limit)."""
@@ -110,8 +123,13 @@ def score(
     if any(t.segments for t in usable):
         return _score_with_segments(usable, rewards, group_index, algorithm, excluded=excluded)
     inputs = build_advantage_inputs(
-        usable, rewards, group_index, tool_turn_reward=algorithm.tool_turn_reward,
-        token_kl=token_kl if algorithm.kl_in_reward else None, kl_coef=algorithm.kl_coef, token_values=token_values,
+        usable,
+        rewards,
+        group_index,
+        tool_turn_reward=algorithm.tool_turn_reward,
+        token_kl=token_kl if algorithm.kl_in_reward else None,
+        kl_coef=algorithm.kl_coef,
+        token_values=token_values,
     )
     advantages = compute_advantages(algorithm.advantage, inputs, **algorithm.advantage_params())
     if attribution == "hard" and (shared := branch_common_prefix(usable)) is not None:
@@ -119,13 +137,22 @@ def score(
     rows = [advantages[row, : len(t.token_ids)].tolist() for row, t in enumerate(usable)]
     scored = ScoredBatch(usable, rewards, rows, excluded, zero_std_group_fraction(rewards, group_index))
     if inputs.values is not None:
-        _, returns = gae(inputs.token_rewards, inputs.values, inputs.response_mask, gamma=algorithm.gamma, lam=algorithm.lam)
+        _, returns = gae(
+            inputs.token_rewards, inputs.values, inputs.response_mask, gamma=algorithm.gamma, lam=algorithm.lam
+        )
         scored.returns = [returns[row, : len(t.token_ids)].tolist() for row, t in enumerate(usable)]
         scored.old_values = [list(values) for values in token_values]
     return scored
 
 
-def _score_with_segments(usable: list[Trajectory], rewards: torch.Tensor, group_index: torch.Tensor, algorithm: AlgorithmConfig, *, excluded: int) -> ScoredBatch:
+def _score_with_segments(
+    usable: list[Trajectory],
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    algorithm: AlgorithmConfig,
+    *,
+    excluded: int,
+) -> ScoredBatch:
     """Advantages when episodes have several samples (``Trajectory.segments``): the
     estimator sees one member per episode (its last sample with sampled tokens), so
     an episode counts once in its group's statistics whatever its segment count; every
@@ -148,7 +175,9 @@ def _score_with_segments(usable: list[Trajectory], rewards: torch.Tensor, group_
             samples.append(sample)
             rows.append([value * mask for mask in sample.loss_mask])
             sample_rewards.append(float(rewards[row]))
-    return ScoredBatch(samples, torch.tensor(sample_rewards), rows, excluded, zero_std_group_fraction(rewards, group_index))
+    return ScoredBatch(
+        samples, torch.tensor(sample_rewards), rows, excluded, zero_std_group_fraction(rewards, group_index)
+    )
 
 
 def keep_groups(groups: list[TrajectoryGroup], algorithm: AlgorithmConfig) -> list[TrajectoryGroup]:
@@ -160,6 +189,11 @@ def keep_groups(groups: list[TrajectoryGroup], algorithm: AlgorithmConfig) -> li
     if not members:
         return []
     labels = torch.tensor([i for i, _ in members])
-    keep = filter_groups(algorithm.group_filter, torch.tensor([r for _, r in members], dtype=torch.float32), labels, **algorithm.group_filter_params())
+    keep = filter_groups(
+        algorithm.group_filter,
+        torch.tensor([r for _, r in members], dtype=torch.float32),
+        labels,
+        **algorithm.group_filter_params(),
+    )
     kept = set(labels[keep].tolist())
     return [g for i, g in enumerate(groups) if i in kept]

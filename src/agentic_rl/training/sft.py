@@ -23,7 +23,14 @@ from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.models.anatomy import split_model
 from agentic_rl.training.batch import collate, length_buckets, padding_batch
 from agentic_rl.training.logprobs import PolicyLogprobs
-from agentic_rl.training.optim import NonFiniteGuard, Optimized, accumulate_and_step, make_optimizer, make_scheduler, optimizer_params
+from agentic_rl.training.optim import (
+    NonFiniteGuard,
+    Optimized,
+    accumulate_and_step,
+    make_optimizer,
+    make_scheduler,
+    optimizer_params,
+)
 
 
 @dataclass
@@ -41,7 +48,9 @@ class SFTResult:
     """Steps dropped for a non-finite loss or gradient norm (no weight changed)."""
 
 
-def tokenize_examples(examples: list[dict], tokenizer, parser: ToolCallParser | str, max_length: int) -> tuple[list[tuple[list[int], list[int]]], int]:
+def tokenize_examples(
+    examples: list[dict], tokenizer, parser: ToolCallParser | str, max_length: int
+) -> tuple[list[tuple[list[int], list[int]]], int]:
     """(token ids, loss mask) per example that fits ``max_length``, and how many did not."""
     parser = get_parser(parser) if isinstance(parser, str) else parser
     renderer = ChatRenderer(tokenizer)
@@ -77,7 +86,9 @@ def train_sft(
     started = time.monotonic()
     sequences, dropped = tokenize_examples(examples, tokenizer, parser, config.max_length)
     if not sequences:
-        raise ValueError(f"max_length: all {dropped} of the {len(examples)} SFT conversations are longer than {config.max_length} tokens; raise it")
+        raise ValueError(
+            f"max_length: all {dropped} of the {len(examples)} SFT conversations are longer than {config.max_length} tokens; raise it"
+        )
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     steps_per_epoch = math.ceil(len(sequences) / config.batch_size)
@@ -94,10 +105,22 @@ def train_sft(
 
     def micro_losses(batch: list[tuple[list[int], list[int]]], batch_tokens: int) -> Iterator[torch.Tensor]:
         share = batch[dist.rank :: dist.world_size]
-        buckets: list[list[int] | None] = list(length_buckets([len(ids) for ids, _ in share], config.micro_batch_tokens, max_sequences=config.batch_size)) if share else []
+        buckets: list[list[int] | None] = (
+            list(
+                length_buckets(
+                    [len(ids) for ids, _ in share], config.micro_batch_tokens, max_sequences=config.batch_size
+                )
+            )
+            if share
+            else []
+        )
         buckets += [None] * dist.lockstep_padding(len(buckets))
         for index, bucket in enumerate(buckets):
-            micro = padding_batch(pad_id) if bucket is None else collate([share[i][0] for i in bucket], [share[i][1] for i in bucket], pad_token_id=pad_id)
+            micro = (
+                padding_batch(pad_id)
+                if bucket is None
+                else collate([share[i][0] for i in bucket], [share[i][1] for i in bucket], pad_token_id=pad_id)
+            )
             micro = micro.to(device)
             with contextlib.nullcontext() if index == len(buckets) - 1 else strategy.accumulating(policy):
                 logprobs, _ = policy(micro.input_ids, micro.attention_mask, micro.loss_mask)
@@ -117,7 +140,12 @@ def train_sft(
                 if batch_tokens == 0:
                     continue
                 outcome = accumulate_and_step(
-                    micro_losses(batch, batch_tokens), step, max_grad_norm=config.max_grad_norm, guard=guard, grad_scale=strategy.grad_scale, reduce=dist.all_reduce,
+                    micro_losses(batch, batch_tokens),
+                    step,
+                    max_grad_norm=config.max_grad_norm,
+                    guard=guard,
+                    grad_scale=strategy.grad_scale,
+                    reduce=dist.all_reduce,
                 )
                 if outcome.skipped:
                     result.skipped_nonfinite += 1
@@ -126,7 +154,16 @@ def train_sft(
                 result.losses.append(outcome.loss)
                 result.tokens += batch_tokens
                 if on_step:
-                    on_step({"step": result.steps, "epoch": epoch, "loss": outcome.loss, "lr": outcome.lr, "grad_norm": outcome.grad_norm, "tokens": batch_tokens})
+                    on_step(
+                        {
+                            "step": result.steps,
+                            "epoch": epoch,
+                            "loss": outcome.loss,
+                            "lr": outcome.lr,
+                            "grad_norm": outcome.grad_norm,
+                            "tokens": batch_tokens,
+                        }
+                    )
     finally:
         model.eval()
     result.wall_time_s = time.monotonic() - started

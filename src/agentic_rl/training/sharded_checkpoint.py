@@ -39,7 +39,18 @@ def _states(model, optimizer, critic=None) -> dict[str, Any]:
     return states
 
 
-def save_sharded_checkpoint(root: Path, step: int, *, model, optimizer, trainer_state: dict[str, Any], info: dict[str, Any], keep: int, dist: DistContext, critic=None) -> Path:
+def save_sharded_checkpoint(
+    root: Path,
+    step: int,
+    *,
+    model,
+    optimizer,
+    trainer_state: dict[str, Any],
+    info: dict[str, Any],
+    keep: int,
+    dist: DistContext,
+    critic=None,
+) -> Path:
     """Every rank: write ``root/step-<step>`` (see the module docstring) and prune to the
     newest ``keep`` complete checkpoints. ``trainer_state`` must not hold the optimizers.
     ``critic``: the trainer's Critic (its weights and optimizer are sharded in too)."""
@@ -94,4 +105,9 @@ def load_sharded_weights(folder: Path, *, model, optimizer, critic=None) -> None
     dcp.load(states, checkpoint_id=str(folder / SHARDED))
     set_state_dict(model, optimizer, model_state_dict=states["model"], optim_state_dict=states["optimizer"])
     if critic is not None:
-        set_state_dict(critic.module, critic.optimizer, model_state_dict=states["critic"], optim_state_dict=states["critic_optimizer"])
+        set_state_dict(
+            critic.module,
+            critic.optimizer,
+            model_state_dict=states["critic"],
+            optim_state_dict=states["critic_optimizer"],
+        )

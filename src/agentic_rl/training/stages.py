@@ -140,7 +140,14 @@ def evaluation(label: str) -> tuple[Callable[[RunState], None], Callable[[RunSta
 def run_sft(state: RunState) -> None:
     from agentic_rl.data import read_jsonl, write_jsonl
     from agentic_rl.rollout.chat import ChatRenderer
-    from agentic_rl.training.collect import collect_expert, collect_expert_mix, collect_positions, collect_successful, collect_successful_mix, mix_shares
+    from agentic_rl.training.collect import (
+        collect_expert,
+        collect_expert_mix,
+        collect_positions,
+        collect_successful,
+        collect_successful_mix,
+        mix_shares,
+    )
     from agentic_rl.training.sft import train_sft
 
     config, events = state.config, state.events
@@ -158,34 +165,57 @@ def run_sft(state: RunState) -> None:
             result = collect_expert(config.env.name, sft_env_options(config), collect, **settings)
         examples = result.examples
         write_jsonl(state.run.file("sft_data.jsonl"), examples)
-        events.on_stage(f"kept {result.successful} correct expert episodes of {result.attempted} -> {len(examples)} conversations")
+        events.on_stage(
+            f"kept {result.successful} correct expert episodes of {result.attempted} -> {len(examples)} conversations"
+        )
     else:
         collect = config.sft.collect
-        events.on_stage(f"collecting cold-start data: {collect.num_tasks} tasks x {collect.samples_per_task} samples with {collect.few_shot} demonstrations")
+        events.on_stage(
+            f"collecting cold-start data: {collect.num_tasks} tasks x {collect.samples_per_task} samples with {collect.few_shot} demonstrations"
+        )
         # A mix collects on each entry, num_tasks split by weight.
         options = sft_env_options(config)
         shares = [share for _, _, share in mix_shares(options["mix"], collect)] if config.env.is_mix else [collect]
         # With several ranks each samples its share of the tasks; the bar counts rank 0's.
-        with events.progress_bar(sum(len(collect_positions(share, state.dist)) for share in shares) * collect.samples_per_task, "collect") as on_finish:
-            settings = dict(seed=derive_seed(config.seed, "run"), rollout_config=config.rollout, on_trajectory=on_finish, dist=state.dist)
+        with events.progress_bar(
+            sum(len(collect_positions(share, state.dist)) for share in shares) * collect.samples_per_task, "collect"
+        ) as on_finish:
+            settings = dict(
+                seed=derive_seed(config.seed, "run"),
+                rollout_config=config.rollout,
+                on_trajectory=on_finish,
+                dist=state.dist,
+            )
             if config.env.is_mix:
                 result = collect_successful_mix(state.backend, options["mix"], collect, **settings)
             else:
                 result = collect_successful(state.backend, config.env.name, options, collect, **settings)
         examples = result.examples
         write_jsonl(state.run.file("sft_data.jsonl"), examples)
-        events.on_stage(f"kept {result.successful} correct of {result.attempted} ({result.tasks_with_success} tasks) -> {len(examples)} conversations")
+        events.on_stage(
+            f"kept {result.successful} correct of {result.attempted} ({result.tasks_with_success} tasks) -> {len(examples)} conversations"
+        )
     if not examples:
         raise ConfigError("sft: no successful trajectories to fine-tune on; raise sft.collect.num_tasks or few_shot")
     with JsonlWriter(state.run.file("sft_metrics.jsonl")) as log:
         try:
-            result = train_sft(state.model, state.tokenizer, examples, config.sft.train, parser=parser, on_step=log.write, dist=state.dist)
+            result = train_sft(
+                state.model,
+                state.tokenizer,
+                examples,
+                config.sft.train,
+                parser=parser,
+                on_step=log.write,
+                dist=state.dist,
+            )
         except ValueError as error:
             if str(error).startswith("max_length:"):
                 raise ConfigError(f"sft.train.{error}") from None
             raise
     state.backend.sync_weights(state.model)
-    events.on_stage(f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} ({result.wall_time_s:.0f} s)")
+    events.on_stage(
+        f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} ({result.wall_time_s:.0f} s)"
+    )
 
 
 def sft_parser(config: TrainConfig) -> str:
@@ -195,7 +225,9 @@ def sft_parser(config: TrainConfig) -> str:
         return config.env.options.get("parser", "hermes")
     parsers = sorted({entry.get("parser", "hermes") for entry in config.env.options["mix"]})
     if len(parsers) > 1:
-        raise ConfigError(f"env.mix: SFT renders every entry's conversations in one tool-call format; the entries use {', '.join(parsers)}")
+        raise ConfigError(
+            f"env.mix: SFT renders every entry's conversations in one tool-call format; the entries use {', '.join(parsers)}"
+        )
     return parsers[0]
 
 
@@ -206,10 +238,14 @@ def run_filter(state: RunState) -> None:
     candidates = state.task_indices[: config.filter.num_tasks]
     state.events.on_stage(f"difficulty filter: {len(candidates)} tasks x {config.filter.samples_per_task} samples")
     result = difficulty_filter(
-        state.backend, state.train_env, candidates,
+        state.backend,
+        state.train_env,
+        candidates,
         samples_per_task=config.filter.samples_per_task,
-        min_pass_rate=config.filter.min_pass_rate, max_pass_rate=config.filter.max_pass_rate,
-        rollout_config=config.rollout, seed=derive_seed(config.seed, "filter"),
+        min_pass_rate=config.filter.min_pass_rate,
+        max_pass_rate=config.filter.max_pass_rate,
+        rollout_config=config.rollout,
+        seed=derive_seed(config.seed, "filter"),
     )
     state.run.write_json("filtered_tasks.json", result.to_dict())
     state.events.on_stage(f"kept {len(result.kept)} of {len(candidates)} tasks; pass-rate histogram {result.histogram}")
@@ -238,24 +274,41 @@ def run_dpo(state: RunState) -> None:
         events.on_stage(f"DPO data: {len(pairs)} preference pairs from {stage.data}")
     else:
         collect = stage.collect
-        events.on_stage(f"collecting preference pairs: {collect.num_tasks} tasks x {collect.samples_per_task} samples (best vs worst)")
+        events.on_stage(
+            f"collecting preference pairs: {collect.num_tasks} tasks x {collect.samples_per_task} samples (best vs worst)"
+        )
         sampling = config.rollout.model_copy(update={"temperature": collect.temperature})
         tasks = list(range(collect.task_offset, collect.task_offset + collect.num_tasks))
         # With several ranks each samples its share of the tasks; the bar counts rank 0's.
-        with events.progress_bar(len(tasks[state.dist.rank :: state.dist.world_size]) * collect.samples_per_task, "pairs") as on_finish:
+        with events.progress_bar(
+            len(tasks[state.dist.rank :: state.dist.world_size]) * collect.samples_per_task, "pairs"
+        ) as on_finish:
             result = collect_pairs(
-                state.backend, state.train_env, tasks, samples_per_task=collect.samples_per_task, parser=parser, rollout_config=sampling,
-                seed=derive_seed(config.seed, "dpo-pairs"), on_finish=on_finish, dist=state.dist,
+                state.backend,
+                state.train_env,
+                tasks,
+                samples_per_task=collect.samples_per_task,
+                parser=parser,
+                rollout_config=sampling,
+                seed=derive_seed(config.seed, "dpo-pairs"),
+                on_finish=on_finish,
+                dist=state.dist,
             )
         pairs = result.pairs
         write_jsonl(state.run.file("dpo_pairs.jsonl"), pairs)
         events.on_stage(f"{len(pairs)} pairs from {result.groups} groups ({result.tied} with equal rewards skipped)")
     if not pairs:
-        raise ConfigError("dpo: no preference pairs (every group had equal rewards); raise dpo.collect.num_tasks or samples_per_task")
+        raise ConfigError(
+            "dpo: no preference pairs (every group had equal rewards); raise dpo.collect.num_tasks or samples_per_task"
+        )
     with JsonlWriter(state.run.file("dpo_metrics.jsonl")) as log:
-        result = train_dpo(state.model, state.tokenizer, pairs, stage.train, parser=parser, on_step=log.write, dist=state.dist)
+        result = train_dpo(
+            state.model, state.tokenizer, pairs, stage.train, parser=parser, on_step=log.write, dist=state.dist
+        )
     state.backend.sync_weights(state.model)
-    events.on_stage(f"DPO: {result.steps} steps on {result.pairs} pairs, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}, margin {result.margins[-1]:+.3f} ({result.wall_time_s:.0f} s)")
+    events.on_stage(
+        f"DPO: {result.steps} steps on {result.pairs} pairs, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}, margin {result.margins[-1]:+.3f} ({result.wall_time_s:.0f} s)"
+    )
 
 
 # --- RL ------------------------------------------------------------------------------
@@ -291,17 +344,31 @@ def _write_checkpoint(state: RunState) -> None:
     if trainer.strategy.sharded:  # every rank writes its shards
         from agentic_rl.training.sharded_checkpoint import save_sharded_checkpoint
 
-        trainer_state = {key: value for key, value in trainer.state_dict().items() if key not in ("optimizer", "critic_optimizer")}
+        trainer_state = {
+            key: value for key, value in trainer.state_dict().items() if key not in ("optimizer", "critic_optimizer")
+        }
         save_sharded_checkpoint(
-            state.checkpoints_root or state.run.checkpoints, trainer.steps_done, model=trainer.model, optimizer=trainer.optimizer,
-            trainer_state=trainer_state, info=info, keep=state.config.keep_checkpoints, dist=state.dist, critic=trainer.critic,
+            state.checkpoints_root or state.run.checkpoints,
+            trainer.steps_done,
+            model=trainer.model,
+            optimizer=trainer.optimizer,
+            trainer_state=trainer_state,
+            info=info,
+            keep=state.config.keep_checkpoints,
+            dist=state.dist,
+            critic=trainer.critic,
         )
         return
     if not state.dist.is_main:  # every rank holds the same trainer state (DDP); rank 0 writes it
         return
     save_checkpoint(
-        state.run.checkpoints, trainer.steps_done, model=trainer.model, critic_module=trainer.critic.module if trainer.critic is not None else None,
-        trainer_state=trainer.state_dict(), keep=state.config.keep_checkpoints, info=info,
+        state.run.checkpoints,
+        trainer.steps_done,
+        model=trainer.model,
+        critic_module=trainer.critic.module if trainer.critic is not None else None,
+        trainer_state=trainer.state_dict(),
+        keep=state.config.keep_checkpoints,
+        info=info,
     )
 
 
@@ -316,13 +383,19 @@ def _resume_trainer(state: RunState) -> None:
     if sharded:
         load_sharded_weights(state.checkpoint, model=trainer.model, optimizer=trainer.optimizer, critic=trainer.critic)
     elif trainer.strategy.sharded:
-        raise ConfigError(f"--resume: {state.checkpoint} was written by one process or DDP; resume it with trainer.strategy ddp or single")
+        raise ConfigError(
+            f"--resume: {state.checkpoint} was written by one process or DDP; resume it with trainer.strategy ddp or single"
+        )
     critic_module = trainer.critic.module if trainer.critic is not None and not sharded else None
     try:
-        trainer_state, info = load_checkpoint(state.checkpoint, model=None if sharded else trainer.model, critic_module=critic_module)
+        trainer_state, info = load_checkpoint(
+            state.checkpoint, model=None if sharded else trainer.model, critic_module=critic_module
+        )
     except CheckpointError as error:
         raise ConfigError(f"--resume: {error}") from None
-    trainer.backend.sync_weights(trainer.strategy.full_weights(trainer.model))  # an engine with its own copy must see the loaded weights
+    trainer.backend.sync_weights(
+        trainer.strategy.full_weights(trainer.model)
+    )  # an engine with its own copy must see the loaded weights
     trainer.load_state_dict(trainer_state)  # after the sync: restores the engine's weight version too
     for name in LOGS:
         state.run.truncate_lines(name, info["tracking"][name])
@@ -346,7 +419,9 @@ def restore_memory(backend, info: dict, *, ray_workers: bool) -> None:
             backend.load_memory(saved if saved else [info.get("memory") or []] * len(backend.workers))
     elif saved:
         if len(saved) != 1:
-            raise ValueError(f"it holds the memory stores of {len(saved)} Ray rollout workers; resume with distributed.engine: ray and rollout_workers: {len(saved)}")
+            raise ValueError(
+                f"it holds the memory stores of {len(saved)} Ray rollout workers; resume with distributed.engine: ray and rollout_workers: {len(saved)}"
+            )
         load_shared_stores(saved[0])
 
 
@@ -360,7 +435,16 @@ def run_rl(state: RunState) -> None:
     pools = TaskPools(mix.pools(state.task_indices), mix.weights) if mix is not None else None
     rollouts = _ray_rollouts(state) if config.distributed.engine == "ray" else None
     try:
-        state.trainer = RLTrainer(config, state.model, state.tokenizer, rollouts or state.backend, state.train_env, state.task_indices, dist=state.dist, task_pools=pools)
+        state.trainer = RLTrainer(
+            config,
+            state.model,
+            state.tokenizer,
+            rollouts or state.backend,
+            state.train_env,
+            state.task_indices,
+            dist=state.dist,
+            task_pools=pools,
+        )
     except ValueError as exc:  # a setting the trainer cannot run with (e.g. on several ranks)
         if rollouts is not None:
             rollouts.close()
@@ -389,7 +473,9 @@ def _ray_rollouts(state: RunState):
         nodes = sorted({worker["node"] for worker in rollouts.info()})  # waits until every worker has loaded its engine
     except Exception as error:
         rollouts.close()
-        raise ConfigError(f"distributed: a rollout worker failed to start: {type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}") from None
+        raise ConfigError(
+            f"distributed: a rollout worker failed to start: {type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}"
+        ) from None
     state.events.on_stage(f"rollout workers ready on {', '.join(nodes)}")
     return rollouts
 
@@ -402,7 +488,9 @@ def _run_rl_steps(state: RunState) -> None:
         _checkpoint(state)  # so a resume never repeats collection, SFT, filtering or DPO
     state.steps = state.run.read_lines("metrics.jsonl")
     if state.trainer.steps_done < config.steps:
-        state.events.on_stage(f"RL: {config.steps - state.trainer.steps_done} steps x {config.tasks_per_step} tasks x {config.group_size} samples ({config.algorithm.preset})")
+        state.events.on_stage(
+            f"RL: {config.steps - state.trainer.steps_done} steps x {config.tasks_per_step} tasks x {config.group_size} samples ({config.algorithm.preset})"
+        )
     _rl_loop(state)
 
 
@@ -412,8 +500,13 @@ def _rl_loop(state: RunState) -> None:
     from agentic_rl.training.optim import NonFiniteError
 
     config, trainer, events = state.config, state.trainer, state.events
-    names = ["jsonl", *config.tracking.sinks] if state.dist.is_main else []  # one metrics log, one TensorBoard, one W&B run
-    sinks = MultiSink(make_sinks(state.run.path, names, start_step=trainer.steps_done if state.checkpoint is not None else None), on_error=events.on_stage)
+    names = (
+        ["jsonl", *config.tracking.sinks] if state.dist.is_main else []
+    )  # one metrics log, one TensorBoard, one W&B run
+    sinks = MultiSink(
+        make_sinks(state.run.path, names, start_step=trainer.steps_done if state.checkpoint is not None else None),
+        on_error=events.on_stage,
+    )
     with sinks, JsonlWriter(state.run.file("rollouts.jsonl")) as rollout_log:
         while trainer.steps_done < config.steps:
             try:
@@ -421,7 +514,9 @@ def _rl_loop(state: RunState) -> None:
             except NonFiniteError as error:
                 if config.checkpoint_every:
                     _checkpoint(state)
-                raise TrainingStopped(f"training stopped at step {trainer.steps_done}: {error}; checkpoint kept in {state.run.checkpoints}") from None
+                raise TrainingStopped(
+                    f"training stopped at step {trainer.steps_done}: {error}; checkpoint kept in {state.run.checkpoints}"
+                ) from None
             step = int(metrics["step"])
             sinks.log(metrics, step)
             for trajectory in [t for g in groups for t in g.trajectories][: config.log_rollouts]:
@@ -431,8 +526,14 @@ def _rl_loop(state: RunState) -> None:
             for warning in check_thresholds(metrics, config.tracking.thresholds or None):
                 events.on_stage(f"step {step + 1}: warning: {warning}")
             if metrics.get("skipped_infra"):
-                events.on_stage(f"step {step + 1}: skipped the update, too many infrastructure failures ({int(metrics['infra_errors'])})")
-            if config.checkpoint_every and trainer.steps_done % config.checkpoint_every == 0 and trainer.steps_done < config.steps:
+                events.on_stage(
+                    f"step {step + 1}: skipped the update, too many infrastructure failures ({int(metrics['infra_errors'])})"
+                )
+            if (
+                config.checkpoint_every
+                and trainer.steps_done % config.checkpoint_every == 0
+                and trainer.steps_done < config.steps
+            ):
                 _checkpoint(state)
 
 
@@ -456,7 +557,13 @@ def run_final(state: RunState) -> None:
     if gathered is not None and hasattr(model, "merge_and_unload"):
         # Sharded LoRA: peft merges an unsharded model; the engine's full copy holds the same weights.
         model, gathered = state.backend.model, None
-    save_final(model, state.tokenizer, final, state_dict=gathered, dtype=final_dtype(state.config.final_dtype, state.config.model.name))
+    save_final(
+        model,
+        state.tokenizer,
+        final,
+        state_dict=gathered,
+        dtype=final_dtype(state.config.final_dtype, state.config.model.name),
+    )
     if critic_weights is not None:  # the value function, for continuing PPO or inspecting values
         save_file(critic_weights, final / "critic.safetensors")
     state.run.write_json("summary.json", {"evals": state.evals, "steps": len(state.steps)})

@@ -74,7 +74,9 @@ class MixedTaskSchedule:
             raise ValueError("no training tasks to sample from")
         for label, indices in pools.items():
             if not indices:
-                raise ValueError(f"no training tasks left for mix entry {label!r} (task_offset or the difficulty filter removed them all)")
+                raise ValueError(
+                    f"no training tasks left for mix entry {label!r} (task_offset or the difficulty filter removed them all)"
+                )
             if not weights.get(label, 0) > 0:
                 raise ValueError(f"mix entry {label!r}: expected a weight > 0, got {weights.get(label)!r}")
         self.seed = seed
@@ -129,7 +131,10 @@ class MixedTaskSchedule:
         return index
 
     def state_dict(self) -> dict:
-        return {"draws": self.draws, "pools": {label: schedule.state_dict() for label, schedule in self.schedules.items()}}
+        return {
+            "draws": self.draws,
+            "pools": {label: schedule.state_dict() for label, schedule in self.schedules.items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restores the draw count and the pools' positions; the weights are set again by

@@ -45,7 +45,9 @@ def _scatter(values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, shape
     return torch.zeros(shape, dtype=values.dtype, device=values.device).index_put((rows, cols), values)
 
 
-def _values(backbone, head: ValueHead, input_ids: torch.Tensor, attention_mask: torch.Tensor, select: torch.Tensor, model) -> torch.Tensor:
+def _values(
+    backbone, head: ValueHead, input_ids: torch.Tensor, attention_mask: torch.Tensor, select: torch.Tensor, model
+) -> torch.Tensor:
     rows, cols = _targets(select)
     with compute_autocast(model):
         hidden, offset = hidden_states(backbone, input_ids, attention_mask, select.bool())
@@ -86,7 +88,9 @@ class Critic:
             modules["model"] = model
         self.module = nn.ModuleDict(modules)
         """Everything the critic owns (checkpointed); with ``shared`` just the head."""
-        self.forward_module: nn.Module | None = ValueModel(modules["model"], modules["head"]) if mode == "separate" else None
+        self.forward_module: nn.Module | None = (
+            ValueModel(modules["model"], modules["head"]) if mode == "separate" else None
+        )
         """A separate critic's forward, as the trainer strategy runs it (see ``shard``)."""
         self.sharded = False
         """Whether the critic's weights are sharded over ranks (a separate critic under FSDP2)."""
@@ -99,7 +103,9 @@ class Critic:
         critic's head and a DDP replica stay whole: the trainer averages their gradients."""
         if self.mode != "separate" or not strategy.sharded:
             return
-        self.forward_module = strategy.wrap(self.forward_module, layers=list(split_model(self.module["model"])[0].layers))
+        self.forward_module = strategy.wrap(
+            self.forward_module, layers=list(split_model(self.module["model"])[0].layers)
+        )
         self.sharded = True
         self.optimizer = make_optimizer(self.parameters(), lr=self.lr, weight_decay=0.0)
 

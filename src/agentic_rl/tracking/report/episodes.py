@@ -56,7 +56,11 @@ def _render_episode(episode: dict[str, Any], heading: str) -> str:
     calls = episode.get("tool_calls") or []
     tool_messages = [m for m in episode.get("messages") or [] if isinstance(m, dict) and m.get("role") == "tool"]
     # Observations follow calls in order; only trust the pairing when the counts agree.
-    oks: list[bool | None] = [bool(c.get("ok", True)) and not c.get("malformed", False) for c in calls] if len(calls) == len(tool_messages) else [None] * len(tool_messages)
+    oks: list[bool | None] = (
+        [bool(c.get("ok", True)) and not c.get("malformed", False) for c in calls]
+        if len(calls) == len(tool_messages)
+        else [None] * len(tool_messages)
+    )
     tool_index = 0
     parts = []
     for message in episode.get("messages") or []:
@@ -78,7 +82,9 @@ def _render_episode(episode: dict[str, Any], heading: str) -> str:
     )
     if episode.get("infra_error"):
         summary += f' · <span class="badge bad">infra error: {html.escape(str(episode["infra_error"]))}</span>'
-    return f'<details class="episode" data-correct="{int(correct)}"><summary>{summary}</summary>{"".join(parts)}</details>'
+    return (
+        f'<details class="episode" data-correct="{int(correct)}"><summary>{summary}</summary>{"".join(parts)}</details>'
+    )
 
 
 def _spread(items: Sequence[Any], limit: int) -> list[Any]:
@@ -104,7 +110,9 @@ def rollout_section(rollouts: Sequence[dict[str, Any]], max_rollouts: int) -> st
     for step in chosen_steps:
         label = f"step {int(step) + 1}" if isinstance(step, int) else "step ?"
         episodes = by_step[step][:per_step]
-        blocks.append(f"<h3>{html.escape(label)} <span class='muted'>({len(episodes)} of {len(by_step[step])} logged)</span></h3>")
+        blocks.append(
+            f"<h3>{html.escape(label)} <span class='muted'>({len(episodes)} of {len(by_step[step])} logged)</span></h3>"
+        )
         blocks += [_render_episode(e, label) for e in episodes]
     # Open the first episode so the colour coding is visible without a click.
     return "".join(blocks).replace('<details class="episode"', '<details open class="episode"', 1)
@@ -123,6 +131,8 @@ def eval_samples_section(data: RunData, per_stage: int) -> str:
         shown_right = right[: per_stage - len(shown_wrong)]
         shown_wrong = wrong[: per_stage - len(shown_right)]  # fill up when few are correct
         chosen = shown_wrong + shown_right
-        blocks.append(f"<h3>eval {html.escape(label)} <span class='muted'>({len(chosen)} of {len(episodes)}; wrong ones first)</span></h3>")
+        blocks.append(
+            f"<h3>eval {html.escape(label)} <span class='muted'>({len(chosen)} of {len(episodes)}; wrong ones first)</span></h3>"
+        )
         blocks += [_render_episode(e, f"eval {label}") for e in chosen]
     return "".join(blocks) or "<p class='muted'>No stored evaluation episodes.</p>"

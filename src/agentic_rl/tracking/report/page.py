@@ -61,10 +61,18 @@ def _header(data: RunData, title: str) -> list[str]:
         ("recipe", config.get("recipe")),
         ("model", (config.get("model") or {}).get("name") if isinstance(config.get("model"), dict) else None),
         ("env", (config.get("env") or {}).get("name") if isinstance(config.get("env"), dict) else None),
-        ("algorithm", (config.get("algorithm") or {}).get("preset") if isinstance(config.get("algorithm"), dict) else None),
+        (
+            "algorithm",
+            (config.get("algorithm") or {}).get("preset") if isinstance(config.get("algorithm"), dict) else None,
+        ),
         ("RL steps logged", len(data.steps) if data.steps else None),
         ("group size", config.get("group_size")),
-        ("precision", f"{data.precision['precision']} ({data.precision.get('reason', '')})" if data.precision.get("precision") else None),
+        (
+            "precision",
+            f"{data.precision['precision']} ({data.precision.get('reason', '')})"
+            if data.precision.get("precision")
+            else None,
+        ),
     ):
         if value is not None:
             facts.append(f"{html.escape(label)}: <b>{html.escape(str(value))}</b>")
@@ -104,14 +112,23 @@ def _plots_section(data: RunData) -> list[str]:
     sections = ["<h2>Training curves</h2>"]
     plots = training_plots(data)
     if plots:
-        figures = "".join(f'<figure><img alt="{html.escape(t)}" title="{html.escape(t)}" src="data:image/png;base64,{img}"></figure>' for t, img in plots)
+        figures = "".join(
+            f'<figure><img alt="{html.escape(t)}" title="{html.escape(t)}" src="data:image/png;base64,{img}"></figure>'
+            for t, img in plots
+        )
         sections.append(f'<div class="plots">{figures}</div>')
     else:
         sections.append("<p class='muted'>No RL steps logged (<code>metrics.jsonl</code> missing or empty).</p>")
     return sections
 
 
-def render_report(data: RunData, *, max_rollouts: int = 24, eval_samples: int = 4, tokens_per_call_threshold: float = DEFAULT_TOKENS_PER_CALL) -> str:
+def render_report(
+    data: RunData,
+    *,
+    max_rollouts: int = 24,
+    eval_samples: int = 4,
+    tokens_per_call_threshold: float = DEFAULT_TOKENS_PER_CALL,
+) -> str:
     """The report as one HTML string."""
     title = f"agentic-rl report · {data.run_dir.name}"
     sections = [*_header(data, title), *_warnings_section(data), *_plots_section(data)]
@@ -127,16 +144,18 @@ def render_report(data: RunData, *, max_rollouts: int = 24, eval_samples: int = 
 
     sections.append("<h2>Rollouts</h2>" + _LEGEND)
     sections.append(
-        '<p>show: <button onclick="filterEpisodes(\'all\')">all</button> '
-        '<button onclick="filterEpisodes(\'wrong\')">wrong only</button> '
-        '<button onclick="filterEpisodes(\'right\')">correct only</button></p>'
+        "<p>show: <button onclick=\"filterEpisodes('all')\">all</button> "
+        "<button onclick=\"filterEpisodes('wrong')\">wrong only</button> "
+        "<button onclick=\"filterEpisodes('right')\">correct only</button></p>"
     )
     sections.append(rollout_section(data.rollouts, max_rollouts))
     sections.append("<h2>Evaluation samples</h2>" + eval_samples_section(data, eval_samples))
 
     if data.config:
         dumped = yaml.safe_dump(data.config, sort_keys=False)
-        sections.append(f"<h2>Config</h2><details><summary>config.yaml</summary><pre>{html.escape(dumped)}</pre></details>")
+        sections.append(
+            f"<h2>Config</h2><details><summary>config.yaml</summary><pre>{html.escape(dumped)}</pre></details>"
+        )
 
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
@@ -159,7 +178,9 @@ def build_report(
     """
     data = load_run(run_dir)
     path = Path(output) if output else data.run_dir / "report.html"
-    html_text = render_report(data, max_rollouts=max_rollouts, eval_samples=eval_samples, tokens_per_call_threshold=tokens_per_call_threshold)
+    html_text = render_report(
+        data, max_rollouts=max_rollouts, eval_samples=eval_samples, tokens_per_call_threshold=tokens_per_call_threshold
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(html_text, encoding="utf-8")

@@ -19,12 +19,18 @@ PLOTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("response length (sampled tokens)", ("response_length",)),
     ("tool calls per episode", ("tool_calls_per_episode",)),
     ("context: samples and summaries per episode", ("segments_per_episode", "summaries_per_episode")),
-    ("reflection: correct at attempt 1 vs the final attempt", ("reflection/correct_at_1", "reflection/correct_at_final")),
+    (
+        "reflection: correct at attempt 1 vs the final attempt",
+        ("reflection/correct_at_1", "reflection/correct_at_final"),
+    ),
     ("tool success", ("tool_success_rate", "malformed_call_rate")),
     ("collapse diagnostics", ("repeated_token_ratio", "identical_answer_ratio", "frac_zero_std_groups")),
     ("async: staleness (versions behind)", ("staleness_mean", "staleness_max")),
     ("async: fraction of groups by staleness", ("staleness_0", "staleness_1", "staleness_2", "staleness_3")),
-    ("async: groups dropped, failed, sampling during the update", ("stale_dropped", "rollout_failed_groups", "groups_in_flight")),
+    (
+        "async: groups dropped, failed, sampling during the update",
+        ("stale_dropped", "rollout_failed_groups", "groups_in_flight"),
+    ),
     ("seconds per step", ("step_time_s", "rollout_time_s", "update_time_s", "rollout_wait_s")),
 )
 """(title, metrics.jsonl keys); a plot whose keys are all missing is left out."""
@@ -48,7 +54,9 @@ def _png(figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def line_plot(title: str, rows: Sequence[dict[str, Any]], keys: Sequence[str], x_key: str = "step", *, zero_based: bool = True) -> str | None:
+def line_plot(
+    title: str, rows: Sequence[dict[str, Any]], keys: Sequence[str], x_key: str = "step", *, zero_based: bool = True
+) -> str | None:
     """A base64 PNG of ``keys`` over ``x_key``, or None when no key has a value."""
     from matplotlib.figure import Figure  # the OO API: no pyplot, no global backend state
 
@@ -65,7 +73,9 @@ def line_plot(title: str, rows: Sequence[dict[str, Any]], keys: Sequence[str], x
         axes.plot(xs, ys, marker="o" if len(rows) <= 30 else None, markersize=3, linewidth=1.5, label=key)
         if key == "reward_mean" and any(math.isfinite(as_number(row.get("reward_std"))) for row in rows):
             std = [as_number(row.get("reward_std")) for row in rows]
-            axes.fill_between(xs, [y - s for y, s in zip(ys, std)], [y + s for y, s in zip(ys, std)], alpha=0.15, label="± reward_std")
+            axes.fill_between(
+                xs, [y - s for y, s in zip(ys, std)], [y + s for y, s in zip(ys, std)], alpha=0.15, label="± reward_std"
+            )
     axes.set_title(title)
     axes.set_xlabel(x_key)
     axes.grid(alpha=0.3)

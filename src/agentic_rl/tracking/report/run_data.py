@@ -11,8 +11,19 @@ import yaml
 
 from agentic_rl.config import redact_secrets
 
-RUN_MARKERS: tuple[str, ...] = ("metrics.jsonl", "summary.json", "rollouts.jsonl", "eval_before.json", "eval_after_sft.json", "eval_after.json")
-EVAL_STAGES: tuple[tuple[str, str], ...] = (("before", "eval_before.json"), ("after SFT", "eval_after_sft.json"), ("after RL", "eval_after.json"))
+RUN_MARKERS: tuple[str, ...] = (
+    "metrics.jsonl",
+    "summary.json",
+    "rollouts.jsonl",
+    "eval_before.json",
+    "eval_after_sft.json",
+    "eval_after.json",
+)
+EVAL_STAGES: tuple[tuple[str, str], ...] = (
+    ("before", "eval_before.json"),
+    ("after SFT", "eval_after_sft.json"),
+    ("after RL", "eval_after.json"),
+)
 
 
 class NotARunDirectory(ValueError):
@@ -80,7 +91,10 @@ def load_run(run_dir: str | Path) -> RunData:
     data.steps = _read_jsonl(run_dir / "metrics.jsonl")
     data.sft_steps = _read_jsonl(run_dir / "sft_metrics.jsonl")
     known = {filename for _, filename in EVAL_STAGES}
-    stages = [*EVAL_STAGES, *((p.stem.removeprefix("eval_"), p.name) for p in sorted(run_dir.glob("eval_*.json")) if p.name not in known)]
+    stages = [
+        *EVAL_STAGES,
+        *((p.stem.removeprefix("eval_"), p.name) for p in sorted(run_dir.glob("eval_*.json")) if p.name not in known),
+    ]
     for label, filename in stages:
         loaded = _read_json(run_dir / filename)
         if loaded is not None and isinstance(loaded.get("metrics"), dict):

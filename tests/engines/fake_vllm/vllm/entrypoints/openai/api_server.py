@@ -85,9 +85,16 @@ def make_handler(state: State):
                     if state.delay_s:
                         time.sleep(state.delay_s)
                     last = position == len(ids) - 1
-                    choice = {"index": 0, "text": "", "token_ids": [token], "finish_reason": finish if last else None,
-                              "logprobs": {"token_logprobs": [logprob], "tokens": [str(token)]}}
-                    self.wfile.write(f"data: {json.dumps({'id': 'cmpl-fake', 'object': 'text_completion', 'choices': [choice]})}\n\n".encode())
+                    choice = {
+                        "index": 0,
+                        "text": "",
+                        "token_ids": [token],
+                        "finish_reason": finish if last else None,
+                        "logprobs": {"token_logprobs": [logprob], "tokens": [str(token)]},
+                    }
+                    self.wfile.write(
+                        f"data: {json.dumps({'id': 'cmpl-fake', 'object': 'text_completion', 'choices': [choice]})}\n\n".encode()
+                    )
                     self.wfile.flush()
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
@@ -103,10 +110,20 @@ def make_handler(state: State):
                 self._send(200, {"object": "list", "data": [{"id": state.name, "object": "model"}]})
             elif self.path == "/fake/state":
                 with state.lock:
-                    self._send(200, {
-                        "reloads": state.reloads, "weights_sum": state.weights_sum, "requests": state.requests, "model": state.model, "aborted": state.aborted,
-                        "lora_loads": state.lora_loads, "lora_sum": state.lora_sum, "adapters": state.adapters, "max_lora_rank": state.max_lora_rank,
-                    })
+                    self._send(
+                        200,
+                        {
+                            "reloads": state.reloads,
+                            "weights_sum": state.weights_sum,
+                            "requests": state.requests,
+                            "model": state.model,
+                            "aborted": state.aborted,
+                            "lora_loads": state.lora_loads,
+                            "lora_sum": state.lora_sum,
+                            "adapters": state.adapters,
+                            "max_lora_rank": state.max_lora_rank,
+                        },
+                    )
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -141,7 +158,9 @@ def make_handler(state: State):
                     self._send(404, {"detail": "Not Found"})
                     return
                 if body["lora_name"] in state.adapters and not body.get("load_inplace"):
-                    self._send(400, {"error": {"message": f"The lora adapter '{body['lora_name']}' has already been loaded."}})
+                    self._send(
+                        400, {"error": {"message": f"The lora adapter '{body['lora_name']}' has already been loaded."}}
+                    )
                     return
                 from safetensors.torch import load_file
 
@@ -166,7 +185,12 @@ def make_handler(state: State):
                 if body.get("model") != state.name and body.get("model") not in state.adapters:
                     self._send(404, {"error": {"message": f"model {body.get('model')} does not exist"}})
                     return
-                ids, finish = sample(body["prompt"], int(body.get("seed") or 0), int(body["max_tokens"]), body.get("stop_token_ids") or [])
+                ids, finish = sample(
+                    body["prompt"],
+                    int(body.get("seed") or 0),
+                    int(body["max_tokens"]),
+                    body.get("stop_token_ids") or [],
+                )
                 if state.slow_tokens:
                     ids = [10 + i % 50 for i in range(min(state.slow_tokens, int(body["max_tokens"])))]
                     finish = "length" if len(ids) == int(body["max_tokens"]) else "stop"
@@ -174,7 +198,13 @@ def make_handler(state: State):
                 if body.get("stream"):
                     self._stream(ids, finish, logprob)
                     return
-                choice = {"index": 0, "text": "", "token_ids": ids, "finish_reason": finish, "logprobs": {"token_logprobs": [logprob] * len(ids), "tokens": [str(i) for i in ids]}}
+                choice = {
+                    "index": 0,
+                    "text": "",
+                    "token_ids": ids,
+                    "finish_reason": finish,
+                    "logprobs": {"token_logprobs": [logprob] * len(ids), "tokens": [str(i) for i in ids]},
+                }
                 self._send(200, {"id": "cmpl-fake", "object": "text_completion", "choices": [choice]})
                 return
             self._send(404, {"error": {"message": f"no route {self.path}"}})
