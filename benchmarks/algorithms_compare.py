@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     plans = {label: algorithm_recipe(label, shared, default_shared) for label in args.algorithm_labels}
     from agentic_rl.config import TrainConfig, build
 
-    for label, (_, recipe, _) in plans.items():  # every config is valid before minutes are spent
+    for _, recipe, _ in plans.values():  # every config is valid before minutes are spent
         build(TrainConfig, recipe)
     departures = {label: changes for label, (_, _, changes) in plans.items()}
     taken = [str(out / f"seed{seed}") for seed in args.seed_list if (out / f"seed{seed}").exists()]

@@ -83,7 +83,7 @@ def worker(args) -> None:
         advantages.append([float(i % 2 * 2 - 1)] * args.length)
     scored = ScoredBatch(trajectories, torch.zeros(args.trajectories), advantages)
     times = []
-    for step in range(args.steps + 1):
+    for _step in range(args.steps + 1):
         dist.barrier()
         started = time.perf_counter()
         trainer.update(scored)

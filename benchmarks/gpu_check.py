@@ -260,7 +260,7 @@ def main() -> int:
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from agentic_rl.models.cache import cache_dir
+    from agentic_rl.cache import cache_dir
 
     info = machine()
     info["model"] = random_embedded(cache_dir())

@@ -19,7 +19,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
     # shellcheck disable=SC2086
     python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .gpu/whl $pins
-    .venv/bin/python -c "from agentic_rl.models import embedded, cache_dir; print(embedded.tokenizer_folder(cache_dir()))" >/dev/null
+    .venv/bin/python -c "from agentic_rl.cache import cache_dir; from agentic_rl.models import embedded; print(embedded.tokenizer_folder(cache_dir()))" >/dev/null
     cp -r "${AGENTIC_RL_CACHE:-$HOME/.cache/agentic-rl}/smollm2-135m-tokenizer" .gpu/cache/
     du -sh .gpu
     exit 0

@@ -124,8 +124,8 @@ def hf_folders(model_name: str) -> Iterator[tuple[str, str]]:
     """(model folder, tokenizer folder) TRL can load ``model_name`` from: the cached
     safetensors folders of the embedded model, a temporary save of tiny-random, or the
     path / hub id itself."""
+    from agentic_rl.cache import cache_dir
     from agentic_rl.models import embedded
-    from agentic_rl.models.cache import cache_dir
 
     if model_name == "smollm2-135m":
         yield str(embedded.model_folder(cache_dir())), str(embedded.tokenizer_folder(cache_dir()))

@@ -189,9 +189,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     precisions = list(dict.fromkeys(args.precision))
 
+    from agentic_rl.engines.hf import HFBackend
     from agentic_rl.models import load
     from agentic_rl.models.precision import bf16_matmul_speedup
-    from agentic_rl.engines.hf import HFBackend
 
     speedup = bf16_matmul_speedup()
     kind = (
@@ -218,9 +218,8 @@ def main() -> None:
     vllm = None
     if args.vllm:
         from agentic_rl.config import BackendConfig
-        from agentic_rl.engines.vllm import build_vllm_backend
-
         from agentic_rl.engines.remote import server_dtype
+        from agentic_rl.engines.vllm import build_vllm_backend
 
         dtype = server_dtype(args.vllm_dtype)  # the library's backend.dtype: auto
         results["vllm_dtype"] = dtype

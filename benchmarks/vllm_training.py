@@ -72,9 +72,9 @@ def main() -> None:
 
     from agentic_rl.config import BackendConfig, TrainConfig
     from agentic_rl.engines.hf import HFBackend
+    from agentic_rl.engines.remote import server_dtype
     from agentic_rl.engines.vllm import build_vllm_backend
     from agentic_rl.models import load
-    from agentic_rl.engines.remote import server_dtype
     from agentic_rl.models.precision import apply_precision
 
     model, tokenizer = load("smollm2-135m")

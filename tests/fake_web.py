@@ -61,7 +61,7 @@ class FakeWeb:
         self.results[0]["url"] = f"{self.url}/article"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def start(self) -> "FakeWeb":
+    def start(self) -> FakeWeb:
         self._thread.start()
         return self
 

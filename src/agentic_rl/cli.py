@@ -221,8 +221,8 @@ def _collect(args: argparse.Namespace) -> int:
         build,
     )
     from agentic_rl.data import write_jsonl
-    from agentic_rl.envs import env_factory
     from agentic_rl.engines.factory import build_backend
+    from agentic_rl.envs import env_factory
     from agentic_rl.tracking.display import console, trajectory_progress
     from agentic_rl.training.collect import collect_expert, collect_successful
 
@@ -314,8 +314,8 @@ def _dpo(args: argparse.Namespace) -> int:
     from agentic_rl.data import read_jsonl
     from agentic_rl.models import load
     from agentic_rl.tracking.display import console
-    from agentic_rl.training.dpo import pairs_from_rollout_records, train_dpo, validate_pair
     from agentic_rl.training.checkpoint import save_final
+    from agentic_rl.training.dpo import pairs_from_rollout_records, train_dpo, validate_pair
 
     config = build(DPOConfig, apply_assignments({}, args.set or []))
     source = "--data" if args.data else "--rollouts"

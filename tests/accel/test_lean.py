@@ -11,7 +11,7 @@ import torch
 from agentic_rl.accel import decoder_for, native
 from agentic_rl.accel.lean import lean_decoder
 from agentic_rl.accel.onednn import onednn_available, packed_weights, set_linear_kernel
-from agentic_rl.models.anatomy import split_model
+from agentic_rl.anatomy import split_model
 from agentic_rl.engines.base import SamplingParams
 from agentic_rl.engines.hf import HFBackend
 from agentic_rl.engines.kv_cache import SlotCache

@@ -23,7 +23,7 @@ def _inputs(rewards, groups, T=3, mask=None):
 
 def _loop_reference(rewards, groups, kind, normalize_by_std=True, epsilon=1e-6):
     out = []
-    for i, (r, g) in enumerate(zip(rewards, groups)):
+    for _i, (r, g) in enumerate(zip(rewards, groups)):
         members = [rewards[j] for j in range(len(rewards)) if groups[j] == g]
         n = len(members)
         if n == 1:

@@ -26,7 +26,6 @@ from agentic_rl.models import load
 from agentic_rl.rollout import rollout
 from agentic_rl.training.rl import RLTrainer
 
-
 ALGORITHMS = {
     "": {"preset": "grpo-tcr", "kl_coef": 0.01},
     "lora": {"preset": "grpo-tcr", "kl_coef": 0.01},

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from agentic_rl.config import RolloutConfig
-from agentic_rl.rollout import rollout
 from agentic_rl.engines.base import SamplingParams
 from agentic_rl.engines.hf import HFBackend
 from agentic_rl.engines.sampling import counter_uniform, sample
+from agentic_rl.rollout import rollout
 
 OBSERVATION = {"role": "tool", "content": "<tool_response>\n42\n</tool_response>"}
 PROMPTS = [

@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 
 from agentic_rl import envs
-from agentic_rl.config import BackendConfig, RolloutConfig, TrainConfig
+from agentic_rl.config import BackendConfig, ModelConfig, RolloutConfig, TrainConfig
 from agentic_rl.engines.base import SamplingParams
 from agentic_rl.engines.factory import build_backend
 from agentic_rl.engines.http import BackendError
-from agentic_rl.config import ModelConfig
 from agentic_rl.models import load
 from agentic_rl.rollout import rollout
 

@@ -127,8 +127,8 @@ def test_answer_scored_by_math_equivalence(tasks):
 
 @needs_gsm8k
 def test_gsm8k_retool_rollout_with_scripted_backend(tokenizer):
-    from agentic_rl.rollout import rollout
     from agentic_rl.engines.scripted import ScriptedBackend
+    from agentic_rl.rollout import rollout
 
     backend = ScriptedBackend(tokenizer, [RETOOL_CALL, "So 72 clips. <answer>72</answer>"])
     made = []

@@ -8,15 +8,15 @@ import re
 
 import pytest
 
+from agentic_rl.config import RolloutConfig
+from agentic_rl.engines.scripted import ScriptedBackend
 from agentic_rl.envs import check_env, make
 from agentic_rl.envs.search_data import QUESTION_TYPES, SearchQATasks, _worlds, generate_corpus, oracle_action
 from agentic_rl.envs.search_qa import oracle_reply
 from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.parsers import get_parser
 from agentic_rl.retrieval import Document, write_corpus
-from agentic_rl.config import RolloutConfig
 from agentic_rl.rollout import rollout
-from agentic_rl.engines.scripted import ScriptedBackend
 
 
 def run_episode(env, policy, index):

@@ -10,8 +10,8 @@ import pytest
 
 from agentic_rl.envs import check_env, make
 from agentic_rl.envs.frozenlake import FrozenLakeEnv, shortest_path
-from agentic_rl.envs.text_game import parse_action
 from agentic_rl.envs.sokoban import push, solve
+from agentic_rl.envs.text_game import parse_action
 
 GAMES = ("frozenlake", "sokoban")
 SOLVERS = {"frozenlake": shortest_path, "sokoban": solve}
@@ -90,7 +90,7 @@ def test_expert_recovers_from_a_detour_in_the_fewest_moves_left(name) -> None:
         left = None if terminated else remaining_plan(name, env)
         if left is None:  # fell into a hole, or pushed a box into a corner: nothing to recover
             continue
-        for turn in range(len(left)):
+        for _turn in range(len(left)):
             _, reward, terminated, truncated, info = env.step({"role": "assistant", "content": env.expert_reply()})
         assert terminated and info["correct"] and reward == 1.0
         recovered += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fake_web import KEY, FakeWeb
 
 from agentic_rl import envs
 from agentic_rl.config import RolloutConfig
@@ -13,7 +14,6 @@ from agentic_rl.envs import check_env
 from agentic_rl.parsers import get_parser
 from agentic_rl.rollout import rollout
 from agentic_rl.types import ToolCall
-from fake_web import KEY, FakeWeb
 
 
 @pytest.fixture(scope="module")

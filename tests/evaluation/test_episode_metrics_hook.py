@@ -1,7 +1,7 @@
 """The generic env metrics hook: envs' ``episode_metrics`` -> trajectory.info -> aggregate_metrics."""
 
-from agentic_rl.evaluation.metrics import aggregate_metrics, episode_metrics_means
 from agentic_rl.config import RolloutConfig
+from agentic_rl.evaluation.metrics import aggregate_metrics, episode_metrics_means
 from agentic_rl.rollout.episode import Episode
 from agentic_rl.types import Trajectory
 

@@ -9,8 +9,8 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import torch
 import pytest
+import torch
 
 openai = pytest.importorskip("openai")
 

@@ -5,7 +5,6 @@ traces whose calls chain by tokens."""
 
 from __future__ import annotations
 
-
 import httpx
 import pytest
 import torch

@@ -9,10 +9,10 @@ import math
 
 import pytest
 
-from agentic_rl.envs import make
 from agentic_rl.config import ARPOConfig
-from agentic_rl.rollout.arpo import arpo_rollout, branch_common_prefix, own_tool_calls
 from agentic_rl.engines.scripted import ScriptedBackend
+from agentic_rl.envs import make
+from agentic_rl.rollout.arpo import arpo_rollout, branch_common_prefix, own_tool_calls
 
 TOOL_RESPONSE = "<tool_response>\n"  # the system prompt mentions "<tool_response></tool_response>"
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from agentic_rl.envs import make
 from agentic_rl.config import RolloutConfig
-from agentic_rl.rollout import rollout
 from agentic_rl.engines.scripted import ScriptedBackend
+from agentic_rl.envs import make
+from agentic_rl.rollout import rollout
 from agentic_rl.types import TERMINATION_REASONS
 
 IM_END = "<|im_end|>"

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from agentic_rl.config import RolloutConfig
-from agentic_rl.rollout import rollout
 from agentic_rl.engines.hf import HFBackend
+from agentic_rl.rollout import rollout
 
 OBSERVATION = {"role": "tool", "content": "<tool_response>\n42\n</tool_response>"}
 PROMPTS = ["Hi.", "Please add these numbers carefully and explain each step of the work: 12, 345, 6789, 1011 and 1213."]

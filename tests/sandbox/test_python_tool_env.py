@@ -88,8 +88,8 @@ def test_math_python_env_with_custom_fields(tmp_path):
 
 @needs_gsm8k
 def test_gsm8k_env_rollout_closes_sessions(tokenizer):
-    from agentic_rl.rollout import rollout
     from agentic_rl.engines.scripted import ScriptedBackend
+    from agentic_rl.rollout import rollout
 
     call = '<tool_call>\n{"name": "python", "arguments": {"code": "april = 48\\nmay = april // 2\\nprint(april + may)"}}\n</tool_call>'
     backend = ScriptedBackend(tokenizer, [call, "<answer>72</answer>"])

@@ -194,10 +194,7 @@ def test_writing_outside_the_work_dir(contained, tmp_path):
         "/etc/agentic_rl_escape",
         os.path.expanduser("~/agentic_rl_escape"),
     ]
-    code = (
-        "import sys\nfor path in %r:\n    try:\n        open(path, 'w').write('x')\n        print('WROTE', path)\n    except OSError as e:\n        print('blocked', path, e.errno)\n"
-        % (targets,)
-    )
+    code = f"import sys\nfor path in {targets!r}:\n    try:\n        open(path, 'w').write('x')\n        print('WROTE', path)\n    except OSError as e:\n        print('blocked', path, e.errno)\n"
     result = contained(code)
     assert result.status == "ok"
     if ISOLATION.readonly_root:

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from agentic_rl import sandbox
-from agentic_rl.sandbox import policy, pool as pool_module
+from agentic_rl.sandbox import policy
+from agentic_rl.sandbox import pool as pool_module
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 import pytest
 
@@ -18,7 +18,7 @@ def search(
     exact: bool,
     ids: list[int],
     mode: Literal["fast", "slow"] = "fast",
-    lang: Optional[str] = None,
+    lang: str | None = None,
     page: int | None = 1,
 ) -> str:
     """Search the corpus for documents.

@@ -6,13 +6,13 @@ import json
 import logging
 
 import pytest
+from fake_web import ARTICLE, ARTICLE_TEXT, BOILERPLATE, KEY, FakeWeb
 
 from agentic_rl.retrieval.web_search import BraveSearch, TavilySearch, WebSearchError, make_provider
 from agentic_rl.tools.browse import PageReader, extract_main_text
 from agentic_rl.tools.web import WebConfig, WebTools
 from agentic_rl.tools.web_policy import DomainPolicy, URLRefused
 from agentic_rl.types import ToolCall
-from fake_web import ARTICLE, ARTICLE_TEXT, BOILERPLATE, KEY, FakeWeb
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from test_algorithm_recipes import TwoTurnEnv  # same directory (pytest puts it on sys.path)
 
 from agentic_rl import envs
 from agentic_rl.config import TrainConfig
@@ -19,8 +20,6 @@ from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.rl import RLTrainer
 from agentic_rl.training.value import Critic
 from agentic_rl.types import Trajectory, Turn
-
-from test_algorithm_recipes import TwoTurnEnv  # same directory (pytest puts it on sys.path)
 
 
 class ConstantEnv:
@@ -125,7 +124,7 @@ def test_turn_data_from_real_two_turn_rollouts(tiny) -> None:
         )
         assert inputs.token_rewards[row].sum().item() == pytest.approx(expected_turn_reward + t.reward)
         # turn 0 of every member of a task group shares the anchor state (the same prompt)
-    for g, group in enumerate(groups):
+    for g, _group in enumerate(groups):
         rows = (group_index == g).nonzero().squeeze(1)
         assert len(set(inputs.anchor_index[rows, 0].tolist())) == 1
     assert inputs.anchor_index[0, 0] != inputs.anchor_index[-1, 0]  # different tasks never share anchors

@@ -6,9 +6,9 @@ import itertools
 import re
 
 from agentic_rl import envs
-from agentic_rl.training.difficulty import difficulty_filter
-from agentic_rl.envs.arithmetic import ArithmeticTasks
 from agentic_rl.engines.scripted import ScriptedBackend
+from agentic_rl.envs.arithmetic import ArithmeticTasks
+from agentic_rl.training.difficulty import difficulty_filter
 
 
 def test_band_keeps_partially_solved_tasks_and_reports_histogram(tokenizer) -> None:

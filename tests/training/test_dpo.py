@@ -11,12 +11,11 @@ import pytest
 import torch
 
 from agentic_rl.cli import main
-from agentic_rl.config import DPOConfig
+from agentic_rl.config import DPOConfig, RolloutConfig
 from agentic_rl.data import read_jsonl, write_jsonl
+from agentic_rl.engines.hf import HFBackend
 from agentic_rl.envs.arithmetic import DEFAULT_SYSTEM_PROMPT, ArithmeticTasks, demonstration
 from agentic_rl.parsers import HermesParser
-from agentic_rl.engines.hf import HFBackend
-from agentic_rl.config import RolloutConfig
 from agentic_rl.training.dpo import (
     collect_pairs,
     pairs_from_groups,

@@ -330,7 +330,7 @@ def test_skipping_zero_advantage_trajectories_updates_the_weights_as_the_full_ba
         forwarded.clear()
         zero = trainer.update(scored)
     assert forwarded == [] and zero["zero_advantage_skipped"] == 1.0
-    for (name, value), other, old in zip(full.model.named_parameters(), skipping.model.parameters(), before):
+    for (name, value), other, _old in zip(full.model.named_parameters(), skipping.model.parameters(), before):
         torch.testing.assert_close(
             other, value, atol=1e-5, rtol=1e-4, msg=name
         )  # Adam divides float noise by tiny second moments

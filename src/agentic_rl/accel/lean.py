@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from agentic_rl.accel import native as native_kernels
 from agentic_rl.accel.onednn import OneDNNLinear, onednn_available, onednn_linear, onednn_linear_then, pack_weight
-from agentic_rl.models.anatomy import split_model
+from agentic_rl.anatomy import split_model
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 

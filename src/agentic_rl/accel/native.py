@@ -83,7 +83,7 @@ def library_key(compiler: str) -> str:
 
 def _build(compiler: str) -> Path:
     """The compiled library for this source, compiler and CPU (built once, then cached)."""
-    from agentic_rl.models.cache import cache_dir
+    from agentic_rl.cache import cache_dir
 
     folder = cache_dir() / "kernels"
     target = folder / f"native-{library_key(compiler)}.so"

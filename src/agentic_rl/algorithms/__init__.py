@@ -58,11 +58,11 @@ from agentic_rl.algorithms.policy_losses import (
     sapo,
     token_covariance,
 )
-from agentic_rl.algorithms.reinforce import discounted_token_returns, reinforce_plus_plus, reinforce_plus_plus_baseline
-from agentic_rl.algorithms.turn_credit import discounted_turn_returns, gigpo, mt_grpo, step_rewards
 from agentic_rl.algorithms.presets import PRESET_DESCRIPTIONS, PRESETS
 from agentic_rl.algorithms.registry import Registry, unknown_name
+from agentic_rl.algorithms.reinforce import discounted_token_returns, reinforce_plus_plus, reinforce_plus_plus_baseline
 from agentic_rl.algorithms.shaping import overlong_penalty
+from agentic_rl.algorithms.turn_credit import discounted_turn_returns, gigpo, mt_grpo, step_rewards
 
 __all__ = [
     "ADVANTAGES",

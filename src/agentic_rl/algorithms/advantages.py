@@ -10,8 +10,8 @@ Shapes: ``B`` trajectories, ``T`` padded token positions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor

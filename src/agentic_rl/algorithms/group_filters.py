@@ -7,7 +7,7 @@ or drops whole groups. Looked up by name through :func:`filter_groups`.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

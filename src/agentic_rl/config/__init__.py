@@ -19,17 +19,18 @@ from agentic_rl.config.base import (
     format_validation_error,
     parse_assignment,
 )
+from agentic_rl.config.resume import RESUMABLE_KEYS, resume_config
 from agentic_rl.config.rewards import RewardConfig, TwoStageConfig
-from agentic_rl.config.trainer import DistributedConfig, TrainerConfig, check_world_size
+from agentic_rl.config.secrets import REDACTED, drop_redacted, is_secret_key, redact_secrets, redact_url, redact_urls
 from agentic_rl.config.sections import (
     ARPOConfig,
     BackendConfig,
     CollectConfig,
+    CurriculumConfig,
     DPOConfig,
     DPOStageConfig,
     EnvConfig,
     EvalConfig,
-    CurriculumConfig,
     FilterConfig,
     LoraConfig,
     ModelConfig,
@@ -43,8 +44,7 @@ from agentic_rl.config.sections import (
     TrainConfig,
 )
 from agentic_rl.config.sinks import SINK_PACKAGES, check_sink_names
-from agentic_rl.config.resume import RESUMABLE_KEYS, resume_config
-from agentic_rl.config.secrets import REDACTED, drop_redacted, is_secret_key, redact_secrets, redact_url, redact_urls
+from agentic_rl.config.trainer import DistributedConfig, TrainerConfig, check_world_size
 
 __all__ = [
     "ARPOConfig",

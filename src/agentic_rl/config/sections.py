@@ -9,7 +9,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentic_rl.config.algorithm import AlgorithmConfig
-from agentic_rl.config.rewards import RewardConfig
 from agentic_rl.config.base import (
     BatchSize,
     Epochs,
@@ -24,6 +23,7 @@ from agentic_rl.config.base import (
     Temperature,
     WarmupSteps,
 )
+from agentic_rl.config.rewards import RewardConfig
 from agentic_rl.config.sinks import check_sink_names
 from agentic_rl.config.trainer import DistributedConfig, TrainerConfig
 

@@ -10,7 +10,8 @@ columns hold the prompt, the answer, the id and the metadata.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields as dataclass_fields
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any

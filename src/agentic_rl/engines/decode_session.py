@@ -23,11 +23,10 @@ import torch
 from agentic_rl.accel import decoder_for, packed_weights
 from agentic_rl.engines.base import Completion, SamplingParams
 from agentic_rl.engines.kv_cache import SlotCache
-from agentic_rl.engines.staged import StagedWeights
 from agentic_rl.engines.sampling import entropy as sampling_entropy
 from agentic_rl.engines.sampling import sample
 from agentic_rl.engines.sampling import top_logprobs as sampling_top_logprobs
-
+from agentic_rl.engines.staged import StagedWeights
 
 SHARED_PREFIX_MIN_SAVED = 64
 """Token encodings a shared prefix must spare to be encoded on its own: that extra pass
@@ -79,7 +78,7 @@ class DecodeSession:
         weight_version: int = 0,
         staged: StagedWeights | None = None,
     ) -> None:
-        from agentic_rl.models.anatomy import cache_argument, split_model
+        from agentic_rl.anatomy import cache_argument, split_model
 
         self.model = model
         self.weight_version = weight_version

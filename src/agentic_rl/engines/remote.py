@@ -26,8 +26,8 @@ import torch
 from agentic_rl.engines.adapters import base_weights, is_lora
 from agentic_rl.engines.base import Completion, SamplingParams
 from agentic_rl.engines.http import RETRY_STATUS, BackendError, json_body, one_line, post_json
-from agentic_rl.seeds import stream_seed
 from agentic_rl.engines.staged import StagedWeights
+from agentic_rl.seeds import stream_seed
 
 WEIGHTS_FILE = "model.safetensors"
 SCRATCH_PREFIX = "agentic-rl-engine-"

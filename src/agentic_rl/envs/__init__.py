@@ -2,19 +2,19 @@
 
 from agentic_rl.envs.arithmetic import ArithmeticTasks, make_arithmetic_env
 from agentic_rl.envs.base import Env, EnvCheckError, Task, check_env
-from agentic_rl.envs.registry import UnknownEnvError, accepts_option, env_factory, make, register, registered
-from agentic_rl.envs.tool_env import INVALID_CALL, ToolEnv
-from agentic_rl.envs.math_python import make_gsm8k_env, make_math_python_env
-from agentic_rl.envs.search_qa import make_search_qa_env
-from agentic_rl.envs.frozenlake import make_frozenlake_env
-from agentic_rl.envs.sokoban import make_sokoban_env
-from agentic_rl.envs.gym_adapter import make_gymnasium_env
 from agentic_rl.envs.code import make_code_env
+from agentic_rl.envs.frozenlake import make_frozenlake_env
+from agentic_rl.envs.gym_adapter import make_gymnasium_env
 from agentic_rl.envs.long_qa import make_long_qa_env
-from agentic_rl.envs.multi_search import make_multi_search_env
-from agentic_rl.envs.web_qa import make_web_qa_env
+from agentic_rl.envs.math_python import make_gsm8k_env, make_math_python_env
 from agentic_rl.envs.mixed import MIX_ENV, MixedEnv, make_mixed_env, mixed_spec_of
+from agentic_rl.envs.multi_search import make_multi_search_env
+from agentic_rl.envs.registry import UnknownEnvError, accepts_option, env_factory, make, register, registered
+from agentic_rl.envs.search_qa import make_search_qa_env
+from agentic_rl.envs.sokoban import make_sokoban_env
 from agentic_rl.envs.textworld_env import make_textworld_env
+from agentic_rl.envs.tool_env import INVALID_CALL, ToolEnv
+from agentic_rl.envs.web_qa import make_web_qa_env
 
 register(
     "arithmetic",

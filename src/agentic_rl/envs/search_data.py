@@ -681,7 +681,7 @@ def _template_weights(names: Sequence[str], question_weights: Mapping[str, float
     return weights
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _shape_of(kind: str) -> tuple[str, int]:
     """A template's question type and hop count (the same for every question it makes)."""
     *_, qtype, hops = QUESTION_TYPES[kind](random.Random(0), _worlds(0)["train"])

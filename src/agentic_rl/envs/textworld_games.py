@@ -18,9 +18,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentic_rl.cache import cache_dir
 from agentic_rl.envs.base import GeneratedTasks, Task
 from agentic_rl.envs.text_game import DEFAULT_NUM_TASKS, SPLITS
-from agentic_rl.models.cache import cache_dir
 
 INSTALL_HINT = "the textworld env needs TextWorld: pip install 'agentic-rl[textworld]'"
 # TextWorld's generator keeps module-level state (its knowledge base, grammar caches):

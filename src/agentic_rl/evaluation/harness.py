@@ -12,8 +12,8 @@ from typing import Any
 from agentic_rl import envs
 from agentic_rl.config import ConfigError, EvalConfig, build, redact_secrets
 from agentic_rl.distributed import DistContext
-from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.engines.factory import build_backend
+from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.models.loading import resolve_device
 from agentic_rl.models.precision import resolve_precision
 from agentic_rl.rollout.engine import rollout

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from agentic_rl.engines.base import SamplingParams
 
-
 KEEP_IDLE_S = 5.0
 """How long an idle decode session stays open by default (``CompletionService.keep_idle_s``)."""
 

@@ -1,8 +1,9 @@
 """Resolving model names, loading model + tokenizer, the embedded default and tiny test
-model, and a model's anatomy (backbone, head, hidden states: models.anatomy)."""
+model. A model's anatomy (backbone, head, hidden states) lives below, in agentic_rl.anatomy,
+with the cache folder (agentic_rl.cache): accel builds on both, and models on accel."""
 
-from agentic_rl.models.anatomy import hidden_states, split_model
-from agentic_rl.models.cache import cache_dir
+from agentic_rl.anatomy import hidden_states, split_model
+from agentic_rl.cache import cache_dir
 from agentic_rl.models.loading import (
     MODEL_NAMES,
     ModelNotFoundError,

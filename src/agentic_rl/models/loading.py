@@ -7,8 +7,9 @@ from pathlib import Path
 
 import torch
 
+from agentic_rl.accel import set_linear_kernel, tune_malloc
+from agentic_rl.cache import cache_dir
 from agentic_rl.models import embedded
-from agentic_rl.models.cache import cache_dir
 from agentic_rl.models.tiny import build_tiny_model
 
 MODEL_NAMES: dict[str, str] = {
@@ -73,10 +74,6 @@ def load(
     """
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
-
-    # Imported here: accel imports models.anatomy, which runs this package (and this module)
-    # first, so a module-level import would meet a half-initialised accel.
-    from agentic_rl.accel import set_linear_kernel, tune_malloc
 
     hf_logging.disable_progress_bar()  # our own display owns the terminal
     tune_malloc()

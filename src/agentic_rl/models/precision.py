@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
+from agentic_rl.cache import cache_dir
 from agentic_rl.errors import ConfigError
-from agentic_rl.models.cache import cache_dir
 
 PRECISIONS = ("auto", "fp32", "bf16-mixed")
 

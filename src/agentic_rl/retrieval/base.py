@@ -29,7 +29,7 @@ class Document:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Document":
+    def from_dict(cls, data: dict[str, Any]) -> Document:
         return cls(
             id=str(data["id"]),
             title=str(data.get("title", "")),

@@ -71,7 +71,7 @@ class BM25Retriever:
         self._vocab: dict[str, int] = model.vocab_dict
 
     @classmethod
-    def from_documents(cls, documents: Iterable[Document], *, k1: float = 1.5, b: float = 0.75) -> "BM25Retriever":
+    def from_documents(cls, documents: Iterable[Document], *, k1: float = 1.5, b: float = 0.75) -> BM25Retriever:
         """Index documents in memory (small corpora, tests, the built-in demo)."""
         import bm25s
 

@@ -250,7 +250,7 @@ class SimulationConfig:
             raise ValueError(f"retriever.with_answer: expected true, false or null, got {self.with_answer!r}")
 
     @classmethod
-    def parse(cls, spec: Mapping[str, Any]) -> "SimulationConfig":
+    def parse(cls, spec: Mapping[str, Any]) -> SimulationConfig:
         known = [item.name for item in fields(cls)]
         unknown = sorted(set(map(str, spec)) - set(known))
         if unknown:

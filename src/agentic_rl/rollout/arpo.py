@@ -29,9 +29,9 @@ each), which hard advantage attribution and the metrics use.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
-import dataclasses
 from dataclasses import dataclass
 
 import torch

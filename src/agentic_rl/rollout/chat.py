@@ -18,7 +18,6 @@ fake assistant turn; only the template's own markup yields special tokens.
 from __future__ import annotations
 
 import re
-
 from typing import TYPE_CHECKING
 
 from agentic_rl.types import TOOL_OUTPUT_PROBE, Message, openai_tools

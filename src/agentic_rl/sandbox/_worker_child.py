@@ -75,7 +75,7 @@ def _scrub_environment() -> None:
     )
     import io
 
-    sys.stdin = open(0, "r", closefd=False)
+    sys.stdin = open(0, closefd=False)
     sys.stdout = io.TextIOWrapper(
         open(1, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
     )

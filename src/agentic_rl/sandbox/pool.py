@@ -406,7 +406,7 @@ class SandboxWorker:
         if self.uid_claim is not None:
             self.uid_claim.release()  # last, once kill() has ended the processes running as it
 
-    def __enter__(self) -> "SandboxWorker":
+    def __enter__(self) -> SandboxWorker:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -465,7 +465,7 @@ class SandboxPool:
             for worker in self._all:
                 worker.close()
 
-    def __enter__(self) -> "SandboxPool":
+    def __enter__(self) -> SandboxPool:
         return self
 
     def __exit__(self, *exc) -> None:

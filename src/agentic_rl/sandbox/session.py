@@ -57,7 +57,7 @@ class PythonSession:
                 self._finalizer()  # closes the worker once
             self._worker = None
 
-    def __enter__(self) -> "PythonSession":
+    def __enter__(self) -> PythonSession:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -14,8 +14,9 @@ import re
 import time
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Union, overload
+from typing import Any, Literal, Union, overload
 
 from agentic_rl.types import ToolCall, ToolResult
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from typing import Callable
+from collections.abc import Callable
 
 from agentic_rl.tools.base import tool
 

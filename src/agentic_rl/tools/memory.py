@@ -21,7 +21,7 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import Any
 
 from agentic_rl.retrieval.base import Document
 from agentic_rl.retrieval.bm25 import BM25Retriever, tokenize
@@ -297,7 +297,7 @@ class MemoryConfig:
         object.__setattr__(self, "tools", tuple(tools))
 
     @classmethod
-    def parse(cls, spec: Any) -> "MemoryConfig":
+    def parse(cls, spec: Any) -> MemoryConfig:
         """A config from the option's value: None / False / "none", True / "episode",
         "shared", or a mapping (``{"mode": "shared", "max_notes": 100}``)."""
         if spec is None or spec is False:
@@ -391,7 +391,7 @@ class MemoryTools:
         self.tools: list[Tool] = self._make_tools()
 
     @classmethod
-    def from_config(cls, config: MemoryConfig) -> "MemoryTools | None":
+    def from_config(cls, config: MemoryConfig) -> MemoryTools | None:
         if config.mode == "none":
             return None
         if config.mode == "shared":
@@ -481,7 +481,7 @@ class MemoryTools:
 
     def _make_tools(self) -> list[Tool]:
         @tool(name="memory_write")
-        def memory_write(text: str, key: Optional[str] = None) -> str:
+        def memory_write(text: str, key: str | None = None) -> str:
             """Save a note in your memory, to read it back later.
 
             Args:

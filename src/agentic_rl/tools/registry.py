@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from agentic_rl.tools.base import Tool
 from agentic_rl.tools.calculator import calculator

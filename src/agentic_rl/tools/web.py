@@ -73,7 +73,7 @@ class WebConfig:
             object.__setattr__(self, name, tuple(value))  # lists from YAML: hashable, for the shared-tools cache
 
     @classmethod
-    def parse(cls, spec: Any) -> "WebConfig":
+    def parse(cls, spec: Any) -> WebConfig:
         """A config from the option's value: None (defaults), a provider name, or a mapping."""
         if spec is None:
             return cls()

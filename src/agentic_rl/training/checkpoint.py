@@ -196,7 +196,7 @@ def _fsync(path: Path) -> None:
 
 def _fsync_tree(folder: Path) -> None:
     """fsync every file under ``folder``, then every folder, deepest first."""
-    for current, folders, files in os.walk(folder, topdown=False):
+    for current, _folders, files in os.walk(folder, topdown=False):
         for name in files:
             _fsync(Path(current) / name)
         _fsync(Path(current))

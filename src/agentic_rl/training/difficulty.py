@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from agentic_rl.config import RolloutConfig
 from agentic_rl.data.filtering import FilterResult, select_by_pass_rate
 from agentic_rl.envs.base import Env
-from agentic_rl.config import RolloutConfig
 from agentic_rl.rollout.engine import rollout
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from agentic_rl.accel import head_logprobs
-from agentic_rl.models.anatomy import hidden_states, split_model
+from agentic_rl.anatomy import hidden_states, split_model
 from agentic_rl.models.precision import compute_autocast
 
 __all__ = ["PolicyLogprobs", "head_logprobs", "token_logprobs"]

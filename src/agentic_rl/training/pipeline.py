@@ -19,9 +19,9 @@ import torch
 
 from agentic_rl.accel import release_memory
 from agentic_rl.config import ConfigError, TrainConfig, build, redact_url, resume_config
+from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distributed, shutdown
 from agentic_rl.engines.factory import build_backend
 from agentic_rl.envs import env_factory, mixed_spec_of
-from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distributed, shutdown
 from agentic_rl.models import load, resolve_device
 from agentic_rl.models.lora import apply_lora
 from agentic_rl.models.precision import apply_precision

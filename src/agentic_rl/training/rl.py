@@ -23,16 +23,17 @@ from agentic_rl.algorithms import (
     rollout_correction,
     value_loss,
 )
+from agentic_rl.anatomy import split_model
 from agentic_rl.config import TrainConfig, check_world_size
 from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.envs.base import Env
-from agentic_rl.models.anatomy import split_model
 from agentic_rl.models.precision import compute_precision
 from agentic_rl.rollout.arpo import ARPOStats, arpo_rollout
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.diagnostics import step_diagnostics
 from agentic_rl.training.batch import TokenBatch, collate, length_buckets, padding_batch
+from agentic_rl.training.curriculum import Curriculum
 from agentic_rl.training.logprobs import PolicyLogprobs
 from agentic_rl.training.optim import (
     NonFiniteError,
@@ -48,7 +49,6 @@ from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
 from agentic_rl.training.rl_metrics import UpdateTally, per_env_metrics, rollout_metrics
 from agentic_rl.training.scoring import ScoredBatch, keep_groups, score, shaped_rewards, usable_trajectories
 from agentic_rl.training.speed import apply_speed_options
-from agentic_rl.training.curriculum import Curriculum
 from agentic_rl.training.task_schedule import MixedTaskSchedule, TaskPools, TaskSchedule
 from agentic_rl.training.value import Critic
 from agentic_rl.types import Trajectory, TrajectoryGroup

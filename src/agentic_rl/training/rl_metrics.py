@@ -14,7 +14,6 @@ from agentic_rl.training.optim import StepOutcome
 from agentic_rl.training.scoring import usable_trajectories
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
-
 MACHINE_METRICS = (
     "step_time_s",
     "rollout_time_s",

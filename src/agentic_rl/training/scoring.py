@@ -16,7 +16,6 @@ from agentic_rl.rollout.arpo import branch_common_prefix
 from agentic_rl.training.credit import build_advantage_inputs
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
-
 EPISODE_LEVEL_ADVANTAGES = ("grpo", "rloo", "opo", "grpo-passk")
 """Estimators whose advantage is one number per episode: the ones that work when episodes
 have several samples (``Trajectory.segments``; each sample gets its episode's)."""

@@ -15,7 +15,7 @@ def apply_speed_options(model, *, gradient_checkpointing: bool = False, compile:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if gradient_checkpointing:
         # Non-reentrant checkpointing works with inputs that do not require grad (frozen
-        # embeddings under LoRA) and with the shared-prefix KV cache in models/anatomy.py.
+        # embeddings under LoRA) and with the shared-prefix KV cache in agentic_rl/anatomy.py.
         base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         base.config.use_cache = False
     if compile:

@@ -330,9 +330,8 @@ def _checkpoint(state: RunState) -> None:
 
 
 def _write_checkpoint(state: RunState) -> None:
-    from agentic_rl.training.checkpoint import save_checkpoint
-
     from agentic_rl.tools.memory import shared_stores_state
+    from agentic_rl.training.checkpoint import save_checkpoint
 
     trainer = state.trainer
     info = {"tracking": {name: state.run.count_lines(name) for name in LOGS}, "stages": state.run.completed_stages()}

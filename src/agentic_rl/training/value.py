@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from agentic_rl.models.anatomy import hidden_states, split_model
+from agentic_rl.anatomy import hidden_states, split_model
 from agentic_rl.models.precision import compute_autocast
 from agentic_rl.training.optim import make_optimizer
 
