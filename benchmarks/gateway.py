@@ -67,10 +67,10 @@ def main() -> None:
 
     import openai
 
+    from agentic_rl.chat import ChatRenderer
     from agentic_rl.engines.base import SamplingParams
     from agentic_rl.gateway.server import GatewayServer
     from agentic_rl.models import load
-    from agentic_rl.rollout.chat import ChatRenderer
     from agentic_rl.seeds import stream_seed
 
     model, tokenizer = load(args.model, device="cpu")

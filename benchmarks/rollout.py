@@ -43,7 +43,7 @@ import torch
 
 
 def prompts_for(tokenizer, batch: int) -> list[list[int]]:
-    from agentic_rl.rollout.chat import ChatRenderer
+    from agentic_rl.chat import ChatRenderer
 
     renderer = ChatRenderer(tokenizer)
     return [

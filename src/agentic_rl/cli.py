@@ -237,8 +237,8 @@ def _collect(args: argparse.Namespace) -> int:
     if (
         config.source == "expert"
     ):  # the model's chat template decides the layout (tools in the template or in the system message)
+        from agentic_rl.chat import ChatRenderer
         from agentic_rl.models.loading import load_tokenizer
-        from agentic_rl.rollout.chat import ChatRenderer
 
         result = collect_expert(
             args.env,

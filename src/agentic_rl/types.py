@@ -1,4 +1,4 @@
-"""Core data types shared by every stage: messages, tool calls, turns, trajectories.
+"""Core data types shared by every stage: tasks, messages, tool calls, turns, trajectories.
 
 Messages use the OpenAI chat format as plain dicts (``{"role": ..., "content": ...}``)
 so they pass straight into chat templates and HTTP clients; the typed helpers here
@@ -30,6 +30,16 @@ def openai_tools(schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else {"type": "function", "function": s}
         for s in schemas
     ]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem: the user prompt, its gold answer and anything the reward needs."""
+
+    id: str
+    prompt: str
+    answer: str
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.data import read_jsonl, render_example, trajectory_to_example, write_jsonl
-from agentic_rl.data.conversations import end_of_turn_id, unwrap_observation, validate_example
+from agentic_rl.data.conversations import end_of_turn_id, validate_example
 from agentic_rl.parsers import HermesParser
-from agentic_rl.rollout.chat import ChatRenderer
+from agentic_rl.parsers.messages import unwrap_observation
 from agentic_rl.types import ToolCall, ToolResult, Trajectory
 
 PARSER = HermesParser()

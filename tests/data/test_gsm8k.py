@@ -152,9 +152,9 @@ def test_converted_conversation_replays_token_exactly_in_the_env(tmp_path, token
     """A converted conversation, rendered by data.conversations for SFT, gives exactly the
     tokens and loss mask of a rollout in the gsm8k env that writes the same turns."""
     from agentic_rl import envs
+    from agentic_rl.chat import ChatRenderer
     from agentic_rl.engines.scripted import ScriptedBackend
     from agentic_rl.rollout import rollout
-    from agentic_rl.rollout.chat import ChatRenderer
 
     out = tmp_path / "sft.jsonl"
     stats = gsm8k_to_sft(GSM8K, out, tool=tool, parser=parser, limit=2)

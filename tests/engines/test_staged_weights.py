@@ -8,10 +8,10 @@ import copy
 
 import torch
 
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import RolloutConfig
 from agentic_rl.engines.base import SamplingParams
 from agentic_rl.engines.hf import HFBackend
-from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.rollout.episode import Episode
 from agentic_rl.types import Trajectory, TrajectoryGroup, Turn
 

@@ -592,8 +592,8 @@ def test_an_idle_session_serves_the_next_turn_until_it_expires_or_its_weights_ch
     it at once when the engine counts new weights (a trainer updated them in place)."""
     import time
 
+    from agentic_rl.chat import ChatRenderer
     from agentic_rl.gateway.service import CompletionService
-    from agentic_rl.rollout.chat import ChatRenderer
 
     model, tokenizer = tiny
     renderer = ChatRenderer(tokenizer)

@@ -266,7 +266,7 @@ def test_summarize_trains_on_exactly_what_the_engine_was_given_and_sampled(tiny,
     batch holds every (prompt, sampled) pair the engine served, once, and nothing else."""
     from collections import Counter
 
-    from agentic_rl.rollout.chat import ChatRenderer
+    from agentic_rl.chat import ChatRenderer
 
     model, tokenizer = tiny
     backend = Recording(model, tokenizer)

@@ -9,13 +9,13 @@ import json
 import re
 
 from agentic_rl import envs
+from agentic_rl.chat import ChatRenderer, template_renders_tools
 from agentic_rl.config import RolloutConfig
 from agentic_rl.data import render_example, trajectory_to_example
 from agentic_rl.engines.scripted import ScriptedBackend
 from agentic_rl.envs.arithmetic import DEFAULT_SYSTEM_PROMPT
 from agentic_rl.envs.tool_env import ToolEnv
 from agentic_rl.parsers import HermesParser, get_parser
-from agentic_rl.rollout.chat import ChatRenderer, template_renders_tools
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.tools import ToolRegistry
 from agentic_rl.tools.calculator import calculator

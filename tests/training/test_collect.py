@@ -7,12 +7,12 @@ import re
 
 import pytest
 
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import CollectConfig
 from agentic_rl.data import render_example
 from agentic_rl.engines.scripted import ScriptedBackend
 from agentic_rl.envs.arithmetic import DEFAULT_SYSTEM_PROMPT, ArithmeticTasks
 from agentic_rl.parsers import HermesParser
-from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.tools.calculator import calculator
 from agentic_rl.types import ToolCall
 

@@ -186,8 +186,8 @@ def test_cold_start_collection_splits_a_mix_by_weight(tokenizer) -> None:
 def test_expert_collection_on_a_mix_plays_each_entry_by_weight(tokenizer) -> None:
     """source: expert on a mix: each entry's expert plays its share of the tasks (split by
     weight), with that entry's options; an entry without an expert is refused in one line."""
+    from agentic_rl.chat import ChatRenderer
     from agentic_rl.config import CollectConfig, ConfigError
-    from agentic_rl.rollout.chat import ChatRenderer
     from agentic_rl.training.collect import collect_expert_mix
 
     mix = [{"name": "arithmetic", "weight": 2}, {"name": "frozenlake", "size": 3, "num_holes": 2, "max_turns": 6}]

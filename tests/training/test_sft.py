@@ -7,11 +7,11 @@ import copy
 import pytest
 import torch
 
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import SFTConfig
 from agentic_rl.data import render_example, trajectory_to_example
 from agentic_rl.envs.arithmetic import DEFAULT_SYSTEM_PROMPT, ArithmeticTasks, demonstration
 from agentic_rl.parsers import HermesParser
-from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.training.sft import tokenize_examples, train_sft
 from agentic_rl.types import Trajectory
 

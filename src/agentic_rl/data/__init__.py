@@ -4,10 +4,10 @@ from agentic_rl.data.conversations import (
     read_jsonl,
     render_example,
     trajectory_to_example,
-    unwrap_observation,
     validate_example,
     write_jsonl,
 )
+from agentic_rl.parsers.messages import unwrap_observation
 
 __all__ = [
     "read_jsonl",

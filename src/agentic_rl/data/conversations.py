@@ -14,13 +14,12 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agentic_rl.parsers import ToolCallParser, get_parser
+from agentic_rl.chat import ChatRenderer
+from agentic_rl.parsers import ToolCallParser
+from agentic_rl.parsers.messages import as_parser, assistant_text, openai_messages
 from agentic_rl.types import Message, ToolCall, ToolResult, Trajectory, openai_tools
-
-if TYPE_CHECKING:  # only annotations: importing rollout here would make data <-> envs circular
-    from agentic_rl.rollout.chat import ChatRenderer
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -64,72 +63,6 @@ def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
 # --- trajectory -> stored example ------------------------------------------------
 
 
-def _parser(parser: ToolCallParser | str) -> ToolCallParser:
-    return get_parser(parser) if isinstance(parser, str) else parser
-
-
-def unwrap_observation(text: str, parser: ToolCallParser | str) -> str:
-    """Reverse ``parser.wrap_observation`` (hermes: strip "<tool_response>\\n" and
-    "\\n</tool_response>"); raises if ``text`` is not wrapped that way, since re-wrapping
-    an unwrapped text would not reproduce the tokens the model saw."""
-    return _parser(parser).unwrap_observation(text)
-
-
-def assistant_text(content: str, calls: list[ToolCall], parser: ToolCallParser | str) -> str:
-    """The text a model writes for an assistant turn: content, then one block per call."""
-    parser = _parser(parser)
-    blocks = "\n".join(parser.format_call(call) for call in calls)
-    return content + ("\n" if content and blocks else "") + blocks
-
-
-def _assistant_message(text: str, parser: ToolCallParser, exact: bool) -> tuple[Message, list[str]]:
-    """The OpenAI assistant message for sampled ``text`` and the ids of its structured calls."""
-    parsed = parser.parse(text)
-    # Malformed blocks would vanish from the content (and the error observations that
-    # follow would make no sense), so such turns stay raw text; with ``exact``, so do turns
-    # whose text is not exactly the canonical rendering of their calls.
-    if parsed.errors or not parsed.calls or (exact and assistant_text(parsed.content, parsed.calls, parser) != text):
-        return {"role": "assistant", "content": text}, []
-    calls = [
-        {
-            "id": call.id,
-            "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)},
-        }
-        for call in parsed.calls
-    ]
-    return {"role": "assistant", "content": parsed.content, "tool_calls": calls}, [c["id"] for c in calls]
-
-
-def openai_messages(
-    messages: list[Message], parser: ToolCallParser | str, *, exact: bool = True, framed: bool = False
-) -> list[Message]:
-    """Text-form messages (as an env exchanges them) as OpenAI messages: an assistant turn's
-    well-formed calls become ``tool_calls`` (``exact``: only where that keeps its text, see
-    ``trajectory_to_example``), tool results are unwrapped (``framed``: they are bare
-    already, the chat template framed them) and tied to those calls' ids in order."""
-    parser = _parser(parser)
-    out: list[Message] = []
-    pending: list[str] = []  # ids of the last assistant turn's calls, matched to results in order
-    for message in messages:
-        role = message.get("role")
-        if role == "assistant":
-            converted, pending = _assistant_message(message.get("content") or "", parser, exact)
-            out.append(converted)
-        elif role == "tool":
-            converted = {"role": "tool"}
-            if pending:
-                converted["tool_call_id"] = pending.pop(0)
-            if message.get("name"):
-                converted["name"] = message["name"]
-            content = message.get("content") or ""
-            converted["content"] = content if framed else unwrap_observation(content, parser)
-            out.append(converted)
-        else:
-            out.append({"role": role, "content": message.get("content") or ""})
-    return out
-
-
 def trajectory_to_example(
     trajectory: Trajectory, parser: ToolCallParser | str, *, skip_messages: int = 0, exact: bool = True
 ) -> dict[str, Any]:
@@ -143,7 +76,7 @@ def trajectory_to_example(
     always reproduces what the model wrote; ``exact=False`` always structures well-formed
     calls (canonicalizing their formatting).
     """
-    parser = _parser(parser)
+    parser = as_parser(parser)
     messages = list(trajectory.messages)
     out = openai_messages(messages, parser, exact=exact, framed="tool_output_template" in trajectory.info)
     # A segment that a context policy started shows earlier turns as its prompt: they were
@@ -280,7 +213,7 @@ def _text_message(message: Message, parser: ToolCallParser, framed: bool = False
 def text_messages(messages: list[Message], parser: ToolCallParser | str) -> list[Message]:
     """Stored OpenAI messages as the text-only messages an env exchanges (calls written and
     results wrapped by ``parser``), e.g. to show converted conversations as demonstrations."""
-    parser = _parser(parser)
+    parser = as_parser(parser)
     return [_text_message(m, parser) for m in messages]
 
 
@@ -294,7 +227,7 @@ def render_example(
     context policy's segment prompt is. ``tools`` (an example's ``tools``): described by
     the chat template where it renders tools for this format, else in the system message
     as ``ToolEnv`` writes them."""
-    parser = _parser(parser)
+    parser = as_parser(parser)
     validate_example({"messages": messages, "tools": tools})
     offered = example_tools(tools)
     in_template = bool(offered) and renderer.render_tools(parser)

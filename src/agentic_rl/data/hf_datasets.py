@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from agentic_rl.envs.base import Task
+from agentic_rl.types import Task
 
 __all__ = ["FORMATS", "FieldMap", "check_columns", "open_dataset", "source_key", "tasks_from_dataset"]
 
@@ -169,8 +168,6 @@ def tasks_from_dataset(
     """Tasks from any source :func:`open_dataset` reads, mapped by ``fields``: the first
     ``num_tasks`` rows (all by default). ``answer`` turns the answer column into the gold
     answer (default ``str``); the prompt is ``str`` of its column."""
-    from agentic_rl.envs.base import Task  # data sits below envs: imported when used
-
     mapping = FieldMap.of(fields)
     dataset = open_dataset(source, split=split, cache_dir=cache_dir)
     where = str(source) if isinstance(source, (str, PathLike)) else "the dataset"

@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import TrainConfig
 from agentic_rl.engines.base import SamplingParams
-from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.rollout.engine import ENV_STEP_THREADS
 from agentic_rl.rollout.episode import Episode
 from agentic_rl.rollout.schedulers import run_continuous

@@ -25,9 +25,9 @@ from typing import Any
 
 import httpx
 
-from agentic_rl.data.conversations import openai_messages
 from agentic_rl.engines.http import BackendError, one_line, post_json
 from agentic_rl.parsers import ToolCallParser, get_parser
+from agentic_rl.parsers.messages import openai_messages
 from agentic_rl.types import Message, ToolCall, openai_tools
 
 __all__ = ["BackendError", "ChatCompletion", "OpenAIChatBackend"]

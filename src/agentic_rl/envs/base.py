@@ -3,20 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from agentic_rl.types import Message
-
-
-@dataclass(frozen=True)
-class Task:
-    """One problem: the user prompt, its gold answer and anything the reward needs."""
-
-    id: str
-    prompt: str
-    answer: str
-    metadata: dict[str, Any] = field(default_factory=dict)
+from agentic_rl.types import Message, Task
 
 
 class GeneratedTasks(Sequence[Task]):

@@ -30,6 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.engines.base import Completion
 from agentic_rl.gateway.chat import RequestError, reply_message, to_model_messages, tool_schemas
 from agentic_rl.gateway.service import CompletionService
@@ -37,7 +38,6 @@ from agentic_rl.gateway.streaming import LiveText, sampled
 from agentic_rl.gateway.traces import Call, EpisodeStore
 from agentic_rl.http_server import install_guard
 from agentic_rl.parsers.base import ToolCallParser
-from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.seeds import stream_seed
 
 MAX_BODY_BYTES = 4 << 20

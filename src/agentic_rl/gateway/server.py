@@ -3,11 +3,11 @@ token beyond it), over any token engine."""
 
 from __future__ import annotations
 
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.gateway.service import KEEP_IDLE_S, CompletionService
 from agentic_rl.gateway.traces import EpisodeStore
 from agentic_rl.http_server import ASGIServer
 from agentic_rl.parsers.base import get_parser
-from agentic_rl.rollout.chat import ChatRenderer
 
 TOKEN_VARIABLE = "AGENTIC_RL_GATEWAY_TOKEN"
 """The environment variable ``agentic-rl serve`` reads the bearer token from."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.gateway.service import CompletionService
-from agentic_rl.rollout.chat import ChatRenderer
 
 
 class LiveText:

@@ -153,8 +153,8 @@ def generate_texts(
         raise TypeError(
             f"the simulator LLM must be a backend (interface 'tokens' or 'chat') or a callable, got {type(llm).__name__}"
         )
+    from agentic_rl.chat import ChatRenderer
     from agentic_rl.engines.base import SamplingParams
-    from agentic_rl.rollout.chat import ChatRenderer
 
     renderer = ChatRenderer(llm.tokenizer)
     sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)

@@ -116,7 +116,7 @@ class EngineGrader:
     the tokenizer whose chat template renders the prompt; greedy decoding."""
 
     def __init__(self, backend: Any, tokenizer: Any, *, name: str = "local", max_tokens: int = 256) -> None:
-        from agentic_rl.rollout.chat import ChatRenderer
+        from agentic_rl.chat import ChatRenderer
 
         self.backend, self.renderer, self.name, self.max_tokens = backend, ChatRenderer(tokenizer), name, max_tokens
         self._lock = threading.Lock()  # one in-process model: one generate at a time

@@ -13,10 +13,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import RolloutConfig
 from agentic_rl.engines.base import SamplingParams
 from agentic_rl.envs.base import Env
-from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.rollout.episode import Episode, OnFinish
 from agentic_rl.rollout.schedulers import scheduler_for
 from agentic_rl.seeds import stream_seed

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import RolloutConfig
 from agentic_rl.envs.base import Env
-from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.rollout.context import summary_context, summary_request
 from agentic_rl.types import Message, Trajectory, TrajectoryGroup, Turn
 

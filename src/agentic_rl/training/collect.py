@@ -25,7 +25,7 @@ from agentic_rl.rollout.episode import Episode
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
-    from agentic_rl.rollout.chat import ChatRenderer
+    from agentic_rl.chat import ChatRenderer
 
 
 @dataclass

@@ -27,12 +27,12 @@ import torch
 
 from agentic_rl.algorithms.dpo import dpo_loss, sequence_logprobs
 from agentic_rl.anatomy import split_model
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import DPOConfig, RolloutConfig
 from agentic_rl.data.conversations import render_example, trajectory_to_example, validate_example
 from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.envs.base import Env
 from agentic_rl.parsers import ToolCallParser, get_parser
-from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.training.batch import collate, length_buckets, padding_batch
 from agentic_rl.training.logprobs import PolicyLogprobs, token_logprobs

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import torch
 
 from agentic_rl.anatomy import split_model
+from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import SFTConfig
 from agentic_rl.data.conversations import render_example, validate_example
 from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.parsers import ToolCallParser, get_parser
-from agentic_rl.rollout.chat import ChatRenderer
 from agentic_rl.training.batch import collate, length_buckets, padding_batch
 from agentic_rl.training.logprobs import PolicyLogprobs
 from agentic_rl.training.optim import (

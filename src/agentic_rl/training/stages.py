@@ -138,8 +138,8 @@ def evaluation(label: str) -> tuple[Callable[[RunState], None], Callable[[RunSta
 
 
 def run_sft(state: RunState) -> None:
+    from agentic_rl.chat import ChatRenderer
     from agentic_rl.data import read_jsonl, write_jsonl
-    from agentic_rl.rollout.chat import ChatRenderer
     from agentic_rl.training.collect import (
         collect_expert,
         collect_expert_mix,
