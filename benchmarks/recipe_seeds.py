@@ -69,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def train_command(args: argparse.Namespace, seed: int, folder: Path) -> list[str]:
     """The ``agentic-rl train`` command line of one seed."""
-    command = [sys.executable, "-m", "agentic_rl.cli", "train", args.recipe, "--output-dir", str(folder)]
+    command = [sys.executable, "-m", "agentic_rl", "train", args.recipe, "--output-dir", str(folder)]
     for override in [*args.overrides, f"seed={seed}", f"sft.train.seed={seed}"]:
         command += ["--set", override]
     return command

@@ -56,6 +56,7 @@ def test_sigterm_exits_through_cleanup(tmp_path) -> None:
     script = (
         "import sys, time, pathlib\n"
         "from agentic_rl import cli\n"
+        "from agentic_rl.cli import listings\n"
         f"marker = pathlib.Path({str(marker)!r})\n"
         "def slow(args):\n"
         "    marker.write_text('running')\n"
@@ -64,7 +65,7 @@ def test_sigterm_exits_through_cleanup(tmp_path) -> None:
         "    finally:\n"
         "        marker.write_text('cleaned')\n"
         "    return 0\n"
-        "cli._recipes = slow\n"
+        "listings._recipes = slow\n"
         "sys.argv = ['agentic-rl', 'recipes']\n"
         "sys.exit(cli.main())\n"
     )

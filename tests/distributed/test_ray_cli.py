@@ -48,7 +48,7 @@ def _cli(*args: str) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)  # each run starts its own one-machine cluster
     return subprocess.Popen(
-        [sys.executable, "-m", "agentic_rl.cli", *args],
+        [sys.executable, "-m", "agentic_rl", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

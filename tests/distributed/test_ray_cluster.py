@@ -95,7 +95,7 @@ def test_training_run_places_rollout_workers_on_the_second_node(tmp_path) -> Non
     with two_node_ray_cluster({"rollout": 2}, worker_cpus=1, head_cpus=1) as cluster:
         _recipe(recipe, cluster.address)
         done = cluster.run_in_head(
-            [sys.executable, "-m", "agentic_rl.cli", "train", str(recipe), "--output-dir", str(tmp_path / "run")],
+            [sys.executable, "-m", "agentic_rl", "train", str(recipe), "--output-dir", str(tmp_path / "run")],
             capture_output=True,
             text=True,
             timeout=600,

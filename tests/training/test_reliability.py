@@ -58,7 +58,7 @@ sys.exit(main(sys.argv[1:]))
 
 def _cli(*args: str, slow_checkpoint: bool = False) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # identical float reductions in every process
-    program = ["-c", _SLOW_CHECKPOINT] if slow_checkpoint else ["-m", "agentic_rl.cli"]
+    program = ["-c", _SLOW_CHECKPOINT] if slow_checkpoint else ["-m", "agentic_rl"]
     return subprocess.Popen(
         [sys.executable, *program, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )

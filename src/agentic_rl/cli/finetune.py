@@ -1,0 +1,262 @@
+"""``agentic-rl collect``, ``sft``, ``dpo`` and ``data``: cold-start data and supervised fine-tuning."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from agentic_rl.config import (
+        BackendConfig,
+        CollectConfig,
+        ConfigError,
+        ModelConfig,
+        RolloutConfig,
+        apply_assignments,
+        build,
+    )
+    from agentic_rl.data import write_jsonl
+    from agentic_rl.engines.factory import build_backend
+    from agentic_rl.envs import env_factory
+    from agentic_rl.tracking.display import console, trajectory_progress
+    from agentic_rl.training.collect import collect_expert, collect_successful
+
+    overrides = apply_assignments({}, args.set or [])
+    env_options = overrides.pop("env", {})
+    rollout_config = build(RolloutConfig, overrides.pop("rollout", {}))
+    config = build(
+        CollectConfig,
+        {**{k: v for k, v in vars(args).items() if k in CollectConfig.model_fields and v is not None}, **overrides},
+    )
+    env_factory(args.env, env_options, split="train")  # fail on bad options before loading the model
+    if (
+        config.source == "expert"
+    ):  # the model's chat template decides the layout (tools in the template or in the system message)
+        from agentic_rl.chat import ChatRenderer
+        from agentic_rl.models.loading import load_tokenizer
+
+        result = collect_expert(
+            args.env,
+            env_options,
+            config,
+            renderer=ChatRenderer(load_tokenizer(args.model)),
+            rollout_config=rollout_config,
+        )
+    else:
+        backend = build_backend(BackendConfig(), ModelConfig(name=args.model))
+        with trajectory_progress(config.num_tasks * config.samples_per_task, "collect") as on_finish:
+            result = collect_successful(
+                backend,
+                args.env,
+                env_options,
+                config,
+                seed=args.seed,
+                rollout_config=rollout_config,
+                on_trajectory=on_finish,
+            )
+    if not result.examples:
+        raise ConfigError("no correct trajectories; try more --num-tasks or --few-shot")
+    write_jsonl(args.output, result.examples)
+    console.print(
+        f"kept {len(result.examples)} conversations ({result.successful} correct of {result.attempted}) -> {args.output}"
+    )
+    return 0
+
+
+def _set_precision(model, setting: str) -> None:
+    """Resolve ``--precision`` for the loaded model's device and set its compute precision."""
+    from agentic_rl.models.precision import apply_precision
+    from agentic_rl.tracking.display import console
+
+    resolved = apply_precision(model, setting)
+    console.print(f"precision: {resolved.precision} ({resolved.reason})")
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from agentic_rl.config import SFTConfig, apply_assignments, build
+    from agentic_rl.data import read_jsonl
+    from agentic_rl.models import load
+    from agentic_rl.tracking.display import console
+    from agentic_rl.training.checkpoint import save_final
+    from agentic_rl.training.sft import train_sft
+
+    config = build(SFTConfig, apply_assignments({}, args.set or []))
+    try:
+        examples = read_jsonl(args.data)
+    except (OSError, ValueError) as exc:
+        from agentic_rl.config import ConfigError
+
+        raise ConfigError(f"--data: {exc}") from None
+    model, tokenizer = load(args.model)
+    _set_precision(model, args.precision)
+    result = train_sft(
+        model,
+        tokenizer,
+        examples,
+        config,
+        parser=args.parser,
+        on_step=lambda m: console.print(f"step {m['step']}  loss {m['loss']:.4f}  lr {m['lr']:.2e}"),
+    )
+    save_final(model, tokenizer, Path(args.output_dir))
+    console.print(
+        f"SFT: {result.examples} conversations, {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; saved to {args.output_dir}"
+    )
+    return 0
+
+
+def _dpo(args: argparse.Namespace) -> int:
+    from agentic_rl.config import ConfigError, DPOConfig, apply_assignments, build
+    from agentic_rl.data import read_jsonl
+    from agentic_rl.models import load
+    from agentic_rl.tracking.display import console
+    from agentic_rl.training.checkpoint import save_final
+    from agentic_rl.training.dpo import pairs_from_rollout_records, train_dpo, validate_pair
+
+    config = build(DPOConfig, apply_assignments({}, args.set or []))
+    source = "--data" if args.data else "--rollouts"
+    try:
+        if args.data:
+            pairs = read_jsonl(args.data)
+            for index, pair in enumerate(pairs):
+                validate_pair(pair, index)
+        else:
+            pairs = pairs_from_rollout_records(read_jsonl(args.rollouts), args.parser)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    if not pairs:
+        raise ConfigError(f"{source}: no preference pairs (a rollout group needs two different rewards)")
+    model, tokenizer = load(args.model)
+    _set_precision(model, args.precision)
+    result = train_dpo(
+        model,
+        tokenizer,
+        pairs,
+        config,
+        parser=args.parser,
+        on_step=lambda m: console.print(
+            f"step {m['step']}  loss {m['loss']:.4f}  margin {m['margin']:+.4f}  acc {m['accuracy']:.2f}  lr {m['lr']:.2e}"
+        ),
+    )
+    save_final(model, tokenizer, Path(args.output_dir))
+    console.print(
+        f"DPO: {result.pairs} pairs, {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; saved to {args.output_dir}"
+    )
+    return 0
+
+
+def _data_gsm8k_to_sft(args: argparse.Namespace) -> int:
+    from agentic_rl.config import ConfigError
+    from agentic_rl.envs.math_python import gsm8k_to_sft
+    from agentic_rl.tracking.display import console
+
+    if not Path(args.input).is_file():
+        raise ConfigError(f"input {args.input!r} does not exist (GSM8K JSONL with question and answer per line)")
+    try:
+        stats = gsm8k_to_sft(
+            args.input,
+            args.out,
+            tool=args.tool,
+            parser=args.parser,
+            keep_mismatches=args.keep_mismatches,
+            limit=args.limit,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    flagged = f"{stats.flagged} flagged ({stats.mismatched_calls} calls failed or differ from the annotation; {'kept' if args.keep_mismatches else 'left out'})"
+    console.print(
+        f"{stats.rows} rows -> {stats.written} conversations with {stats.calls} {args.tool} calls; {flagged}; {len(stats.skipped)} skipped -> {args.out}"
+    )
+    for line in stats.skipped[:5]:
+        console.print(f"  skipped {line}")
+    return 0
+
+
+def register(commands) -> None:
+    collect = commands.add_parser(
+        "collect", help="build SFT data from the model's own correct rollouts (or an env's expert)"
+    )
+    collect.add_argument("--model", default="smollm2-135m")
+    collect.add_argument("--env", default="arithmetic")
+    collect.add_argument("--output", required=True, help="JSONL file to write (OpenAI messages with tool calls)")
+    collect.add_argument("--num-tasks", type=int, help="training tasks to attempt (default 256)")
+    collect.add_argument("--samples-per-task", type=int, help="attempts per task (default 2)")
+    collect.add_argument("--few-shot", type=int, help="demonstrations shown while sampling (default 4; not stored)")
+    collect.add_argument(
+        "--source",
+        choices=("model", "expert"),
+        help="model: the model's own correct rollouts (default); expert: the env's scripted expert (e.g. search-qa)",
+    )
+    collect.add_argument("--seed", type=int, default=0)
+    collect.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="collect options (e.g. temperature=0.7), env.<option>=VALUE, or rollout.<option>=VALUE (limits and context policy the episodes run under)",
+    )
+    collect.set_defaults(run=_collect)
+
+    sft = commands.add_parser("sft", help="supervised fine-tuning on multi-turn conversations (JSONL)")
+    sft.add_argument("--model", default="smollm2-135m")
+    sft.add_argument("--data", required=True, help='JSONL of {"messages": [...]} in OpenAI format with tool calls')
+    sft.add_argument("--output-dir", required=True, help="where to save the fine-tuned Hugging Face model")
+    sft.add_argument("--parser", default="hermes", help="tool-call format used to render tool calls (default hermes)")
+    sft.add_argument("--set", action="append", metavar="KEY=VALUE", help="SFT options, e.g. epochs=3 or lr=2e-5")
+    sft.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16-mixed"],
+        default="auto",
+        help="fp32, or bf16-mixed (float32 master weights, bf16 compute); auto picks by device (default)",
+    )
+    sft.set_defaults(run=_sft)
+
+    dpo = commands.add_parser(
+        "dpo",
+        help="offline DPO on preference pairs of conversations (JSONL), or pairs built from a run's rollouts.jsonl",
+    )
+    dpo.add_argument("--model", default="smollm2-135m")
+    source = dpo.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", help='JSONL of {"prompt": [...], "chosen": [...], "rejected": [...]} OpenAI messages')
+    source.add_argument(
+        "--rollouts", help="a run's rollouts.jsonl: pairs are the best against the worst reward of each logged group"
+    )
+    dpo.add_argument("--output-dir", required=True, help="where to save the trained Hugging Face model")
+    dpo.add_argument("--parser", default="hermes", help="tool-call format used to render tool calls (default hermes)")
+    dpo.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="DPO options, e.g. beta=0.1, lr=1e-6 or loss_type=ipo"
+    )
+    dpo.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16-mixed"],
+        default="auto",
+        help="fp32, or bf16-mixed (float32 master weights, bf16 compute); auto picks by device (default)",
+    )
+    dpo.set_defaults(run=_dpo)
+
+    data = commands.add_parser("data", help="dataset conversion").add_subparsers(dest="data_command", required=True)
+    gsm8k = data.add_parser(
+        "gsm8k-to-sft", help="turn GSM8K's <<expr=result>> annotations into tool-use SFT conversations"
+    )
+    gsm8k.add_argument("input", metavar="IN.jsonl", help="GSM8K JSONL (question, answer with #### N)")
+    gsm8k.add_argument(
+        "--out", required=True, help="JSONL of OpenAI messages with tool calls, for `agentic-rl sft --data`"
+    )
+    gsm8k.add_argument(
+        "--tool",
+        choices=("calculator", "python"),
+        default="calculator",
+        help="tool that runs each expression (default calculator)",
+    )
+    gsm8k.add_argument(
+        "--parser",
+        choices=("hermes", "retool"),
+        default="hermes",
+        help="the env format whose system prompt the conversations carry (default hermes)",
+    )
+    gsm8k.add_argument(
+        "--keep-mismatches",
+        action="store_true",
+        help="keep conversations where a tool output differs from the annotation (flagged in metadata)",
+    )
+    gsm8k.add_argument("--limit", type=int, help="convert only the first N rows")
+    gsm8k.set_defaults(run=_data_gsm8k_to_sft)
