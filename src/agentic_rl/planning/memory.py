@@ -16,19 +16,18 @@ from agentic_rl.planning.shapes import LORA_MODULES, ModelShape
 
 GB = 1e9
 
-ACTIVATION_FACTORS = {"fp32": (4, 10, 4, 4), "bf16-mixed": (2, 13, 2, 4)}
+ACTIVATION_FACTORS = {"fp32": (4, 6, 4, 4), "bf16-mixed": (2, 13, 2, 4)}
 """Saved activations per token and decoder layer as (bytes per element, multiples of the
 hidden size, of the KV width, of the MLP width) for each compute precision: what a
-Llama-style layer keeps for its backward (norm inputs and outputs, q/k/v, attention
-output, the MLP's gate, up, activation and product). fp32 is fitted to CPU peaks of the
-tiny and the embedded model at 2k-8k tokens (benchmarks/memory_plan.py: within -21%/+12%
-of all eight); bf16-mixed counts the tensors autocast keeps (float32 norms, bf16 casts of
-each projection's input) and is not yet checked against a CUDA peak."""
+Llama-style layer keeps for its backward (norm outputs, q/k/v, attention output, the
+MLP's gate, up, activation and product). fp32 was fitted to the live-memory peaks of the
+embedded model at 2k and 8k tokens (benchmarks/memory_plan.py; 42.3 and 41.7 KB per token
+and layer measured, 41.5 planned); bf16-mixed counts the tensors autocast keeps (float32
+norms, bf16 casts of each projection's input) and is not yet checked against a CUDA peak."""
 
-CHECKPOINTED_LAYERS = 4
+CHECKPOINTED_LAYERS = 1
 """With gradient checkpointing, the layers' worth of activations the backward holds at
-once (the recomputed layer, its activations' gradients, attention's backward buffers):
-fitted like ``ACTIVATION_FACTORS`` (3 to 5.4 measured)."""
+once beside every layer's input: the one it recomputed (measured 1.0-1.3)."""
 
 HEAD_SAVE_BYTES = 256 << 20
 """The chunked vocabulary head keeps its logits for the backward up to this size
@@ -37,10 +36,10 @@ HEAD_SAVE_BYTES = 256 << 20
 HEAD_CHUNK_BYTES = 16 << 20
 """One vocabulary chunk of float32 logits (accel/head.py: 1 << 22 elements)."""
 
-OVERHEAD_FRACTION = 0.10
+OVERHEAD_FRACTION = 0.05
 """Temporaries and allocator rounding on top of the itemised figures."""
 
-OVERHEAD_BYTES = 16 << 20
+OVERHEAD_BYTES = 32 << 20
 """A fixed part of the overhead: kernel workspaces and small buffers of any model size."""
 
 
@@ -88,7 +87,10 @@ class MemoryPlan:
 
     @property
     def update_peak(self) -> float:
-        return sum(self.trainer.values())
+        """Everything held through the update, plus the larger of the activations and the
+        gradients: the backward frees each layer's activations as it writes its gradients,
+        so the two peak at opposite ends of it (measured: adding them overstates a peak)."""
+        return _held(self.trainer) + self.trainer["overhead"]
 
     @property
     def rollout_peak(self) -> float:
@@ -107,6 +109,17 @@ class MemoryPlan:
     def engine_device(self) -> float:
         """What a vLLM server needs beside the trainer (0 for the in-process engine)."""
         return sum(self.rollout.values()) if self.settings.engine == "vllm" else 0.0
+
+
+TRADED = ("activations", "gradients", "gradient buckets (DDP)")
+"""Items the backward trades against each other (activations freed, gradients written)."""
+
+
+def _held(items: dict[str, float]) -> float:
+    """The most held at once: every other item, and the larger side of ``TRADED``."""
+    others = sum(v for k, v in items.items() if k not in TRADED and k != "overhead")
+    gradients = items.get("gradients", 0.0) + items.get("gradient buckets (DDP)", 0.0)
+    return others + max(items.get("activations", 0.0), gradients)
 
 
 PERSISTENT = (
@@ -154,7 +167,7 @@ def plan_memory(shape: ModelShape, settings: PlanSettings) -> MemoryPlan:
         # step; bf16-mixed samples from bf16 weights), kept for the whole run.
         items["engine weights (in-process)"] = float(compute_bytes * total)
     items["activations"] = activation_bytes(shape, s)
-    items["overhead"] = OVERHEAD_FRACTION * sum(items.values()) + OVERHEAD_BYTES
+    items["overhead"] = OVERHEAD_FRACTION * _held(items) + OVERHEAD_BYTES
     engine = plan.rollout
     kv = shape.kv_bytes_per_token(2 if s.engine == "vllm" or s.precision == "bf16-mixed" else 4)
     engine["KV cache"] = float(kv * s.rollout_sequences * s.rollout_tokens)
@@ -193,11 +206,12 @@ def advice(plan: MemoryPlan, device_bytes: float) -> str | None:
     needs = f"{size} {kind} ({s.strategy}, {s.precision}) needs ~{plan.peak / GB:.0f} GB per device on {s.nproc} x {device_bytes / GB:.0f} GB"
     fixes, found = [], []
     for label, change in _candidate_changes(s):
-        if any(set(label.split(" and ")) >= set(other.split(" and ")) for other in found):
-            continue  # a change that already fits, with more changed
+        changed = {key for key, value in change.items() if getattr(s, key) != value}
+        if any(changed >= other for other in found):
+            continue  # the knobs of a change that fits already, turned further or with more
         candidate = plan_memory(shape, replace(s, **change))
         if candidate.peak <= device_bytes:
-            found.append(label)
+            found.append(changed)
             fixes.append(f"{label} (~{candidate.peak / GB:.0f} GB)")
             if len(fixes) == 2:
                 break
