@@ -59,7 +59,13 @@ def test_full_fine_tune_of_7b_by_hand():
     assert plan.trainer["weights (fp32 masters)"] == 4 * p
     assert plan.trainer["gradients"] == 4 * p
     assert plan.trainer["optimizer state (AdamW)"] == 8 * p  # 16 bytes a parameter: ~122 GB before activations
-    assert set(plan.trainer) == {"weights (fp32 masters)", "optimizer state (AdamW)", "gradients", "activations", "overhead"}
+    assert set(plan.trainer) == {
+        "weights (fp32 masters)",
+        "optimizer state (AdamW)",
+        "gradients",
+        "activations",
+        "overhead",
+    }
     # Gradients and activations peak at opposite ends of the backward: the larger counts.
     held = 12 * p + max(plan.trainer["activations"], 4 * p)
     assert plan.trainer["overhead"] == pytest.approx(OVERHEAD_FRACTION * held + OVERHEAD_BYTES)

@@ -8,9 +8,9 @@ import sys
 import threading
 
 from agentic_rl import __version__
-from agentic_rl.cli import agents, evaluate, finetune, listings, plan, report, retrieval, serve, train
+from agentic_rl.cli import agents, evaluate, finetune, listings, plan, report, retrieval, serve, show_config, train
 
-COMMANDS = (evaluate, listings, train, plan, finetune, report, retrieval, serve, agents)
+COMMANDS = (evaluate, listings, train, show_config, plan, finetune, report, retrieval, serve, agents)
 """The modules that register subcommands, in the order ``--help`` lists them."""
 
 

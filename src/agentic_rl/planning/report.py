@@ -25,7 +25,9 @@ def plan_table(plan: MemoryPlan) -> Table:
     table.add_column("GB", justify="right")
     for item, value in plan.trainer.items():
         table.add_row(item, f"{value / GB:.2f}")
-    table.add_row("[bold]update peak[/] (activations or gradients, the larger)", f"[bold]{plan.update_peak / GB:.2f}[/]")
+    table.add_row(
+        "[bold]update peak[/] (activations or gradients, the larger)", f"[bold]{plan.update_peak / GB:.2f}[/]"
+    )
     label = "rollout (in-process engine)" if s.engine == "hf" else "vLLM server (its own device)"
     for item, value in plan.rollout.items():
         table.add_row(f"{label}: {item}", f"{value / GB:.2f}")
