@@ -95,3 +95,17 @@ def test_config_prints_the_resolved_recipe_that_builds_back_to_itself(capsys) ->
     assert build(TrainConfig, printed) == expected
     assert main(["config", "smoke", "--set", "rollout.temprature=1"]) == 2
     assert "did you mean 'rollout.temperature'" in capsys.readouterr().err
+
+
+def test_an_env_in_the_working_directory_is_found_by_import_path(tmp_path, monkeypatch, capsys) -> None:
+    import json
+
+    (tmp_path / "my_env.py").write_text(
+        "from agentic_rl import envs\n\ndef make_env(**options):\n    return envs.make('arithmetic', **options)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    argv = ["eval", "--model", "tiny-random", "--env", "my_env:make_env", "--num-tasks", "1", "--k", "1"]
+    assert main([*argv, "--set", "rollout.max_new_tokens=4", "--set", "rollout.max_turns=1"]) == 0
+    assert json.loads(capsys.readouterr().out)["avg@1"] == 0.0
+    assert sys.path[-1] == str(tmp_path)  # appended: never shadows an installed package

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -37,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     from agentic_rl.training.pipeline import TrainingStopped
 
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    # Import paths in a config or on the command line (env.name: my_env:make_env, an agent
+    # program, a reward) find modules in the working directory, as with python -m; last, so
+    # a file there never shadows an installed package.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     if argv is None and threading.current_thread() is threading.main_thread():
         # SIGTERM (a scheduler, torchrun stopping its workers, `kill`) would end the process
         # without running finally blocks or atexit: managed vLLM servers and scratch folders

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 
 def _train_agent(args: argparse.Namespace) -> int:
@@ -14,7 +12,6 @@ def _train_agent(args: argparse.Namespace) -> int:
     from agentic_rl.imports import ImportPathError, import_object
     from agentic_rl.tracking.display import console, print_step
 
-    sys.path.insert(0, os.getcwd())  # the agent's module may sit in the working directory, as with python -m
     try:
         agent = import_object(args.agent, "agent")
         reward = import_object(args.reward, "--reward") if args.reward else None
