@@ -232,6 +232,8 @@ class TrajectoryGroup:
     trajectories: list[Trajectory] = field(default_factory=list)
     task_index: int | None = None
     """The task index it was sampled for (None where no index names the task, e.g. imported pairs)."""
+    baseline: Trajectory | None = None
+    """ReMax: a greedy (temperature 0) rollout of the same task, whose reward is the group's baseline."""
 
     @property
     def rewards(self) -> list[float]:

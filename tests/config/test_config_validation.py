@@ -95,8 +95,12 @@ def test_cli_prints_a_bad_name_in_one_line(capsys) -> None:
             "group_size: the grpo-passk advantage needs at least 2 samples per task",
         ),
         (
-            {"algorithm": {"advantage": "remax"}},
-            "algorithm.advantage: remax needs a greedy baseline rollout per task, which the trainer does not run yet",
+            {"algorithm": {"advantage": "remax"}, "distributed": {"engine": "ray"}},
+            "algorithm.advantage: remax runs with local rollouts for now (distributed.engine: local, no max_staleness)",
+        ),
+        (
+            {"algorithm": {"advantage": "remax", "rollout": "arpo"}},
+            "algorithm.advantage: remax samples a greedy baseline beside each group; use algorithm.rollout: group",
         ),
         (
             {"algorithm": {"clip_cov_lb": 2.0, "clip_cov_ub": 2.0}},

@@ -206,3 +206,30 @@ def test_config_errors_name_the_field() -> None:
         build(TrainConfig, {"algorithm": {"group_filter": "top"}})
     with pytest.raises(ConfigError, match="group_size"):
         build(TrainConfig, {"algorithm": {"preset": "gigpo"}, "group_size": 1})
+
+
+def test_remax_scores_each_sample_against_a_greedy_rollout_of_its_task(tiny) -> None:
+    trainer = _trainer(tiny, _config(advantage="remax"))
+    groups, kept, metrics = trainer._sample()
+    assert all(g.baseline is not None and g.baseline.infra_error is None for g in groups)
+    # The baseline is the greedy rollout: sampling the task again at temperature 0 gives its tokens.
+    model, tokenizer = trainer.model, trainer.tokenizer
+    greedy = rollout(
+        HFBackend(model, tokenizer),
+        TwoTurnEnv,
+        [groups[0].task_index],
+        config=trainer.config.rollout.model_copy(update={"temperature": 0.0}),
+        seed=123,
+    )[0].trajectories[0]
+    assert greedy.token_ids == groups[0].baseline.token_ids
+    assert metrics["remax_baseline_reward"] == pytest.approx(sum(g.baseline.reward for g in groups) / len(groups))
+    scored, _, _ = trainer.score_groups(kept, groups)
+    baseline_of = {g.group_id: g.baseline.reward for g in groups}  # no shaping terms configured
+    for row, trajectory in enumerate(scored.trajectories):
+        last = max(i for i, m in enumerate(trajectory.loss_mask) if m)
+        # The outcome sits on the last sampled token: A = r - b there (ReMax, gamma 1).
+        assert scored.advantages[row][last] == pytest.approx(
+            float(scored.rewards[row]) - baseline_of[trajectory.group_id]
+        )
+    metrics = trainer.step()[0]
+    assert "remax_baseline_reward" in metrics and metrics["step"] == 0

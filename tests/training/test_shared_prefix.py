@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentic_rl import anatomy
 from agentic_rl.anatomy import _shared_prefix_length
-from agentic_rl.models import anatomy
 from agentic_rl.training.batch import collate
 from agentic_rl.training.logprobs import token_logprobs
 

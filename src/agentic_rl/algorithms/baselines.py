@@ -44,8 +44,8 @@ def remax(inputs: AdvantageInputs) -> Tensor:
     the reward of a greedy (temperature 0) rollout of the trajectory's task. As verl's
     (its ``returns`` are a reverse cumulative sum, ours skip observation tokens).
 
-    The trainer does not run the greedy rollout yet, so a training config refuses
-    ``advantage: remax``; the function is for callers that have the baseline.
+    The RL trainer samples the greedy rollout beside each group (``TrajectoryGroup.baseline``)
+    and scores it like the samples (training/scoring.py).
     """
     if inputs.baseline_rewards is None:
         raise ValueError(

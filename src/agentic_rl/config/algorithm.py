@@ -24,7 +24,7 @@ class AlgorithmConfig(Section):
     preset: str = "grpo-tcr"
     """A name in agentic_rl.algorithms.PRESETS: grpo, dr-grpo, grpo-t, grpo-scr, grpo-tcr (default: token-level loss, clip-higher, overlong shaping, no KL), ppo, reinforce++, rloo, dapo, mt-grpo, gigpo, starpo-s, gspo, cispo, ..."""
     advantage: str
-    """Advantage estimator name in the registry (grpo, rloo, gae, reinforce++, opo, grpo-passk, ...; remax is not wired into training yet)."""
+    """Advantage estimator name in the registry (grpo, rloo, gae, reinforce++, opo, grpo-passk, remax, ...)."""
     policy_loss: str
     """Policy loss name in the registry: ppo-clip (PPO's clipped surrogate with clip-higher and dual clip), gspo, gspo-token, cispo, sapo, clip-cov, kl-cov, gpg, reinforce."""
     normalize_by_std: bool

@@ -579,9 +579,15 @@ class TrainConfig(Section):
         elif self.curriculum.enabled and self.curriculum.by == "env":
             raise ValueError("curriculum.by: env reweights the entries of an env.mix; with one env use by: task")
         if self.algorithm.advantage == "remax":
-            raise ValueError(
-                "algorithm.advantage: remax needs a greedy baseline rollout per task, which the trainer does not run yet"
-            )
+            # The greedy baseline rollout runs beside the group rollout of a local trainer.
+            if self.algorithm.rollout != "group":
+                raise ValueError(
+                    "algorithm.advantage: remax samples a greedy baseline beside each group; use algorithm.rollout: group"
+                )
+            if self.distributed.engine == "ray" or self.distributed.max_staleness is not None:
+                raise ValueError(
+                    "algorithm.advantage: remax runs with local rollouts for now (distributed.engine: local, no max_staleness)"
+                )
         if self.group_size == 1 and self.algorithm.advantage in (
             "grpo",
             "rloo",

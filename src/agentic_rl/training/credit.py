@@ -46,6 +46,7 @@ def build_advantage_inputs(
     token_kl: Sequence[Sequence[float]] | None = None,
     kl_coef: float = 0.0,
     token_values: Sequence[Sequence[float]] | None = None,
+    baseline_rewards: torch.Tensor | None = None,
 ) -> AdvantageInputs:
     """``AdvantageInputs`` for ``trajectories`` with ``rewards`` [B] (outcome + shaping) and
     ``group_index`` [B].
@@ -54,8 +55,9 @@ def build_advantage_inputs(
     on the last sampled token of the episode and, with ``token_kl`` rows, -kl_coef * KL on
     every sampled token (KL in the reward). With KL in the reward the sequence ``rewards``
     seen by outcome estimators are lowered by the same total. ``token_values`` rows give
-    ``values`` [B, T]. Anchor states are labelled per task group by the exact observation
-    tokens before the turn.
+    ``values`` [B, T]. ``baseline_rewards`` [B]: each row's baseline reward (ReMax's
+    greedy rollout of its task), passed through. Anchor states are labelled per task group
+    by the exact observation tokens before the turn.
     """
     width = max(len(t.token_ids) for t in trajectories)
     num_turns = max(1, max(len(t.turns) for t in trajectories))
@@ -105,4 +107,5 @@ def build_advantage_inputs(
         turn_mask=turn_mask,
         anchor_index=anchor_index,
         first_tool_turn=first_tool_turn,
+        baseline_rewards=baseline_rewards,
     )

@@ -85,17 +85,8 @@ def _sample_groups(
             if dist.is_main
             else None
         ), {}
-    if not dist.distributed:
-        return rollout(
-            trainer.backend,
-            trainer.make_env,
-            task_indices,
-            group_size=config.group_size,
-            config=config.rollout,
-            seed=seed,
-            training_step=trainer.step_index,
-        ), {}
     mine = list(range(dist.rank, len(task_indices), dist.world_size))
+    positions = mine if dist.distributed else None
     groups = rollout(
         trainer.backend,
         trainer.make_env,
@@ -103,10 +94,45 @@ def _sample_groups(
         group_size=config.group_size,
         config=config.rollout,
         seed=seed,
-        task_positions=mine,
+        task_positions=positions,
         training_step=trainer.step_index,
     )
-    return dist.gather_by_position(mine, groups, len(task_indices)), {}
+    if config.algorithm.advantage == "remax":
+        _add_greedy_baselines(trainer, groups, [task_indices[i] for i in mine], seed, positions)
+    if dist.distributed:
+        groups = dist.gather_by_position(mine, groups, len(task_indices))
+    metrics = {}
+    if config.algorithm.advantage == "remax":
+        metrics["remax_baseline_reward"] = sum(g.baseline.reward for g in groups) / max(len(groups), 1)
+    return groups, metrics
+
+
+def _add_greedy_baselines(
+    trainer: RLTrainer,
+    groups: list[TrajectoryGroup],
+    task_indices: list[int],
+    seed: int,
+    positions: list[int] | None,
+) -> None:
+    """ReMax: each group's task rolled out once more, greedily (temperature 0, the policy's
+    most likely answer), as its baseline. A baseline that failed for infrastructure reasons
+    leaves its group unscorable: the group's samples leave the loss as infra failures."""
+    greedy = trainer.config.rollout.model_copy(update={"temperature": 0.0})
+    baselines = rollout(
+        trainer.backend,
+        trainer.make_env,
+        task_indices,
+        group_size=1,
+        config=greedy,
+        seed=seed,  # greedy: no randomness to draw
+        task_positions=positions,
+        training_step=trainer.step_index,
+    )
+    for group, baseline in zip(groups, baselines, strict=True):
+        group.baseline = baseline.trajectories[0]
+        if group.baseline.infra_error is not None:
+            for trajectory in group.trajectories:
+                trajectory.infra_error = trajectory.infra_error or f"remax baseline: {group.baseline.infra_error}"
 
 
 def _sample_arpo(

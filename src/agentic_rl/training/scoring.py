@@ -129,6 +129,9 @@ def score(
         token_kl=token_kl if algorithm.kl_in_reward else None,
         kl_coef=algorithm.kl_coef,
         token_values=token_values,
+        baseline_rewards=baseline_rewards(groups, usable, algorithm, max_total_tokens, reward, step)
+        if algorithm.advantage == "remax"
+        else None,
     )
     advantages = compute_advantages(algorithm.advantage, inputs, **algorithm.advantage_params())
     if attribution == "hard" and (shared := branch_common_prefix(usable)) is not None:
@@ -142,6 +145,26 @@ def score(
         scored.returns = [returns[row, : len(t.token_ids)].tolist() for row, t in enumerate(usable)]
         scored.old_values = [list(values) for values in token_values]
     return scored
+
+
+def baseline_rewards(
+    groups: list[TrajectoryGroup],
+    usable: list[Trajectory],
+    algorithm: AlgorithmConfig,
+    max_total_tokens: int,
+    reward: RewardConfig | None,
+    step: int,
+) -> torch.Tensor:
+    """[B]: the shaped reward of each usable row's group baseline (ReMax's greedy rollout),
+    scored exactly as the samples are (the same shaping terms)."""
+    baseline_of = {g.group_id: g.baseline for g in groups}
+    missing = sorted({t.group_id for t in usable if baseline_of.get(t.group_id) is None})
+    if missing:
+        raise ValueError(
+            f"algorithm.advantage: remax needs a greedy baseline rollout per group; group {missing[0]} has none"
+        )
+    baselines = [baseline_of[t.group_id] for t in usable]
+    return shaped_rewards(baselines, algorithm, max_total_tokens=max_total_tokens, reward=reward, step=step)
 
 
 def _score_with_segments(
