@@ -23,7 +23,8 @@ Llama-style layer keeps for its backward (norm outputs, q/k/v, attention output,
 MLP's gate, up, activation and product). fp32 was fitted to the live-memory peaks of the
 embedded model at 2k and 8k tokens (benchmarks/memory_plan.py; 42.3 and 41.7 KB per token
 and layer measured, 41.5 planned); bf16-mixed counts the tensors autocast keeps (float32
-norms, bf16 casts of each projection's input) and is not yet checked against a CUDA peak."""
+norms, bf16 casts of each projection's input): CPU autocast peaks came within 2-7% of it
+(the embedded model at 2k and 8k tokens); not yet checked against a CUDA peak."""
 
 CHECKPOINTED_LAYERS = 1
 """With gradient checkpointing, the layers' worth of activations the backward holds at
