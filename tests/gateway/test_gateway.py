@@ -81,6 +81,7 @@ def test_concurrent_requests_get_what_they_would_get_alone(client) -> None:
         ({"model": "tiny", "messages": HELLO, "tools": [{"type": "function"}]}, "tools"),
         ({"model": "tiny", "messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"model": "tiny", "messages": HELLO, "top_logprobs": 3}, "top_logprobs"),
+        ({"model": "tiny", "messages": HELLO, "stream": True, "stream_options": "usage"}, "stream_options"),
     ],
 )
 def test_bad_requests_are_openai_style_400s(server, body, param) -> None:
