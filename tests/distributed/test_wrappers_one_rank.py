@@ -25,21 +25,23 @@ reduces float32 gradients: the same bf16 inputs to the products, other rounding 
 them (measured below 1e-2)."""
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_one_rank_wrapper_steps_like_no_wrapper(strategy, precision, device, tmp_path):
+@pytest.fixture(scope="module", params=DEVICES)
+def results(request, tmp_path_factory) -> dict:
+    """Every strategy x precision on ``device``, in one worker process (startup dominates)."""
+    store = tmp_path_factory.mktemp("store") / "store"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, str(WORKER), strategy, precision, device, str(tmp_path / "store")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, str(WORKER), request.param, str(store)], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["backend"] == ("nccl" if device == "cuda" else "gloo")
+    return {"device": request.param, **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_one_rank_wrapper_steps_like_no_wrapper(results, strategy, precision):
+    result = results[f"{strategy}-{precision}"]
+    assert result["backend"] == ("nccl" if results["device"] == "cuda" else "gloo")
     assert result["loss"] == pytest.approx(result["plain_loss"], rel=TOLERANCE[precision])
     assert result["grad_rel_error"] < TOLERANCE[precision], result
     # AdamW's first step moves each weight by lr (1e-3) in its gradient's sign: fp32 gives

@@ -2,7 +2,7 @@
 process group (nccl on a GPU, gloo on the CPU), against the same step without a wrapper.
 Run by ``tests/distributed/test_wrappers_one_rank.py``; prints the differences as JSON.
 
-    python wrapper_worker.py STRATEGY PRECISION DEVICE STORE_FILE
+    python wrapper_worker.py DEVICE STORE_FILE     (every strategy x precision, one JSON line)
 
 A one-rank group is what a machine with one GPU can run of the multi-GPU path: DDP's
 all-reduce and FSDP2's all-gather / reduce-scatter over NCCL, its bf16 parameter casts and
@@ -45,27 +45,28 @@ def step(root, model, ids, mask):
 
 
 def main() -> None:
-    strategy_name, precision, device, store_file = sys.argv[1:5]
+    device, store_file = sys.argv[1:3]
     backend = "nccl" if device == "cuda" else "gloo"
     if device == "cuda":
         torch.cuda.set_device(0)
     dist.init_process_group(backend, store=dist.FileStore(store_file, 1), rank=0, world_size=1)
-    model, _ = load("tiny-random", device=device)
-    set_compute_precision(model, precision)
-    model.train()
-    plain = copy.deepcopy(model)
-    context = DistContext(rank=0, world_size=1)
-    strategy = DDPStrategy(context) if strategy_name == "ddp" else FSDP2Strategy(context, precision=precision)
-    wrapped = strategy.wrap(PolicyLogprobs(model), list(split_model(model)[0].layers))
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (4, 64), generator=generator).to(device)
-    mask = torch.ones_like(ids)
-    loss, grads, weights = step(wrapped, model, ids, mask)
-    plain_loss, plain_grads, plain_weights = step(PolicyLogprobs(plain), plain, ids, mask)
-    names = list(plain_grads)
-    print(
-        json.dumps(
-            {
+    results = {}
+    for strategy_name in ("ddp", "fsdp2"):
+        for precision in ("fp32", "bf16-mixed"):
+            model, _ = load("tiny-random", device=device)
+            set_compute_precision(model, precision)
+            model.train()
+            plain = copy.deepcopy(model)
+            context = DistContext(rank=0, world_size=1)
+            strategy = DDPStrategy(context) if strategy_name == "ddp" else FSDP2Strategy(context, precision=precision)
+            wrapped = strategy.wrap(PolicyLogprobs(model), list(split_model(model)[0].layers))
+            generator = torch.Generator().manual_seed(0)
+            ids = torch.randint(0, model.config.vocab_size, (4, 64), generator=generator).to(device)
+            mask = torch.ones_like(ids)
+            loss, grads, weights = step(wrapped, model, ids, mask)
+            plain_loss, plain_grads, plain_weights = step(PolicyLogprobs(plain), plain, ids, mask)
+            names = list(plain_grads)
+            results[f"{strategy_name}-{precision}"] = {
                 "backend": dist.get_backend(),
                 "loss": loss,
                 "plain_loss": plain_loss,
@@ -74,8 +75,7 @@ def main() -> None:
                 ),
                 "weight_max_diff": max(float((weights[n] - plain_weights[n]).abs().max()) for n in names),
             }
-        )
-    )
+    print(json.dumps(results))
     dist.destroy_process_group()
 
 

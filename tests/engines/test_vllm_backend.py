@@ -404,9 +404,10 @@ def test_a_server_started_without_lora_is_named_as_the_problem(backend, lora_tin
         other.close()
 
 
-def test_vllm_runs_with_one_trainer_process() -> None:
-    with pytest.raises(ValueError, match="backend.kind: vllm runs with one trainer process for now"):
-        check_world_size(TrainConfig.model_validate({"backend": {"kind": "vllm"}}), 2)
+def test_vllm_with_several_trainer_processes_but_not_lora_yet() -> None:
+    check_world_size(TrainConfig.model_validate({"backend": {"kind": "vllm"}}), 2)  # one shared server
+    with pytest.raises(ValueError, match="lora.enabled: LoRA with backend.kind vllm runs with one trainer process"):
+        check_world_size(TrainConfig.model_validate({"backend": {"kind": "vllm"}, "lora": {"enabled": True}}), 2)
 
 
 @pytest.mark.parametrize("lora", [False, True])

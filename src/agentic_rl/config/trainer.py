@@ -54,7 +54,9 @@ def check_world_size(config, world_size: int) -> None:
         raise ValueError(
             f"trainer.strategy: 'single' runs one process; with {world_size} processes use ddp or fsdp2 (or auto)"
         )
-    if config.backend.kind in ("vllm", "sglang"):
+    if config.backend.kind == "sglang":
+        raise ValueError("backend.kind: sglang runs with one trainer process for now (drop --nproc, or use vllm or hf)")
+    if config.backend.kind == "vllm" and config.lora.enabled:
         raise ValueError(
-            f"backend.kind: {config.backend.kind} runs with one trainer process for now (drop --nproc or use backend.kind hf)"
+            "lora.enabled: LoRA with backend.kind vllm runs with one trainer process for now (drop --nproc, or use backend.kind hf)"
         )

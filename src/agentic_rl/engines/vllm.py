@@ -165,15 +165,21 @@ class VLLMBackend(RemoteTokenBackend):
         super().close()
 
 
-def build_vllm_backend(config, model_name: str, *, loaded=None) -> VLLMBackend:
+def build_vllm_backend(config, model_name: str, *, loaded=None, follower_of: str | None = None) -> VLLMBackend:
     """The vllm backend a ``BackendConfig`` describes: ``config.base_url``'s running server
     (weights pushed through a scratch folder it must be able to read), or a managed server
     started from ``config.python`` on a folder holding ``loaded``'s model (default: the
     model ``model_name`` loaded once on the CPU to write that folder). A LoRA model's server
-    holds its base weights and is started to take adapters of its rank."""
+    holds its base weights and is started to take adapters of its rank. ``follower_of``:
+    the URL of a server another trainer rank owns and pushes weights into; this backend
+    only sends requests (distributed/shared_server.py)."""
     dtype_name = server_dtype(config.dtype)
     dtype = getattr(torch, dtype_name)
     options = {"weights_dtype": dtype, "max_concurrency": config.max_concurrency, "timeout_s": config.request_timeout_s}
+    if follower_of is not None:
+        from agentic_rl.models import load_tokenizer
+
+        return VLLMBackend(loaded[1] if loaded is not None else load_tokenizer(model_name), follower_of, **options)
     if config.base_url:
         from agentic_rl.models import load_tokenizer
 

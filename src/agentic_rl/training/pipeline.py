@@ -20,6 +20,7 @@ import torch
 from agentic_rl.accel import release_memory
 from agentic_rl.config import ConfigError, TrainConfig, build, redact_url, resume_config
 from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distributed, shutdown
+from agentic_rl.distributed.shared_server import shared_server_backend
 from agentic_rl.engines.factory import build_backend
 from agentic_rl.envs import env_factory, mixed_spec_of
 from agentic_rl.models import load, resolve_device
@@ -261,9 +262,14 @@ def _train(
             if not config.backend.base_url
             else f"connecting to the vLLM server at {redact_url(config.backend.base_url)}"
         )
-    backend = build_backend(
-        config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision, own_copy=own_copy
-    )
+    if dist.distributed and config.backend.kind == "vllm":  # one server for every rank, rank 0 pushes
+        backend = shared_server_backend(
+            config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision, dist=dist
+        )
+    else:
+        backend = build_backend(
+            config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision, own_copy=own_copy
+        )
     try:
         state = RunState(
             config,

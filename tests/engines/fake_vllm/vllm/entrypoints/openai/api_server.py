@@ -18,7 +18,10 @@ sum and the ``--max-lora-rank``. A completion naming the adapter has log-prob ``
 ``logprobs`` per event, the finish reason on the last, then ``[DONE]``), as vLLM does.
 ``POST /fake/slow {"delay_s", "tokens"}`` makes completions sample ``tokens`` ids (no stop
 token) at ``delay_s`` each; a stream whose client went away stops sampling and is counted
-in ``/fake/state``'s ``aborted``.
+in ``/fake/state``'s ``aborted``. ``POST /fake/slow_reload {"delay_s"}`` makes every
+reload take that long; completions that arrive meanwhile are counted in
+``during_reload`` (a trainer that samples before its weight sync finished);
+``POST /fake/fail_reload {"n"}`` makes the next N reloads answer HTTP 500.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class State:
         self.adapters: dict[str, str] = {}
         self.lora_loads = 0
         self.lora_sum = None
+        self.reload_delay_s = 0.0
+        self.reloading = False
+        self.during_reload = 0
+        self.fail_reload = 0
         self.lock = threading.Lock()
 
 
@@ -122,6 +129,7 @@ def make_handler(state: State):
                             "lora_sum": state.lora_sum,
                             "adapters": state.adapters,
                             "max_lora_rank": state.max_lora_rank,
+                            "during_reload": state.during_reload,
                         },
                     )
             else:
@@ -141,15 +149,35 @@ def make_handler(state: State):
                     state.delay_s, state.slow_tokens = float(body["delay_s"]), int(body["tokens"])
                 self._send(200, {})
                 return
+            if self.path == "/fake/fail_reload":
+                with state.lock:
+                    state.fail_reload = int(body["n"])
+                self._send(200, {})
+                return
+            if self.path == "/fake/slow_reload":
+                with state.lock:
+                    state.reload_delay_s = float(body["delay_s"])
+                self._send(200, {})
+                return
             if self.path == "/collective_rpc":
                 if body.get("method") != "reload_weights":
                     self._send(400, {"error": {"message": "unknown method"}})
                     return
                 from safetensors.torch import load_file
 
+                with state.lock:
+                    failing = state.fail_reload > 0
+                    state.fail_reload -= failing
+                if failing:
+                    self._send(500, {"error": {"message": "scripted reload failure"}})
+                    return
+                with state.lock:
+                    state.reloading = True
+                time.sleep(state.reload_delay_s)
                 tensors = load_file(str(Path(body["kwargs"]["weights_path"]) / "model.safetensors"))
                 with state.lock:
                     state.reloads += 1
+                    state.reloading = False
                     state.weights_sum = float(sum(float(t.double().sum()) for t in tensors.values()))
                 self._send(200, {"results": [None]})
                 return
@@ -176,6 +204,7 @@ def make_handler(state: State):
             if self.path == "/v1/completions":
                 with state.lock:
                     state.requests.append(body)
+                    state.during_reload += state.reloading
                     failing = state.fail_next > 0
                     state.fail_next -= failing
                     reloads = state.reloads
