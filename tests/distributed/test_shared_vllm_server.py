@@ -78,3 +78,37 @@ def test_a_failed_push_ends_every_rank_with_one_line(fake_server, tmp_path) -> N
     # which may not get to print it); none is left waiting for a collective.
     assert lines and len(set(lines)) == 1, done.stderr[-3000:]
     assert "HTTP 500" in lines[0] and "scripted reload failure" in lines[0]
+
+
+@pytest.mark.slow
+def test_the_ray_trainer_group_runs_on_vllm_servers(tmp_path, monkeypatch) -> None:
+    """`--nproc 2` with `distributed.engine: ray`: the trainer ranks are Ray actors, the Ray
+    rollout worker samples from its own managed vLLM server and rank 0 evaluates on the
+    shared one."""
+    pytest.importorskip("ray")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKE), os.environ.get("PYTHONPATH", "")]))
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "agentic_rl", "train", "smoke", "--nproc", "2", "--output-dir", str(run)]
+    for setting in (
+        "backend.kind=vllm",
+        f"backend.python={sys.executable}",
+        "distributed.engine=ray",
+        "distributed.trainer_cpus=0.5",
+        "distributed.worker_cpus=0.5",
+        "precision=fp32",
+        "skip_zero_advantage=false",
+        "checkpoint_every=0",
+        "tracking.report=false",
+    ):
+        command += ["--set", setting]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [0, 1] and all(s["skipped_infra"] == 0.0 for s in steps)
+    rows = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+    versions = {}
+    for row in rows:
+        versions.setdefault(row["step"], set()).update(row["weight_versions"])
+    assert versions[1] == {v + 1 for v in versions[0]}  # the worker's server got the weights of step 0

@@ -223,3 +223,57 @@ def test_the_server_follows_the_trainers_lora_adapters(served_lora) -> None:
         ].weight_version
         == version
     )
+
+
+def test_two_fsdp2_ranks_train_on_one_server(served, tmp_path) -> None:
+    """`agentic-rl train --nproc 2` with FSDP2 on the module's server: rank 0 pushes after each
+    step, both ranks sample from it, and the server ends on the run's final weights. The
+    server starts on perturbed weights, so only a push from the run can bring it there.
+    (Last in the module: it moves the server's weights; they are put back at the end.)"""
+    import copy
+    import json
+    import subprocess
+    import sys
+
+    model, tokenizer, backend = served
+    prompt = _prompt(tokenizer)
+    completion = backend.generate(
+        [prompt], SamplingParams(temperature=0, max_new_tokens=16), stop_token_ids=[tokenizer.eos_token_id]
+    )[0].token_ids
+    perturbed = copy.deepcopy(model)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in perturbed.named_parameters():
+            if "mlp" in name:
+                parameter.add_(torch.randn_like(parameter) * 0.02)
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "agentic_rl", "train", "smoke", "--nproc", "2", "--output-dir", str(run)]
+    for setting in (
+        "model.name=smollm2-135m",
+        "backend.kind=vllm",
+        f"backend.base_url={backend.base_url}",
+        "trainer.strategy=fsdp2",
+        "precision=fp32",
+        "skip_zero_advantage=false",
+        "rollout.max_new_tokens=32",
+        "eval.num_tasks=2",
+        "checkpoint_every=0",
+        "tracking.report=false",
+    ):
+        command += ["--set", setting]
+    try:
+        backend.sync_weights(perturbed)
+        far = _trainer_logprobs(perturbed, prompt, completion)
+        done = subprocess.run(
+            command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=1200
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [s["step"] for s in steps] == [0, 1] and all(s["weight_sync_time_s"] > 0 for s in steps)
+        final, _ = load(str(run / "final"), device="cpu")
+        served_now = _server_logprobs(backend, prompt, completion)
+        trained = _trainer_logprobs(final, prompt, completion)
+        assert (served_now - trained).abs().max() < BF16_TOLERANCE  # the server holds the run's final weights
+        assert (served_now - far).abs().max() > 4 * BF16_TOLERANCE  # not the perturbed ones it started on
+    finally:
+        backend.sync_weights(model)
