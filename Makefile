@@ -50,7 +50,7 @@ eval-demo: install
 	$(BIN)/agentic-rl eval --model smollm2-135m --env arithmetic --set env.phrasing=words --set 'env.operators=-*' --num-tasks 32 --k 4 --set env.few_shot=4 --output runs/eval.json
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m "not slow"
