@@ -254,22 +254,7 @@ def _train(
     )
     if not task_indices:
         raise ConfigError(f"task_offset: {config.task_offset} leaves no training tasks")
-    # A sharded trainer's parameters cannot decode: its engine holds a full copy.
-    own_copy = config.trainer.strategy == "fsdp2"
-    if config.backend.kind == "vllm":
-        events.on_stage(
-            "starting the vLLM server (the first start compiles: minutes)"
-            if not config.backend.base_url
-            else f"connecting to the vLLM server at {redact_url(config.backend.base_url)}"
-        )
-    if dist.distributed and config.backend.kind == "vllm":  # one server for every rank, rank 0 pushes
-        backend = shared_server_backend(
-            config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision, dist=dist
-        )
-    else:
-        backend = build_backend(
-            config.backend, config.model, loaded=(model, tokenizer), precision=precision.precision, own_copy=own_copy
-        )
+    backend = _engine(config, (model, tokenizer), precision.precision, dist, events)
     try:
         state = RunState(
             config,
@@ -296,3 +281,18 @@ def _train(
     finally:
         backend.close()  # e.g. stops a managed vLLM server
     return TrainResult(run.path, state.evals, state.steps)
+
+
+def _engine(config: TrainConfig, loaded, precision: str, dist: DistContext, events: RunEvents):
+    """The run's inference engine on the trainer's model (``loaded``: model, tokenizer)."""
+    if config.backend.kind == "vllm":
+        events.on_stage(
+            "starting the vLLM server (the first start compiles: minutes)"
+            if not config.backend.base_url
+            else f"connecting to the vLLM server at {redact_url(config.backend.base_url)}"
+        )
+        if dist.distributed:  # one server for every rank, rank 0 pushes
+            return shared_server_backend(config.backend, config.model, loaded=loaded, precision=precision, dist=dist)
+    # A sharded trainer's parameters cannot decode: its engine holds a full copy.
+    own_copy = config.trainer.strategy == "fsdp2"
+    return build_backend(config.backend, config.model, loaded=loaded, precision=precision, own_copy=own_copy)
