@@ -19,6 +19,7 @@ import sys
 import traceback
 import warnings  # noqa: F401 -- os.execvp imports it
 
+import _worker_seccomp
 from _worker_isolation import drop_privileges, new_ipc_namespace
 
 MB = 1024 * 1024
@@ -92,13 +93,15 @@ def prepare_child(
     drop: bool,
     uid: int | None,
     own_ipc: bool,
+    seccomp: bool,
 ) -> None:
     """Turn the freshly forked process into the call's sandboxed child (before any user code).
 
     ``fds``: the child's ends of the (stdout, stderr, control, status) pipes. Limits are
     set while still privileged (hard limits can then never be raised), then the call gets
     its own IPC namespace (``own_ipc``: when the worker has none of its own to clean after
-    each call) and drops to ``uid`` without capabilities.
+    each call), drops to ``uid`` without capabilities and, where the worker's probe
+    verified it (``seccomp``), installs the syscall filter (``_worker_seccomp``).
     """
     os.setsid()
     _redirect_fds(*fds)
@@ -110,6 +113,8 @@ def prepare_child(
         new_ipc_namespace()  # verified at worker start (``ipc_ns`` in its report)
     if drop:
         drop_privileges(uid)
+    if seccomp:
+        _worker_seccomp.install()  # fails closed: an error here ends the child before any code
     _scrub_environment()
 
 

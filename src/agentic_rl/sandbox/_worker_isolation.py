@@ -10,6 +10,8 @@ import ctypes
 import json
 import os
 
+import _worker_seccomp
+
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
 CLONE_NEWIPC = 0x08000000
 SANDBOX_MOUNT = "/tmp/sandbox"
@@ -286,11 +288,11 @@ def _capabilities_empty() -> bool:
 
 def probe_child(uid: int | None) -> dict:
     """Verify in a throwaway child what a call's child will get: a private IPC namespace,
-    no capabilities, and ``uid`` with no way back to root."""
+    no capabilities, ``uid`` with no way back to root, and the seccomp filter."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
-        result = {"ipc_ns": False, "caps_dropped": False, "uid": None}
+        result = {"ipc_ns": False, "caps_dropped": False, "uid": None, "seccomp": False}
         try:
             os.close(read_end)
             before = os.stat("/proc/self/ns/ipc").st_ino
@@ -307,6 +309,12 @@ def probe_child(uid: int | None) -> dict:
                     pass
             if len(ids) == 1 and not regained and (uid is None or not os.getgroups()):
                 result["uid"] = os.getuid()
+            before = _worker_seccomp.filters()
+            try:
+                _worker_seccomp.install()
+                result["seccomp"] = _worker_seccomp.verify(before)
+            except (OSError, ValueError) as error:
+                result["seccomp_error"] = str(error)
         except BaseException as error:
             result["error"] = f"{type(error).__name__}: {error}"
         os.write(write_end, json.dumps(result).encode())

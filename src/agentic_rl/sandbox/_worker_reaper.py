@@ -34,6 +34,14 @@ def reap() -> None:
             return
 
 
+def _others(spare: int | None) -> list[int]:
+    """Every process of the worker's PID namespace but the worker (1) and ``spare``."""
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) not in (1, spare)]
+    except OSError:
+        return []
+
+
 def _children() -> list[int]:
     """Live children of the worker (the worker is single-threaded: one task)."""
     try:
@@ -43,35 +51,30 @@ def _children() -> list[int]:
         return []
 
 
-def _others_alive() -> bool:
-    try:
-        return any(name.isdigit() and name != "1" for name in os.listdir("/proc"))
-    except OSError:
-        return False
-
-
-def _kill_pid_namespace() -> None:
-    # As init of its own PID namespace, kill(-1) reaches exactly the sandbox.
-    for _ in range(50):
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        except OSError:
-            pass
-        reap()
-        if not _others_alive():
+def _kill_pid_namespace(spare: int | None) -> None:
+    # The worker is init of its own PID namespace: every other process in it, but the
+    # zygote (``spare``), is the sandbox's. Stopped first, so none forks while the rest die.
+    for _ in range(500):
+        others = _others(spare)
+        if not others:
             break
-        time.sleep(0.002)
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in others:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+        reap()
+        time.sleep(0.001)
 
 
-def _kill_children() -> None:
+def _kill_children(spare: int | None) -> None:
     # The worker is a child subreaper: orphans of the call (setsid'd daemons) are
     # re-parented to it, so killing its children until none is left reaches them
     # even without a PID namespace or cgroups.
     for _ in range(500):
         reap()
-        children = _children()
+        children = [pid for pid in _children() if pid != spare]
         if not children:
             break
         for pid in children:
@@ -96,8 +99,8 @@ def read_cgroup_file(dir_fd: int, name: str) -> str:
         os.close(fd)
 
 
-def _kill_cgroup(cgroups: dict) -> None:
-    """Kill every other member of the first of the pids / memory cgroups the worker has."""
+def _kill_cgroup(cgroups: dict, spare: int | None) -> None:
+    """Kill every member but the worker and ``spare`` of the first of the pids / memory cgroups the worker has."""
     for controller in ("pids", "memory"):
         dir_fd = cgroups.get(controller)
         if dir_fd is None:
@@ -105,7 +108,7 @@ def _kill_cgroup(cgroups: dict) -> None:
         me = os.getpid()
         for _ in range(1000):
             try:
-                pids = [int(p) for p in read_cgroup_file(dir_fd, "cgroup.procs").split() if int(p) != me]
+                pids = [int(p) for p in read_cgroup_file(dir_fd, "cgroup.procs").split() if int(p) not in (me, spare)]
             except OSError:
                 break
             if not pids:
@@ -120,13 +123,14 @@ def _kill_cgroup(cgroups: dict) -> None:
         break
 
 
-def kill_leftovers(pid_ns: bool, cgroups: dict) -> None:
-    """Kill everything the call left behind (daemons, setsid'd grandchildren)."""
+def kill_leftovers(pid_ns: bool, cgroups: dict, spare: int | None = None) -> None:
+    """Kill everything the call left behind (daemons, setsid'd grandchildren), sparing the
+    zygote (``spare``, whose pid the worker knows: its own child, which never runs code)."""
     if pid_ns:
-        _kill_pid_namespace()
+        _kill_pid_namespace(spare)
     else:
-        _kill_children()
-    _kill_cgroup(cgroups)
+        _kill_children(spare)
+    _kill_cgroup(cgroups, spare)
     reap()
 
 

@@ -19,6 +19,7 @@ import sys
 import time
 
 from _worker_child import prepare_child, serve_cells
+from _worker_files import empty_dir, write_beneath
 from _worker_isolation import (
     become_subreaper,
     bind_workdir,
@@ -30,8 +31,11 @@ from _worker_isolation import (
     split_workdirs,
 )
 from _worker_reaper import kill_group, kill_leftovers, oom_seen
+from _worker_zygote import Zygote
 
 READ_SIZE = 1 << 16
+CHILD_PARAMS = ("cpu_s", "memory_mb", "file_size_mb", "open_files", "keep")
+"""What of a request the zygote passes to the call's child (never the code or the files)."""
 CPU_CHECK_S = 0.25
 """How often a session cell's CPU time is counted (``_pump``)."""
 
@@ -278,38 +282,52 @@ class Worker:
             ipc_ns=self.worker_ipc_ns or bool(probe.get("ipc_ns")),
             caps_dropped=bool(probe.get("caps_dropped")),
             uid=probe.get("uid"),
+            seccomp=bool(probe.get("seccomp")),
         )
+        if probe.get("seccomp_error"):
+            self.report["seccomp_error"] = probe["seccomp_error"]
         self.uid = uid if probe.get("uid") == uid else None
         self.drop = bool(probe.get("caps_dropped")) or self.uid is not None
+        # Each call in an IPC namespace of its own where the probe could make one (SysV and
+        # POSIX message queues die with it); else the worker's own one, emptied after each call.
+        self.own_ipc = bool(probe.get("ipc_ns"))
+        self.seccomp = self.report["seccomp"]
+        self.zygote = Zygote(self._child_main)  # before any request was read
 
     # ------------------------------------------------------------------ child
-    def _child_main(self, request: dict, fds: tuple[int, int, int, int]) -> None:
-        """In the forked child: limits, privileges, then a loop running cells."""
-        prepare_child(
-            request, fds, self._workdir(request), self.config.get("nproc"), self.drop, self.uid, not self.worker_ipc_ns
-        )
-        del request
-        self.config = None  # nothing of the worker's state for the user code
-        serve_cells()
+    def _child_main(self, params: dict, fds: tuple[int, int, int, int]) -> None:
+        """In the call's child (forked by the zygote): limits, privileges, then a loop running cells."""
+        try:
+            prepare_child(
+                params,
+                fds,
+                params["workdir"],
+                self.config.get("nproc"),
+                self.drop,
+                self.uid,
+                self.own_ipc,
+                self.seccomp,
+            )
+            self.config = None  # nothing of the worker's state for the user code
+            serve_cells()
+        except BaseException as error:
+            try:
+                os.write(2, f"sandbox setup failed: {error}\n".encode())
+            except BaseException:
+                pass
+        os._exit(70)
 
     def _spawn(self, request: dict) -> dict:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
         st_r, st_w = os.pipe()
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                self._child_main(request, (out_w, err_w, ctl_r, st_w))
-            except BaseException as error:
-                try:
-                    os.write(2, f"sandbox setup failed: {error}\n".encode())
-                except BaseException:
-                    pass
-            os._exit(70)
-        for fd in (out_w, err_w, ctl_r, st_w):
-            os.close(fd)
+        params = {key: request[key] for key in CHILD_PARAMS if key in request}
+        try:
+            pid = self.zygote.spawn({**params, "workdir": self._workdir(request)}, (out_w, err_w, ctl_r, st_w))
+        finally:
+            for fd in (out_w, err_w, ctl_r, st_w):
+                os.close(fd)
         for fd in (out_r, err_r, st_r):
             os.set_blocking(fd, False)
         return {"pid": pid, "out": out_r, "err": err_r, "ctl": ctl_w, "status": st_r}
@@ -330,26 +348,19 @@ class Worker:
         elif not os.path.isdir(workdir):
             os.mkdir(workdir, 0o700)
             self._own(workdir)
+        if not (request.get("keep") and self.child is not None):
+            empty_dir(workdir)  # a fresh child starts in an empty dir, whatever an earlier call left
+            self._own(workdir)
         for relative, encoded in (request.get("files") or {}).items():
-            target = os.path.normpath(os.path.join(workdir, relative))
-            if not target.startswith(workdir + os.sep):
-                raise ValueError(f"file path escapes the work dir: {relative!r}")
-            parent = os.path.dirname(target)
-            missing = []
-            while not os.path.isdir(parent):
-                missing.append(parent)
-                parent = os.path.dirname(parent)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with open(target, "wb") as handle:
-                handle.write(base64.b64decode(encoded))
-            for path in [target, *missing]:
-                self._own(path)
+            write_beneath(workdir, relative, base64.b64decode(encoded), self.uid)
         return workdir
 
     def _clean_ipc(self) -> None:
-        """SysV objects a call made die with it (once every process of the call is gone)."""
-        if self.worker_ipc_ns:
+        """What a call left in shared memory dies with it (once every process of the call is gone)."""
+        if self.worker_ipc_ns and not self.own_ipc:
             remove_sysv_ipc()
+        if self.report.get("private_dev"):
+            empty_dir("/dev/shm", 0o1777)
 
     def _own(self, path: str) -> None:
         """The unprivileged call owns its scratch dir and the files placed in it."""
@@ -376,7 +387,7 @@ class Worker:
                 exit_status = None
         _drain(chunks, limit)
         _close_all((child["out"], child["err"], child["status"], child["ctl"]))
-        kill_leftovers(self.pid_ns, self.cgroups)
+        kill_leftovers(self.pid_ns, self.cgroups, self.zygote.pid)
         self._clean_ipc()
         self.child, self.child_pipes = None, {}
         if not keep:
@@ -397,14 +408,8 @@ class Worker:
             shutil.rmtree(workdir, ignore_errors=True)
             return
         writable = os.path.join(self.writable_base, slot)
-        # The code owned this dir: it may have changed its mode or left unreadable entries.
-        os.chmod(writable, 0o700)
+        empty_dir(writable)  # the code owned this dir: links in it are removed, never followed
         self._own(writable)
-        for entry in os.scandir(writable):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
 
     def run(self, request: dict) -> dict:
         start = time.monotonic()
@@ -468,6 +473,6 @@ class Worker:
             pipes = self.child_pipes
             _close_all((pipes["out"], pipes["err"], pipes["status"], pipes["ctl"]))
             self.child, self.child_pipes = None, {}
-            kill_leftovers(self.pid_ns, self.cgroups)
+            kill_leftovers(self.pid_ns, self.cgroups, self.zygote.pid)
             self._clean_ipc()
         self._remove_dir(os.path.join(self.base, "session"))

@@ -90,6 +90,9 @@ class Isolation:
     """/sys is an empty read-only tmpfs (no kernel knobs, no cgroup files)."""
     private_dev: bool = False
     """/dev holds only null, zero, full, random, urandom (and a private /dev/shm)."""
+    seccomp: bool = False
+    """A seccomp filter refuses namespaces (user namespaces included), mounts, ptrace, the
+    keyring, bpf, perf_event_open, io_uring, module loading and like calls (verified)."""
     homes_hidden: bool = False
     """/home, /root, /run, /tmp (and like dirs) are empty tmpfs, save the interpreter's paths."""
     cgroup_memory: bool = False
@@ -131,6 +134,7 @@ FEATURES = (
     "sys_hidden",
     "private_dev",
     "homes_hidden",
+    "seccomp",
     "cgroup_memory",
     "cgroup_pids",
     "rlimit_nproc",

@@ -28,6 +28,7 @@ REQUIRED = (
     "sys_hidden",
     "private_dev",
     "homes_hidden",
+    "seccomp",
 )
 """An unprivileged nobody in an empty box: what ``required`` demands (plus a process bound:
 the pids cgroup or RLIMIT_NPROC under a non-root uid)."""

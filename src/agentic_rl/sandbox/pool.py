@@ -217,6 +217,7 @@ class SandboxWorker:
             sys_hidden=bool(hello.get("sys_hidden")),
             private_dev=bool(hello.get("private_dev")),
             homes_hidden=bool(hello.get("homes_hidden")),
+            seccomp=bool(hello.get("seccomp")),
             cgroup_memory=bool(cg.get("memory")),
             cgroup_pids=bool(cg.get("pids")),
             method="unshare" if prefix else "none",
@@ -237,6 +238,8 @@ class SandboxWorker:
         self.isolation.level = (
             "namespaces" if (self.isolation.net_ns and self.isolation.pid_ns and self.isolation.mount_ns) else "process"
         )
+        if hello.get("seccomp_error"):
+            self.isolation.notes.append(f"no seccomp filter: {hello['seccomp_error']}")
         if hello.get("mount_error"):
             self.isolation.notes.append(f"mount setup failed: {hello['mount_error']}")
 
