@@ -153,6 +153,8 @@ class FakeWeb:
                     return self._send(302, b"", headers={"Location": "https://answers.denied.test/vexora"})
                 if path == "/to-article":
                     return self._send(302, b"", headers={"Location": "/article"})
+                if path == "/redirect":  # anywhere: /redirect?to=<url>
+                    return self._send(302, b"", headers={"Location": query["to"][0]})
                 if path == "/big":
                     paragraphs, size, number = [], 0, 0
                     while size < web.big_bytes:  # distinct paragraphs: extractors drop repeated ones

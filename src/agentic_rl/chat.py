@@ -10,15 +10,20 @@ when the template renders ``tools`` and the tool-call format is one a template's
 description fits (``render_tools``); otherwise the parser's own prompt goes into the
 system message, as for SmolLM2, whose template knows no tools.
 
-Observation text (tool output, tool names, feedback) is untrusted: it is tokenized as
-plain text, so a tool output containing ``<|im_end|>`` cannot end the turn or open a
-fake assistant turn; only the template's own markup yields special tokens.
+Message fields (tool output, tool names, feedback, the task's text, assistant history,
+tool schemas) are untrusted: every path from messages to ids (``prompt_ids`` for first and
+segment prompts, ``observation_ids`` for the turns after) tokenizes them as plain text,
+so a tool output containing ``<|im_end|>`` cannot end the turn or open a fake assistant
+turn; only the template's own markup yields special tokens. Loose text (an assistant
+turn's content, a query) goes through ``encode_untrusted``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from agentic_rl.types import TOOL_OUTPUT_PROBE, Message, openai_tools
 
@@ -26,8 +31,6 @@ if TYPE_CHECKING:
     from agentic_rl.parsers.base import ToolCallParser
 
 _PROBE = "\u2063PROBE\u2063"  # text that never occurs in a template, to locate content
-_SLOT = re.compile("\u2063SLOT(\\d+)\u2063")  # stands in for one untrusted field while rendering
-_UNTRUSTED_FIELDS = ("content", "name")  # names too: an unknown tool's name is the model's text
 _TOOLS_VARIABLE = re.compile(r"\btools\b")
 
 
@@ -49,9 +52,9 @@ class ChatRenderer:
         self.stop_token_ids = self._stop_token_ids()
         specials = {token.content for token in getattr(tokenizer, "added_tokens_decoder", {}).values() if token.special}
         specials |= set(tokenizer.all_special_tokens)
-        # Longest first, so a token that extends another one wins.
+        # Longest first, so a token that extends another one wins (none at all: a pattern that never matches).
         self._special_pattern = re.compile(
-            "(" + "|".join(map(re.escape, sorted(specials, key=len, reverse=True))) + ")"
+            "(" + ("|".join(map(re.escape, sorted(specials, key=len, reverse=True))) or "(?!)") + ")"
         )
         # What the template writes after an assistant message's content (e.g. "<|im_end|>\n").
         probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _PROBE}]
@@ -101,6 +104,8 @@ class ChatRenderer:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     def encode_text(self, text: str) -> list[int]:
+        """Tokens of template text (trusted: special-token strings become special tokens);
+        untrusted text goes through :meth:`encode_untrusted`."""
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def prompt_ids(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
@@ -111,7 +116,9 @@ class ChatRenderer:
             raise ValueError(
                 "this chat template does not render tools: describe them in the system message (parser.with_tools_prompt)"
             )
-        return self.encode_text(self._render(messages, add_generation_prompt=True, tools=tools))
+        return self._encode_fields_as_text(
+            lambda shown, schemas: self._render(shown, add_generation_prompt=True, tools=schemas), messages, tools
+        )
 
     def response_text(self, token_ids: list[int]) -> str:
         """The assistant content of sampled tokens (a trailing stop token is not content)."""
@@ -145,44 +152,56 @@ class ChatRenderer:
         return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
     def observation_ids(self, observations: list[Message], *, stopped: bool) -> list[int]:
-        """Tokens of :meth:`observation_text`, the observations' fields tokenized as text.
+        """Tokens of :meth:`observation_text`, the observations' fields tokenized as text."""
+        return self._encode_fields_as_text(
+            lambda shown, _: self.observation_text(shown, stopped=stopped), observations, None
+        )
 
-        The observations are rendered with a slot marker in place of each untrusted field;
-        special tokens are taken only from the template text between the slots.
-        """
-        values: list[str] = []
-        slotted: list[Message] = []
-        for message in observations:
-            message = dict(message)
-            for key in _UNTRUSTED_FIELDS:
-                if isinstance(message.get(key), str):
-                    values.append(message[key])
-                    message[key] = f"\u2063SLOT{len(values) - 1}\u2063"
-            slotted.append(message)
-        template_text = self.observation_text(slotted, stopped=stopped)
-        rendered = self.observation_text(observations, stopped=stopped)
-        # Templates may transform a field (Llama's "| trim"): find the form they insert.
-        for transform in (lambda value: value, str.strip):
-            if _SLOT.sub(lambda slot: transform(values[int(slot.group(1))]), template_text) == rendered:
-                break
-        else:
-            raise ValueError(
-                "the chat template transforms observation text beyond trimming; cannot keep it from producing special tokens"
-            )
-        # Cut only at the template's own special tokens and tokenize the text between them
-        # (fields included) in one piece: benign observations get exactly the ids of
-        # tokenizing the rendered text, and no special token can come from a field.
+    def _encode_fields_as_text(
+        self, render: Callable[[list[Message], Any], str], messages: list[Message], tools: Any
+    ) -> list[int]:
+        """Tokens of ``render(messages, tools)`` where only the template's own markup yields
+        special tokens: every special-token string in a field (any string value, nested ones
+        included) is swapped for a marker before rendering, the rendered text is cut at the
+        template's special tokens, and the text between them is tokenized in one piece with
+        the markers put back as plain text. Fields without such strings: exactly the ids of
+        tokenizing the rendered text. A template that transforms a field (``| trim``, a
+        split) transforms the marker with it."""
+        markers = _Markers(self._special_pattern)
+        text = render(markers.swap(messages), markers.swap(tools))
+        if not markers.found:
+            return self.encode_text(text)
         ids: list[int] = []
-        run = ""
-        for index, piece in enumerate(_SLOT.split(template_text)):
-            if index % 2:  # re.split with a group alternates template text and slot numbers
-                run += transform(values[int(piece)])
-                continue
-            for part_index, part in enumerate(self._special_pattern.split(piece)):
-                if part_index % 2:
-                    ids += self.encode_untrusted(run) + [self.tokenizer.convert_tokens_to_ids(part)]
-                    run = ""
-                else:
-                    run += part
-        ids += self.encode_untrusted(run)
+        for index, part in enumerate(self._special_pattern.split(text)):
+            if index % 2:  # re.split with a group alternates text and the special tokens between it
+                ids.append(self.tokenizer.convert_tokens_to_ids(part))
+            elif part:
+                ids += self.encode_untrusted(markers.restore(part))
         return ids
+
+
+class _Markers:
+    """Special-token strings of untrusted values, each swapped for a marker of plain letters
+    and digits (a random nonce: text cannot forge one) that survives rendering, ``tojson`` too."""
+
+    def __init__(self, special_pattern: re.Pattern[str]) -> None:
+        self.special_pattern = special_pattern
+        self.nonce = secrets.token_hex(8)
+        self.marker = re.compile(f"esc{self.nonce}n(\\d+)e")
+        self.found: list[str] = []
+
+    def _mark(self, match: re.Match[str]) -> str:
+        self.found.append(match.group(0))
+        return f"esc{self.nonce}n{len(self.found) - 1}e"
+
+    def swap(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.special_pattern.sub(self._mark, value)
+        if isinstance(value, dict):
+            return {key: self.swap(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.swap(item) for item in value)
+        return value
+
+    def restore(self, text: str) -> str:
+        return self.marker.sub(lambda match: self.found[int(match.group(1))], text)

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
+import httpx
 import pytest
 from fake_web import ARTICLE, ARTICLE_TEXT, BOILERPLATE, KEY, FakeWeb
 
 from agentic_rl.retrieval.web_search import BraveSearch, TavilySearch, WebSearchError, make_provider
-from agentic_rl.tools.browse import PageReader, extract_main_text
+from agentic_rl.tools import addresses
+from agentic_rl.tools.browse import PageReader, extract_main_text, pinned_request
 from agentic_rl.tools.web import WebConfig, WebTools
-from agentic_rl.tools.web_policy import DomainPolicy, URLRefused
+from agentic_rl.tools.web_policy import DomainPolicy, Target, URLRefused
 from agentic_rl.types import ToolCall
 
 
@@ -248,3 +254,156 @@ def test_web_config_validation():
         WebConfig.parse("google")
     with pytest.raises(ValueError, match="max_bytes: expected an int >= 1"):
         PageReader(max_bytes=0)
+
+
+# --------------------------------------------------------------------------- pinned connections
+
+PUBLIC = "93.184.216.34"
+
+
+@pytest.fixture
+def rebinding_dns(monkeypatch, web):
+    """A resolver that answers PUBLIC for a ``*.test`` name the first time it is asked and
+    127.0.0.1 after (DNS rebinding), and a network where PUBLIC is the fake web. Yields
+    ``(asked, connected)``: the names resolved, and the addresses TCP connections went to."""
+    real_getaddrinfo, real_connect = socket.getaddrinfo, socket.create_connection
+    asked: list[str] = []
+    connected: list[str] = []
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if isinstance(host, str) and host.endswith(".test"):
+            asked.append(host)
+            host = PUBLIC if asked.count(host) == 1 else "127.0.0.1"
+        return real_getaddrinfo(host, port, *args, **kwargs)
+
+    def create_connection(address, *args, **kwargs):
+        host, port = address[:2]
+        ip = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]  # as the real one resolves a name
+        connected.append(ip)
+        return real_connect(("127.0.0.1" if ip == PUBLIC else ip, port), *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket, "create_connection", create_connection)
+    return asked, connected
+
+
+def test_browse_connects_to_the_address_it_checked(web, rebinding_dns):
+    asked, connected = rebinding_dns
+    port = web.url.rsplit(":", 1)[1]
+    tools = tools_for(web, allow_private_addresses=False)
+    before = len(web.requests)
+    result = call(tools, "browse", url=f"http://rebind.test:{port}/article")
+    # One resolution (public: allowed); the connection went to that address, not to the
+    # second answer (127.0.0.1), and the request still named the host.
+    assert result.ok and f"URL: http://rebind.test:{port}/article" in result.content
+    assert asked == ["rebind.test"] and connected == [PUBLIC]
+    assert [r["headers"]["Host"] for r in web.requests[before:]] == [f"rebind.test:{port}"]
+
+
+def test_redirect_hops_are_pinned_and_checked(web, rebinding_dns):
+    asked, connected = rebinding_dns
+    port = web.url.rsplit(":", 1)[1]
+    tools = tools_for(web, allow_private_addresses=False)
+    before = len(web.requests)
+    result = call(tools, "browse", url=f"http://start.test:{port}/redirect?to=http://hop.test:{port}/plain")
+    assert result.ok and result.content == f"URL: http://hop.test:{port}/plain\n\nPlain facts: the sky is blue."
+    assert asked == ["start.test", "hop.test"] and connected == [PUBLIC, PUBLIC]
+    assert [r["headers"]["Host"] for r in web.requests[before:]] == [f"start.test:{port}", f"hop.test:{port}"]
+    # A hop to a private address, in any form, is refused before any connection.
+    privates = ("http://127.0.0.1/", "http://[::ffff:127.0.0.1]/", "http://[64:ff9b::7f00:1]/", "http://[::127.0.0.1]/")
+    for index, private in enumerate(privates):
+        connected.clear()
+        refused = call(tools, "browse", url=f"http://hop{index}.test:{port}/redirect?to={private}")
+        assert refused.content.endswith("is a private or local address; only public web pages can be opened")
+        assert f"the host {private.split('/')[2].strip('[]')} is" in refused.content and connected == [PUBLIC]
+
+
+def test_a_name_with_any_private_address_is_refused(web, monkeypatch):
+    connected = []
+    monkeypatch.setattr(addresses, "resolve_host", lambda host: [PUBLIC, "127.0.0.1"])
+    monkeypatch.setattr(socket, "create_connection", lambda address, *a, **k: connected.append(address))
+    result = call(tools_for(web, allow_private_addresses=False), "browse", url="http://mixed.test/article")
+    assert result.content == (
+        "Error: URLRefused: the host mixed.test is a private or local address; only public web pages can be opened"
+    )
+    assert connected == []
+
+
+def test_pinned_https_request_keeps_host_and_server_name():
+    client = httpx.Client()
+    target = Target("https://Bücher.example:8443/a?b=1", "bücher.example", ("2606:4700::1",))
+    request = pinned_request(client, target, "2606:4700::1")
+    assert str(request.url) == "https://[2606:4700::1]:8443/a?b=1"
+    assert request.headers["Host"] == "xn--bcher-kva.example:8443"
+    assert request.extensions["sni_hostname"] == "xn--bcher-kva.example"
+    plain = pinned_request(client, Target("http://example.org/", "example.org", (PUBLIC,)), PUBLIC)
+    assert str(plain.url) == f"http://{PUBLIC}/" and "sni_hostname" not in plain.extensions
+
+
+def test_pinned_https_checks_the_certificate_against_the_host(tmp_path):
+    """A real TLS handshake to 127.0.0.1: the server sees the URL's host as SNI, and the
+    certificate (for secure.test only) is accepted for secure.test and refused for another name."""
+    cert, key = _self_signed(tmp_path, "secure.test")
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    server_context.sni_callback = lambda sock, name, context: names.append(name)
+    server = HTTPServer(("127.0.0.1", 0), _Hello)
+    server.socket = server_context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        client = httpx.Client(verify=ssl.create_default_context(cafile=str(cert)), timeout=5.0)
+        target = Target(f"https://secure.test:{port}/", "secure.test", ("127.0.0.1",))
+        response = client.send(pinned_request(client, target, "127.0.0.1"))
+        assert response.status_code == 200 and response.text == "Host: secure.test:" + str(port)
+        assert names == ["secure.test"]
+        other = Target(f"https://other.test:{port}/", "other.test", ("127.0.0.1",))
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            client.send(pinned_request(client, other, "127.0.0.1"))
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Hello(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = f"Host: {self.headers['Host']}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _self_signed(directory, name: str):
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path

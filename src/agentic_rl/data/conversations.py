@@ -243,7 +243,7 @@ def render_example(
         ids = renderer.prompt_ids(parser.with_tools_prompt(opening, offered))
     mask = [0] * len(ids)
     for i, next_i in zip(assistant_at, assistant_at[1:] + [None]):
-        turn = renderer.encode_text(texts[i]["content"]) + [eot]
+        turn = renderer.encode_untrusted(texts[i]["content"]) + [eot]
         ids += turn
         mask += [messages[i].get("weight", 1)] * len(turn)
         if next_i is not None:

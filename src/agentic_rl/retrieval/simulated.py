@@ -72,7 +72,6 @@ _COUNT_WORDS = {
     9: "nine",
     10: "ten",
 }
-_PLACEHOLDER = "\u2063QUERY\u2063"  # never in a template: where the untrusted query goes
 _DOC_MARKER = re.compile(
     r"(?:^|\n)\s*(?:\*\*)?Doc(?:ument)?\s*(\d+)\s*(?:\*\*)?\s*[:.)\-]\s*(?:\*\*)?\s*", re.IGNORECASE
 )
@@ -158,7 +157,8 @@ def generate_texts(
 
     renderer = ChatRenderer(llm.tokenizer)
     sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
-    prompt_ids = [_prompt_ids(renderer, prompt) for prompt in prompts]
+    # The prompt holds the policy's query: its chat markup stays text (ChatRenderer.prompt_ids).
+    prompt_ids = [renderer.prompt_ids([{"role": "user", "content": prompt}]) for prompt in prompts]
     with lock or _NO_LOCK:
         completions = llm.generate(prompt_ids, sampling, stop_token_ids=renderer.stop_token_ids)
     failed = next((c.error for c in completions if c.error), None)
@@ -176,23 +176,6 @@ class _NoLock:
 
 
 _NO_LOCK = _NoLock()
-
-
-def _prompt_ids(renderer: Any, prompt: str) -> list[int]:
-    """The chat prompt's tokens, with the query line (the policy's text) tokenized as plain
-    text: a query holding ``<|im_end|>`` cannot close the simulator's turn and write its own."""
-    head, query, tail = _split_query(prompt)
-    text = renderer.tokenizer.apply_chat_template(
-        [{"role": "user", "content": head + _PLACEHOLDER + tail}], tokenize=False, add_generation_prompt=True
-    )
-    before, after = text.split(_PLACEHOLDER, 1)
-    return renderer.encode_text(before) + renderer.encode_untrusted(query) + renderer.encode_text(after)
-
-
-def _split_query(prompt: str) -> tuple[str, str, str]:
-    start = prompt.rindex("Query: ") + len("Query: ")
-    end = prompt.index("\n", start)
-    return prompt[:start], prompt[start:end], prompt[end:]
 
 
 # --------------------------------------------------------------------------- engine

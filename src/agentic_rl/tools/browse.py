@@ -2,21 +2,30 @@
 checked hop by hop) and extract its main text with trafilatura (the article, not the
 navigation, banners and footers), cached by URL.
 
+Each hop connects to an address the policy checked (:class:`~agentic_rl.tools.web_policy.Target`),
+never resolving the name again: the request goes to that IP with the URL's own ``Host``
+header and, for https, its host name as the TLS server name the certificate must match.
+Connections are not kept (one checked address, one request) and no cookies are stored.
+
 Every failure is a :class:`BrowseError` or :class:`~agentic_rl.tools.web_policy.URLRefused`
 with a message meant for the model; the ``browse`` tool turns it into an error observation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any
 from urllib.parse import urljoin
 
-from agentic_rl.tools.web_policy import DomainPolicy
+from agentic_rl.tools.web_policy import DomainPolicy, Target
 
-__all__ = ["BrowseError", "Page", "PageReader", "extract_main_text"]
+__all__ = ["BrowseError", "Page", "PageReader", "extract_main_text", "pinned_request"]
 
 _READABLE_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
 _REDIRECTS = (301, 302, 303, 307, 308)
@@ -99,7 +108,13 @@ class PageReader:
         self.policy = policy or DomainPolicy()
         self.timeout_s, self.max_bytes, self.max_chars = float(timeout_s), max_bytes, max_chars
         self.cache_size, self.max_redirects = cache_size, max_redirects
-        self._client = httpx.Client(timeout=self.timeout_s, follow_redirects=False, headers={"User-Agent": user_agent})
+        self._client = httpx.Client(
+            timeout=self.timeout_s,
+            follow_redirects=False,
+            headers={"User-Agent": user_agent},
+            limits=httpx.Limits(max_keepalive_connections=0),  # a kept connection would skip the address check
+            cookies=CookieJar(DefaultCookiePolicy(allowed_domains=())),  # pages read share no state
+        )
         self._cache: OrderedDict[str, Page] = OrderedDict()
         self._lock = threading.Lock()
         self.requests = 0
@@ -145,14 +160,15 @@ class PageReader:
         import httpx
 
         deadline = time.monotonic() + self.timeout_s
-        current = self.policy.check(url)
+        target = self.policy.check(url)
         for _ in range(self.max_redirects + 1):
+            current = target.url
             try:
-                with self._client.stream("GET", current) as response:
+                with self._open(target) as response:
                     with self._lock:
                         self.requests += 1
                     if response.status_code in _REDIRECTS and response.headers.get("location"):
-                        current = self.policy.check(urljoin(current, response.headers["location"]))
+                        target = self.policy.check(urljoin(current, response.headers["location"]))
                         continue
                     if response.status_code != 200:
                         raise BrowseError(
@@ -173,6 +189,25 @@ class PageReader:
             return Page(current, title, text, cut)
         raise BrowseError(f"more than {self.max_redirects} redirects")
 
+    @contextlib.contextmanager
+    def _open(self, target: Target) -> Iterator[Any]:
+        """The streamed response of a GET of ``target``, from the first of its checked
+        addresses that accepts the connection."""
+        import httpx
+
+        for index, address in enumerate(target.addresses):
+            try:
+                response = self._client.send(pinned_request(self._client, target, address), stream=True)
+            except httpx.ConnectError:
+                if index == len(target.addresses) - 1:
+                    raise
+                continue
+            try:
+                yield response
+            finally:
+                response.close()
+            return
+
     def _body(self, response, deadline: float) -> tuple[bytes, int | None]:
         """At most ``max_bytes`` of the (decoded) body, within the deadline: a server sending
         slowly cannot hold the tool past ``timeout_s``, nor a huge page fill the memory."""
@@ -188,3 +223,16 @@ class PageReader:
 
     def close(self) -> None:
         self._client.close()
+
+
+def pinned_request(client: Any, target: Target, address: str) -> Any:
+    """An ``httpx.Request`` for a GET of ``target.url`` that connects to ``address`` (one of
+    ``target.addresses``): the URL's host is swapped for the address after the request is
+    built, so its ``Host`` header stays the URL's, and an https request names the URL's
+    host (IDNA-encoded) as the TLS server name (SNI and the certificate check)."""
+    request = client.build_request("GET", target.url)
+    host = request.url.raw_host.decode("ascii")
+    request.url = request.url.copy_with(host=address)
+    if request.url.scheme == "https" and host != address:
+        request.extensions = {**request.extensions, "sni_hostname": host}
+    return request

@@ -4,19 +4,26 @@ list, and no private or loopback addresses unless allowed.
 A domain entry matches the host itself and its subdomains (``example.org`` matches
 ``en.example.org``, not ``badexample.org``). The deny list wins over the allow list; an
 empty allow list allows every domain not denied. Private, loopback, link-local and
-reserved addresses (the machine itself, the local network, cloud metadata services) are
-refused unless ``allow_private_addresses``: a host name is resolved and refused when any
-of its addresses is one (best effort: the HTTP client resolves it again).
+reserved addresses (the machine itself, the local network, cloud metadata services, and
+the IPv6 forms that carry one: :mod:`agentic_rl.tools.addresses`) are refused unless
+``allow_private_addresses``.
+
+:meth:`DomainPolicy.check` resolves the host once and gives the addresses it checked
+(:class:`Target`); the caller connects to those, never resolving the name again, so a DNS
+answer that changes between the check and the connection (rebinding) cannot reach a
+refused address.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import socket
 from collections.abc import Iterable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["DomainPolicy", "URLRefused"]
+from agentic_rl.tools import addresses
+
+__all__ = ["DomainPolicy", "Target", "URLRefused"]
 
 
 class URLRefused(ValueError):
@@ -38,11 +45,14 @@ def _matches(host: str, domains: tuple[str, ...]) -> str | None:
     return next((d for d in domains if host == d or host.endswith("." + d)), None)
 
 
-def _is_private(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return not ip.is_global or ip.is_multicast
+@dataclass(frozen=True)
+class Target:
+    """A URL the policy allows, and the addresses its host resolved to when checked (all
+    of them allowed): connect to one of these, not to the name."""
+
+    url: str
+    host: str
+    addresses: tuple[str, ...]
 
 
 class DomainPolicy:
@@ -75,8 +85,8 @@ class DomainPolicy:
             return False
         return bool(host) and urlsplit(url).scheme in ("http", "https") and self.host_allowed(host)  # type: ignore[arg-type]
 
-    def check(self, url: str) -> str:
-        """The URL if it may be opened; ``URLRefused`` saying why otherwise."""
+    def check(self, url: str) -> Target:
+        """The URL and its checked addresses if it may be opened; ``URLRefused`` saying why otherwise."""
         try:
             parts = urlsplit(url)
             host = parts.hostname
@@ -90,18 +100,17 @@ class DomainPolicy:
             raise URLRefused(f"the domain {host} is blocked here (deny list: {denied}); use another source")
         if self.allow_domains and _matches(host, self.allow_domains) is None:
             raise URLRefused(f"the domain {host} is not on the allow list ({', '.join(self.allow_domains)})")
-        if not self.allow_private_addresses:
-            self._check_address(host)
-        return url
+        return Target(url, host, self._addresses(host))
 
-    @staticmethod
-    def _check_address(host: str) -> None:
+    def _addresses(self, host: str) -> tuple[str, ...]:
         try:
-            addresses = [host] if _is_ip(host) else [info[4][0] for info in socket.getaddrinfo(host, None)]
-        except OSError:
+            # Resolved once, here: the connection goes to these addresses, not to a second answer.
+            found = [host.split("%", 1)[0]] if _is_ip(host) else addresses.resolve_host(host)
+        except (OSError, UnicodeError):
             raise URLRefused(f"the host {host} could not be resolved") from None
-        if any(_is_private(str(address)) for address in addresses):
+        if not self.allow_private_addresses and not all(addresses.is_public_address(a) for a in found):
             raise URLRefused(f"the host {host} is a private or local address; only public web pages can be opened")
+        return tuple(found)
 
 
 def _is_ip(host: str) -> bool:

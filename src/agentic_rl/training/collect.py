@@ -179,7 +179,7 @@ def play_expert(
         if renderer is None:
             turn, message = episode.take_reply(text, "stop")
         else:
-            ids = renderer.encode_text(text) + [eot]
+            ids = renderer.encode_untrusted(text) + [eot]
             turn, message = episode.take_completion(
                 Completion(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
             )
