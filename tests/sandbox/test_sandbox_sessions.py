@@ -21,14 +21,18 @@ def test_cpu_time_is_per_cell_not_per_session():
 
 
 def test_a_cell_that_raises_its_own_cpu_limit_still_ends_at_its_budget():
-    """A session child's hard RLIMIT_CPU must leave room for later cells, so code can raise
-    its soft limit; the worker counts the cell's CPU time itself (its processes included)
+    """A session child's hard RLIMIT_CPU is the session's total, so code can raise its soft
+    limit up to that; the worker counts the cell's CPU time itself (its processes included)
     and ends it as a timeout long before the wall timeout."""
-    raise_limit = (
-        "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
-    )
+    # The hard limit is the session's total (it cannot be raised); the soft one can, up to it.
+    raise_limit = "import resource\nhard = resource.getrlimit(resource.RLIMIT_CPU)[1]\nresource.setrlimit(resource.RLIMIT_CPU, (hard, hard))\n"
     with sandbox.PythonSession(sandbox.Limits(timeout_s=60.0, cpu_s=1.0)) as session:
         assert session.run("x = 1").ok
+        unlimited = session.run(
+            "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))"
+        )
+        assert unlimited.status == "error" and "ValueError" in unlimited.stderr, unlimited
+        assert session.run("import resource\nprint(resource.getrlimit(resource.RLIMIT_CPU)[1])").stdout == "600\n"
         spin = session.run(raise_limit + "while True:\n    pass", timeout_s=60.0)
         assert spin.status == "timeout" and spin.duration_s < 15, spin
         forked = session.run(

@@ -40,9 +40,10 @@ def _redirect_fds(out_w: int, err_w: int, ctl_r: int, st_w: int) -> None:
 
 def _set_limits(request: dict, nproc: int | None) -> None:
     cpu = int(request["cpu_s"]) + 1
-    # A session child renews its soft CPU limit per cell (``_renew_cpu_limit``); raising it
-    # later needs the hard limit to leave room (no CAP_SYS_RESOURCE to raise that then).
-    cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1] if request.get("keep") else cpu + 1
+    # A session child renews its soft limit per cell (``_renew_cpu_limit``) under a hard
+    # limit for the whole session (raising a hard limit needs CAP_SYS_RESOURCE, which
+    # neither the code nor, in a container or a user namespace, the worker has).
+    cpu_hard = max(cpu + 2, int(request["session_cpu_s"])) if request.get("keep") else cpu + 2
     limits = [
         (resource.RLIMIT_CPU, (cpu, cpu_hard)),
         (resource.RLIMIT_AS, (request["memory_mb"] * MB,) * 2),
@@ -121,12 +122,12 @@ def prepare_child(
 def _renew_cpu_limit(cpu_s: float) -> None:
     """RLIMIT_CPU counts the process's whole life: each cell of a session gets ``cpu_s`` anew
     (the CPU time used so far plus its budget), so the 6th one-second cell is not killed
-    for the first five. Code that raises its own soft limit still meets the wall timeout."""
-    times = os.times()
-    soft = int(times.user + times.system + cpu_s) + 1
+    for the first five. Code that raises its own soft limit still meets the worker's count
+    of the cell's CPU time and the session's hard limit."""
     hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    times = os.times()
     try:
-        resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+        resource.setrlimit(resource.RLIMIT_CPU, (min(int(times.user + times.system + cpu_s) + 1, hard), hard))
     except (ValueError, OSError):
         pass
 

@@ -10,6 +10,8 @@ import os
 import signal
 import time
 
+from _worker_cpu import descendants, process_table
+
 
 def kill_group(pid: int) -> None:
     """SIGKILL the call's process group and its leader (which may have left the group)."""
@@ -121,6 +123,33 @@ def _kill_cgroup(cgroups: dict, spare: int | None) -> None:
             reap()
             time.sleep(0.002)
         break
+
+
+def freeze(spare: int | None) -> bool:
+    """Stop every process of the call (SIGSTOP, which no process can catch or ignore) until
+    none runs: between a session's cells nothing the code started runs, burns CPU or waits
+    out a wall clock. False when processes kept appearing (the caller then kills them)."""
+    for _ in range(200):
+        table = process_table()
+        running = [pid for pid in descendants(spare, table) if table[pid][1] not in "TtZX"]
+        if not running:
+            return True
+        for pid in running:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+        time.sleep(0.0005)
+    return False
+
+
+def thaw(spare: int | None) -> None:
+    """Let the call's processes run again (before a session's next cell)."""
+    for pid in descendants(spare):
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
 
 
 def kill_leftovers(pid_ns: bool, cgroups: dict, spare: int | None = None) -> None:

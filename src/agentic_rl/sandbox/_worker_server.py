@@ -19,6 +19,7 @@ import sys
 import time
 
 from _worker_child import prepare_child, serve_cells
+from _worker_cpu import tree_cpu_s
 from _worker_files import empty_dir, write_beneath
 from _worker_isolation import (
     become_subreaper,
@@ -30,11 +31,11 @@ from _worker_isolation import (
     setup_mounts,
     split_workdirs,
 )
-from _worker_reaper import kill_group, kill_leftovers, oom_seen
+from _worker_reaper import freeze, kill_group, kill_leftovers, oom_seen, thaw
 from _worker_zygote import Zygote
 
 READ_SIZE = 1 << 16
-CHILD_PARAMS = ("cpu_s", "memory_mb", "file_size_mb", "open_files", "keep")
+CHILD_PARAMS = ("cpu_s", "memory_mb", "file_size_mb", "open_files", "keep", "session_cpu_s")
 """What of a request the zygote passes to the call's child (never the code or the files)."""
 CPU_CHECK_S = 0.25
 """How often a session cell's CPU time is counted (``_pump``)."""
@@ -77,30 +78,6 @@ def _parse_status(line: bytes, cell: int) -> str | None:
     return None
 
 
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def session_cpu_s(sid: int, uid: int | None = None) -> float:
-    """CPU seconds of the live processes of session ``sid`` (the call's child is a session
-    leader) and, when calls run as their own ``uid``, of every process of that uid (a
-    process that left the session with setsid cannot leave its uid), each with its reaped
-    children's: what the call's code has burnt, whatever it did to its own RLIMIT_CPU."""
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-            owner = os.stat(f"/proc/{entry}").st_uid if uid is not None else None
-        except OSError:  # gone meanwhile
-            continue
-        # After the command name: state, ppid, pgrp, session, ... utime (14), stime, cutime, cstime (17).
-        if int(fields[3]) == sid or (uid is not None and owner == uid):
-            total += sum(int(value) for value in fields[11:15])
-    return total / _TICKS
-
-
 def _pump(
     child: dict,
     chunks: dict,
@@ -116,10 +93,9 @@ def _pump(
     The status pipe is writable by the code too: anything but the expected line for
     ``cell`` is kill reason "garbage" (the cell's error, never the worker's).
     ``cpu_budget``: (the call's CPU seconds when the cell started, seconds it may use, the
-    calls' uid or None; see ``session_cpu_s``):
-    a session child keeps a raisable soft RLIMIT_CPU (its hard limit must leave room for
-    the next cells), so the worker also counts the cell's CPU time itself and ends a cell
-    past its budget as a timeout.
+    zygote's pid; see ``tree_cpu_s``): the worker counts a session cell's CPU time itself,
+    every process of the call included, and ends a cell past its budget as a timeout (a
+    backstop behind the RLIMIT_CPU it sets, which counts the session child alone).
     """
     pid = child["pid"]
     status_buf = b""
@@ -132,7 +108,7 @@ def _pump(
             return None, "timeout", exit_status
         if cpu_budget is not None and exit_status is None and now - checked >= CPU_CHECK_S:
             checked = now
-            if session_cpu_s(pid, cpu_budget[2]) - cpu_budget[0] > cpu_budget[1]:
+            if tree_cpu_s(cpu_budget[2]) - cpu_budget[0] > cpu_budget[1]:
                 return None, "timeout", exit_status
         try:
             ready, _, _ = select.select(list(open_fds), [], [], min(0.05, deadline - now) if exit_status is None else 0)
@@ -417,14 +393,12 @@ class Worker:
         reused = bool(request.get("keep")) and self.child is not None
         child, restarted = self._child_for(request)
         self.cells += 1
-        # The soft limit the child sets itself gives cpu_s + 1 s; one more second of grace before the worker's own count ends the cell.
-        # Count by uid only where no other worker's calls share it (not the shared fallback uid).
-        count_uid = self.uid if self.config.get("uid_exclusive") else None
-        budget = (
-            (session_cpu_s(child["pid"], count_uid), float(request["cpu_s"]) + 2, count_uid)
-            if request.get("keep")
-            else None
-        )
+        budget = None
+        if request.get("keep"):
+            if reused:
+                thaw(self.zygote.pid)  # stopped since its last cell
+            # The child's soft RLIMIT_CPU ends it past cpu_s + 1 s; one more second of grace before the worker's own count does.
+            budget = (tree_cpu_s(self.zygote.pid), float(request["cpu_s"]) + 2, self.zygote.pid)
         limit = request["max_output_bytes"]
         chunks = {child["out"]: bytearray(), child["err"]: bytearray()}
         if reused and _status_pending(child):
@@ -448,6 +422,9 @@ class Worker:
         if kill_reason is not None:
             kill_group(child["pid"])
         alive = outcome is not None and kill_reason is None and request.get("keep")
+        if alive and not freeze(self.zygote.pid):  # nothing of a session runs between its cells
+            kill_group(child["pid"])
+            alive = False
         if alive:
             self.child, self.child_pipes = child["pid"], child
         else:

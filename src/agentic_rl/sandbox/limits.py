@@ -32,6 +32,10 @@ class Limits:
     """Largest file the code may write (RLIMIT_FSIZE)."""
     open_files: int = 64
     """RLIMIT_NOFILE."""
+    session_cpu_s: float = 600.0
+    """A session's total CPU seconds (the hard RLIMIT_CPU of its processes, which the code
+    cannot raise); each cell has ``cpu_s`` of it, counted by the worker, and between cells
+    every process of the session is stopped."""
 
 
 @dataclass
@@ -101,6 +105,32 @@ class Isolation:
     """RLIMIT_NPROC bounds the calls' processes (meaningful only when the uid is not root's)."""
     method: str = "none"
     notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_report(cls, hello: dict, *, method: str, user_ns: bool) -> Isolation:
+        """What a worker's start-up report (its first protocol line) verified."""
+        cg = hello.get("cgroups", {})
+        flags = ("net_ns", "pid_ns", "mount_ns", "readonly_root", "private_tmp", "caps_dropped", "ipc_ns", "uts_ns")
+        flags += ("proc_masked", "sys_hidden", "private_dev", "homes_hidden", "seccomp")
+        info = cls(
+            **{name: bool(hello.get(name)) for name in flags},
+            user_ns=user_ns and bool(hello.get("pid_ns")),
+            private_workdir=bool(hello.get("workdir_tmpfs")),
+            uid=hello.get("uid"),
+            cgroup_memory=bool(cg.get("memory")),
+            cgroup_pids=bool(cg.get("pids")),
+            method=method,
+        )
+        # uid 0 of a user namespace is this process's host uid: unprivileged unless that is root.
+        host_uid = os.getuid() if info.user_ns and info.uid == 0 else info.uid
+        info.unprivileged = host_uid is not None and host_uid != 0
+        # Only a non-root (host) uid is counted against RLIMIT_NPROC (root is exempt).
+        info.rlimit_nproc = info.unprivileged
+        info.level = "namespaces" if (info.net_ns and info.pid_ns and info.mount_ns) else "process"
+        for key, what in (("seccomp_error", "no seccomp filter"), ("mount_error", "mount setup failed")):
+            if hello.get(key):
+                info.notes.append(f"{what}: {hello[key]}")
+        return info
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -162,7 +162,7 @@ class SandboxWorker:
         # namespace the calls stay its uid 0, which is the (unprivileged) host uid of this process.
         uid = None
         if root and not user_ns:
-            from agentic_rl.sandbox.uids import SHARED_UID, claim_uid  # POSIX only, and only as root
+            from agentic_rl.sandbox.uids import claim_uid  # POSIX only, and only as root
 
             self.uid_claim = claim_uid()
             uid = self.uid_claim.uid
@@ -175,8 +175,6 @@ class SandboxWorker:
             "disk_mb": disk_mb,
             "base_owner": None,
             "uid": uid,
-            "uid_exclusive": uid is not None
-            and self.uid_claim.uid != SHARED_UID,  # the worker may count this uid's processes as its calls'
             "nproc": nproc,
             "mount_setup": bool(prefix),
             "cgroups": self.cgroup_paths,
@@ -200,34 +198,7 @@ class SandboxWorker:
         if hello is None or not hello.get("ready"):
             raise SandboxError(f"sandbox worker failed to start: {hello}")
         self.report = hello
-        cg = hello.get("cgroups", {})
-        self.isolation = Isolation(
-            net_ns=bool(hello.get("net_ns")),
-            pid_ns=bool(hello.get("pid_ns")),
-            mount_ns=bool(hello.get("mount_ns")),
-            user_ns=user_ns and bool(hello.get("pid_ns")),
-            readonly_root=bool(hello.get("readonly_root")),
-            private_tmp=bool(hello.get("private_tmp")),
-            private_workdir=bool(hello.get("workdir_tmpfs")),
-            caps_dropped=bool(hello.get("caps_dropped")),
-            uid=hello.get("uid"),
-            ipc_ns=bool(hello.get("ipc_ns")),
-            uts_ns=bool(hello.get("uts_ns")),
-            proc_masked=bool(hello.get("proc_masked")),
-            sys_hidden=bool(hello.get("sys_hidden")),
-            private_dev=bool(hello.get("private_dev")),
-            homes_hidden=bool(hello.get("homes_hidden")),
-            seccomp=bool(hello.get("seccomp")),
-            cgroup_memory=bool(cg.get("memory")),
-            cgroup_pids=bool(cg.get("pids")),
-            method="unshare" if prefix else "none",
-        )
-        verified_uid = hello.get("uid")
-        # uid 0 of a user namespace is this process's host uid: unprivileged unless that is root.
-        host_uid = os.getuid() if self.isolation.user_ns and verified_uid == 0 else verified_uid
-        self.isolation.unprivileged = host_uid is not None and host_uid != 0
-        # Only a non-root (host) uid is counted against RLIMIT_NPROC (root is exempt).
-        self.isolation.rlimit_nproc = self.isolation.unprivileged
+        self.isolation = Isolation.from_report(hello, method="unshare" if prefix else "none", user_ns=user_ns)
         self.isolation.notes.extend(self.uid_claim.notes if self.uid_claim is not None else [])
         if hello.get("uid_error"):
             self.isolation.notes.append(f"could not drop to uid {uid}: {hello['uid_error']}")
@@ -235,13 +206,6 @@ class SandboxWorker:
             self.isolation.notes.append(
                 f"the interpreter under {sys.base_prefix} is not readable by uid {uid} outside a mount namespace: only modules the worker preloaded import"
             )
-        self.isolation.level = (
-            "namespaces" if (self.isolation.net_ns and self.isolation.pid_ns and self.isolation.mount_ns) else "process"
-        )
-        if hello.get("seccomp_error"):
-            self.isolation.notes.append(f"no seccomp filter: {hello['seccomp_error']}")
-        if hello.get("mount_error"):
-            self.isolation.notes.append(f"mount setup failed: {hello['mount_error']}")
 
     # ------------------------------------------------------------------ protocol
     def _read_line(self, deadline: float) -> dict | None:
@@ -302,6 +266,7 @@ class SandboxWorker:
             "max_output_bytes": int(limits.max_output_bytes),
             "file_size_mb": int(limits.file_size_mb),
             "open_files": int(limits.open_files),
+            "session_cpu_s": float(limits.session_cpu_s),
             "keep": keep,
             "had_session": self.had_session,
         }
