@@ -201,9 +201,9 @@ def test_run_directories_are_hidden(monkeypatch):
         sandbox.hide_path(run_dir)
         with sandbox.SandboxWorker() as worker:
             result = worker.run(
-                f"import os\nprint(os.listdir({run_dir!r}), os.path.isdir(os.path.join({base!r}, 'torch')))",
+                f"import os\nprint(os.path.exists(os.path.join({run_dir!r}, 'config.yaml')), os.path.isdir(os.path.join({base!r}, 'torch')))",
                 sandbox.Limits(timeout_s=5),
             )
-        assert result.stdout == "[] True\n", result
+        assert result.stdout == "False True\n", result
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

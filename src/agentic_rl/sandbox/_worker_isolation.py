@@ -14,14 +14,13 @@ import _worker_seccomp
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
 CLONE_NEWIPC = 0x08000000
-SANDBOX_MOUNT = "/tmp/sandbox"
 
 
 def libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _mount(source, target, fstype, flags, data=None) -> bool:
+def mount(source, target, fstype, flags, data=None) -> bool:
     enc = lambda s: None if s is None else s.encode()  # noqa: E731
     return libc().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
 
@@ -29,54 +28,26 @@ def _mount(source, target, fstype, flags, data=None) -> bool:
 MS_NOEXEC = 8
 O_PATH = getattr(os, "O_PATH", 0o10000000)
 DEVICES = ("null", "zero", "full", "random", "urandom")
-HIDDEN = ("/home", "/root", "/run", "/var/run", "/tmp", "/var/tmp", "/mnt", "/media", "/srv")
-"""Covered by an empty tmpfs (not merely read-only): other users' files, run dirs, sockets."""
 PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/bus", "/proc/fs", "/proc/irq")
 PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/acpi", "/proc/scsi")
 
 
 def _bind_from_fd(fd: int, target: str) -> bool:
     # A path opened before its parent was covered stays reachable through its fd.
-    return _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+    return mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
 
 
-def _within(path: str, parent: str) -> bool:
+def within(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
-def _hide(hidden: list, keep: list, base: str) -> bool:
-    """Empty tmpfs over each hidden dir; the kept paths inside one (the interpreter, its
-    site-packages) are bound back, the work-dir base is recreated (its tmpfs comes later)."""
-    ok = True
-    for point in hidden:
-        inner = [k for k in keep if _within(k, point)]
-        fds = [(k, os.open(k, O_PATH | os.O_CLOEXEC)) for k in inner]
-        try:
-            if not _mount("tmpfs", point, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755"):
-                ok = False
-                continue
-            for path, fd in fds:
-                if os.path.isdir(f"/proc/self/fd/{fd}"):
-                    os.makedirs(path, exist_ok=True)
-                else:
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    open(path, "a").close()
-                ok = _bind_from_fd(fd, path) and ok
-            if _within(base, point):
-                os.makedirs(base, mode=0o711, exist_ok=True)
-        finally:
-            for _, fd in fds:
-                os.close(fd)
-    return ok
-
-
-def _private_dev() -> bool:
+def private_dev() -> bool:
     """A tmpfs /dev with only null, zero, full, random, urandom (bound from the host's), the
     usual fd symlinks and a private /dev/shm: no disks, no kvm, no loop devices."""
     # (A host without one of them gets a /dev without it, and the report says so.)
     fds = {name: os.open(f"/dev/{name}", O_PATH | os.O_CLOEXEC) for name in DEVICES if os.path.exists(f"/dev/{name}")}
     try:
-        if not _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755"):
+        if not mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755"):
             return False
         ok = True
         for name, fd in fds.items():
@@ -90,32 +61,31 @@ def _private_dev() -> bool:
         ):
             os.symlink(target, f"/dev/{name}")
         os.mkdir("/dev/shm", 0o1777)
-        ok = _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=1777") and ok
-        ok = _mount(None, "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC) and ok
+        ok = mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=1777") and ok
+        ok = mount(None, "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC) and ok
         return ok and len(fds) == len(DEVICES)
     finally:
         for fd in fds.values():
             os.close(fd)
 
 
-def _mask_proc() -> bool:
+def mask_proc() -> bool:
     """Kernel knobs under the PID namespace's /proc read-only, the leaky files masked."""
     ok = True
     for point in PROC_READONLY:
         if os.path.exists(point):
             ok = (
-                _mount(point, point, None, MS_BIND | MS_REC)
-                and _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                mount(point, point, None, MS_BIND | MS_REC)
+                and mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
                 and ok
             )
     for point in PROC_MASKED:
         if os.path.isdir(point):
             ok = (
-                _mount("tmpfs", point, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
-                and ok
+                mount("tmpfs", point, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") and ok
             )
         elif os.path.exists(point):
-            ok = _mount("/dev/null", point, None, MS_BIND) and ok
+            ok = mount("/dev/null", point, None, MS_BIND) and ok
     return ok
 
 
@@ -127,7 +97,7 @@ def split_workdirs(base: str) -> int | None:
     calls' uid owns ``base`` (a user namespace) permissions alone cannot stop that. None
     when the remount fails (``base`` stays writable to its owner)."""
     fd = os.open(base, O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    if _mount(base, base, None, MS_BIND) and _mount(
+    if mount(base, base, None, MS_BIND) and mount(
         None, base, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
     ):
         return fd
@@ -137,68 +107,8 @@ def split_workdirs(base: str) -> int | None:
 
 def bind_workdir(writable: str, target: str) -> None:
     """Bind the writable dir ``writable`` onto ``target`` under the read-only base."""
-    if not _mount(writable, target, None, MS_BIND):
+    if not mount(writable, target, None, MS_BIND):
         raise OSError(ctypes.get_errno(), f"could not bind the work dir {target}")
-
-
-def setup_mounts(base: str, disk_mb: int, owner: int | None, keep: list, hide: list = ()) -> dict:
-    """The sandbox's view of the file system, before any call runs.
-
-    Home, run and temp dirs are hidden under empty tmpfs (the interpreter and the paths in
-    ``keep`` are bound back; ``hide`` adds dirs such as the training run dirs), /sys is an empty tmpfs, /dev a minimal one, /proc's kernel
-    knobs are read-only, and everything else is remounted read-only except the work dirs:
-    a private tmpfs of ``disk_mb`` over ``base`` (a total bound on what the calls write;
-    creating / removing a dir per call costs microseconds). If tmpfs cannot be mounted,
-    ``base`` is bound onto itself and stays on the host's file system.
-    """
-    report = {"readonly_root": False, "private_tmp": False, "workdir_tmpfs": False}
-    keep = sorted({os.path.realpath(k) for k in keep if os.path.exists(k)})
-    keep = [k for k in keep if not any(k != other and _within(k, other) for other in keep)]
-    hidden = []
-    for point in (*HIDDEN, *hide):
-        real = os.path.realpath(point)
-        if os.path.isdir(real) and real != "/" and real not in keep:
-            hidden.append(real)
-    # A dir inside another hidden one is covered already (and gone once that is mounted),
-    # unless it also lies inside a kept path that is bound back: hidden again after that.
-    nested = [h for h in dict.fromkeys(hidden) if any(h != other and _within(h, other) for other in hidden)]
-    rebound = [h for h in nested if any(_within(h, k) for k in keep)]
-    hidden = [h for h in dict.fromkeys(hidden) if h not in nested]
-    base_fd = os.open(base, O_PATH | os.O_CLOEXEC)
-    try:
-        report["homes_hidden"] = _hide(hidden, keep, base)
-        for point in rebound:
-            report["homes_hidden"] = (
-                _mount("tmpfs", point, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0755") and report["homes_hidden"]
-            )
-        options = f"size={disk_mb}m,mode=0711" + (f",uid={owner},gid={owner}" if owner is not None else "")
-        if _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, options):
-            report["workdir_tmpfs"] = True
-        elif not _bind_from_fd(base_fd, base):
-            raise OSError("could not bind the sandbox base directory")
-    finally:
-        os.close(base_fd)
-    mount_points = []
-    with open("/proc/self/mountinfo") as handle:
-        for line in handle:
-            mount_points.append(line.split()[4].replace("\\040", " "))
-    failures = 0
-    for point in sorted(set(mount_points), key=len):
-        if point == base or point.startswith(("/proc", "/dev", "/sys")):
-            continue
-        if point not in hidden and any(_within(point, h) for h in hidden) and not any(_within(point, k) for k in keep):
-            continue  # covered by a hidden dir's tmpfs: out of reach already
-        if not _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID):
-            # Locked flags (e.g. nodev inherited from the parent namespace) must be kept.
-            if not _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV):
-                failures += 1
-    report["readonly_root"] = failures == 0
-    report["proc_masked"] = _mask_proc()
-    report["sys_hidden"] = os.path.isdir("/sys") and _mount(
-        "tmpfs", "/sys", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555"
-    )
-    report["private_dev"] = report["private_tmp"] = _private_dev()
-    return report
 
 
 def join_cgroups(cgroups: dict) -> dict:

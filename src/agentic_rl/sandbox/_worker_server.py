@@ -28,10 +28,10 @@ from _worker_isolation import (
     join_cgroups,
     probe_child,
     remove_sysv_ipc,
-    setup_mounts,
     split_workdirs,
 )
 from _worker_reaper import freeze, kill_group, kill_leftovers, oom_seen, thaw
+from _worker_root import build_root
 from _worker_zygote import Zygote
 
 READ_SIZE = 1 << 16
@@ -226,20 +226,13 @@ class Worker:
         self.worker_ipc_ns = os.stat("/proc/self/ns/ipc").st_ino != cfg.get("parent_ipc_ns")
         self.report["mount_ns"] = False
         if cfg.get("mount_setup"):
-            # What the calls must still read: the interpreter and every import path.
-            keep = [
-                sys.prefix,
-                sys.base_prefix,
-                sys.exec_prefix,
-                sys.base_exec_prefix,
-                os.path.dirname(os.path.realpath(sys.executable)),
-            ]
-            keep += [entry for entry in sys.path if entry and os.path.isdir(entry)]
+            # What the calls may read besides the system dirs: the interpreter and its packages
+            # (never other import paths: an editable install's is the project's source).
+            allow = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+            allow.append(os.path.dirname(os.path.realpath(sys.executable)))
             try:
                 self.report.update(
-                    setup_mounts(
-                        self.base, int(cfg.get("disk_mb", 64)), cfg.get("base_owner"), keep, cfg.get("hide") or []
-                    )
+                    build_root(self.base, int(cfg.get("disk_mb", 64)), cfg.get("base_owner"), allow, cfg["hide"])
                 )
                 self.report["mount_ns"] = True
                 fd = split_workdirs(self.base)

@@ -94,6 +94,9 @@ class Isolation:
     """/sys is an empty read-only tmpfs (no kernel knobs, no cgroup files)."""
     private_dev: bool = False
     """/dev holds only null, zero, full, random, urandom (and a private /dev/shm)."""
+    allowlist_root: bool = False
+    """The file system is an allow-list: system dirs, the interpreter and its packages, the
+    work dirs; never the project's source, task data, run dirs, caches or home dirs."""
     seccomp: bool = False
     """A seccomp filter refuses namespaces (user namespaces included), mounts, ptrace, the
     keyring, bpf, perf_event_open, io_uring, module loading and like calls (verified)."""
@@ -111,7 +114,7 @@ class Isolation:
         """What a worker's start-up report (its first protocol line) verified."""
         cg = hello.get("cgroups", {})
         flags = ("net_ns", "pid_ns", "mount_ns", "readonly_root", "private_tmp", "caps_dropped", "ipc_ns", "uts_ns")
-        flags += ("proc_masked", "sys_hidden", "private_dev", "homes_hidden", "seccomp")
+        flags += ("proc_masked", "sys_hidden", "private_dev", "homes_hidden", "allowlist_root", "seccomp")
         info = cls(
             **{name: bool(hello.get(name)) for name in flags},
             user_ns=user_ns and bool(hello.get("pid_ns")),
@@ -164,6 +167,7 @@ FEATURES = (
     "sys_hidden",
     "private_dev",
     "homes_hidden",
+    "allowlist_root",
     "seccomp",
     "cgroup_memory",
     "cgroup_pids",

@@ -28,6 +28,7 @@ REQUIRED = (
     "sys_hidden",
     "private_dev",
     "homes_hidden",
+    "allowlist_root",
     "seccomp",
 )
 """An unprivileged nobody in an empty box: what ``required`` demands (plus a process bound:

