@@ -98,8 +98,13 @@ def empty_dir(path: str, mode: int = 0o700) -> None:
         return
     try:
         os.fchmod(fd, mode)
-        empty_dir_fd(fd, close=True)
+        empty_dir_fd(os.dup(fd), close=True)
     except (RecursionError, OSError):
-        subprocess.run(["find", path, "-mindepth", "1", "-delete"], capture_output=True, check=False)
-        if os.listdir(path):
+        # (``path`` may be a /proc/self/fd path: find gets the dir as the same fd of its own.)
+        subprocess.run(
+            ["find", f"/proc/self/fd/{fd}/", "-mindepth", "1", "-delete"], capture_output=True, pass_fds=(fd,)
+        )
+        if os.listdir(fd):
             raise OSError(f"could not empty the work dir {path}") from None
+    finally:
+        os.close(fd)
