@@ -137,7 +137,8 @@ def main() -> None:
     sides: dict[str, Callable[[int, int], tuple[int, float]] | None] = {}
     try:
         if args.engine == "vllm":
-            vllm_client = openai.OpenAI(base_url=f"{backend.base_url}/v1", api_key="unused", max_retries=0)
+            key = backend.api_key or "unused"  # a managed server's random key
+            vllm_client = openai.OpenAI(base_url=f"{backend.base_url}/v1", api_key=key, max_retries=0)
             # the same stop tokens as the gateway's (the chat template's turn end)
             sides["vLLM's own chat endpoint"] = chat_side(
                 vllm_client, backend.model_name, {"stop_token_ids": list(renderer.stop_token_ids)}

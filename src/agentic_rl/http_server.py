@@ -1,21 +1,22 @@
 """Serving an ASGI app (FastAPI) safely, shared by the retrieval server and the gateway.
 
 ``ASGIServer`` binds with uvicorn to loopback by default; binding beyond loopback needs an
-explicit opt-in and a bearer token. ``install_guard`` checks every request before its body
-is read: a ``Host`` the server answers to (a loopback server answers only loopback names,
-which stops DNS rebinding), the bearer token when one is set, a present, bounded
-``Content-Length`` on POST.
+explicit opt-in and a bearer token. Its connections have header and idle deadlines and a
+cap idle sockets cannot exhaust (``http_connections``); the app checks every request with
+``http_guard.install_guard`` (Host, token, body size counted as read, requests in flight).
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentic_rl.http_connections import ConnectionLimits
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
@@ -29,39 +30,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def install_guard(
-    app, *, token: str | None, allowed_hosts: Sequence[str], max_body_bytes: int, error: Callable[[int, str], Any]
-) -> None:
-    """Add the request checks (see the module docstring) to ``app``; a failed check answers
-    ``error(status, message)`` (each server's own error body)."""
-    hosts = {h.lower() for h in allowed_hosts}
-
-    @app.middleware("http")
-    async def guard(request, call_next):
-        host = (request.headers.get("host") or "").rsplit(":", 1)[0].strip("[]").lower()
-        if "*" not in hosts and host not in hosts:
-            return error(400, f"Host {host!r} is not served here")
-        if token is not None:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return error(401, "a bearer token is required (Authorization: Bearer <token>)")
-        if request.method == "POST":
-            length = request.headers.get("content-length")
-            if length is None:
-                return error(411, "Content-Length is required")
-            if not length.isdigit():
-                return error(400, f"Content-Length must be a non-negative integer, got {length!r}")
-            if int(length) > max_body_bytes:
-                return error(413, f"request body too large ({length} bytes; at most {max_body_bytes})")
-        return await call_next(request)
-
-
 class ASGIServer:
     """Serves the app ``make_app(allowed_hosts)`` with uvicorn. ``port=0`` picks a free port
     (see ``.url``). Loopback by default, answering only loopback Host names; binding beyond
     loopback needs ``allow_remote=True`` and a bearer ``token`` (``what`` names the thing
-    served, for the error). ``max_concurrency`` bounds the connections served at once (more
-    get HTTP 503)."""
+    served, for the error). ``limits``: the connections' header and idle deadlines and their
+    cap (``http_connections.ConnectionLimits``; how many requests are served at once is the
+    app's ``install_guard(max_requests=...)``)."""
 
     def __init__(
         self,
@@ -72,11 +47,13 @@ class ASGIServer:
         allow_remote: bool = False,
         token: str | None = None,
         verbose: bool = False,
-        max_concurrency: int = 64,
+        limits: ConnectionLimits | None = None,
         what: str = "the server",
         name: str = "http-server",
     ) -> None:
         import uvicorn
+
+        from agentic_rl.http_connections import ConnectionLimits, protocol_class
 
         loopback = is_loopback(host)
         if not loopback and not allow_remote:
@@ -86,6 +63,7 @@ class ASGIServer:
         if not loopback and not token:
             raise ValueError(f"host {host!r}: serving beyond loopback requires a bearer token")
         self.name = name
+        limits = limits if limits is not None else ConnectionLimits()
         app = make_app(LOOPBACK_NAMES + (host,) if loopback else ("*",))
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.socket(family, socket.SOCK_STREAM)
@@ -96,8 +74,9 @@ class ASGIServer:
             app,
             log_level="info" if verbose else "warning",
             access_log=verbose,
-            limit_concurrency=max_concurrency,
-            timeout_keep_alive=5,
+            http=protocol_class(limits),
+            ws="none",  # no WebSocket upgrades: every connection stays under the limits above
+            timeout_keep_alive=limits.idle_timeout_s,
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None

@@ -45,7 +45,7 @@ def _train_on_two_ranks(server: VLLMServer, strategy: str, run: Path) -> subproc
         "tracking.report=false",
     ):
         command += ["--set", setting]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_API_KEY": server.api_key}  # a running server's key
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -289,7 +289,7 @@ def test_close_stops_the_server_and_removes_its_folder(fake_vllm, tiny) -> None:
 
 
 def test_a_running_server_is_used_as_it_is(backend) -> None:
-    other = VLLMBackend(backend.tokenizer, backend.base_url + "/v1")
+    other = VLLMBackend(backend.tokenizer, backend.base_url + "/v1", api_key=backend.api_key)
     try:
         assert other.model_name == "policy"
         assert other.generate([[5]], SamplingParams(max_new_tokens=4, seed=0), stop_token_ids=[STOP])[0].token_ids
@@ -395,7 +395,7 @@ def test_a_lora_policy_is_served_as_its_base_and_pushes_only_its_adapters(fake_v
 def test_a_server_started_without_lora_is_named_as_the_problem(backend, lora_tiny, tmp_path) -> None:
     from agentic_rl.engines.http import BackendError
 
-    other = VLLMBackend(backend.tokenizer, backend.base_url, weights_folder=tmp_path)
+    other = VLLMBackend(backend.tokenizer, backend.base_url, weights_folder=tmp_path, api_key=backend.api_key)
     try:
         with pytest.raises(BackendError, match="--enable-lora --max-lora-rank N"):
             other.sync_weights(lora_tiny[0])

@@ -69,10 +69,20 @@ def _server_logprobs(backend, prompt: list[int], completion: list[int]) -> torch
         "prompt_logprobs": 0,
         "temperature": 0,
     }
-    rows = httpx.post(f"{backend.base_url}/v1/completions", json=body, timeout=120).json()["choices"][0][
+    rows = backend.client.post(f"{backend.base_url}/v1/completions", json=body, timeout=120).json()["choices"][0][
         "prompt_logprobs"
     ]
     return torch.tensor([rows[len(prompt) + i][str(token)]["logprob"] for i, token in enumerate(completion)])
+
+
+def test_every_route_but_health_needs_the_servers_key(served) -> None:
+    """vLLM's own --api-key leaves /collective_rpc open; the managed server's middleware does not."""
+    _, _, backend = served
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(backend.weights_folder)}}
+    assert httpx.post(f"{backend.base_url}/collective_rpc", json=rpc, timeout=60).status_code == 401
+    assert httpx.get(f"{backend.base_url}/v1/models", timeout=60).status_code == 401
+    assert httpx.get(f"{backend.base_url}/health", timeout=60).status_code == 200
+    assert backend.get_json("/v1/models")["data"]
 
 
 def test_the_server_follows_the_trainers_weights(served) -> None:
@@ -265,7 +275,11 @@ def test_two_fsdp2_ranks_train_on_one_server(served, tmp_path) -> None:
         backend.sync_weights(perturbed)
         far = _trainer_logprobs(perturbed, prompt, completion)
         done = subprocess.run(
-            command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=1200
+            command,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "VLLM_API_KEY": backend.api_key},
+            capture_output=True,
+            text=True,
+            timeout=1200,
         )
         assert done.returncode == 0, done.stderr[-3000:]
         steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -37,6 +37,8 @@ def _serve(args: argparse.Namespace) -> int:
     console.print(
         f"serving {name} with {engine} at {server.url}/v1 (OpenAI chat completions; an episode's calls under {server.url}/episodes/ID/v1); Ctrl-C stops"
     )
+    if token is None:  # the random one this process made: rewards can be posted only with it
+        console.print(f"reward writes (POST /episodes/ID/reward) need: Authorization: Bearer {server.write_token}")
     # uvicorn re-raises SIGTERM after its graceful shutdown: make it an exit that runs the
     # cleanup below, so a managed vLLM server is stopped with the gateway, not orphaned.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

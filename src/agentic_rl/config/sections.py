@@ -80,7 +80,7 @@ class BackendConfig(Section):
     base_url: str | None = None
     """Endpoint base URL: for kind=openai (e.g. http://127.0.0.1:8000/v1, required) and kind=sglang (e.g. http://127.0.0.1:30000, required); for kind=vllm a running server to use instead of starting one (e.g. http://127.0.0.1:8000)."""
     api_key: str | None = None
-    """API key for kind=openai (default: the OPENAI_API_KEY variable)."""
+    """API key for kind=openai (default: the OPENAI_API_KEY variable) and for kind=vllm's running server at base_url (default: the VLLM_API_KEY variable; a managed vLLM server gets a random key of its own)."""
     max_concurrency: int = Field(8, ge=1)
     """Parallel requests for kind=openai, vllm and sglang."""
     python: str | None = None

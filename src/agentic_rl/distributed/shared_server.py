@@ -48,23 +48,25 @@ def shared_server_backend(
 ) -> SharedServerBackend:
     """Rank 0's backend as ``build_backend`` makes it (its server started on ``loaded``'s
     weights), and on every other rank a client of that server."""
-    error, base_url, client = None, None, None
+    error, base_url, api_key, client = None, None, None, None
     if dist.is_main:
         try:
             client = build_backend(backend, model, loaded=loaded, precision=precision)
             base_url = client.base_url
+            api_key = client.api_key
         except (BackendError, ConfigError, OSError, ValueError) as exc:
             error = exc
-    # Every rank learns rank 0's server (or its failure) before any rank goes on.
-    shared = dist.broadcast_object((base_url, None if error is None else f"{type(error).__name__}: {error}"))
+    # Every rank learns rank 0's server and its key (or its failure) before any rank goes on.
+    failure = None if error is None else f"{type(error).__name__}: {error}"
+    shared = dist.broadcast_object((base_url, api_key, failure))
     if error is not None:
         raise error
-    base_url, failure = shared
+    base_url, api_key, failure = shared
     if failure is not None:
         raise BackendError(f"rank 0 could not start the vLLM server: {failure}")
     if client is None:
         try:
-            client = build_vllm_backend(backend, model.name, loaded=loaded, follower_of=base_url)
+            client = build_vllm_backend(backend, model.name, loaded=loaded, follower_of=base_url, api_key=api_key)
         except BackendError as exc:
             raise BackendError(
                 f"rank {dist.rank} cannot reach rank 0's vLLM server at {base_url} ({exc}); ranks on other hosts "

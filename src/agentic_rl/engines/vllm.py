@@ -15,10 +15,14 @@ trainer's weights pushed into it after every optimizer step.
   (engines/adapters.py); requests then name the adapter.
 - A request that fails for good (the server died, a timeout) ends its episode as an
   infrastructure error; a managed server that died is restarted before the next request.
+- Every request carries the server's key (``Authorization: Bearer``): a managed server's
+  random one (engines/vllm_server.py), or ``backend.api_key`` / ``$VLLM_API_KEY`` for a
+  running one.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections.abc import Sequence
@@ -31,6 +35,7 @@ from agentic_rl.engines.adapters import is_lora, lora_rank, vllm_max_lora_rank, 
 from agentic_rl.engines.base import SamplingParams
 from agentic_rl.engines.http import BackendError, post_json
 from agentic_rl.engines.remote import RemoteTokenBackend, scratch_folder, serve_folder, server_dtype
+from agentic_rl.engines.vllm_guard import KEY_VARIABLE
 from agentic_rl.engines.vllm_server import VLLMServer
 
 LORA_NAME = "policy-lora"
@@ -41,7 +46,7 @@ class VLLMBackend(RemoteTokenBackend):
     """The Backend contract on a vLLM server: ``base_url`` (``http://host:port``, with or
     without ``/v1``) of a running one, or ``server``: a :class:`VLLMServer` this backend
     owns (started already; restarted if it dies, stopped by ``close``; its model folder is
-    where weights are pushed)."""
+    where weights are pushed). ``api_key``: a running server's key (a managed one's is its own)."""
 
     name = "vllm"
     generate_path = "/v1/completions"
@@ -53,6 +58,7 @@ class VLLMBackend(RemoteTokenBackend):
         *,
         server: VLLMServer | None = None,
         weights_folder: Path | None = None,
+        api_key: str | None = None,
         **options: Any,
     ) -> None:
         if (base_url is None) == (server is None):
@@ -66,7 +72,16 @@ class VLLMBackend(RemoteTokenBackend):
             weights_folder=weights_folder if weights_folder is not None or server is None else server.model_dir,
             **options,
         )
-        models = self.get_json("/v1/models").get("data") or []
+        self.api_key = server.api_key if server is not None else api_key
+        """The key every request carries (None: the server asks for none)."""
+        if self.api_key:
+            self.client.headers["Authorization"] = f"Bearer {self.api_key}"
+        try:
+            models = self.get_json("/v1/models").get("data") or []
+        except BackendError as error:
+            if "HTTP 401" not in str(error):
+                raise
+            raise BackendError(f"{error}: the server needs its key (backend.api_key or ${KEY_VARIABLE})") from None
         if not models:
             raise BackendError(f"{self.base_url}/v1/models lists no served model")
         self.model_name = str(models[0]["id"])
@@ -165,24 +180,29 @@ class VLLMBackend(RemoteTokenBackend):
         super().close()
 
 
-def build_vllm_backend(config, model_name: str, *, loaded=None, follower_of: str | None = None) -> VLLMBackend:
+def build_vllm_backend(
+    config, model_name: str, *, loaded=None, follower_of: str | None = None, api_key: str | None = None
+) -> VLLMBackend:
     """The vllm backend a ``BackendConfig`` describes: ``config.base_url``'s running server
     (weights pushed through a scratch folder it must be able to read), or a managed server
     started from ``config.python`` on a folder holding ``loaded``'s model (default: the
     model ``model_name`` loaded once on the CPU to write that folder). A LoRA model's server
     holds its base weights and is started to take adapters of its rank. ``follower_of``:
-    the URL of a server another trainer rank owns and pushes weights into; this backend
-    only sends requests (distributed/shared_server.py)."""
+    the URL of a server another trainer rank owns and pushes weights into, ``api_key`` its
+    key; this backend only sends requests (distributed/shared_server.py). A running server's
+    key is ``config.api_key``, else ``$VLLM_API_KEY``."""
     dtype_name = server_dtype(config.dtype)
     dtype = getattr(torch, dtype_name)
     options = {"weights_dtype": dtype, "max_concurrency": config.max_concurrency, "timeout_s": config.request_timeout_s}
     if follower_of is not None:
         from agentic_rl.models import load_tokenizer
 
-        return VLLMBackend(loaded[1] if loaded is not None else load_tokenizer(model_name), follower_of, **options)
+        tokenizer = loaded[1] if loaded is not None else load_tokenizer(model_name)
+        return VLLMBackend(tokenizer, follower_of, api_key=api_key, **options)
     if config.base_url:
         from agentic_rl.models import load_tokenizer
 
+        options["api_key"] = config.api_key or os.environ.get(KEY_VARIABLE)
         if loaded is None:
             return VLLMBackend(load_tokenizer(model_name), config.base_url, **options)
         folder = scratch_folder()

@@ -7,26 +7,37 @@ console script does not start, so the server is run as ``python -m
 vllm.entrypoints.openai.api_server``. ``VLLM_SERVER_DEV_MODE=1`` opens the
 ``/collective_rpc`` endpoint the weight sync calls; with LoRA,
 ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`` opens ``/v1/load_lora_adapter``, the adapter push.
+
+The server gets a random key (``api_key``, passed in ``VLLM_API_KEY``: the environment, not
+the command line other users can read) that every route but ``/health`` asks for,
+``/collective_rpc`` included (engines/vllm_guard.py, added with ``--middleware``: vLLM's own
+key check leaves that route open); the backend sends it on every request.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 
+from agentic_rl.engines import vllm_guard
 from agentic_rl.errors import ConfigError
 
 MIN_VERSION = (0, 32, 0)
 """The oldest vLLM with everything the backend uses (token prompts with ``return_token_ids``,
 ``logprobs_mode``, ``reload_weights`` through ``/collective_rpc``)."""
+GUARD_MODULE = "agentic_rl_vllm_guard"
+"""The name engines/vllm_guard.py is imported by in the server (copied to a folder of its own)."""
 
 
 class VLLMUnavailable(ConfigError):
@@ -65,7 +76,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class VLLMServer:
     """``python -m vllm.entrypoints.openai.api_server`` serving ``model_dir`` on
-    ``host:port`` (loopback by default). Its output goes to ``log_path``."""
+    ``host:port`` (loopback by default). Its output goes to ``log_path``. Every request but
+    ``/health`` needs ``Authorization: Bearer <api_key>`` (a random key, kept across restarts)."""
 
     def __init__(
         self,
@@ -92,6 +104,10 @@ class VLLMServer:
         self.log_path = log_path or self.model_dir.parent / "vllm-server.log"
         self.max_lora_rank = max_lora_rank
         """Serve one LoRA adapter of up to this rank, loaded at run time (None: no LoRA)."""
+        if any(arg.split("=")[0] == "--api-key" for arg in self.extra_args):
+            raise ConfigError("backend.vllm_args: --api-key is set by the managed server itself (a random key)")
+        self.api_key = secrets.token_urlsafe(32)
+        self._guard_folder: Path | None = None
         self.process: subprocess.Popen | None = None
         self.starts = 0
         """How many times the server was started (restarts included)."""
@@ -124,6 +140,8 @@ class VLLMServer:
                 if self.max_lora_rank
                 else ()
             ),
+            "--middleware",
+            f"{GUARD_MODULE}.RequireKey",
             *self.extra_args,
         ]
 
@@ -134,12 +152,22 @@ class VLLMServer:
         env.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))  # vLLM drops to one thread without it
         if self.max_lora_rank:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"  # /v1/load_lora_adapter: the adapter push
+        env[vllm_guard.KEY_VARIABLE] = self.api_key
+        if self._guard_folder is not None:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self._guard_folder), env.get("PYTHONPATH")) if p)
         return env
+
+    def _install_guard(self) -> None:
+        """Copy the key check where the server's interpreter imports it as :data:`GUARD_MODULE`."""
+        if self._guard_folder is None:
+            self._guard_folder = Path(tempfile.mkdtemp(prefix="agentic-rl-vllm-guard-"))
+        shutil.copyfile(vllm_guard.__file__, self._guard_folder / f"{GUARD_MODULE}.py")
 
     def start(self) -> None:
         """Start the server and wait until ``/health`` answers; VLLMUnavailable with the
         end of its log if it exits or does not come up within ``startup_timeout_s``."""
         vllm_version(self.python)
+        self._install_guard()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -183,6 +211,9 @@ class VLLMServer:
     def stop(self) -> None:
         """Terminate the server (its whole process group: the engine core is a child)."""
         process, self.process = self.process, None
+        if self._guard_folder is not None:  # the server imported it at start
+            shutil.rmtree(self._guard_folder, ignore_errors=True)
+            self._guard_folder = None
         if process is None or process.poll() is not None:
             return
         try:

@@ -5,7 +5,8 @@ turns what the gateway served into trajectories (gateway/traces.py).
 ``agent(task, client)`` gets a task (a dict) and an ``openai.OpenAI`` client whose
 ``base_url`` is its episode's (so every call it makes is recorded); it returns whatever it
 likes. ``reward(task, result) -> float`` scores the episode (or the agent posts it to
-``/episodes/{id}/reward``; a posted reward wins). An exception in the agent's code is an
+``/episodes/{id}/reward`` with its client's ``api_key`` as the bearer token, the gateway's
+write token; a posted reward wins). An exception in the agent's code is an
 infrastructure error by default (masked from the loss, counted); ``on_agent_error:
 "zero"`` scores the episode 0 instead, keeping what it sampled.
 """
@@ -105,7 +106,10 @@ class AgentSampler:
         episode_id = f"{group_id}-{uuid.uuid4().hex[:8]}"
         self.server.store.open(episode_id, seed=seed)
         client = openai.OpenAI(
-            base_url=self.server.episode_url(episode_id), api_key="agentic-rl", max_retries=0, timeout=self.timeout_s
+            base_url=self.server.episode_url(episode_id),
+            api_key=self.server.write_token,  # what the agent needs to post its reward itself
+            max_retries=0,
+            timeout=self.timeout_s,
         )
         error = None
         try:

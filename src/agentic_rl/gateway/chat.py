@@ -20,14 +20,16 @@ from agentic_rl.types import Message, ToolCall, ToolResult
 
 
 class RequestError(ValueError):
-    """A request the gateway cannot serve: a 400 naming the field."""
+    """A request the gateway cannot serve: a 4xx (400 unless ``status`` says otherwise) naming the field."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(self, message: str, param: str | None = None, *, status: int = 400) -> None:
         super().__init__(message)
         self.param = param
+        self.status = status
 
 
-def _text(content: Any, where: str) -> str:
+def content_text(content: Any, where: str) -> str:
+    """A message's content (a string or a list of text parts) as one string."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -40,6 +42,40 @@ def _text(content: Any, where: str) -> str:
             parts.append(part["text"])
         return "".join(parts)
     raise RequestError(f"{where}.content: expected a string or a list of text parts", where)
+
+
+def _optional_string(message: dict, name: str, where: str) -> str:
+    value = message.get(name)
+    if value is not None and not isinstance(value, str):
+        raise RequestError(f"{where}.{name}: expected a string", where)
+    return value or ""
+
+
+def _tool_calls(calls: Any, where: str) -> list[ToolCall]:
+    """An assistant message's OpenAI ``tool_calls`` as ToolCalls (a RequestError names the bad shape)."""
+    if calls is None:
+        return []
+    expected = (
+        f"{where}.tool_calls: expected [{{id, type: function, function: {{name, arguments: JSON object string}}}}]"
+    )
+    if not isinstance(calls, list):
+        raise RequestError(expected, where)
+    out = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise RequestError(expected, where)
+        call_id, arguments = call.get("id", ""), function.get("arguments") or "{}"
+        if not isinstance(call_id, str) or not isinstance(arguments, str):
+            raise RequestError(expected, where)
+        try:
+            parsed = json.loads(arguments)
+        except (ValueError, RecursionError):
+            raise RequestError(expected, where) from None
+        if not isinstance(parsed, dict):
+            raise RequestError(expected, where)
+        out.append(ToolCall(function["name"], parsed, call_id))
+    return out
 
 
 def tool_schemas(tools: Any) -> list[dict]:
@@ -85,29 +121,16 @@ def to_model_messages(
         ):
             raise RequestError(f"{where}.role: expected system, developer, user, assistant or tool", where)
         role = "system" if message["role"] == "developer" else message["role"]
-        text = _text(message.get("content"), where)
+        text = content_text(message.get("content"), where)
         if role == "assistant":
-            for call in message.get("tool_calls") or []:
-                try:
-                    function = call["function"]
-                    arguments = json.loads(function.get("arguments") or "{}")
-                    call_names[call.get("id", "")] = function["name"]
-                    text += ("\n" if text else "") + parser.format_call(
-                        ToolCall(function["name"], arguments, call.get("id", ""))
-                    )
-                except (KeyError, TypeError, json.JSONDecodeError):
-                    raise RequestError(
-                        f"{where}.tool_calls: expected [{{id, type: function, function: {{name, arguments: JSON string}}}}]",
-                        where,
-                    ) from None
+            for call in _tool_calls(message.get("tool_calls"), where):
+                call_names[call.id] = call.name
+                text += ("\n" if text else "") + parser.format_call(call)
             out.append({"role": "assistant", "content": text})
         elif role == "tool":
-            name = message.get("name") or call_names.get(message.get("tool_call_id", ""), "tool")
-            out.append(
-                parser.format_result(
-                    ToolResult(name=name, content=text, call_id=message.get("tool_call_id", "")), framed=framed
-                )
-            )
+            call_id = _optional_string(message, "tool_call_id", where)
+            name = _optional_string(message, "name", where) or call_names.get(call_id, "tool")
+            out.append(parser.format_result(ToolResult(name=name, content=text, call_id=call_id), framed=framed))
         else:
             out.append({"role": role, "content": text})
     return parser.with_tools_prompt(out, schemas) if describe_tools else out

@@ -22,6 +22,7 @@ from agentic_rl.gateway.fields import (
     seed_field,
     stop_strings,
 )
+from agentic_rl.gateway.history import digest, prefix_digests
 from agentic_rl.gateway.responses import Choice, cut_at_stop, finish_reason, token_logprob
 from agentic_rl.gateway.sse import chat_stream
 from agentic_rl.gateway.state import GatewayState
@@ -33,8 +34,11 @@ from agentic_rl.gateway.traces import Call
 class ChatRequest:
     """A validated chat completion request, its prompt ids and one engine job per choice."""
 
-    messages: list
+    history: str
+    """The digest of the request's messages (what a call records instead of them)."""
+    history_length: int
     tools_key: str
+    """The digest of the request's tools."""
     prompt: list[int]
     jobs: list[dict]
     stops: list[str]
@@ -69,8 +73,9 @@ def parse_chat(state: GatewayState, body: dict, episode_id: str | None) -> ChatR
         raise RequestError("top_logprobs: needs logprobs: true", "top_logprobs")
     top_k = state.alternatives(top_k, "top_logprobs")
     stream = flag(body, "stream")
-    tools_key = json.dumps(schemas, sort_keys=True)
-    continued = state.store.continuation(episode_id, messages, tools_key) if episode_id else None
+    tools_key = digest(json.dumps(schemas, sort_keys=True, ensure_ascii=False))
+    digests = prefix_digests(messages)
+    continued = state.store.continuation(episode_id, digests, messages, tools_key) if episode_id else None
     if continued is not None:  # the history is a call we served: append only the new messages' tokens
         call, start = continued
         tail = model_messages[len(model_messages) - (len(messages) - start) :]
@@ -83,11 +88,15 @@ def parse_chat(state: GatewayState, body: dict, episode_id: str | None) -> ChatR
         raise RequestError(
             f"messages: the prompt is {len(prompt)} tokens; this server allows {state.max_context} in all", "messages"
         )
+    if episode_id:
+        state.store.admit(episode_id, n, n * 8 * (len(prompt) + 2 * min(limit, room)))
     seed = state.request_seed(seed, episode_id)
     jobs = [{"prompt": prompt, **options} for options in state.sampling(body, limit, room, seed, n, top_k)]
     parse_tools = bool(schemas) and tool_choice != "none"
     usage = include_usage(body)
-    return ChatRequest(messages, tools_key, prompt, jobs, stops, want_logprobs, parse_tools, stream, usage)
+    return ChatRequest(
+        digests[-1], len(messages), tools_key, prompt, jobs, stops, want_logprobs, parse_tools, stream, usage
+    )
 
 
 def chat_finisher(
@@ -107,7 +116,8 @@ def chat_finisher(
                 logprobs,
                 completion.weight_version,
                 "stop" if reason != "length" else "length",
-                messages=list(request.messages),
+                history=request.history,
+                history_length=request.history_length,
                 reply=message,
                 tools=request.tools_key,
             )

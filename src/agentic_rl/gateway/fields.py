@@ -4,12 +4,12 @@ and the OpenAI-style JSON error every bad request gets (a 4xx, never a 5xx)."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from agentic_rl.gateway.chat import RequestError
+from agentic_rl.http_guard import loads_bounded
 
 MAX_BODY_BYTES = 4 << 20
 MAX_CHOICES = 16
@@ -29,11 +29,13 @@ def error_response(status: int, message: str, param: str | None = None) -> JSONR
 
 async def read_json(request: Request) -> dict:
     try:
-        body = json.loads(await asyncio.wait_for(request.body(), timeout=BODY_TIMEOUT_S) or b"{}")
+        raw = await asyncio.wait_for(request.body(), timeout=BODY_TIMEOUT_S)
     except asyncio.TimeoutError:
-        raise RequestError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RequestError("the body must be JSON") from None
+        raise RequestError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", status=408) from None
+    try:
+        body = loads_bounded(raw or b"{}")
+    except ValueError as error:
+        raise RequestError(str(error)) from None
     if not isinstance(body, dict):
         raise RequestError("the body must be a JSON object")
     return body

@@ -3,11 +3,17 @@ token beyond it), over any token engine."""
 
 from __future__ import annotations
 
+import secrets
+from typing import TYPE_CHECKING
+
 from agentic_rl.chat import ChatRenderer
 from agentic_rl.gateway.service import KEEP_IDLE_S, CompletionService
-from agentic_rl.gateway.traces import EpisodeStore
+from agentic_rl.gateway.traces import MAX_EPISODE_BYTES, MAX_EPISODE_CALLS, EpisodeStore
 from agentic_rl.http_server import ASGIServer
 from agentic_rl.parsers.base import get_parser
+
+if TYPE_CHECKING:
+    from agentic_rl.http_connections import ConnectionLimits
 
 TOKEN_VARIABLE = "AGENTIC_RL_GATEWAY_TOKEN"
 """The environment variable ``agentic-rl serve`` reads the bearer token from."""
@@ -17,7 +23,15 @@ class GatewayServer(ASGIServer):
     """OpenAI-compatible chat completions from ``backend`` (gateway/app.py). ``parser``: the
     model's tool-call format; ``model_name``: the id clients name; ``port=0`` picks a free
     port (``.url``; clients use ``.url + "/v1"`` or an episode's ``episode_url``);
-    ``keep_idle_s``: see ``CompletionService`` (0 when a trainer shares the weights)."""
+    ``keep_idle_s``: see ``CompletionService`` (0 when a trainer shares the weights);
+    ``max_concurrency``: requests served at once (more get 503); ``max_episode_calls``,
+    ``max_episode_bytes``: what one episode may keep (gateway/traces.py); ``limits``: the
+    connections' deadlines and cap (``http_connections.ConnectionLimits``).
+
+    ``write_token``: what ``POST /episodes/{id}/reward`` needs as its bearer token: ``token``
+    when one is set, else a random secret made here, known only to this process (an agent
+    program it runs gets it as its OpenAI client's ``api_key``); other local processes
+    cannot set rewards."""
 
     def __init__(
         self,
@@ -34,12 +48,16 @@ class GatewayServer(ASGIServer):
         max_concurrency: int = 256,
         verbose: bool = False,
         keep_idle_s: float = KEEP_IDLE_S,
+        max_episode_calls: int = MAX_EPISODE_CALLS,
+        max_episode_bytes: int = MAX_EPISODE_BYTES,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         from agentic_rl.gateway.app import create_app
 
         renderer = ChatRenderer(backend.tokenizer)
         self.service = CompletionService(backend, stop_token_ids=renderer.stop_token_ids, keep_idle_s=keep_idle_s)
-        self.store = EpisodeStore()
+        self.store = EpisodeStore(max_episode_calls=max_episode_calls, max_episode_bytes=max_episode_bytes)
+        self.write_token = token or secrets.token_urlsafe(32)
         tool_parser = get_parser(parser)
         try:
             super().__init__(
@@ -52,14 +70,16 @@ class GatewayServer(ASGIServer):
                     max_context=max_context,
                     default_max_tokens=default_max_tokens,
                     token=token,
+                    write_token=self.write_token,
                     allowed_hosts=allowed,
+                    max_concurrency=max_concurrency,
                 ),
                 host,
                 port,
                 allow_remote=allow_remote,
                 token=token,
                 verbose=verbose,
-                max_concurrency=max_concurrency,
+                limits=limits,
                 what="the policy",
                 name="gateway",
             )

@@ -202,8 +202,12 @@ class CompletionService:
                 sessions[setting] = (session.__enter__(), {})
             session, requests = sessions[setting]
             key = next(self._keys)
+            try:
+                session.submit(key, request.prompt, request.max_tokens, request.seed)
+            except ValueError as error:  # this request's own fault (an empty prompt): it alone fails
+                request.future.set_exception(error)
+                continue
             requests[key] = request
-            session.submit(key, request.prompt, request.max_tokens, request.seed)
 
     def close(self) -> None:
         self._stop.set()

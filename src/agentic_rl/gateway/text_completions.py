@@ -37,7 +37,12 @@ def prompts_of(state: GatewayState, body: dict) -> list[tuple[list[int], str]]:
 
     def one(item: Any) -> tuple[list[int], str]:
         if isinstance(item, str) and item:
-            return tokenizer(item)["input_ids"], item
+            ids = tokenizer(item)["input_ids"]
+            if not ids:
+                raise RequestError(
+                    "prompt: the text tokenizes to no tokens (control characters the tokenizer drops)", "prompt"
+                )
+            return ids, item
         if isinstance(item, list) and item and all(isinstance(t, int) and not isinstance(t, bool) for t in item):
             if not all(0 <= t < vocabulary for t in item):
                 raise RequestError(f"prompt: token ids must be in [0, {vocabulary})", "prompt")
@@ -91,6 +96,9 @@ def parse_text(state: GatewayState, body: dict, episode_id: str | None) -> TextR
         raise RequestError(
             f"prompt: the prompt is {longest} tokens; this server allows {state.max_context} in all", "prompt"
         )
+    if episode_id:
+        size = sum(8 * (len(ids) + 2 * min(limit, state.max_context - len(ids))) for ids, _ in prompts)
+        state.store.admit(episode_id, len(prompts) * n, n * size)
     options = state.sampling(body, limit, room, state.request_seed(seed, episode_id), len(prompts) * n, top_k_engine)
     jobs = [
         {

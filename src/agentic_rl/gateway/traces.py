@@ -8,6 +8,12 @@ completion (``ChatRenderer.observation_ids``): the history is never re-tokenized
 calls chain into one trajectory whose sampled tokens are the ones the model produced.
 A request that rewrites its history (a summarising agent, a sub-agent) starts a new
 sample; all samples of an episode share its reward.
+
+What is kept is bounded: a call keeps its token ids, log-probs and reply, and only digests
+of its history and tools (gateway/history.py), never the request's messages; an episode
+keeps at most ``max_episode_calls`` calls and ``max_episode_bytes`` (a request that would
+pass either is refused with a 413 naming the bound), the store ``max_episodes`` episodes
+and ``max_bytes`` in all (the episodes written to least recently are dropped first).
 """
 
 from __future__ import annotations
@@ -19,10 +25,17 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentic_rl.gateway.chat import RequestError
 from agentic_rl.types import Trajectory, Turn
 
 MAX_EPISODES = 10_000
-"""Episodes kept (the oldest are dropped first): a bound on the store's memory."""
+"""Episodes kept (those written to least recently are dropped first): a bound on the store's memory."""
+MAX_EPISODE_CALLS = 1024
+"""Calls kept per episode (``EpisodeStore(max_episode_calls=...)``)."""
+MAX_EPISODE_BYTES = 64 << 20
+"""Bytes kept per episode: 8 per token id and log-prob, the replies' and the reward info's JSON."""
+MAX_STORED_BYTES = 1 << 30
+"""Bytes kept by the whole store (the episodes written to least recently are dropped first)."""
 
 
 @dataclass
@@ -34,16 +47,24 @@ class Call:
     logprobs: list[float]
     weight_version: int
     finish_reason: str
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    """The request's messages (OpenAI format), to recognise the next call's history."""
+    history: str = ""
+    """The digest of the request's messages (``history.prefix_digests``), to recognise the next call's history."""
+    history_length: int = 0
+    """How many messages the request had."""
     reply: dict[str, Any] = field(default_factory=dict)
     """The assistant message the gateway returned."""
     tools: str = ""
-    """The request's tools (canonical JSON): a continuation must offer the same ones."""
+    """The digest of the request's tools: a continuation must offer the same ones."""
     kind: str = "chat"
     """"chat" (``/v1/chat/completions``) or "completion" (``/v1/completions``: a raw prompt,
     no messages; a chat call never continues one by its messages)."""
     created: float = field(default_factory=time.time)
+
+    @property
+    def nbytes(self) -> int:
+        """What the call counts against its episode's ``max_episode_bytes``."""
+        tokens = len(self.prompt_ids) + len(self.completion_ids) + len(self.logprobs)
+        return 8 * tokens + len(json.dumps(self.reply)) + len(self.history) + len(self.tools)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +87,8 @@ class EpisodeTrace:
     """The episode's random stream (set by a trainer): calls without a seed of their own
     draw from ``stream_seed(seed, request number)``, so a seeded run repeats."""
     requests: int = 0
+    nbytes: int = 0
+    """What the episode keeps (``Call.nbytes`` and the reward info's JSON)."""
 
 
 def _calls_key(message: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -89,34 +112,78 @@ def same_reply(given: Any, served: dict[str, Any]) -> bool:
 
 
 class EpisodeStore:
-    """Episodes by id (thread-safe), at most ``max_episodes`` (oldest dropped)."""
+    """Episodes by id (thread-safe), bounded as the module docstring says."""
 
-    def __init__(self, max_episodes: int = MAX_EPISODES) -> None:
+    def __init__(
+        self,
+        max_episodes: int = MAX_EPISODES,
+        *,
+        max_episode_calls: int = MAX_EPISODE_CALLS,
+        max_episode_bytes: int = MAX_EPISODE_BYTES,
+        max_bytes: int = MAX_STORED_BYTES,
+    ) -> None:
         self._episodes: OrderedDict[str, EpisodeTrace] = OrderedDict()
         self._lock = threading.Lock()
         self.max_episodes = max_episodes
+        self.max_episode_calls = max_episode_calls
+        self.max_episode_bytes = max_episode_bytes
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        """What all episodes keep."""
 
     def _episode(self, episode_id: str) -> EpisodeTrace:
         episode = self._episodes.get(episode_id)
         if episode is None:
             episode = self._episodes[episode_id] = EpisodeTrace()
-            while len(self._episodes) > self.max_episodes:
-                self._episodes.popitem(last=False)
+            self._evict()
         return episode
 
-    def continuation(self, episode_id: str, messages: list[Any], tools: str) -> tuple[Call, int] | None:
+    def _evict(self) -> None:
+        while len(self._episodes) > self.max_episodes or (self.nbytes > self.max_bytes and len(self._episodes) > 1):
+            self.nbytes -= self._episodes.popitem(last=False)[1].nbytes
+
+    def _grow(self, episode_id: str, episode: EpisodeTrace, nbytes: int) -> None:
+        episode.nbytes += nbytes
+        self.nbytes += nbytes
+        self._episodes.move_to_end(episode_id)  # the store drops the episodes written to least recently
+        self._evict()
+
+    def admit(self, episode_id: str, calls: int, nbytes: int) -> None:
+        """Check that episode ``episode_id`` may keep ``calls`` more calls of about ``nbytes``;
+        a RequestError (413) naming the bound when it may not."""
+        with self._lock:
+            episode = self._episode(episode_id)
+            if len(episode.calls) + calls > self.max_episode_calls:
+                raise RequestError(
+                    f"episode {episode_id!r} keeps {len(episode.calls)} calls; this request would pass the "
+                    f"{self.max_episode_calls} this server keeps per episode (max_episode_calls)",
+                    "episode",
+                    status=413,
+                )
+            if episode.nbytes + nbytes > self.max_episode_bytes:
+                raise RequestError(
+                    f"episode {episode_id!r} keeps {episode.nbytes} bytes; this request would pass the "
+                    f"{self.max_episode_bytes} this server keeps per episode (max_episode_bytes)",
+                    "episode",
+                    status=413,
+                )
+
+    def continuation(
+        self, episode_id: str, digests: list[str], messages: list[Any], tools: str
+    ) -> tuple[Call, int] | None:
         """The episode's call that ``messages`` continue (its history, then its reply, then
-        new messages) and where the new messages start; None when there is none."""
+        new messages) and where the new messages start; None when there is none.
+        ``digests``: ``history.prefix_digests(messages)``; ``tools``: the tools' digest."""
         with self._lock:
             episode = self._episodes.get(episode_id)
             calls = list(episode.calls) if episode else []
         for call in reversed(calls):
-            n = len(call.messages)
+            n = call.history_length
             if (
                 call.kind == "chat"
                 and call.tools == tools
                 and len(messages) > n + 1
-                and messages[:n] == call.messages
+                and digests[n] == call.history
                 and same_reply(messages[n], call.reply)
             ):
                 return call, n + 1
@@ -138,13 +205,19 @@ class EpisodeStore:
 
     def record(self, episode_id: str, call: Call) -> None:
         with self._lock:
-            self._episode(episode_id).calls.append(call)
+            episode = self._episode(episode_id)
+            episode.calls.append(call)
+            self._grow(episode_id, episode, call.nbytes)
 
     def set_reward(self, episode_id: str, reward: float, info: dict[str, Any] | None = None) -> None:
+        """Set the episode's reward and add ``info`` to its info (counted against ``max_episode_bytes``)."""
+        size = len(json.dumps(info)) if info else 0
+        self.admit(episode_id, 0, size)
         with self._lock:
             episode = self._episode(episode_id)
             episode.reward = float(reward)
             episode.info.update(info or {})
+            self._grow(episode_id, episode, size)
 
     def get(self, episode_id: str) -> EpisodeTrace | None:
         with self._lock:
@@ -152,7 +225,9 @@ class EpisodeStore:
 
     def pop(self, episode_id: str) -> EpisodeTrace | None:
         with self._lock:
-            return self._episodes.pop(episode_id, None)
+            episode = self._episodes.pop(episode_id, None)
+            self.nbytes -= episode.nbytes if episode is not None else 0
+            return episode
 
 
 def calls_to_trajectories(

@@ -6,7 +6,6 @@
 """
 
 import asyncio
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentic_rl.http_server import install_guard
+from agentic_rl.http_guard import install_guard, loads_bounded
 from agentic_rl.retrieval.base import Document, Retriever
 
 MAX_QUERIES = 1024
@@ -37,20 +36,29 @@ def create_app(
     allowed_hosts: Sequence[str] = ("*",),
     max_body_bytes: int = MAX_BODY_BYTES,
     read_timeout_s: float = 30.0,
+    max_concurrency: int,
 ):
     """The ASGI app (FastAPI) serving ``retriever``: ``POST /retrieve``, ``GET /health``.
 
-    Every request is checked before its body is read: a ``Host`` in ``allowed_hosts``
-    (a loopback server answers only loopback names, which stops DNS rebinding), the bearer
-    ``token`` when one is set, a ``Content-Length`` that is present, non-negative and at
-    most ``max_body_bytes``; the body must arrive within ``read_timeout_s``. Errors are
-    JSON ``{"error": "..."}`` with 4xx statuses; a retriever failure is a 500."""
+    Every request is checked (``http_guard``): a ``Host`` in ``allowed_hosts`` (a loopback
+    server answers only loopback names, which stops DNS rebinding), the bearer ``token``
+    when one is set, a ``Content-Length`` that is present, non-negative and at most
+    ``max_body_bytes`` (and the bytes read counted against it), at most
+    ``max_concurrency`` requests at once; the body must arrive within ``read_timeout_s``.
+    Errors are JSON ``{"error": "..."}`` with 4xx statuses; a retriever failure is a 500."""
     app = FastAPI(title="agentic-rl retrieval", docs_url=None, redoc_url=None, openapi_url=None)
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status)
 
-    install_guard(app, token=token, allowed_hosts=allowed_hosts, max_body_bytes=max_body_bytes, error=error)
+    install_guard(
+        app,
+        token=token,
+        allowed_hosts=allowed_hosts,
+        max_body_bytes=max_body_bytes,
+        error=error,
+        max_requests=max_concurrency,
+    )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -68,8 +76,8 @@ def create_app(
         except asyncio.TimeoutError:
             return error(408, f"the request body did not arrive within {read_timeout_s:g} s")
         try:
-            queries, topk = _parse_request(json.loads(raw or b"{}"))
-        except (ValueError, TypeError, AttributeError) as exc:
+            queries, topk = _parse_request(loads_bounded(raw or b"{}"))
+        except ValueError as exc:
             return error(400, str(exc))
         try:
             results = await run_in_threadpool(
@@ -83,14 +91,17 @@ def create_app(
 
 
 def _parse_request(request: Any) -> tuple[list[str], int]:
+    """(queries, topk) of a ``/retrieve`` body; ValueError with one line when it is malformed."""
     if not isinstance(request, dict):
         raise ValueError("the body must be a JSON object")
     queries = request.get("queries")
     if isinstance(request.get("query"), str):
         queries = [request["query"]]
-    topk = int(request.get("topk", request.get("k", 3)))
+    topk = request.get("topk", request.get("k", 3))
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise ValueError('"queries" must be a list of strings')
+    if isinstance(topk, bool) or not isinstance(topk, int):
+        raise ValueError(f'"topk" must be an integer, got {str(topk)[:40]}')
     if len(queries) > MAX_QUERIES or not 1 <= topk <= MAX_TOPK:
         raise ValueError(f"at most {MAX_QUERIES} queries and 1 <= topk <= {MAX_TOPK}")
     return queries, topk

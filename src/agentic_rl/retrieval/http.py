@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentic_rl.http_server import ASGIServer
 from agentic_rl.retrieval.base import Document, Retriever
+
+if TYPE_CHECKING:
+    from agentic_rl.http_connections import ConnectionLimits
 
 __all__ = ["HTTPRetriever", "RetrievalServer", "serve"]
 
@@ -36,7 +39,9 @@ def _parse_document(item: dict[str, Any]) -> Document:
 
 class RetrievalServer(ASGIServer):
     """Serves one retriever with uvicorn (http_server.ASGIServer: loopback by default,
-    ``allow_remote=True`` and a bearer ``token`` beyond it). ``port=0`` picks a free port."""
+    ``allow_remote=True`` and a bearer ``token`` beyond it). ``port=0`` picks a free port;
+    ``max_concurrency``: requests served at once (more get 503); ``limits``: the
+    connections' deadlines and cap (``http_connections.ConnectionLimits``)."""
 
     def __init__(
         self,
@@ -49,18 +54,25 @@ class RetrievalServer(ASGIServer):
         verbose: bool = False,
         max_concurrency: int = 64,
         read_timeout_s: float = 30.0,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         from agentic_rl.retrieval.app import create_app
 
         self.retriever = retriever
         super().__init__(
-            lambda allowed: create_app(retriever, token=token, allowed_hosts=allowed, read_timeout_s=read_timeout_s),
+            lambda allowed: create_app(
+                retriever,
+                token=token,
+                allowed_hosts=allowed,
+                read_timeout_s=read_timeout_s,
+                max_concurrency=max_concurrency,
+            ),
             host,
             port,
             allow_remote=allow_remote,
             token=token,
             verbose=verbose,
-            max_concurrency=max_concurrency,
+            limits=limits,
             what="the index",
             name="retrieval-server",
         )

@@ -22,11 +22,20 @@ in ``/fake/state``'s ``aborted``. ``POST /fake/slow_reload {"delay_s"}`` makes e
 reload take that long; completions that arrive meanwhile are counted in
 ``during_reload`` (a trainer that samples before its weight sync finished);
 ``POST /fake/fail_reload {"n"}`` makes the next N reloads answer HTTP 500.
+
+Keys as vLLM applies them: with ``--api-key`` or ``VLLM_API_KEY`` the ``/v1``, ``/v2``,
+``/inference`` and ``/cohere`` routes need ``Authorization: Bearer <key>``
+(vllm/entrypoints/serve/middleware/authenticate.py); every ``--middleware`` class is
+imported and run (as pure ASGI) on each request before it is answered, so the managed
+server's own key check is the real one. The ``/fake/*`` test controls are not vLLM's and
+need no key.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib
 import json
 import os
 import threading
@@ -35,6 +44,41 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 FAKE_TOKENS = 3
+VLLM_GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+
+
+def refusal(path: str, headers, keys: list[str], middlewares: list) -> tuple[int, bytes] | None:
+    """(status, body) when vLLM would not let the request through to its route, else None."""
+    if (
+        path.startswith(VLLM_GUARDED_PREFIXES)
+        and keys
+        and headers.get("Authorization") not in [f"Bearer {k}" for k in keys]
+    ):
+        return 401, json.dumps({"error": "Unauthorized"}).encode()
+    answer: dict = {}
+
+    async def route(scope, receive, send) -> None:
+        answer["passed"] = True
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message) -> None:
+        answer.setdefault("status", message.get("status"))
+        answer["body"] = answer.get("body", b"") + message.get("body", b"")
+
+    app = route
+    for middleware in reversed(middlewares):
+        app = middleware(app)
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "root_path": "",
+        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
+    }
+    asyncio.run(app(scope, receive, send))
+    return None if answer.get("passed") else (answer["status"], answer["body"])
 
 
 class State:
@@ -70,10 +114,27 @@ def sample(prompt: list[int], seed: int, max_tokens: int, stops: list[int]) -> t
     return ids, "stop"
 
 
-def make_handler(state: State):
+def make_handler(state: State, keys: list[str], middlewares: list):
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:
             pass
+
+        def handle_one_request(self) -> None:  # vLLM's key checks before any route
+            self.raw_requestline = self.rfile.readline(65537)
+            if not self.raw_requestline or not self.parse_request():
+                self.close_connection = True
+                return
+            path = self.path.split("?")[0]
+            refused = None if path.startswith("/fake/") else refusal(path, self.headers, keys, middlewares)
+            if refused is not None:
+                self.send_response(refused[0])
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(refused[1])))
+                self.end_headers()
+                self.wfile.write(refused[1])
+                return
+            getattr(self, f"do_{self.command}")()
+            self.wfile.flush()
 
         def _send(self, status: int, payload) -> None:
             data = json.dumps(payload).encode()
@@ -252,10 +313,17 @@ def main() -> None:
     parser.add_argument("--logprobs-mode", default="raw_logprobs")
     parser.add_argument("--enable-lora", action="store_true")
     parser.add_argument("--max-lora-rank", type=int, default=None)
+    parser.add_argument("--api-key", action="append", default=None)
+    parser.add_argument("--middleware", action="append", default=[])
     args, _ = parser.parse_known_args()
     state = State(args.model, args.served_model_name or args.model)
     state.lora_enabled, state.max_lora_rank = args.enable_lora, args.max_lora_rank
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
+    keys = [key for key in (args.api_key or [os.environ.get("VLLM_API_KEY")]) if key]
+    middlewares = []
+    for name in args.middleware:
+        module, _, attribute = name.rpartition(".")
+        middlewares.append(getattr(importlib.import_module(module), attribute))
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(state, keys, middlewares))
     server.daemon_threads = True
     server.serve_forever()
 
