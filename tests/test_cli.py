@@ -31,6 +31,29 @@ def test_listing_on_a_terminal_is_a_table_on_stdout(capsys, monkeypatch) -> None
     assert err == "" and "recipe" in out and "description" in out and "smoke" in out
 
 
+def test_envs_name_shows_the_options_with_types_and_defaults(capsys, tmp_path, monkeypatch) -> None:
+    assert main(["envs", "frozenlake"]) == 0
+    out, err = capsys.readouterr()
+    rows = {line.split("\t")[0]: line.split("\t")[1:] for line in out.splitlines() if line.count("\t") == 2}
+    assert err == "" and "FrozenLake" in out and rows["size"] == ["int", "4"] and rows["view"] == ["str", "'grid'"]
+    # Your own env by import path, from the working directory.
+    (tmp_path / "my_env.py").write_text("def make_env(*, level: int = 2, name: str = 'x'):\n    'My env.'\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])
+    assert main(["envs", "my_env:make_env"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("My env.") and "level\tint\t2" in out
+
+
+def test_a_mistyped_env_or_option_is_one_line_with_a_suggestion(capsys) -> None:
+    assert main(["envs", "frozenlak"]) == 2
+    assert capsys.readouterr().err.startswith("agentic-rl envs: unknown env 'frozenlak' (did you mean 'frozenlake'?)")
+    from agentic_rl.envs import make
+
+    with pytest.raises(TypeError, match=r"no option 'sizee' \(did you mean 'size'\?\)"):
+        make("frozenlake", sizee=3)
+
+
 def test_envs_pipes_into_grep() -> None:
     env = {
         **os.environ,

@@ -434,7 +434,9 @@ def test_make_unknown_name_suggests_the_closest() -> None:
 
 
 def test_make_unknown_option_names_it_and_lists_options() -> None:
-    with pytest.raises(TypeError, match=r"env 'arithmetic' has no option 'digit'; options: .*digits"):
+    with pytest.raises(
+        TypeError, match=r"env 'arithmetic' has no option 'digit' \(did you mean 'digits'\?\); options: .*digits"
+    ):
         make("arithmetic", digit=2)
 
 

@@ -8,19 +8,11 @@ typo in a parameter cannot pass unnoticed.
 
 from __future__ import annotations
 
-import difflib
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-
-def unknown_name(kind: str, name: object, known: Iterable[str]) -> str:
-    """One-line message for a name not in ``known``, e.g. ``unknown group filter 'top'
-    (did you mean 'top-std'?); known: none, top-std, zero-variance``."""
-    known = list(known)
-    close = difflib.get_close_matches(str(name), known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"unknown {kind} {name!r}{hint}; known: {', '.join(known)}"
+from agentic_rl.errors import unknown_name
 
 
 class Registry(dict):

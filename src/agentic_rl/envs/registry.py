@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_rl.envs.base import Env
-from agentic_rl.errors import ConfigError
+from agentic_rl.errors import ConfigError, closest
 from agentic_rl.imports import ImportPathError, import_object
 
 
@@ -53,13 +53,30 @@ def _factory(name: str) -> Callable[..., Env]:
             return import_object(name, "env")
         except ImportPathError as exc:
             raise UnknownEnvError(exc.reason) from None
-    import difflib
-
-    close = difflib.get_close_matches(name, _REGISTRY, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise UnknownEnvError(
-        f"unknown env {name!r}{hint}; registered envs: {', '.join(sorted(_REGISTRY))} (or an import path package.module:Factory)"
+        f"unknown env {name!r}{closest(name, _REGISTRY)}; registered envs: {', '.join(sorted(_REGISTRY))} (or an import path package.module:Factory)"
     )
+
+
+def options(name: str) -> list[tuple[str, str, str]]:
+    """Env ``name``'s options as (option, type, default), from its factory's signature."""
+    rows = []
+    for parameter in inspect.signature(_factory(name)).parameters.values():
+        if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        annotation = parameter.annotation
+        kind = "" if annotation is inspect.Parameter.empty else getattr(annotation, "__name__", str(annotation))
+        default = "(required)" if parameter.default is inspect.Parameter.empty else repr(parameter.default)
+        rows.append((parameter.name, str(kind).replace("typing.", ""), default))
+    return rows
+
+
+def describe(name: str) -> str:
+    """What env ``name`` is: its registered description and its factory's docstring."""
+    factory = _factory(name)
+    entry = _REGISTRY.get(name)
+    text = inspect.getdoc(factory) or ""
+    return "\n\n".join(part for part in (entry.description if entry else "", text) if part)
 
 
 def accepts_option(name: str, option: str) -> bool:
@@ -76,7 +93,8 @@ def make(name: str, **kwargs: Any) -> Env:
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         unknown = sorted(set(kwargs) - set(parameters))
         if unknown:
-            raise TypeError(f"env {name!r} has no option {unknown[0]!r}; options: {', '.join(parameters)}")
+            hint = closest(unknown[0], parameters)
+            raise TypeError(f"env {name!r} has no option {unknown[0]!r}{hint}; options: {', '.join(parameters)}")
     return factory(**kwargs)
 
 

@@ -8,7 +8,6 @@ inherited: it describes the recipe that states it.
 
 from __future__ import annotations
 
-import difflib
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import yaml
 
 from agentic_rl.config import ConfigError
+from agentic_rl.errors import closest
 
 
 def _folder():
@@ -72,8 +72,7 @@ def _read(name_or_path: str, folder: Path | None) -> tuple[str, str, Path | None
             raise ConfigError(f"recipe file {str(path)!r} does not exist")
         return str(path.resolve()), path.read_text(), path
     if name_or_path not in recipe_names():
-        close = difflib.get_close_matches(name_or_path, recipe_names(), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = closest(name_or_path, recipe_names())
         raise ConfigError(f"unknown recipe {name_or_path!r}{hint}; recipes: {', '.join(recipe_names())}")
     return name_or_path, (_folder() / f"{name_or_path}.yaml").read_text(), None
 
