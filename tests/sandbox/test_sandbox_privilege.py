@@ -197,7 +197,7 @@ def test_run_directories_are_hidden(monkeypatch):
     try:
         with open(os.path.join(run_dir, "config.yaml"), "w") as handle:
             handle.write("api_key: not-a-real-key\n")
-        monkeypatch.setattr(sandbox.pool, "_HIDDEN", set())
+        monkeypatch.setattr(sandbox.visibility, "_HIDDEN", set())
         sandbox.hide_path(run_dir)
         with sandbox.SandboxWorker() as worker:
             result = worker.run(

@@ -11,8 +11,9 @@ best-effort, auto) decides whether a sandbox lacking any of that may run at all.
 
 from agentic_rl.sandbox.limits import STATUSES, ExecutionResult, Isolation, Limits, SandboxError
 from agentic_rl.sandbox.policy import IsolationUnavailable, isolation_mode, set_isolation_mode
-from agentic_rl.sandbox.pool import SandboxPool, SandboxWorker, check_isolation, execute, hide_path, isolation
+from agentic_rl.sandbox.pool import SandboxPool, SandboxWorker, check_isolation, execute, isolation
 from agentic_rl.sandbox.session import PythonSession
+from agentic_rl.sandbox.visibility import hide_path
 
 __all__ = [
     "STATUSES",

