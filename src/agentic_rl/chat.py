@@ -83,7 +83,7 @@ class ChatRenderer:
 
     def _stop_token_ids(self) -> list[int]:
         ids = {self.tokenizer.eos_token_id}
-        for token in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+        for token in ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>"):
             token_id = self.tokenizer.convert_tokens_to_ids(token)
             if isinstance(token_id, int) and token_id != self.tokenizer.unk_token_id:
                 ids.add(token_id)

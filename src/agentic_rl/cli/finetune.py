@@ -19,6 +19,7 @@ def _collect(args: argparse.Namespace) -> int:
     from agentic_rl.data import write_jsonl
     from agentic_rl.engines.factory import build_backend
     from agentic_rl.envs import env_factory
+    from agentic_rl.models.loading import resolve_auto_parser
     from agentic_rl.tracking.display import console, trajectory_progress
     from agentic_rl.training.collect import collect_expert, collect_successful
 
@@ -29,6 +30,7 @@ def _collect(args: argparse.Namespace) -> int:
         CollectConfig,
         {**{k: v for k, v in vars(args).items() if k in CollectConfig.model_fields and v is not None}, **overrides},
     )
+    resolve_auto_parser([env_options], args.model)  # parser: auto -> the model's tool-call format
     env_factory(args.env, env_options, split="train")  # fail on bad options before loading the model
     if (
         config.source == "expert"

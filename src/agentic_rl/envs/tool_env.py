@@ -131,6 +131,7 @@ class ToolEnv:
             self._check_parser_calls_memory()
             tools = ToolRegistry([*tools, *self.memory.tools])
         self.tools = tools
+        self.parser.bind_tools(tools.schemas())
         self.attempts = attempts
         self.attempt_discount = float(attempt_discount)
         self.self_critique = self_critique

@@ -14,7 +14,7 @@ from agentic_rl.config import ConfigError, EvalConfig, build, redact_secrets
 from agentic_rl.distributed import DistContext
 from agentic_rl.engines.factory import build_backend
 from agentic_rl.evaluation.metrics import aggregate_metrics
-from agentic_rl.models.loading import resolve_device
+from agentic_rl.models.loading import resolve_auto_parser, resolve_device
 from agentic_rl.models.precision import resolve_precision
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.types import Trajectory, TrajectoryGroup
@@ -136,6 +136,7 @@ def prepare(config: EvalConfig | dict[str, Any] | None = None, *, loaded=None, b
     """Validate the config, build the env factory and the backend (loading the model)."""
     if not isinstance(config, EvalConfig):
         config = build(EvalConfig, config or {})
+    resolve_auto_parser([config.env.model_extra or {}], config.model.name, loaded)  # parser: auto -> the model's format
     make_env = envs.env_factory(config.env.name, config.env.options, split=config.split)
     _check_sandbox(config, make_env)
     probe = make_env()

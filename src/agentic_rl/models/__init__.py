@@ -9,6 +9,7 @@ from agentic_rl.models.loading import (
     ModelNotFoundError,
     load,
     load_tokenizer,
+    resolve_auto_parser,
     resolve_device,
     source_dtype,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "hidden_states",
     "load",
     "load_tokenizer",
+    "resolve_auto_parser",
     "resolve_device",
     "source_dtype",
     "split_model",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
 from agentic_rl.accel import set_linear_kernel, tune_malloc
 from agentic_rl.cache import cache_dir
+from agentic_rl.errors import ConfigError
 from agentic_rl.models import embedded
 from agentic_rl.models.tiny import build_tiny_model
 
@@ -52,6 +54,31 @@ def load_tokenizer(name_or_path: str):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def resolve_auto_parser(option_sets: Iterable[dict], name_or_path: str, loaded=None) -> str | None:
+    """``parser: auto`` in these env options dicts (in place, ``mix`` entries too) becomes
+    the tool-call format of the model's chat template (``agentic_rl.parsers.auto``; the
+    tokenizer is ``loaded``'s, else loaded only when some option says auto). Returns the
+    format chosen (None: no option said auto); ConfigError when the template shows none."""
+    from agentic_rl.parsers.auto import resolve_auto_parsers
+
+    def tokenizer():
+        if loaded is not None:
+            return loaded[1]
+        try:
+            return load_tokenizer(name_or_path)
+        except Exception as exc:  # a remote-only model, a missing folder: say what auto needed
+            raise ConfigError(
+                f"parser: auto reads the chat template of {name_or_path!r}, which failed: {exc}"
+            ) from None
+
+    try:
+        return resolve_auto_parsers(option_sets, tokenizer)
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load(

@@ -13,7 +13,15 @@ from typing import Any, ClassVar, TypeVar
 
 from agentic_rl.types import TOOL_OUTPUT_PROBE, Message, ToolCall, ToolResult
 
-__all__ = ["DEFAULT_MAX_ARGUMENT_CHARS", "ParseResult", "ToolCallParser", "PARSERS", "get_parser", "register_parser"]
+__all__ = [
+    "AUTO",
+    "DEFAULT_MAX_ARGUMENT_CHARS",
+    "ParseResult",
+    "ToolCallParser",
+    "PARSERS",
+    "get_parser",
+    "register_parser",
+]
 
 DEFAULT_MAX_ARGUMENT_CHARS = 32_768
 """Default cap on the text of one tool call (its JSON body, code or query): a longer call
@@ -61,6 +69,18 @@ class ToolCallParser(abc.ABC):
     @abc.abstractmethod
     def format_call(self, call: ToolCall) -> str:
         """The exact text a model writes for ``call``; ``parse`` must read it back."""
+
+    def format_calls(self, calls: list[ToolCall]) -> str:
+        """The text of one turn's calls: one :meth:`format_call` block each, a newline
+        between. Formats that write a turn's calls as one unit (DeepSeek's section,
+        Mistral's JSON list, Llama's ``;`` list) override it; ``parse`` must read it back."""
+        return "\n".join(self.format_call(call) for call in calls)
+
+    def bind_tools(self, schemas: list[dict]) -> None:
+        """Learn the offered tools' schemas (OpenAI form or bare functions). Formats whose
+        arguments are untyped text (Qwen3-Coder's ``<parameter=...>``) read values by
+        them; the others ignore this."""
+        return None
 
     def with_tools_prompt(self, messages: list[Message], schemas: list[dict]) -> list[Message]:
         """``messages`` with the tools described in the system message (``ToolEnv``'s layout:
@@ -125,8 +145,20 @@ def register_parser(cls: ParserT) -> ParserT:
     return cls
 
 
+AUTO = "auto"
+"""The ``parser`` setting that picks the format from the model's chat template
+(:func:`agentic_rl.parsers.auto.detect_parser`); resolved to a registered name before
+any parser is built."""
+
+
 def get_parser(name: str, **kwargs: Any) -> ToolCallParser:
-    """Build the parser registered under ``name``; KeyError lists the known names."""
+    """Build the parser registered under ``name``; KeyError lists the known names
+    (ValueError for ``auto``: it must be resolved from a model's template first)."""
+    if name == AUTO:
+        raise ValueError(
+            "parser: 'auto' picks the format from the model's chat template and was not resolved here "
+            f"(no model known); set one of: {', '.join(sorted(PARSERS))}"
+        )
     if name not in PARSERS:
         raise KeyError(f"unknown parser '{name}'; available parsers: {', '.join(sorted(PARSERS))}")
     return PARSERS[name](**kwargs)

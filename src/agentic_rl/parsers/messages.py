@@ -27,7 +27,7 @@ def unwrap_observation(text: str, parser: ToolCallParser | str) -> str:
 def assistant_text(content: str, calls: list[ToolCall], parser: ToolCallParser | str) -> str:
     """The text a model writes for an assistant turn: content, then one block per call."""
     parser = as_parser(parser)
-    blocks = "\n".join(parser.format_call(call) for call in calls)
+    blocks = parser.format_calls(calls) if calls else ""
     return content + ("\n" if content and blocks else "") + blocks
 
 

@@ -23,7 +23,7 @@ from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distribu
 from agentic_rl.distributed.shared_server import shared_server_backend
 from agentic_rl.engines.factory import build_backend
 from agentic_rl.envs import env_factory, mixed_spec_of
-from agentic_rl.models import load, resolve_device
+from agentic_rl.models import load, resolve_auto_parser, resolve_device
 from agentic_rl.models.lora import apply_lora
 from agentic_rl.models.precision import apply_precision
 from agentic_rl.training.checkpoint import usable_checkpoint
@@ -90,17 +90,19 @@ class TrainResult:
 
 
 def _open_run(
-    config, name: str, resume, overrides, dist: DistContext
+    config, name: str, resume, overrides, dist: DistContext, loaded=None
 ) -> tuple[TrainConfig, str, RunDirectory, Path | None, list[str], Path, list[str]]:
     """(config, recipe name, run directory, checkpoint to resume from, stages it covers,
     the run directory's path on every rank, the overrides' changes). Rank 0 owns the run
     directory; other ranks write what they must into a scratch one (and their checkpoint
-    shards into rank 0's)."""
+    shards into rank 0's). ``parser: auto`` in the env options becomes the model's format
+    here, before any env is built (a new run's config.yaml records the format chosen)."""
     if overrides and resume is None:
         raise ConfigError("overrides: only for a resumed run (a new run takes them in its config)")
     if resume is None:
         if not isinstance(config, TrainConfig):
             config = build(TrainConfig, config or {})
+        _resolve_parser(config, loaded)
         run = (
             RunDirectory.create(config.output_dir, name=name, config=config.model_dump())
             if dist.is_main
@@ -114,6 +116,7 @@ def _open_run(
         )
     run, name, saved = RunDirectory.existing(resume)
     config, changed = resume_config(saved, overrides)
+    _resolve_parser(config, loaded)
     checkpoint = usable_checkpoint(run.checkpoints)  # the newest whole one: a corrupt newest falls back, with a warning
     if checkpoint is None:
         raise ConfigError(f"--resume: no complete checkpoint in {run.checkpoints}; the run cannot be resumed")
@@ -125,6 +128,12 @@ def _open_run(
         run = RunDirectory.scratch(dist.rank)
     # Checkpoints written before stages were recorded came only from the RL stage: every stage before it had finished.
     return config, name, run, checkpoint, info.get("stages", list(_BEFORE_RL)), shared, changed
+
+
+def _resolve_parser(config: TrainConfig, loaded) -> None:
+    """``parser: auto`` in the env options, the eval env and the cold start's env -> the
+    format the model's chat template uses (``agentic_rl.models.resolve_auto_parser``)."""
+    resolve_auto_parser([config.env.model_extra or {}, config.eval.env, config.sft.env], config.model.name, loaded)
 
 
 def _timeout(config, resume) -> float:
@@ -215,7 +224,7 @@ def _train(
     only: frozenset[str] | None = None,
 ) -> TrainResult:
     events = events or RunEvents()
-    config, name, run, checkpoint, finished, shared, changed = _open_run(config, name, resume, overrides, dist)
+    config, name, run, checkpoint, finished, shared, changed = _open_run(config, name, resume, overrides, dist, loaded)
     if not dist.is_main:
         import atexit
         import shutil
