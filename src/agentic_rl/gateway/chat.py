@@ -5,7 +5,7 @@ messages with ``tool_call_id``, ``tools`` as function schemas, content as a stri
 list of text parts. The model reads and writes its parser's format (hermes by default):
 the tools are described in the system prompt (``format_tools_prompt``; by the chat
 template itself where it renders tools, ``ChatRenderer.render_tools``), earlier calls are
-written back as the model would write them (``format_call``), tool results are framed as
+written back as the model would write them (``assistant_text``: the format's own layout of a turn's calls), tool results are framed as
 observations (``format_result``). A reply is parsed back into OpenAI ``tool_calls``.
 """
 
@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 from agentic_rl.parsers.base import ToolCallParser
+from agentic_rl.parsers.messages import assistant_text
 from agentic_rl.types import Message, ToolCall, ToolResult
 
 
@@ -123,10 +124,9 @@ def to_model_messages(
         role = "system" if message["role"] == "developer" else message["role"]
         text = content_text(message.get("content"), where)
         if role == "assistant":
-            for call in _tool_calls(message.get("tool_calls"), where):
-                call_names[call.id] = call.name
-                text += ("\n" if text else "") + parser.format_call(call)
-            out.append({"role": "assistant", "content": text})
+            calls = _tool_calls(message.get("tool_calls"), where)
+            call_names.update((call.id, call.name) for call in calls)
+            out.append({"role": "assistant", "content": assistant_text(text, calls, parser)})
         elif role == "tool":
             call_id = _optional_string(message, "tool_call_id", where)
             name = _optional_string(message, "name", where) or call_names.get(call_id, "tool")
