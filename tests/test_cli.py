@@ -37,10 +37,12 @@ def test_envs_name_shows_the_options_with_types_and_defaults(capsys, tmp_path, m
     rows = {line.split("\t")[0]: line.split("\t")[1:] for line in out.splitlines() if line.count("\t") == 2}
     assert err == "" and "FrozenLake" in out and rows["size"] == ["int", "4"] and rows["view"] == ["str", "'grid'"]
     # Your own env by import path, from the working directory.
-    (tmp_path / "my_env.py").write_text("def make_env(*, level: int = 2, name: str = 'x'):\n    'My env.'\n")
+    (tmp_path / "listed_env.py").write_text("def make_env(*, level: int = 2, name: str = 'x'):\n    'My env.'\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])
-    assert main(["envs", "my_env:make_env"]) == 0
+    monkeypatch.setitem(sys.modules, "listed_env", None)  # imported fresh, and forgotten afterwards
+    del sys.modules["listed_env"]
+    assert main(["envs", "listed_env:make_env"]) == 0
     out, _ = capsys.readouterr()
     assert out.startswith("My env.") and "level\tint\t2" in out
 

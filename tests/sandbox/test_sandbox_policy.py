@@ -68,28 +68,29 @@ def test_auto_is_best_effort_where_namespaces_do_not_work(monkeypatch):
     assert any("best-effort" in str(w.message) and "net_ns" in str(w.message) for w in caught)
 
 
-def test_training_refuses_to_start_under_required(monkeypatch):
-    from agentic_rl.config import ConfigError, TrainConfig
-    from agentic_rl.tools.python_tool import make_python_tool
+def test_training_refuses_to_start_under_required(monkeypatch, tmp_path):
+    """The check runs before the run directory exists (``training.preflight``); the run then
+    reports what is missing and writes sandbox.json."""
+    from agentic_rl.config import ConfigError
+    from agentic_rl.tools.python_tool import check_sandbox_for, make_python_tool
     from agentic_rl.training import pipeline
+    from agentic_rl.training.preflight import Preflight
+    from agentic_rl.training.run_dir import RunDirectory
     from agentic_rl.training.stages import RunEvents
 
     weak = sandbox.Isolation(level="process", notes=["unshare: operation not permitted"])
     monkeypatch.setattr(pool_module, "isolation", lambda: weak)
     env = SimpleNamespace(tools=[make_python_tool()], close=lambda: None)
-    config = TrainConfig.model_validate({"sandbox": {"isolation": "required"}})
     with pytest.raises(ConfigError, match="sandbox.isolation is 'required'"):
-        pipeline._check_sandbox(config, lambda: env, RunEvents())
+        check_sandbox_for(lambda: env, "required")
     stages = []
-    config = TrainConfig.model_validate({"sandbox": {"isolation": "best-effort"}})
-    pipeline._check_sandbox(config, lambda: env, RunEvents(on_stage=stages.append))
+    checked = Preflight(lambda: env, [0], check_sandbox_for(lambda: env, "best-effort"), "built-in")
+    run = RunDirectory.create(str(tmp_path / "runs"), name="t", config={})
+    pipeline._report_sandbox(checked, RunEvents(on_stage=stages.append), run)
     assert any("warning" in line and "net_ns" in line for line in stages), stages
+    assert "net_ns" in run.read_json("sandbox.json")["missing"]
     # An env without the python tool never probes the sandbox.
-    pipeline._check_sandbox(
-        TrainConfig.model_validate({"sandbox": {"isolation": "required"}}),
-        lambda: SimpleNamespace(tools=[]),
-        RunEvents(),
-    )
+    assert check_sandbox_for(lambda: SimpleNamespace(tools=[]), "required") is None
 
 
 def test_the_report_warns_about_missing_isolation(tmp_path):

@@ -17,6 +17,8 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.nproc < 1 or args.max_restarts < 0:
         raise ConfigError("--nproc: expected at least 1 process (and --max-restarts at least 0)")
+    if args.dry_run:
+        return _dry_run(args)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         config = _check_launch(args)  # one clear line here, not a failure inside every process
         return _launch(args, config)
@@ -67,6 +69,25 @@ def _train(args: argparse.Namespace) -> int:
         )
     console.print(summary)
     console.print(f"run directory: {result.run_dir}  (final model: {result.run_dir / 'final'})")
+    return 0
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    """Every check a run makes before its run directory or model (``training.preflight``), then exit."""
+    from agentic_rl.training.preflight import preflight, resolve_parser
+
+    config = _check_launch(args)
+    resolve_parser(config)
+    checked = preflight(config)
+    sandbox = "runs no code" if checked.sandbox is None else checked.sandbox[0].describe()
+    print(f"env {config.env.name}: {len(checked.task_indices)} training tasks (task_offset {config.task_offset})")
+    print(f"model {config.model.name}: {checked.model}")
+    print(f"sandbox: {sandbox}")
+    for warning in checked.sandbox[1] if checked.sandbox else ():
+        print(f"warning: {warning}")
+    print(
+        f"dry run: every check passed; nothing was written (would run {config.steps} RL steps on {args.nproc} process(es))"
+    )
     return 0
 
 
@@ -128,6 +149,11 @@ def register(commands) -> None:
         help="override any config key, e.g. steps=20 or optim.lr=1e-6 (with --resume: steps, optim.lr/schedule/warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints, backend.api_key)",
     )
     training.add_argument("--output-dir", help="run directory (default runs/<recipe>-<time>)")
+    training.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the env, its tasks, the expert, the sandbox and the model (offline), then exit: nothing is written",
+    )
     training.add_argument(
         "--resume",
         metavar="RUN_DIR",

@@ -22,17 +22,16 @@ from agentic_rl.config import ConfigError, TrainConfig, build, redact_url, resum
 from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distributed, shutdown
 from agentic_rl.distributed.shared_server import shared_server_backend
 from agentic_rl.engines.factory import build_backend
-from agentic_rl.envs import env_factory, mixed_spec_of
-from agentic_rl.models import load, resolve_auto_parser, resolve_device
+from agentic_rl.models import load, resolve_device
 from agentic_rl.models.lora import apply_lora
 from agentic_rl.models.precision import apply_precision
 from agentic_rl.training.checkpoint import usable_checkpoint
+from agentic_rl.training.preflight import Preflight, preflight, resolve_parser
 from agentic_rl.training.run_dir import RunDirectory
 from agentic_rl.training.stages import (
     RunEvents,
     RunState,
     TrainingStopped,
-    eval_env_options,
     evaluation,
     restore_filter,
     run_dpo,
@@ -41,7 +40,6 @@ from agentic_rl.training.stages import (
     run_report,
     run_rl,
     run_sft,
-    sft_env_options,
 )
 
 __all__ = ["STAGES", "RunEvents", "Stage", "TrainResult", "TrainingStopped", "train"]
@@ -91,9 +89,10 @@ class TrainResult:
 
 def _open_run(
     config, name: str, resume, overrides, dist: DistContext, loaded=None
-) -> tuple[TrainConfig, str, RunDirectory, Path | None, list[str], Path, list[str]]:
+) -> tuple[TrainConfig, str, RunDirectory, Path | None, list[str], Path, list[str], Preflight]:
     """(config, recipe name, run directory, checkpoint to resume from, stages it covers,
-    the run directory's path on every rank, the overrides' changes). Rank 0 owns the run
+    the run directory's path on every rank, the overrides' changes, what the checks found:
+    a new run's directory is created only once they all passed). Rank 0 owns the run
     directory; other ranks write what they must into a scratch one (and their checkpoint
     shards into rank 0's). ``parser: auto`` in the env options becomes the model's format
     here, before any env is built (a new run's config.yaml records the format chosen)."""
@@ -102,21 +101,23 @@ def _open_run(
     if resume is None:
         if not isinstance(config, TrainConfig):
             config = build(TrainConfig, config or {})
-        _resolve_parser(config, loaded)
+        resolve_parser(config, loaded)
+        checked = preflight(config, check_model=loaded is None)
         run = (
             RunDirectory.create(config.output_dir, name=name, config=config.model_dump())
             if dist.is_main
             else RunDirectory.scratch(dist.rank)
         )
         shared = Path(dist.broadcast_object(str(run.path)))  # the other ranks wait here until the directory exists
-        return config, name, run, None, [], shared, []
+        return config, name, run, None, [], shared, [], checked
     if config is not None:
         raise ConfigError(
             "resume: the run's own config.yaml is used; pass overrides, not a config, to change what may change mid-run"
         )
     run, name, saved = RunDirectory.existing(resume)
     config, changed = resume_config(saved, overrides)
-    _resolve_parser(config, loaded)
+    resolve_parser(config, loaded)
+    checked = preflight(config, check_model=loaded is None)
     checkpoint = usable_checkpoint(run.checkpoints)  # the newest whole one: a corrupt newest falls back, with a warning
     if checkpoint is None:
         raise ConfigError(f"--resume: no complete checkpoint in {run.checkpoints}; the run cannot be resumed")
@@ -127,13 +128,7 @@ def _open_run(
     if not dist.is_main:
         run = RunDirectory.scratch(dist.rank)
     # Checkpoints written before stages were recorded came only from the RL stage: every stage before it had finished.
-    return config, name, run, checkpoint, info.get("stages", list(_BEFORE_RL)), shared, changed
-
-
-def _resolve_parser(config: TrainConfig, loaded) -> None:
-    """``parser: auto`` in the env options, the eval env and the cold start's env -> the
-    format the model's chat template uses (``agentic_rl.models.resolve_auto_parser``)."""
-    resolve_auto_parser([config.env.model_extra or {}, config.eval.env, config.sft.env], config.model.name, loaded)
+    return config, name, run, checkpoint, info.get("stages", list(_BEFORE_RL)), shared, changed, checked
 
 
 def _timeout(config, resume) -> float:
@@ -188,29 +183,23 @@ def _checked_stages(stages: Collection[str] | None, resume) -> frozenset[str] | 
     return frozenset(stages)
 
 
-def _check_sandbox(
-    config: TrainConfig, train_env: Callable, events: RunEvents, run: RunDirectory | None = None
-) -> None:
-    """Where the env runs model-written code: refuse to start (required) or warn, naming
-    what is missing (best-effort), before anything else is spent. Never a silent fallback:
-    what was verified and what is missing is also written to the run's sandbox.json."""
+def _report_sandbox(checked: Preflight, events: RunEvents, run: RunDirectory) -> None:
+    """Where the env runs model-written code (checked before the run started: ``required``
+    refused there), say what is missing (best-effort). Never a silent fallback: what was
+    verified and what is missing is also written to the run's sandbox.json."""
     from agentic_rl import sandbox
     from agentic_rl.sandbox.policy import missing
-    from agentic_rl.tools.python_tool import check_sandbox_for
 
-    if run is not None:
-        sandbox.hide_path(run.path)  # config, checkpoints, rollouts: nothing for the model's code
-    checked = check_sandbox_for(train_env, config.sandbox.isolation)
-    if checked is None:
+    sandbox.hide_path(run.path)  # config, checkpoints, rollouts: nothing for the model's code
+    if checked.sandbox is None:
         return
-    info, warnings = checked
+    info, warnings = checked.sandbox
     for warning in warnings:
         events.on_stage(f"warning: {warning}")
     events.on_stage(f"sandbox: {info.describe()} ({sandbox.isolation_mode()})")
-    if run is not None:
-        run.write_json(
-            "sandbox.json", {"mode": sandbox.isolation_mode(), "missing": missing(info), "isolation": info.to_dict()}
-        )
+    run.write_json(
+        "sandbox.json", {"mode": sandbox.isolation_mode(), "missing": missing(info), "isolation": info.to_dict()}
+    )
 
 
 def _train(
@@ -224,7 +213,9 @@ def _train(
     only: frozenset[str] | None = None,
 ) -> TrainResult:
     events = events or RunEvents()
-    config, name, run, checkpoint, finished, shared, changed = _open_run(config, name, resume, overrides, dist, loaded)
+    config, name, run, checkpoint, finished, shared, changed, checked = _open_run(
+        config, name, resume, overrides, dist, loaded
+    )
     if not dist.is_main:
         import atexit
         import shutil
@@ -235,12 +226,8 @@ def _train(
     for change in changed:
         events.on_stage(f"resume: {change}")
 
-    train_env = env_factory(config.env.name, config.env.options, split="train")
-    # Validate the eval and cold-start envs before spending minutes on anything.
-    env_factory(config.env.name, eval_env_options(config), split="test")
-    if config.sft.enabled and config.sft.env:
-        env_factory(config.env.name, sft_env_options(config), split="train")
-    _check_sandbox(config, train_env, events, run)
+    train_env, task_indices = checked.train_env, checked.task_indices
+    _report_sandbox(checked, events, run)
     events.on_stage(f"loading {config.model.name}")
     model, tokenizer = loaded or load(
         config.model.name,
@@ -255,14 +242,6 @@ def _train(
     )
     events.on_stage(f"precision: {precision.precision} ({precision.reason})")
     model = apply_lora(model, config.lora)
-    probe = train_env()
-    mix = mixed_spec_of(probe)
-    # A mix's task_offset applies within each entry; its tasks are interleaved so the first N cover every entry.
-    task_indices = (
-        mix.task_indices(config.task_offset) if mix is not None else list(range(config.task_offset, probe.num_tasks))
-    )
-    if not task_indices:
-        raise ConfigError(f"task_offset: {config.task_offset} leaves no training tasks")
     backend = _engine(config, (model, tokenizer), precision.precision, dist, events)
     try:
         state = RunState(
