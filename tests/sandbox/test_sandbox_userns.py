@@ -94,6 +94,7 @@ def test_the_sandbox_suite_passes_as_an_unprivileged_user(home) -> None:
         "TMPDIR": "/tmp",
         "PYTHONDONTWRITEBYTECODE": "1",
         "LANG": "C.UTF-8",
+        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),  # the tree under test
     }
     command = [
         sys.executable,
