@@ -120,6 +120,11 @@ class ChatRenderer:
             lambda shown, schemas: self._render(shown, add_generation_prompt=True, tools=schemas), messages, tools
         )
 
+    def prompt_text(self, messages: list[Message], tools: list[dict] | None = None) -> str:
+        """The chat template's text of ``messages`` plus the generation prompt (what
+        :meth:`prompt_ids` tokenizes; untrusted fields as they are)."""
+        return self._render(messages, add_generation_prompt=True, tools=tools)
+
     def response_text(self, token_ids: list[int]) -> str:
         """The assistant content of sampled tokens (a trailing stop token is not content)."""
         if token_ids and token_ids[-1] in self.stop_token_ids:

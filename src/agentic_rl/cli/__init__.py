@@ -9,9 +9,21 @@ import sys
 import threading
 
 from agentic_rl import __version__
-from agentic_rl.cli import agents, evaluate, finetune, listings, plan, report, retrieval, serve, show_config, train
+from agentic_rl.cli import (
+    agents,
+    doctor,
+    evaluate,
+    finetune,
+    listings,
+    plan,
+    report,
+    retrieval,
+    serve,
+    show_config,
+    train,
+)
 
-COMMANDS = (evaluate, listings, train, show_config, plan, finetune, report, retrieval, serve, agents)
+COMMANDS = (evaluate, listings, train, show_config, plan, doctor, finetune, report, retrieval, serve, agents)
 """The modules that register subcommands, in the order ``--help`` lists them."""
 
 

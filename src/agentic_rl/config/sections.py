@@ -1,6 +1,5 @@
 """The config sections of evaluation and training runs (the RL objective's section is in
-``config.algorithm``); ``TrainConfig`` and ``EvalConfig`` are the roots.
-"""
+``config.algorithm``); ``TrainConfig`` and ``EvalConfig`` are the roots."""
 
 from __future__ import annotations
 
@@ -113,6 +112,8 @@ class RolloutConfig(Section):
     path it starts at reset and includes each turn's whole batched generate call."""
     context: Literal["full", "window", "fold", "summarize"] = "full"
     """What each turn's prompt shows (agentic_rl.rollout.context): full = the whole episode; window = the opening messages and the last context_turns turns; fold = the whole episode with tool outputs older than context_turns turns replaced by a stub; summarize = the whole episode until the next prompt would pass context_tokens, then the model writes a summary (sampled and trained) that replaces the history. window, fold and summarize start a new segment (a new exact sample, sharing the episode's advantage) whenever they cut what the model saw."""
+    thinking: Literal["keep", "strip"] = "keep"
+    """Earlier turns' reasoning (<think>...</think>) in later prompts (agentic_rl.templates.thinking): keep = every turn as sampled; strip = removed before the next prompt is rendered (as DeepSeek-R1's template always does and Qwen3's after a new user message). A prompt that no longer extends the sampled sequence starts a new segment, so sampling and training see the same prompts; `agentic-rl doctor MODEL` says which one a template needs (where the template itself drops reasoning, keep shows up as template_drift_tokens)."""
     context_turns: int = Field(2, ge=1)
     """Turns that window keeps, and that fold leaves whole."""
     context_tokens: int = Field(1024, ge=16)

@@ -19,6 +19,8 @@ from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import RolloutConfig
 from agentic_rl.envs.base import Env
 from agentic_rl.rollout.context import summary_context, summary_request
+from agentic_rl.templates.drift import template_drift_tokens
+from agentic_rl.templates.thinking import thinking_context
 from agentic_rl.types import Message, Trajectory, TrajectoryGroup, Turn
 
 OnFinish = Callable[[Trajectory], None]
@@ -223,21 +225,7 @@ class Episode:
         if shown is not None:  # the policy cut what the model saw: a new segment, rendered afresh
             reason = self._start_segment(shown, observations)
         elif reason is None and self.renderer:
-            obs_ids = self.renderer.observation_ids(observations, stopped=self.stopped_last_turn)
-            if (
-                self.limits.context == "summarize"
-                and len(trajectory.token_ids) + len(obs_ids) > self.limits.context_tokens
-            ):
-                # The next prompt would pass the budget: show the observations and ask for
-                # the summary that will replace the history (the next sampled turn).
-                observations = [*observations, summary_request(self.limits.context_summary_request)]
-                obs_ids = self.renderer.observation_ids(observations, stopped=self.stopped_last_turn)
-                self.summarizing = True
-            if len(trajectory.token_ids) + len(obs_ids) >= self.limits.max_total_tokens:
-                reason = "max_tokens"
-            else:
-                trajectory.append(obs_ids, 0)
-                turn.observation_end = len(trajectory.token_ids)
+            reason, observations, shown = self._append_observations(turn, observations)
         if reason is not None:
             self.finish(reason)
             return False
@@ -246,6 +234,36 @@ class Episode:
             if self.history is not None:
                 self.history.extend(observations)
         return True
+
+    def _append_observations(
+        self, turn: Turn, observations: list[Message]
+    ) -> tuple[str | None, list[Message], list[Message] | None]:
+        """Append the observations' tokens to the sequence (with ``summarize``, and the
+        request for a summary when the next prompt would pass the budget). Where the grown
+        sequence is not what the chat template renders for the same messages
+        (``template_drift_tokens``, added up in ``info``), the episode goes on in a new
+        segment rendered by the template instead. Returns (termination reason, the
+        observations shown, the new segment's messages or None)."""
+        trajectory = self.trajectory
+        obs_ids = self.renderer.observation_ids(observations, stopped=self.stopped_last_turn)
+        if self.limits.context == "summarize" and len(trajectory.token_ids) + len(obs_ids) > self.limits.context_tokens:
+            # The next prompt would pass the budget: show the observations and ask for
+            # the summary that will replace the history (the next sampled turn).
+            observations = [*observations, summary_request(self.limits.context_summary_request)]
+            obs_ids = self.renderer.observation_ids(observations, stopped=self.stopped_last_turn)
+            self.summarizing = True
+        shown = [*trajectory.messages, *observations]
+        drift = template_drift_tokens(
+            self.renderer, [*trajectory.token_ids, *obs_ids], shown, tools=trajectory.template_tools
+        )
+        trajectory.info["template_drift_tokens"] = trajectory.info.get("template_drift_tokens", 0) + drift
+        if drift:
+            return self._start_segment(shown, observations), observations, shown
+        if len(trajectory.token_ids) + len(obs_ids) >= self.limits.max_total_tokens:
+            return "max_tokens", observations, None
+        trajectory.append(obs_ids, 0)
+        turn.observation_end = len(trajectory.token_ids)
+        return None, observations, None
 
     def _apply_summary(self, turn: Turn) -> bool:
         """The summary turn was sampled (it stays in this segment: loss_mask 1, trained);
@@ -272,16 +290,21 @@ class Episode:
         return True
 
     def _next_context(self, observations: list[Message]) -> list[Message] | None:
-        """The next prompt's messages when the context policy cuts what the current segment
-        showed; None when the prompt simply grows."""
-        if self.history is None:
-            return None
-        from agentic_rl.rollout.context import context_messages
+        """The next prompt's messages when the context policy or the thinking policy
+        (``strip``) cuts what the current segment showed; None when the prompt simply grows."""
+        current = [*self.trajectory.messages, *observations]
+        shown = current
+        if self.history is not None:
+            from agentic_rl.rollout.context import context_messages
 
-        shown = context_messages(
-            self.limits.context, [*self.history, *observations], opening=self.opening, turns=self.limits.context_turns
-        )
-        return None if shown == [*self.trajectory.messages, *observations] else shown
+            shown = context_messages(
+                self.limits.context,
+                [*self.history, *observations],
+                opening=self.opening,
+                turns=self.limits.context_turns,
+            )
+        shown = thinking_context(self.limits.thinking, shown)
+        return None if shown == current else shown
 
     def _start_segment(self, shown: list[Message], observations: list[Message]) -> str | None:
         """Continue in a new segment whose prompt is ``shown`` rendered with the chat

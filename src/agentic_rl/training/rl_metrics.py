@@ -9,6 +9,7 @@ import torch
 
 from agentic_rl.algorithms import zero_std_group_fraction
 from agentic_rl.evaluation.metrics import aggregate_metrics, episode_metrics_means
+from agentic_rl.templates.drift import template_drift_mean
 from agentic_rl.tracking.diagnostics import mean_first_tokens_after_tool_entropy
 from agentic_rl.training.optim import StepOutcome
 from agentic_rl.training.scoring import usable_trajectories
@@ -51,6 +52,7 @@ def rollout_metrics(groups: list[TrajectoryGroup], rewards: torch.Tensor, *, exc
         "mean_turns": summary["mean_turns"],
         "segments_per_episode": summary["mean_segments"],
         "summaries_per_episode": summary["mean_summaries"],
+        "template_drift_tokens": template_drift_mean([t for g in groups for t in g.trajectories]),
         "tool_calls_per_episode": summary["tool_calls_per_episode"],
         "tool_success_rate": summary["tool_success_rate"],
         "malformed_call_rate": summary["malformed_call_rate"],
