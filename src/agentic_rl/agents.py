@@ -151,6 +151,9 @@ def evaluate(
     ``agent_errors`` and the other fields of :func:`evaluation_metrics`."""
     if k < 1:
         raise ValueError(f"k: expected at least 1, got {k}")
+    from agentic_rl.optional import check
+
+    check("openai", "pip install openai", "an agent program's client")
     config = _config(config)
     tasks = _check_tasks(tasks, "tasks")
     model, tokenizer = _load(config, loaded)
@@ -247,12 +250,16 @@ def _open_run(agent: Agent, config: TrainConfig | dict | None, resume: str | Pat
     """(run directory or None, the config, the checkpoint to continue from or None)."""
     from agentic_rl.config import ConfigError
     from agentic_rl.config.resume import resume_config
+    from agentic_rl.gateway.agent_settings import refuse_ignored
+    from agentic_rl.optional import check
     from agentic_rl.training.checkpoint import usable_checkpoint
     from agentic_rl.training.run_dir import RunDirectory
 
+    check("openai", "pip install openai", "an agent program's client (train-agent)")
     name = agent_name(agent)
     if resume is None:
         config = _config(config)
+        refuse_ignored(config)
         if not config.output_dir:
             return None, config, None
         return RunDirectory.create(config.output_dir, name=name, config=config.model_dump()), config, None
@@ -264,6 +271,7 @@ def _open_run(agent: Agent, config: TrainConfig | dict | None, resume: str | Pat
     if saved_name != name:
         raise ConfigError(f"resume: {run.path} trained the agent {saved_name}, not {name}")
     config, changed = resume_config(saved, dict(config or {}))
+    refuse_ignored(config)
     for line in changed:
         say(f"resume: {line}")
     if changed:

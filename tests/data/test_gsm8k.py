@@ -199,13 +199,14 @@ def test_sft_trains_on_converted_data(tmp_path, tiny):
 @needs_gsm8k
 def test_cli(tmp_path, capsys):
     out = tmp_path / "sft.jsonl"
-    assert main(["data", "gsm8k-to-sft", str(GSM8K), "--out", str(out), "--tool", "calculator", "--limit", "3"]) == 0
+    assert main(["data", "gsm8k-to-sft", str(GSM8K), "--output", str(out), "--tool", "calculator", "--limit", "3"]) == 0
     rows = read_jsonl(out)
     assert len(rows) == 3 and rows[0]["messages"][1]["content"].startswith("Natalia sold clips")
     assert rows[0]["messages"][-1]["content"].endswith("<answer>72</answer>")
     assert "3 rows -> 3 conversations with 7 calculator calls; 0 flagged" in " ".join(capsys.readouterr().err.split())
-    assert main(["data", "gsm8k-to-sft", str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
+    assert main(["data", "gsm8k-to-sft", str(tmp_path / "missing.jsonl"), "--output", str(out)]) == 2
     assert (
-        main(["data", "gsm8k-to-sft", str(GSM8K), "--out", str(out), "--tool", "calculator", "--parser", "retool"]) == 2
+        main(["data", "gsm8k-to-sft", str(GSM8K), "--output", str(out), "--tool", "calculator", "--parser", "retool"])
+        == 2
     )
     assert "retool format runs python" in capsys.readouterr().err

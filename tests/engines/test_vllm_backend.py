@@ -488,6 +488,7 @@ def test_serve_puts_the_gateway_in_front_of_vllm(fake_vllm, tmp_path) -> None:
         "-m",
         "agentic_rl",
         "serve",
+        "--model",
         "tiny-random",
         "--engine",
         "vllm",
@@ -527,7 +528,7 @@ def test_serve_puts_the_gateway_in_front_of_vllm(fake_vllm, tmp_path) -> None:
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{managed}/health", timeout=2)
     bad = subprocess.run(
-        [sys.executable, "-m", "agentic_rl", "serve", "tiny-random", "--set", "backend.base_url=http://x"],
+        [sys.executable, "-m", "agentic_rl", "serve", "--model", "tiny-random", "--set", "backend.base_url=http://x"],
         capture_output=True,
         text=True,
         timeout=120,

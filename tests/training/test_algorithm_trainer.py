@@ -169,6 +169,16 @@ def test_dapo_with_only_zero_variance_groups_uses_every_round_and_skips_the_upda
     assert metrics["groups_sampled"] == 9 and len(groups) == 9  # 3 tasks per round, every round
     assert "loss" not in metrics
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    # The diagnostics of the skipped step are still there (a gradient-free forward).
+    assert metrics["entropy"] > 0 and metrics["rollout_logprob_diff_mean"] < 1e-3 and "rollout_kl_k3" in metrics
+
+
+def test_a_step_where_every_group_scored_alike_still_logs_entropy_and_the_sampler_mismatch(tiny) -> None:
+    trainer = _trainer(tiny, _config("test-constant"), env=ConstantEnv)  # GRPO: every advantage is zero
+    metrics, _ = trainer.step()
+    assert metrics["zero_advantage_skipped"] == 1.0
+    assert metrics["entropy"] > 0 and metrics["rollout_logprob_diff_max"] < 1e-2
+    assert {"rollout_logprob_diff_mean", "rollout_kl_k3"} <= set(metrics)
 
 
 def test_critic_checkpoint_round_trip(tiny, tmp_path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from agentic_rl.cli import main
@@ -12,6 +14,7 @@ from agentic_rl.training.preflight import model_source, preflight
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "my_env", raising=False)  # another test's my_env.py, imported before
     yield
     assert not (tmp_path / "runs").exists(), "a check left a run directory behind"
 

@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentic_rl.config import ConfigError
     from agentic_rl.engines.http import BackendError
     from agentic_rl.models import ModelNotFoundError
+    from agentic_rl.optional import MissingPackage
     from agentic_rl.training.pipeline import TrainingStopped
 
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _terminated)
     try:
         return args.run(args)
-    except (ConfigError, ModelNotFoundError) as exc:
+    except (ConfigError, ModelNotFoundError, MissingPackage) as exc:
         print(f"agentic-rl: error: {exc}", file=sys.stderr)
         return 2
     except TrainingStopped as exc:
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except BackendError as exc:  # an endpoint that is down or refuses: no traceback, credentials already masked
         print(f"agentic-rl: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `agentic-rl recipes | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print("agentic-rl: interrupted", file=sys.stderr)
         return 130

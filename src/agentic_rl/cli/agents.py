@@ -10,7 +10,7 @@ def _train_agent(args: argparse.Namespace) -> int:
     from agentic_rl.config import ConfigError, TrainConfig, apply_assignments, build
     from agentic_rl.data.conversations import read_jsonl
     from agentic_rl.imports import ImportPathError, import_object
-    from agentic_rl.tracking.display import console, print_step
+    from agentic_rl.tracking.display import StepClock, console, print_step
 
     try:
         agent = import_object(args.agent, "agent")
@@ -41,10 +41,16 @@ def _train_agent(args: argparse.Namespace) -> int:
 
         steps = int(overrides.get("steps", RunDirectory.existing(args.resume)[2].get("steps", 0)))
     else:
+        from agentic_rl.gateway.agent_settings import refuse_ignored
+        from agentic_rl.optional import check
+
+        check("openai", "pip install openai", "an agent program's client (train-agent)")
+        refuse_ignored(config)  # before the first line of output: a refused setting is the only line
         steps = config.steps
         console.print(
             f"training {args.agent} on {len(tasks)} tasks through the gateway: {config.steps} steps x {config.tasks_per_step} tasks x {config.group_size} episodes"
         )
+    clock = StepClock(steps)
     try:
         result = agents.train(
             agent,
@@ -55,7 +61,7 @@ def _train_agent(args: argparse.Namespace) -> int:
             eval_k=args.eval_k,
             resume=args.resume,
             on_agent_error=args.on_agent_error,
-            on_step=lambda metrics: print_step(metrics, steps),
+            on_step=lambda metrics: print_step(metrics, steps, clock),
             on_stage=lambda line: console.print(line),
         )
     except ValueError as exc:

@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from agentic_rl.cli.aliases import DeprecatedAlias, output_flag
+
+PRECISIONS = ("auto", "fp32", "bf16-mixed")
+PRECISION_HELP = "precision=fp32 or bf16-mixed (float32 master weights, bf16 compute); auto picks by device (default)"
+
 
 def _collect(args: argparse.Namespace) -> int:
     from agentic_rl.config import (
@@ -38,13 +43,11 @@ def _collect(args: argparse.Namespace) -> int:
         from agentic_rl.chat import ChatRenderer
         from agentic_rl.models.loading import load_tokenizer
 
-        result = collect_expert(
-            args.env,
-            env_options,
-            config,
-            renderer=ChatRenderer(load_tokenizer(args.model)),
-            rollout_config=rollout_config,
-        )
+        renderer = ChatRenderer(load_tokenizer(args.model))
+        with trajectory_progress(config.num_tasks, "expert") as on_finish:
+            result = collect_expert(
+                args.env, env_options, config, renderer=renderer, rollout_config=rollout_config, on_trajectory=on_finish
+            )
     else:
         backend = build_backend(BackendConfig(), ModelConfig(name=args.model))
         with trajectory_progress(config.num_tasks * config.samples_per_task, "collect") as on_finish:
@@ -66,8 +69,19 @@ def _collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fine_tune_settings(args: argparse.Namespace) -> tuple[dict, str]:
+    """(the section's ``--set`` keys, the precision): ``--set precision=...`` (or the deprecated ``--precision``)."""
+    from agentic_rl.config import ConfigError, apply_assignments
+
+    overrides = apply_assignments({}, args.set or [])
+    precision = str(overrides.pop("precision", args.precision or "auto"))
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return overrides, precision
+
+
 def _set_precision(model, setting: str) -> None:
-    """Resolve ``--precision`` for the loaded model's device and set its compute precision."""
+    """Resolve the precision for the loaded model's device and set its compute precision."""
     from agentic_rl.models.precision import apply_precision
     from agentic_rl.tracking.display import console
 
@@ -76,14 +90,15 @@ def _set_precision(model, setting: str) -> None:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from agentic_rl.config import SFTConfig, apply_assignments, build
+    from agentic_rl.config import SFTConfig, build
     from agentic_rl.data import read_jsonl
     from agentic_rl.models import load
-    from agentic_rl.tracking.display import console
+    from agentic_rl.tracking.display import console, progress
     from agentic_rl.training.checkpoint import save_final
     from agentic_rl.training.sft import train_sft
 
-    config = build(SFTConfig, apply_assignments({}, args.set or []))
+    overrides, precision = _fine_tune_settings(args)
+    config = build(SFTConfig, overrides)
     try:
         examples = read_jsonl(args.data)
     except (OSError, ValueError) as exc:
@@ -91,15 +106,17 @@ def _sft(args: argparse.Namespace) -> int:
 
         raise ConfigError(f"--data: {exc}") from None
     model, tokenizer = load(args.model)
-    _set_precision(model, args.precision)
-    result = train_sft(
-        model,
-        tokenizer,
-        examples,
-        config,
-        parser=args.parser,
-        on_step=lambda m: console.print(f"step {m['step']}  loss {m['loss']:.4f}  lr {m['lr']:.2e}"),
-    )
+    _set_precision(model, precision)
+    total = config.epochs * -(-len(examples) // config.batch_size)  # at most: too-long conversations are dropped
+    with progress(total, "sft") as advance:
+        result = train_sft(
+            model,
+            tokenizer,
+            examples,
+            config,
+            parser=args.parser,
+            on_step=lambda m: advance(f"loss {m['loss']:.4f}  lr {m['lr']:.2e}"),
+        )
     save_final(model, tokenizer, Path(args.output_dir))
     console.print(
         f"SFT: {result.examples} conversations, {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; saved to {args.output_dir}"
@@ -108,14 +125,15 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _dpo(args: argparse.Namespace) -> int:
-    from agentic_rl.config import ConfigError, DPOConfig, apply_assignments, build
+    from agentic_rl.config import ConfigError, DPOConfig, build
     from agentic_rl.data import read_jsonl
     from agentic_rl.models import load
     from agentic_rl.tracking.display import console
     from agentic_rl.training.checkpoint import save_final
     from agentic_rl.training.dpo import pairs_from_rollout_records, train_dpo, validate_pair
 
-    config = build(DPOConfig, apply_assignments({}, args.set or []))
+    overrides, precision = _fine_tune_settings(args)
+    config = build(DPOConfig, overrides)
     source = "--data" if args.data else "--rollouts"
     try:
         if args.data:
@@ -129,7 +147,7 @@ def _dpo(args: argparse.Namespace) -> int:
     if not pairs:
         raise ConfigError(f"{source}: no preference pairs (a rollout group needs two different rewards)")
     model, tokenizer = load(args.model)
-    _set_precision(model, args.precision)
+    _set_precision(model, precision)
     result = train_dpo(
         model,
         tokenizer,
@@ -157,7 +175,7 @@ def _data_gsm8k_to_sft(args: argparse.Namespace) -> int:
     try:
         stats = gsm8k_to_sft(
             args.input,
-            args.out,
+            args.output,
             tool=args.tool,
             parser=args.parser,
             keep_mismatches=args.keep_mismatches,
@@ -167,7 +185,7 @@ def _data_gsm8k_to_sft(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     flagged = f"{stats.flagged} flagged ({stats.mismatched_calls} calls failed or differ from the annotation; {'kept' if args.keep_mismatches else 'left out'})"
     console.print(
-        f"{stats.rows} rows -> {stats.written} conversations with {stats.calls} {args.tool} calls; {flagged}; {len(stats.skipped)} skipped -> {args.out}"
+        f"{stats.rows} rows -> {stats.written} conversations with {stats.calls} {args.tool} calls; {flagged}; {len(stats.skipped)} skipped -> {args.output}"
     )
     for line in stats.skipped[:5]:
         console.print(f"  skipped {line}")
@@ -203,13 +221,10 @@ def register(commands) -> None:
     sft.add_argument("--data", required=True, help='JSONL of {"messages": [...]} in OpenAI format with tool calls')
     sft.add_argument("--output-dir", required=True, help="where to save the fine-tuned Hugging Face model")
     sft.add_argument("--parser", default="hermes", help="tool-call format used to render tool calls (default hermes)")
-    sft.add_argument("--set", action="append", metavar="KEY=VALUE", help="SFT options, e.g. epochs=3 or lr=2e-5")
     sft.add_argument(
-        "--precision",
-        choices=["auto", "fp32", "bf16-mixed"],
-        default="auto",
-        help="fp32, or bf16-mixed (float32 master weights, bf16 compute); auto picks by device (default)",
+        "--set", action="append", metavar="KEY=VALUE", help=f"SFT options, e.g. epochs=3 or lr=2e-5; {PRECISION_HELP}"
     )
+    sft.add_argument("--precision", action=DeprecatedAlias, use="--set precision=...", choices=PRECISIONS)
     sft.set_defaults(run=_sft)
 
     dpo = commands.add_parser(
@@ -225,14 +240,12 @@ def register(commands) -> None:
     dpo.add_argument("--output-dir", required=True, help="where to save the trained Hugging Face model")
     dpo.add_argument("--parser", default="hermes", help="tool-call format used to render tool calls (default hermes)")
     dpo.add_argument(
-        "--set", action="append", metavar="KEY=VALUE", help="DPO options, e.g. beta=0.1, lr=1e-6 or loss_type=ipo"
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help=f"DPO options, e.g. beta=0.1 or loss_type=ipo; {PRECISION_HELP}",
     )
-    dpo.add_argument(
-        "--precision",
-        choices=["auto", "fp32", "bf16-mixed"],
-        default="auto",
-        help="fp32, or bf16-mixed (float32 master weights, bf16 compute); auto picks by device (default)",
-    )
+    dpo.add_argument("--precision", action=DeprecatedAlias, use="--set precision=...", choices=PRECISIONS)
     dpo.set_defaults(run=_dpo)
 
     data = commands.add_parser("data", help="dataset conversion").add_subparsers(dest="data_command", required=True)
@@ -240,9 +253,7 @@ def register(commands) -> None:
         "gsm8k-to-sft", help="turn GSM8K's <<expr=result>> annotations into tool-use SFT conversations"
     )
     gsm8k.add_argument("input", metavar="IN.jsonl", help="GSM8K JSONL (question, answer with #### N)")
-    gsm8k.add_argument(
-        "--out", required=True, help="JSONL of OpenAI messages with tool calls, for `agentic-rl sft --data`"
-    )
+    output_flag(gsm8k, "--output", "--out", "JSONL of OpenAI messages with tool calls, for `agentic-rl sft --data`")
     gsm8k.add_argument(
         "--tool",
         choices=("calculator", "python"),

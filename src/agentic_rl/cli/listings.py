@@ -32,10 +32,24 @@ def _recipes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recipe_show(args: argparse.Namespace) -> int:
+    from agentic_rl.recipes import load_recipe, recipe_text
+
+    load_recipe(args.name)  # the whole base chain resolves, or one line says why not
+    print(recipe_text(args.name), end="")
+    print(f"# every key resolved: agentic-rl config {args.name}; run it: agentic-rl train {args.name}")
+    return 0
+
+
 def register(commands) -> None:
     list_envs = commands.add_parser("envs", help="list registered environments, or one env's options")
     list_envs.add_argument("name", nargs="?", help="an env (registered name or module:factory): show its options")
     list_envs.set_defaults(run=_envs)
 
-    recipes = commands.add_parser("recipes", help="list built-in recipes")
+    recipes = commands.add_parser("recipes", help="list built-in recipes, or show one (recipes show NAME)")
     recipes.set_defaults(run=_recipes)
+    show = recipes.add_subparsers(dest="recipes_command", metavar="{show}").add_parser(
+        "show", help="print a recipe's YAML as written (`agentic-rl config NAME` resolves every key)"
+    )
+    show.add_argument("name", help="recipe name (see `agentic-rl recipes`) or a YAML file")
+    show.set_defaults(run=_recipe_show)

@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from agentic_rl.cli.aliases import output_flag
+
 
 def _index_build(args: argparse.Namespace) -> int:
     from agentic_rl.config import ConfigError
@@ -21,10 +23,10 @@ def _index_build(args: argparse.Namespace) -> int:
     else:
         documents = args.corpus
     try:
-        meta = build_index(documents, args.out)
+        meta = build_index(documents, args.output_dir)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    console.print(f"indexed {meta['num_docs']} documents in {meta['build_time_s']:.1f} s -> {args.out}")
+    console.print(f"indexed {meta['num_docs']} documents in {meta['build_time_s']:.1f} s -> {args.output_dir}")
     return 0
 
 
@@ -53,7 +55,7 @@ def register(commands) -> None:
     index = commands.add_parser("index", help="retrieval indexes").add_subparsers(dest="index_command", required=True)
     index_build = index.add_parser("build", help="build a BM25 index from a JSONL corpus ({id, title, text} per line)")
     index_build.add_argument("corpus", help="corpus JSONL, or 'builtin' for the search-qa demo corpus")
-    index_build.add_argument("--out", required=True, help="index folder to write")
+    output_flag(index_build, "--output-dir", "--out", "index folder to write")
     index_build.add_argument("--seed", type=int, default=0, help="seed of the builtin corpus (default 0)")
     index_build.set_defaults(run=_index_build)
 

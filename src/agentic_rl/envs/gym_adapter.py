@@ -13,7 +13,7 @@ from typing import Any
 from agentic_rl.envs.text_game import SPLITS, DiscreteTextGame, Move
 from agentic_rl.imports import import_object
 
-INSTALL_HINT = "the gymnasium env needs gymnasium: pip install 'agentic-rl[gym]'"
+INSTALL_HINT = "pip install 'agentic-rl[gym]'"
 
 # --------------------------------------------------------------------------- Gymnasium
 
@@ -100,10 +100,9 @@ def make_gymnasium_env(
     """Any Gymnasium env with a Discrete action space as a text env (``env_id``, ``env_kwargs``);
     ``actions`` names the actions in order (e.g. ["Left", "Down", "Right", "Up"] for
     FrozenLake-v1), ``observation_formatter`` ('module:function') replaces the ansi rendering."""
-    try:
-        import gymnasium
-    except ImportError:
-        raise ImportError(INSTALL_HINT) from None
+    from agentic_rl.optional import require
+
+    gymnasium = require("gymnasium", INSTALL_HINT, "the gymnasium env")
     formatter = import_object(observation_formatter, "observation_formatter") if observation_formatter else None
     kwargs = dict(env_kwargs or {})
     if formatter is None:

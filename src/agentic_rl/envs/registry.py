@@ -115,4 +115,6 @@ def env_factory(name: str, options: dict[str, Any], *, split: str | None = None)
         make(name, **options)
     except (UnknownEnvError, TypeError, ValueError) as exc:
         raise ConfigError(f"env: {exc}") from None
+    except KeyError as exc:  # a registry lookup inside the env (an unknown parser, tool, dataset): its message
+        raise ConfigError(f"env: {exc.args[0] if exc.args else exc}") from None
     return lambda: make(name, **options)

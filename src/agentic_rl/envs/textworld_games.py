@@ -22,20 +22,18 @@ from agentic_rl.cache import cache_dir
 from agentic_rl.envs.base import GeneratedTasks, Task
 from agentic_rl.envs.text_game import DEFAULT_NUM_TASKS, SPLITS
 
-INSTALL_HINT = "the textworld env needs TextWorld: pip install 'agentic-rl[textworld]'"
+INSTALL_HINT = "pip install 'agentic-rl[textworld]'"
 # TextWorld's generator keeps module-level state (its knowledge base, grammar caches):
 # one game is made at a time per process.
 _GENERATION_LOCK = threading.Lock()
 
 
 def import_textworld():
-    """The ``textworld`` module, or ImportError naming the extra to install."""
-    try:
-        import textworld
-        import textworld.generator  # noqa: F401  (the generator API lives in a submodule)
-    except ImportError:
-        raise ImportError(INSTALL_HINT) from None
-    return textworld
+    """The ``textworld`` module, or MissingPackage (an ImportError) naming the extra to install."""
+    from agentic_rl.optional import require
+
+    require("textworld.generator", INSTALL_HINT, "the textworld env")  # the generator API lives in a submodule
+    return require("textworld", INSTALL_HINT, "the textworld env")
 
 
 @dataclass(frozen=True)

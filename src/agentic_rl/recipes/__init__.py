@@ -81,7 +81,10 @@ def _parse(name_or_path: str, text: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"recipe {name_or_path!r}: invalid YAML: {str(exc).splitlines()[0]}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"recipe {name_or_path!r}: invalid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"recipe {name_or_path!r}: expected a mapping of config keys at the top level")
     return data
@@ -100,3 +103,8 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
 
 def describe(name: str) -> str:
     return str(load_recipe(name)[1].get("description", ""))
+
+
+def recipe_text(name_or_path: str) -> str:
+    """The recipe's YAML as written (its ``base`` unresolved); ConfigError for an unknown name."""
+    return _read(name_or_path, None)[1]

@@ -22,11 +22,9 @@ Embedder = Callable[[list[str]], Any]
 
 
 def _require_faiss():
-    try:
-        import faiss
-    except ImportError:
-        raise ImportError("dense retrieval needs faiss: pip install faiss-cpu (or agentic-rl[dense])") from None
-    return faiss
+    from agentic_rl.optional import require
+
+    return require("faiss", "pip install faiss-cpu (or agentic-rl[dense])", "dense retrieval")
 
 
 def _embedder(model: str | Embedder) -> Embedder:

@@ -47,13 +47,9 @@ class Page:
 
 
 def _trafilatura():
-    try:
-        import trafilatura
-    except ImportError:
-        raise ImportError(
-            "browse extracts page text with trafilatura: pip install trafilatura (or agentic-rl[web])"
-        ) from None
-    return trafilatura
+    from agentic_rl.optional import require
+
+    return require("trafilatura", "pip install trafilatura (or agentic-rl[web])", "browse (page text extraction)")
 
 
 def extract_main_text(html: bytes | str, *, url: str | None = None) -> tuple[str, str]:

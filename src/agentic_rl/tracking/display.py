@@ -1,12 +1,15 @@
 """Terminal display: a progress bar fed by per-trajectory events, and metric tables.
 
 Progress, logs and reports go to stderr (``console``); listings meant to be piped
-(``print_listing``) go to stdout.
+(``print_listing``) go to stdout. Redirected to a file (a cluster log), lines are never
+wrapped and progress is a plain line every so often, never a bar redrawn with carriage
+returns.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -17,30 +20,71 @@ from rich.table import Table
 
 from agentic_rl.types import Trajectory
 
-console = Console(stderr=True)
+_REDIRECTED = not sys.stderr.isatty()
+console = Console(stderr=True, soft_wrap=True, width=200) if _REDIRECTED else Console(stderr=True)
+"""Redirected: no wrapping at 80 columns (a metric line stays one line; tables get 200)."""
+
+PLAIN_LINES = 4
+"""Redirected, a progress reports this many plain lines (and one at the end)."""
+
+
+def clock(seconds: float) -> str:
+    """``1:02:03`` / ``2:03``: elapsed time and ETA in progress lines."""
+    minutes, secs = divmod(int(seconds + 0.5), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+@contextmanager
+def progress(total: int, description: str) -> Iterator[Callable[[str], None]]:
+    """Yield ``advance(status)`` for one finished item of ``total``: a bar with elapsed time
+    and ETA on a terminal; redirected, a plain line every ``total / PLAIN_LINES`` items."""
+    if console.is_terminal:
+        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn())
+        columns += (TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=console) as bar:
+            task = bar.add_task(description, total=total, status="")
+            yield lambda status="": bar.update(task, advance=1, status=status)
+        return
+    started, done, every = time.monotonic(), [0], max(1, -(-total // PLAIN_LINES))
+
+    def advance(status: str = "") -> None:
+        done[0] += 1
+        if done[0] % every and done[0] != total:
+            return
+        elapsed = time.monotonic() - started
+        eta = elapsed / done[0] * max(total - done[0], 0)
+        line = f"{description} {done[0]}/{total}  {status}  elapsed {clock(elapsed)}  eta {clock(eta)}"
+        console.print(" ".join(line.split()), markup=False, highlight=False)
+
+    yield advance
 
 
 @contextmanager
 def trajectory_progress(total: int, description: str = "rollouts") -> Iterator[Callable[[Trajectory], None]]:
-    """Yield an ``on_finish`` callback that advances a progress bar showing running accuracy."""
+    """Yield an ``on_finish`` callback that advances a :func:`progress` showing running accuracy."""
     finished = {"n": 0, "correct": 0}
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("acc {task.fields[accuracy]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-    ) as progress:
-        task = progress.add_task(description, total=total, accuracy="-")
+    with progress(total, description) as advance:
 
         def on_finish(trajectory: Trajectory) -> None:
             finished["n"] += 1
             finished["correct"] += int(trajectory.correct)
-            progress.update(task, advance=1, accuracy=f"{finished['correct'] / finished['n']:.2f}")
+            advance(f"acc {finished['correct'] / finished['n']:.2f}")
 
         yield on_finish
+
+
+class StepClock:
+    """The ETA of the RL steps left of ``total``, from the mean ``step_time_s`` of the steps
+    seen so far (a resumed run's from where it resumed; evaluations not included)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.seconds, self.seen = total, 0.0, 0
+
+    def eta(self, metrics: dict[str, float]) -> str:
+        self.seconds, self.seen = self.seconds + metrics.get("step_time_s", 0.0), self.seen + 1
+        left = max(self.total - int(metrics["step"]) - 1, 0)
+        return f"eta {clock(self.seconds / self.seen * left)}"
 
 
 _HEADLINE = (
@@ -114,12 +158,14 @@ _STEP_KEYS = (
 )
 
 
-def print_step(metrics: dict[str, float], total_steps: int) -> None:
-    """One compact line per RL step with the key metrics."""
+def print_step(metrics: dict[str, float], total_steps: int, eta: StepClock | None = None) -> None:
+    """One compact line per RL step with the key metrics (and the run's ETA)."""
     parts = [f"[bold]step {int(metrics['step']) + 1}/{total_steps}[/]"]
     for key, label in _STEP_KEYS:
         if key in metrics:
             parts.append(f"{label} {metrics[key]:.3g}")
+    if eta is not None:
+        parts.append(eta.eta(metrics))
     console.print("  ".join(parts))
 
 

@@ -111,6 +111,7 @@ def collect_expert(
     *,
     renderer: ChatRenderer | None = None,
     rollout_config: RolloutConfig | None = None,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
 ) -> CollectResult:
     """One expert episode per training task (``config.num_tasks`` from ``task_offset``),
     played by the env's ``expert_reply()`` through the rollout's own episode state machine
@@ -123,7 +124,8 @@ def collect_expert(
     whole set itself. ``renderer``: the chat template of the model the data is for; the env
     resets as a rollout on it does (tools described by a template that renders them,
     results framed by one that frames them), and the context policies count its tokens
-    (without one, episodes are chat-level: the whole history, as ``full``)."""
+    (without one, episodes are chat-level: the whole history, as ``full``). ``on_trajectory``:
+    called with each finished episode (a progress display)."""
     started = time.monotonic()
     limits = rollout_config or RolloutConfig()
     options = dict(env_options)
@@ -154,6 +156,8 @@ def collect_expert(
         index = config.task_offset + position
         trajectory = play_expert(lambda: envs.make(env_name, **options), index, limits=limits, renderer=renderer)
         result.attempted += 1
+        if on_trajectory is not None:
+            on_trajectory(trajectory)
         if trajectory.correct:
             result.successful += 1
             result.tasks_with_success += 1

@@ -46,7 +46,7 @@ from agentic_rl.training.optim import (
     restart_schedule,
 )
 from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
-from agentic_rl.training.rl_metrics import UpdateTally, per_env_metrics, rollout_metrics
+from agentic_rl.training.rl_metrics import UpdateTally, forward_only_metrics, per_env_metrics, rollout_metrics
 from agentic_rl.training.scoring import ScoredBatch, keep_groups, score, shaped_rewards, usable_trajectories
 from agentic_rl.training.speed import apply_speed_options
 from agentic_rl.training.task_schedule import MixedTaskSchedule, TaskPools, TaskSchedule
@@ -360,11 +360,12 @@ class RLTrainer:
         metrics["skipped_infra"] = float(failed_fraction > config.max_failed_fraction)
         if scored.trajectories and not metrics["skipped_infra"]:
             metrics.update(self.update(scored))
-            sync_started = time.monotonic()
-            self.backend.sync_weights(
-                self.strategy.full_weights(self.model)
-            )  # the next rollouts sample from the new weights
+            sync_started = time.monotonic()  # the next rollouts sample from the new weights
+            self.backend.sync_weights(self.strategy.full_weights(self.model))
             metrics["weight_sync_time_s"] = time.monotonic() - sync_started
+        if "entropy" not in metrics:  # no token forwarded (all groups alike): the diagnostics without a backward
+            usable, sharded = usable_trajectories(groups), self.strategy.sharded
+            metrics.update(forward_only_metrics(self._per_token_rows, self._logprobs, usable, lockstep=sharded))
         # The heap keeps the update's freed activations for the next step (accel/allocator.py);
         # past half the machine's memory, fragmentation is handed back before it can grow further.
         metrics["host_memory_released_gb"] = release_memory(above=RELEASE_MEMORY_ABOVE) / 2**30
@@ -476,9 +477,7 @@ class RLTrainer:
             sampled += groups
             kept += keep_groups(groups, algorithm)
             rounds += 1
-        metrics = {
-            key: value / rounds for key, value in metrics.items()
-        }  # the rollout mode's metrics, averaged over rounds
+        metrics = {key: value / rounds for key, value in metrics.items()}  # the rollout mode's, averaged over rounds
         if algorithm.group_filter != "none":
             metrics.update(
                 generation_rounds=float(rounds),

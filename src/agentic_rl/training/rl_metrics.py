@@ -175,3 +175,39 @@ class UpdateTally:
         if after_tool is not None:
             metrics["entropy_after_tool"] = after_tool
         return metrics
+
+
+def forward_only_metrics(
+    per_token_rows: Callable[..., list[list[float]]],
+    logprobs: Callable[..., tuple[torch.Tensor, torch.Tensor | None]],
+    trajectories: list[Trajectory],
+    *,
+    lockstep: bool,
+) -> dict[str, float]:
+    """``entropy`` and the sampler-mismatch metrics (``rollout_logprob_diff_mean`` / ``_max``,
+    ``rollout_kl_k3``) of ``trajectories`` from gradient-free forwards (the trainer's
+    ``_per_token_rows`` and ``_logprobs``): a step whose update forwarded no token (every
+    group scored alike, too many failures) still reports what shows why nothing learns."""
+    from agentic_rl.algorithms.correction import mismatch_metrics
+
+    totals = {"entropy": 0.0, "rollout_logprob_diff_mean": 0.0, "rollout_kl_k3": 0.0, "tokens": 0.0}
+    largest = [0.0]
+
+    def compute(batch) -> torch.Tensor:
+        current, entropy = logprobs(batch, with_entropy=True)
+        mask, tokens = batch.loss_mask, float(batch.loss_mask.sum())
+        if tokens:
+            found = mismatch_metrics(current.float(), batch.per_token["sampler_logprobs"], mask)
+            for key in ("rollout_logprob_diff_mean", "rollout_kl_k3"):
+                totals[key] += found[key] * tokens
+            largest[0] = max(largest[0], found["rollout_logprob_diff_max"])
+            totals["entropy"] += float((entropy * mask).sum())
+            totals["tokens"] += tokens
+        return entropy
+
+    if trajectories:
+        per_token_rows(trajectories, compute, extra="sampler_logprobs", lockstep=lockstep)
+    if not totals["tokens"]:
+        return {}
+    tokens = totals.pop("tokens")
+    return {**{key: value / tokens for key, value in totals.items()}, "rollout_logprob_diff_max": largest[0]}
