@@ -107,6 +107,24 @@ def test_logprobs_is_the_legacy_object_with_the_engines_alternatives(client, tin
     ]  # only the sampled token
 
 
+def test_a_log_prob_of_minus_infinity_is_reported_as_vllms_floor(client) -> None:
+    """At a very low temperature the alternatives' log-probs are -inf, which JSON cannot carry
+    (found by the HTTP fuzz: a 500); they come back as -9999.0, as vLLM's server gives them."""
+    text = client.completions.create(model="tiny", prompt="0", max_tokens=3, temperature=0.004, logprobs=2)
+    values = [v for top in text.choices[0].logprobs.top_logprobs for v in top.values()]
+    assert values and all(-9999.0 <= v <= 0 for v in values) and -9999.0 in values
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "0"}],
+        max_tokens=3,
+        temperature=0.004,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    alternatives = [alt.logprob for entry in chat.choices[0].logprobs.content for alt in entry.top_logprobs]
+    assert alternatives and all(-9999.0 <= v <= 0 for v in alternatives)
+
+
 def test_echo_stop_strings_and_streaming(client) -> None:
     echoed = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=4, seed=2, echo=True)
     plain = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=4, seed=2)

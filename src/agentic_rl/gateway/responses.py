@@ -3,6 +3,7 @@ reason, and its log-probs in the chat and the legacy text form."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from agentic_rl.chat import ChatRenderer
@@ -30,12 +31,21 @@ def finish_reason(completion: Completion, stopped_by_string: bool) -> str:
     return "length" if completion.finish_reason == "length" and not stopped_by_string else "stop"
 
 
+LOWEST_LOGPROB = -9999.0
+"""What a log-prob of -inf (a token a very low temperature rules out) is reported as: JSON
+has no infinity, and vLLM's OpenAI server answers the same."""
+
+
+def finite(logprob: float) -> float:
+    return logprob if math.isfinite(logprob) else LOWEST_LOGPROB
+
+
 def token_logprob(tokenizer, token: int, logprob: float, alternatives: list[tuple[int, float]]) -> dict[str, Any]:
     """One entry of a chat choice's ``logprobs.content``."""
 
     def entry(token_id: int, value: float) -> dict[str, Any]:
         text = tokenizer.decode([token_id])
-        return {"token": text, "logprob": value, "bytes": list(text.encode("utf-8"))}
+        return {"token": text, "logprob": finite(value), "bytes": list(text.encode("utf-8"))}
 
     return {**entry(token, logprob), "top_logprobs": [entry(t, v) for t, v in alternatives]}
 
@@ -53,7 +63,8 @@ def text_logprobs(
         position += len(piece)
     top_logprobs = []
     for i, (piece, value) in enumerate(zip(tokens, logprobs)):
-        entry = {tokenizer.decode([t]): v for t, v in (top[i] if top else [])}
-        entry.setdefault(piece, value)
+        entry = {tokenizer.decode([t]): finite(v) for t, v in (top[i] if top else [])}
+        entry.setdefault(piece, finite(value))
         top_logprobs.append(entry)
-    return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": top_logprobs, "text_offset": offsets}
+    values = [finite(value) for value in logprobs]
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": top_logprobs, "text_offset": offsets}
