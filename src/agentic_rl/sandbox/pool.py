@@ -5,8 +5,7 @@ PID and mount namespaces when the kernel allows it, as a member of its own cgrou
 they are available. Every call forks a fresh child in it (milliseconds instead of an
 interpreter start); the worker kills everything the call left behind. The parent keeps a
 wall-clock backstop on top: if the worker does not answer in time, the whole worker (and
-its namespace) is killed and replaced.
-"""
+its namespace) is killed and replaced."""
 
 from __future__ import annotations
 
@@ -49,6 +48,7 @@ SCRUBBED_ENV = {
     "PYTHONIOENCODING": "utf-8",
 }
 _counter = itertools.count()
+CLOSE_GRACE_S = 2.0  # how long ``close`` lets the worker end its calls' processes itself
 
 
 def _count_uid_processes(uid: int) -> int:
@@ -304,6 +304,8 @@ class SandboxWorker:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+        if self.uid_claim is not None:
+            self.uid_claim.end_processes()
         for path in self.cgroup_paths.values():
             for _ in range(100):
                 try:
@@ -322,11 +324,11 @@ class SandboxWorker:
     def close(self) -> None:
         """Stop the worker, kill anything left, remove its directories and cgroups."""
         if self.proc is not None:
-            for stream in (self.proc.stdin,):
-                try:
-                    stream.close()
-                except (OSError, ValueError):
-                    pass
+            try:
+                self.proc.stdin.close()  # the worker ends its session's processes, then exits
+                self.proc.wait(timeout=CLOSE_GRACE_S)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                pass
         self.kill()
         if self.proc is not None:
             try:
@@ -358,8 +360,7 @@ class SandboxPool:
     """``size`` warm workers; each call still runs in a fresh forked process.
 
     Thread-safe: ``execute`` blocks until a worker is free. A worker that dies or hangs
-    is replaced on the next call.
-    """
+    is replaced on the next call."""
 
     def __init__(
         self, size: int = 2, *, limits: Limits | None = None, max_processes: int = 32, namespaces: bool = True
@@ -427,8 +428,7 @@ def execute(
 
     Without ``pool`` a worker is started and stopped for this call (an interpreter start);
     with one, a warm worker forks a fresh child (milliseconds). ``files`` maps relative
-    paths to contents placed in the private working directory first.
-    """
+    paths to contents placed in the private working directory first."""
     if pool is not None:
         return pool.execute(
             code, files=files, timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes, **limits

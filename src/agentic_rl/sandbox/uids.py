@@ -20,8 +20,10 @@ import fcntl
 import grp
 import os
 import pwd
+import signal
 import stat
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 from agentic_rl.sandbox.limits import SandboxError
@@ -98,6 +100,25 @@ class UidClaim:
     uid: int
     notes: list[str] = field(default_factory=list)
     _lock: int | None = None
+
+    def end_processes(self) -> None:
+        """SIGKILL every process this uid runs, stopped ones included, until none is left
+        (a worker's own uid: nothing else runs as it; never the shared fallback uid). A
+        session's processes are stopped between cells, so they outlive a killed worker."""
+        if self.uid == SHARED_UID:
+            return
+        for _ in range(50):
+            found = False
+            for name in os.listdir("/proc"):
+                try:
+                    if name.isdigit() and os.stat(f"/proc/{name}").st_uid == self.uid:
+                        found = True
+                        os.kill(int(name), signal.SIGKILL)
+                except OSError:
+                    pass
+            if not found:
+                return
+            time.sleep(0.01)
 
     def release(self) -> None:
         if self._lock is not None:
