@@ -13,8 +13,7 @@ MAX_FUNCTION_LINES = 80
 
 OVERSIZED_FILES = {
     "envs/search_data.py": 786,  # generated task templates, mostly data
-    "training/rl.py": 807,
-    "config/sections.py": 607,
+    "training/rl.py": 806,
     "training/stages.py": 594,
     "envs/search_qa.py": 586,
     "tools/memory.py": 532,
@@ -23,14 +22,13 @@ OVERSIZED_FILES = {
     "sandbox/_worker_server.py": 455,
     "engines/remote.py": 457,
     "training/checkpoint.py": 442,
-    "algorithms/policy_losses.py": 423,
+    "algorithms/policy_losses.py": 424,
     "envs/long_qa.py": 408,
 }
 
 OVERSIZED_FUNCTIONS = {
     "envs/search_qa.py:make_search_qa_env": 140,
     "training/dpo.py:train_dpo": 113,
-    "config/sections.py:_consistent": 112,
     "evaluation/metrics.py:aggregate_metrics": 108,
     "training/sft.py:train_sft": 103,
     "training/rl.py:__init__": 103,

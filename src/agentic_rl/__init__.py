@@ -1,6 +1,6 @@
 """agentic-rl: reinforcement learning for tool-using LLM agents."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def train(config, **kwargs):

@@ -211,7 +211,7 @@ def train(
             trainer = RLTrainer(config, model, tokenizer, backend, None, list(range(len(tasks))), sampler=sampler)
             if checkpoint is not None:
                 _restore(run, trainer, checkpoint)
-                say(f"resumed from {checkpoint.name} (step {trainer.steps_done} of {config.steps})")
+                say(f"resumed from {checkpoint.name} (step {trainer.steps_done} of {config.rl.steps})")
             result.steps = run.read_lines("metrics.jsonl") if run is not None else []
 
             def held_out(label: str) -> None:
@@ -320,7 +320,7 @@ def _steps(
         else nullcontext()
     )
     with sinks:
-        while trainer.steps_done < config.steps:
+        while trainer.steps_done < config.rl.steps:
             metrics, _ = trainer.step()
             metrics = {key: value for key, value in metrics.items() if key not in ENV_TOOL_METRICS}
             result.steps.append(metrics)
@@ -332,7 +332,7 @@ def _steps(
                 run is not None
                 and config.checkpoint_every
                 and trainer.steps_done % config.checkpoint_every == 0
-                and trainer.steps_done < config.steps
+                and trainer.steps_done < config.rl.steps
             ):
                 save_checkpoint(
                     run.checkpoints,

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from agentic_rl.algorithms.advantages import AdvantageInputs, outcome_token_rewards, register_advantage
+from agentic_rl.algorithms.params import UnitInterval
 
 
 def gae(
@@ -60,10 +61,12 @@ def masked_whiten(x: Tensor, mask: Tensor, *, epsilon: float = 1e-8) -> Tensor:
 
 
 @register_advantage("gae")
-def gae_advantage(inputs: AdvantageInputs, *, gamma: float = 1.0, lam: float = 0.95, whiten: bool = True) -> Tensor:
+def gae_advantage(
+    inputs: AdvantageInputs, *, gamma: UnitInterval = 1.0, lam: UnitInterval = 0.95, whiten: bool = True
+) -> Tensor:
     """PPO's advantage: :func:`gae` on ``token_rewards`` (default: outcome on the last
     sampled token) and critic ``values`` (required), whitened over the batch -> [B, T]."""
     if inputs.values is None:
-        raise ValueError("the gae estimator needs critic values (AdvantageInputs.values); set algorithm.critic")
+        raise ValueError("the gae estimator needs critic values (AdvantageInputs.values); set algorithm.critic.kind")
     advantages, _ = gae(outcome_token_rewards(inputs), inputs.values, inputs.response_mask, gamma=gamma, lam=lam)
     return masked_whiten(advantages, inputs.response_mask) if whiten else advantages

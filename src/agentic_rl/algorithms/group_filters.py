@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from agentic_rl.algorithms.advantages import as_float, group_stats
+from agentic_rl.algorithms.params import Fraction
 from agentic_rl.algorithms.registry import Registry
 
 GroupFilterFn = Callable[..., Tensor]
@@ -45,7 +46,7 @@ def drop_zero_variance(rewards: Tensor, group_index: Tensor) -> Tensor:
 
 
 @register_group_filter("top-std")
-def keep_top_std(rewards: Tensor, group_index: Tensor, *, keep_fraction: float = 0.25) -> Tensor:
+def keep_top_std(rewards: Tensor, group_index: Tensor, *, keep_fraction: Fraction = 0.25) -> Tensor:
     """StarPO-S (RAGEN): keep the ceil(keep_fraction * groups) groups with the highest
     reward standard deviation (ties: the group seen first wins) -> keep [N] bool."""
     if not 0.0 < keep_fraction <= 1.0:

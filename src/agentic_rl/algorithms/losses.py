@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from agentic_rl.algorithms.params import DualClip, LowerClip, UpperClip
 from agentic_rl.algorithms.registry import Registry
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -158,9 +159,9 @@ def policy_loss(
     advantages: Tensor,
     mask: Tensor,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    clip_ratio_c: float | None = None,
+    clip_low: LowerClip = 0.2,
+    clip_high: UpperClip = 0.2,
+    clip_ratio_c: DualClip | None = None,
     aggregation: str = "token-mean",
     num_tokens: float | None = None,
     num_sequences: float | None = None,

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from agentic_rl.algorithms.losses import PolicyLossOutput, aggregate, masked_mean, ratio_metrics, register_policy_loss
+from agentic_rl.algorithms.params import Fraction, LowerClip, NonNegative, Positive, UpperClip
 
 _MAX_LOG_RATIO = 20.0
 
@@ -59,8 +60,8 @@ def gspo(
     advantages: Tensor,
     mask: Tensor,
     *,
-    gspo_clip_low: float = 3e-4,
-    gspo_clip_high: float = 4e-4,
+    clip_low: LowerClip = 3e-4,
+    clip_high: UpperClip = 4e-4,
     aggregation: str = "seq-mean-token-mean",
     num_tokens: float | None = None,
     num_sequences: float | None = None,
@@ -72,7 +73,7 @@ def gspo(
     length-normalised sequence likelihood ratio, with gradient through every token);
     A_i = mean_t(A_t), the sequence's mean advantage (its outcome advantage; with rollout
     correction the mean weighted advantage);
-    loss_i = max(-A_i s_i, -A_i clip(s_i, 1 - gspo_clip_low, 1 + gspo_clip_high)),
+    loss_i = max(-A_i s_i, -A_i clip(s_i, 1 - clip_low, 1 + clip_high)),
     put on each of the sequence's tokens and reduced by :func:`aggregate`. Paper defaults:
     ranges 3e-4 / 4e-4 and seq-mean-token-mean (one term per sequence:
     sum_i loss_i / num_sequences); token-mean weighs sequences by their length.
@@ -90,9 +91,7 @@ def gspo(
     log_ratio = _log_ratio(logprobs, old_logprobs, mask)
     ratio = torch.exp(masked_mean(log_ratio, mask, dim=-1))
     advantage = masked_mean(advantages, mask, dim=-1)
-    per_sequence = torch.maximum(
-        -advantage * ratio, -advantage * ratio.clamp(1.0 - gspo_clip_low, 1.0 + gspo_clip_high)
-    )
+    per_sequence = torch.maximum(-advantage * ratio, -advantage * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
     loss = aggregate(
         _per_token(per_sequence, logprobs),
         mask,
@@ -105,8 +104,8 @@ def gspo(
         log_ratio,
         mask,
         ratio=_per_token(ratio, log_ratio),
-        clipped_low=_per_token((advantage < 0) & (ratio < 1.0 - gspo_clip_low), mask),
-        clipped_high=_per_token((advantage > 0) & (ratio > 1.0 + gspo_clip_high), mask),
+        clipped_low=_per_token((advantage < 0) & (ratio < 1.0 - clip_low), mask),
+        clipped_high=_per_token((advantage > 0) & (ratio > 1.0 + clip_high), mask),
     )
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
@@ -118,8 +117,8 @@ def gspo_token(
     advantages: Tensor,
     mask: Tensor,
     *,
-    gspo_clip_low: float = 3e-4,
-    gspo_clip_high: float = 4e-4,
+    clip_low: LowerClip = 3e-4,
+    clip_high: UpperClip = 4e-4,
     aggregation: str = "seq-mean-token-mean",
     num_tokens: float | None = None,
     num_sequences: float | None = None,
@@ -129,7 +128,7 @@ def gspo_token(
 
     s_i,t = sg[s_i] * pi_t / sg[pi_t]: the value of the sequence ratio s_i of
     :func:`gspo` on every token, the gradient of log pi_t;
-    loss_t = max(-A_t s_i,t, -A_t clip(s_i,t, 1 - gspo_clip_low, 1 + gspo_clip_high)),
+    loss_t = max(-A_t s_i,t, -A_t clip(s_i,t, 1 - clip_low, 1 + clip_high)),
     reduced by :func:`aggregate` (paper: seq-mean-token-mean). Each token keeps its own
     advantage (per-token credit, or rollout-correction weights); when all tokens of a
     sequence share one advantage it equals :func:`gspo` in value and gradient.
@@ -143,7 +142,7 @@ def gspo_token(
     # log pi_t - sg[log pi_t] is 0 in value and carries log pi_t's gradient.
     own = torch.where(mask.to(torch.bool), logprobs - logprobs.detach(), torch.zeros_like(logprobs))
     ratio = torch.exp(own + sequence_log_ratio[:, None])
-    loss_mat = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - gspo_clip_low, 1.0 + gspo_clip_high))
+    loss_mat = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
     loss = aggregate(
         loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length
     )
@@ -151,8 +150,8 @@ def gspo_token(
         log_ratio,
         mask,
         ratio=ratio,
-        clipped_low=(advantages < 0) & (ratio < 1.0 - gspo_clip_low),
-        clipped_high=(advantages > 0) & (ratio > 1.0 + gspo_clip_high),
+        clipped_low=(advantages < 0) & (ratio < 1.0 - clip_low),
+        clipped_high=(advantages > 0) & (ratio > 1.0 + clip_high),
     )
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
@@ -164,8 +163,8 @@ def cispo(
     advantages: Tensor,
     mask: Tensor,
     *,
-    cispo_clip_low: float | None = None,
-    cispo_clip_high: float = 0.2,
+    clip_low: LowerClip | None = None,
+    clip_high: UpperClip = 0.2,
     aggregation: str = "token-mean",
     num_tokens: float | None = None,
     num_sequences: float | None = None,
@@ -173,12 +172,12 @@ def cispo(
 ) -> PolicyLossOutput:
     """CISPO (MiniMax-M1, arXiv 2506.13585): clip the importance weight, not the update.
 
-    r_t = pi_t / pi_old_t; w_t = sg(clip(r_t, 1 - cispo_clip_low, 1 + cispo_clip_high));
+    r_t = pi_t / pi_old_t; w_t = sg(clip(r_t, 1 - clip_low, 1 + clip_high));
     loss_t = -w_t * A_t * log pi_t, reduced by :func:`aggregate` (paper: token-mean over
     the batch's tokens). The weight is a constant, so every token keeps a gradient
     w_t * A_t * grad log pi_t however far its ratio moved (PPO's clip zeroes it).
-    Defaults: no lower bound (``cispo_clip_low=None``: the paper sets eps_low large and
-    tunes only eps_high) and cispo_clip_high 0.2 (verl's example; the paper does not
+    Defaults: no lower bound (``clip_low=None``: the paper sets eps_low large and
+    tunes only eps_high) and clip_high 0.2 (verl's example; the paper does not
     state its value). Metrics: clip_frac_low / clip_frac_high are tokens whose weight
     hit the bound, whatever the advantage's sign (the weight scales both).
 
@@ -188,8 +187,8 @@ def cispo(
     """
     log_ratio = _log_ratio(logprobs, old_logprobs, mask)
     ratio = torch.exp(log_ratio)
-    lower = None if cispo_clip_low is None else 1.0 - cispo_clip_low
-    weight = ratio.clamp(min=lower, max=1.0 + cispo_clip_high).detach()
+    lower = None if clip_low is None else 1.0 - clip_low
+    weight = ratio.clamp(min=lower, max=1.0 + clip_high).detach()
     loss = aggregate(
         -weight * advantages * logprobs,
         mask,
@@ -202,7 +201,7 @@ def cispo(
         log_ratio,
         mask,
         clipped_low=None if lower is None else ratio < lower,
-        clipped_high=ratio > 1.0 + cispo_clip_high,
+        clipped_high=ratio > 1.0 + clip_high,
     )
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
@@ -214,8 +213,8 @@ def sapo(
     advantages: Tensor,
     mask: Tensor,
     *,
-    sapo_tau_pos: float = 1.0,
-    sapo_tau_neg: float = 1.05,
+    tau_pos: Positive = 1.0,
+    tau_neg: Positive = 1.05,
     aggregation: str = "seq-mean-token-mean",
     num_tokens: float | None = None,
     num_sequences: float | None = None,
@@ -224,7 +223,7 @@ def sapo(
     """SAPO (Soft Adaptive Policy Optimization, arXiv 2511.20347): a smooth gate instead of
     a hard clip.
 
-    r_t = pi_t / pi_old_t; tau_t = sapo_tau_pos where A_t > 0, else sapo_tau_neg;
+    r_t = pi_t / pi_old_t; tau_t = tau_pos where A_t > 0, else tau_neg;
     f(r) = sigmoid(tau (r - 1)) * 4 / tau; loss_t = -f(r_t) * A_t, reduced by
     :func:`aggregate` (paper and verl: seq-mean-token-mean). f'(1) = 1, so at r = 1 the
     gradient is the policy gradient; it decays smoothly as r leaves 1 (faster for
@@ -236,7 +235,7 @@ def sapo(
     """
     log_ratio = _log_ratio(logprobs, old_logprobs, mask)
     ratio = torch.exp(log_ratio)
-    tau = torch.where(advantages > 0, torch.full_like(ratio, sapo_tau_pos), torch.full_like(ratio, sapo_tau_neg))
+    tau = torch.where(advantages > 0, torch.full_like(ratio, tau_pos), torch.full_like(ratio, tau_neg))
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
     loss = aggregate(
         -gate * advantages,
@@ -256,11 +255,11 @@ def clip_cov(
     advantages: Tensor,
     mask: Tensor,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    clip_cov_ratio: float = 2e-4,
-    clip_cov_lb: float = 1.0,
-    clip_cov_ub: float = 5.0,
+    clip_low: LowerClip = 0.2,
+    clip_high: UpperClip = 0.2,
+    cov_ratio: Fraction = 2e-4,
+    cov_lb: float = 1.0,
+    cov_ub: float = 5.0,
     aggregation: str = "token-mean",
     num_tokens: float | None = None,
     num_sequences: float | None = None,
@@ -270,10 +269,10 @@ def clip_cov(
     Reasoning Language Models", arXiv 2505.22617).
 
     PPO's clipped surrogate (:func:`policy_loss` without dual clip, ``clip_low`` /
-    ``clip_high``), except that max(1, int(clip_cov_ratio * N)) tokens (N masked tokens
+    ``clip_high``), except that max(1, int(cov_ratio * N)) tokens (N masked tokens
     in this call), drawn at random (torch's global generator) among the masked tokens
     that PPO does not clip and whose :func:`token_covariance` lies strictly between
-    ``clip_cov_lb`` and ``clip_cov_ub``, get no gradient: high-covariance tokens are what
+    ``cov_lb`` and ``cov_ub``, get no gradient: high-covariance tokens are what
     collapses the entropy. Defaults (verl's): ratio 2e-4, bounds 1 and 5. Metrics as
     ppo-clip, plus cov_selected_frac.
 
@@ -290,8 +289,8 @@ def clip_cov(
     clipped_high = (advantages > 0) & (ratio > 1.0 + clip_high)
     bool_mask = mask.to(torch.bool)
     covariance = token_covariance(advantages, logprobs, mask)
-    candidates = bool_mask & ~clipped_low & ~clipped_high & (covariance > clip_cov_lb) & (covariance < clip_cov_ub)
-    selected = _random_subset(candidates, max(int(clip_cov_ratio * int(bool_mask.sum())), 1))
+    candidates = bool_mask & ~clipped_low & ~clipped_high & (covariance > cov_lb) & (covariance < cov_ub)
+    selected = _random_subset(candidates, max(int(cov_ratio * int(bool_mask.sum())), 1))
     loss_mat = torch.where(selected, loss_mat.detach(), loss_mat)
     loss = aggregate(
         loss_mat, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences, norm_length=norm_length
@@ -318,8 +317,8 @@ def kl_cov(
     advantages: Tensor,
     mask: Tensor,
     *,
-    kl_cov_ratio: float = 2e-4,
-    kl_cov_coef: float = 0.1,
+    cov_ratio: Fraction = 2e-4,
+    kl_coef: NonNegative = 0.1,
     aggregation: str = "token-mean",
     num_tokens: float | None = None,
     num_sequences: float | None = None,
@@ -327,8 +326,8 @@ def kl_cov(
 ) -> PolicyLossOutput:
     """KL-Cov (Cui et al. 2025, arXiv 2505.22617): a KL penalty on the top-covariance tokens.
 
-    loss_t = -A_t r_t (no clip), plus kl_cov_coef * |log r_t| on the
-    max(1, int(kl_cov_ratio * N)) masked tokens with the largest
+    loss_t = -A_t r_t (no clip), plus kl_coef * |log r_t| on the
+    max(1, int(cov_ratio * N)) masked tokens with the largest
     :func:`token_covariance` (N masked tokens in this call), reduced by
     :func:`aggregate`. Defaults (verl's): ratio 2e-4, coefficient 0.1. No clip: clip
     fractions are 0.0; cov_selected_frac is the penalised fraction.
@@ -343,10 +342,10 @@ def kl_cov(
     selected = torch.zeros_like(bool_mask)
     if bool(bool_mask.any()):
         flat = torch.nonzero(bool_mask.reshape(-1)).squeeze(1)
-        count = max(int(kl_cov_ratio * len(flat)), 1)
+        count = max(int(cov_ratio * len(flat)), 1)
         top = torch.topk(token_covariance(advantages, logprobs, mask).reshape(-1)[flat], count).indices
         selected.view(-1)[flat[top]] = True
-    penalty = torch.where(selected, kl_cov_coef * log_ratio.abs(), torch.zeros_like(log_ratio))
+    penalty = torch.where(selected, kl_coef * log_ratio.abs(), torch.zeros_like(log_ratio))
     loss = aggregate(
         -advantages * ratio + penalty,
         mask,

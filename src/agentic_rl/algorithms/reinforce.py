@@ -10,6 +10,7 @@ from torch import Tensor
 
 from agentic_rl.algorithms.advantages import AdvantageInputs, group_stats, outcome_token_rewards, register_advantage
 from agentic_rl.algorithms.gae import gae, masked_whiten
+from agentic_rl.algorithms.params import UnitInterval
 
 
 def discounted_token_returns(token_rewards: Tensor, mask: Tensor, *, gamma: float = 1.0) -> Tensor:
@@ -21,7 +22,7 @@ def discounted_token_returns(token_rewards: Tensor, mask: Tensor, *, gamma: floa
 
 
 @register_advantage("reinforce++")
-def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> Tensor:
+def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: UnitInterval = 1.0) -> Tensor:
     """REINFORCE++: discounted returns of ``token_rewards`` (outcome on the last sampled
     token, minus the KL penalty per token when the trainer puts KL in the reward),
     whitened over every sampled token of the batch -> [B, T]."""
@@ -30,7 +31,7 @@ def reinforce_plus_plus(inputs: AdvantageInputs, *, gamma: float = 1.0) -> Tenso
 
 
 @register_advantage("reinforce++-baseline")
-def reinforce_plus_plus_baseline(inputs: AdvantageInputs, *, gamma: float = 1.0) -> Tensor:
+def reinforce_plus_plus_baseline(inputs: AdvantageInputs, *, gamma: UnitInterval = 1.0) -> Tensor:
     """REINFORCE++-baseline: as :func:`reinforce_plus_plus`, with the group's mean outcome
     reward subtracted from each outcome first (the reward on the last sampled token), then
     batch whitening -> [B, T]."""

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from agentic_rl.algorithms.advantages import AdvantageInputs, as_float, group_normalized, register_advantage
+from agentic_rl.algorithms.params import NonNegative, UnitInterval
 
 
 def _require(inputs: AdvantageInputs, name: str, *fields: str) -> None:
@@ -84,8 +85,8 @@ def mt_grpo(inputs: AdvantageInputs, *, epsilon: float = 1e-6, normalize_by_std:
 def gigpo(
     inputs: AdvantageInputs,
     *,
-    gamma: float = 0.95,
-    step_advantage_weight: float = 1.0,
+    gamma: UnitInterval = 0.95,
+    step_advantage_weight: NonNegative = 1.0,
     epsilon: float = 1e-6,
     normalize_by_std: bool = True,
 ) -> Tensor:

@@ -39,16 +39,17 @@ def _train_agent(args: argparse.Namespace) -> int:
     if args.resume:
         from agentic_rl.training.run_dir import RunDirectory
 
-        steps = int(overrides.get("steps", RunDirectory.existing(args.resume)[2].get("steps", 0)))
+        saved = RunDirectory.existing(args.resume)[2].get("rl") or {}
+        steps = int((overrides.get("rl") or {}).get("steps", saved.get("steps", 0)))
     else:
         from agentic_rl.gateway.agent_settings import refuse_ignored
         from agentic_rl.optional import check
 
         check("openai", "pip install openai", "an agent program's client (train-agent)")
         refuse_ignored(config)  # before the first line of output: a refused setting is the only line
-        steps = config.steps
+        steps = config.rl.steps
         console.print(
-            f"training {args.agent} on {len(tasks)} tasks through the gateway: {config.steps} steps x {config.tasks_per_step} tasks x {config.group_size} episodes"
+            f"training {args.agent} on {len(tasks)} tasks through the gateway: {config.rl.steps} steps x {config.rl.tasks_per_step} tasks x {config.rl.group_size} episodes"
         )
     clock = StepClock(steps)
     try:
@@ -111,6 +112,6 @@ def register(commands) -> None:
         "--set",
         action="append",
         metavar="KEY=VALUE",
-        help="any training config key, e.g. steps=20 or model.name=tiny-random",
+        help="any training config key, e.g. rl.steps=20 or model.name=tiny-random",
     )
     train_agent.set_defaults(run=_train_agent)

@@ -43,7 +43,7 @@ def _train(args: argparse.Namespace) -> int:
     shown = {"steps": 0, "clock": None}
 
     def on_config(resolved: TrainConfig) -> None:
-        shown["steps"], shown["clock"] = resolved.steps, StepClock(resolved.steps)
+        shown["steps"], shown["clock"] = resolved.rl.steps, StepClock(resolved.rl.steps)
         console.print(f"recipe [bold]{name}[/]: {resolved.description}")
 
     events = RunEvents(
@@ -80,13 +80,13 @@ def _dry_run(args: argparse.Namespace) -> int:
     resolve_parser(config)
     checked = preflight(config)
     sandbox = "runs no code" if checked.sandbox is None else checked.sandbox[0].describe()
-    print(f"env {config.env.name}: {len(checked.task_indices)} training tasks (task_offset {config.task_offset})")
+    print(f"env {config.env.name}: {len(checked.task_indices)} training tasks (task_offset {config.rl.task_offset})")
     print(f"model {config.model.name}: {checked.model}")
     print(f"sandbox: {sandbox}")
     for warning in checked.sandbox[1] if checked.sandbox else ():
         print(f"warning: {warning}")
     print(
-        f"dry run: every check passed; nothing was written (would run {config.steps} RL steps on {args.nproc} process(es))"
+        f"dry run: every check passed; nothing was written (would run {config.rl.steps} RL steps on {args.nproc} process(es))"
     )
     return 0
 
@@ -146,7 +146,7 @@ def register(commands) -> None:
         "--set",
         action="append",
         metavar="KEY=VALUE",
-        help="override any config key, e.g. steps=20 or optim.lr=1e-6 (with --resume: steps, optim.lr/schedule/warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints, backend.api_key)",
+        help="override any config key, e.g. rl.steps=20 or optim.lr=1e-6 (with --resume: rl.steps, optim.lr/schedule/warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints, backend.api_key)",
     )
     training.add_argument("--output-dir", help="run directory (default runs/<recipe>-<time>)")
     training.add_argument(

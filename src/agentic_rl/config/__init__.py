@@ -1,16 +1,26 @@
-"""Typed configuration with validation: one flat section per stage.
+"""Typed configuration with validation: a nested section per stage, one home per knob.
 
 Every field has a one-line docstring. Bad values fail with one line naming the key and
 what was expected (``ConfigError``), which the CLI prints without a traceback.
 
 ``base``: the error type, the section base, shared knob types, building from dicts and
-``--set``; ``algorithm``: the RL objective (presets, registry names); ``rewards``: episode-level
-reward terms (format, tool costs, two-stage schedule); ``sinks``: metric
+``--set``; ``algorithm``: the RL objective (registered functions with their parameters,
+presets, KL, critic, correction); ``rl``: the RL stage's batch and update; ``rewards``:
+reward terms (format, tool costs, two-stage schedule, overlong, tool turns); ``renamed``:
+the old flat keys and their new homes; ``sinks``: metric
 sink names; ``sections``: every other section and the roots ``TrainConfig``, ``EvalConfig``;
 ``resume``: what a resumed run may change; ``secrets``: keeping API keys out of run files.
 """
 
-from agentic_rl.config.algorithm import AlgorithmConfig
+from agentic_rl.config.algorithm import (
+    AdvantageSpec,
+    AlgorithmConfig,
+    CorrectionConfig,
+    CriticConfig,
+    GroupFilterSpec,
+    KLConfig,
+    PolicyLossSpec,
+)
 from agentic_rl.config.base import (
     ConfigError,
     Section,
@@ -19,11 +29,12 @@ from agentic_rl.config.base import (
     format_validation_error,
     parse_assignment,
 )
+from agentic_rl.config.renamed import MOVED
 from agentic_rl.config.resume import RESUMABLE_KEYS, resume_config
 from agentic_rl.config.rewards import RewardConfig, TwoStageConfig
+from agentic_rl.config.rl import ARPOConfig, RLConfig
 from agentic_rl.config.secrets import REDACTED, drop_redacted, is_secret_key, redact_secrets, redact_url, redact_urls
 from agentic_rl.config.sections import (
-    ARPOConfig,
     BackendConfig,
     CollectConfig,
     CurriculumConfig,
@@ -48,7 +59,15 @@ from agentic_rl.config.trainer import DistributedConfig, TrainerConfig, check_wo
 
 __all__ = [
     "ARPOConfig",
+    "AdvantageSpec",
     "AlgorithmConfig",
+    "CorrectionConfig",
+    "CriticConfig",
+    "GroupFilterSpec",
+    "KLConfig",
+    "MOVED",
+    "PolicyLossSpec",
+    "RLConfig",
     "BackendConfig",
     "CollectConfig",
     "ConfigError",

@@ -61,8 +61,12 @@ def format_validation_error(error: ValidationError, model_cls: type[BaseModel]) 
         named, sep, rest = message.partition(": ")
         parent, _, leaf = ".".join([*loc, named]).rpartition(".")
         section = _section_for(model_cls, parent)
-        if sep and section is not None and leaf in section.model_fields:
+        # Sections that take extra keys (a function's parameters) name those too.
+        known = section is not None and (leaf in section.model_fields or section.model_config.get("extra") == "allow")
+        if sep and known and leaf.replace("_", "").isalnum():
             return f"{'.'.join(filter(None, [parent, leaf]))}: {rest}"
+        if not loc and sep and " " not in named:
+            return message  # a root validator names the (dotted) key itself
         return f"{key}: {message}"
     value = first.get("input")
     shown = f" (got {value!r})" if not isinstance(value, dict) else ""

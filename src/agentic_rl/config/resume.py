@@ -11,11 +11,12 @@ import copy
 from typing import Any
 
 from agentic_rl.config.base import ConfigError, build
+from agentic_rl.config.renamed import moved_key
 from agentic_rl.config.secrets import holds_redacted_url, is_secret_key, redact_secrets
 from agentic_rl.config.sections import TrainConfig
 
 RESUMABLE_KEYS: tuple[str, ...] = (
-    "steps",
+    "rl.steps",
     "optim.lr",
     "optim.schedule",
     "optim.warmup_steps",
@@ -62,6 +63,12 @@ def resume_config(saved: dict[str, Any], overrides: dict[str, Any] | None) -> tu
     (nested, as ``apply_assignments`` builds them) on top, and one ``key: old -> new`` line
     per changed value. Raises ConfigError naming the first key that may not change mid-run
     (after unknown keys and bad values, which ``build`` reports as for a new run)."""
+    old = moved_key(saved)
+    if old:
+        raise ConfigError(
+            f"--resume: the run was written with the flat config of agentic-rl 0.1 ({old.split(' (')[0]}); "
+            "this version cannot continue it: start a new run, or resume with agentic-rl 0.1"
+        )
     saved_flat, given = _dotted(saved), _dotted(overrides or {})
     # A URL saved with its credentials as *** (config/secrets.py) may be given again in full
     # on --resume, whatever its key: the same URL, only its hidden parts differ.

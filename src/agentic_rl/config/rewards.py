@@ -1,5 +1,6 @@
-"""The ``reward`` section of a training config: episode-level terms the trainer adds to
-the env's outcome reward, for every env (``agentic_rl.rewards.episode``)."""
+"""The ``reward`` section of a training config: the terms the trainer adds to the env's
+outcome reward, for every env (``agentic_rl.rewards.episode``): format, tool costs, the
+two-stage schedule, overlong shaping and the per-turn tool reward."""
 
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ class RewardConfig(Section):
     """Subtracted per tool call, by tool name (e.g. {search: 0.05}); the key "*" covers every tool not named."""
     two_stage: TwoStageConfig = Field(default_factory=TwoStageConfig)
     """R1-Searcher's two-stage schedule (off unless two_stage.switch_step is set)."""
+    overlong_buffer: int = Field(0, ge=0)
+    """DAPO's soft overlong punishment: tokens before the length limit (rollout.max_total_tokens) where a penalty ramps to -1 (0 = off)."""
+    tool_turn_reward: float = 0.0
+    """Per-turn process reward for a turn whose tool calls all ran (added to the env's info["turn_reward"]; MT-GRPO's tool-execution reward, read by turn-level advantages)."""
 
     @field_validator("tool_costs")
     @classmethod

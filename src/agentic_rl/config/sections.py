@@ -7,23 +7,26 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agentic_rl.config.algorithm import AlgorithmConfig
+from agentic_rl.config.algorithm import DEFAULT_PRESET, AlgorithmConfig, merge_preset
 from agentic_rl.config.base import (
-    BatchSize,
-    Epochs,
     LearningRate,
     MaxGradNorm,
-    MaxLength,
-    MicroBatchTokens,
     NumTasks,
-    SamplesPerTask,
     Section,
-    TaskOffset,
-    Temperature,
     WarmupSteps,
 )
+from agentic_rl.config.consistency import check_consistent
+from agentic_rl.config.renamed import moved_key
 from agentic_rl.config.rewards import RewardConfig
+from agentic_rl.config.rl import RLConfig
 from agentic_rl.config.sinks import check_sink_names
+from agentic_rl.config.stages import (
+    CurriculumConfig,
+    DPOStageConfig,
+    FilterConfig,
+    RunEvalConfig,
+    SFTStageConfig,
+)
 from agentic_rl.config.trainer import DistributedConfig, TrainerConfig
 
 
@@ -182,26 +185,6 @@ class EvalConfig(Section):
         return self.num_samples or self.k
 
 
-class ARPOConfig(Section):
-    """ARPO's entropy-based adaptive rollout, used when ``algorithm.rollout`` is arpo (paper
-    defaults; the budget M per task is ``group_size``)."""
-
-    initial_samples: int = Field(8, ge=1)
-    """N: global samples per task before branching (at most group_size)."""
-    entropy_tokens: int = Field(20, ge=1)
-    """k: leading tokens of a turn whose mean entropy (normalized by log vocabulary size) is measured."""
-    base_probability: float = Field(0.5, ge=0.0, le=1.0)
-    """alpha: branch probability at a tool-call point whose entropy did not rise (the paper's threshold 0.5)."""
-    entropy_weight: float = Field(0.2, ge=0.0)
-    """beta: branch probability = alpha + beta * (entropy increase over the episode's first turn)."""
-    branches: int = Field(2, ge=1)
-    """Z: partial rollouts started at a branching point."""
-    max_rounds: int = Field(4, ge=1)
-    """Most branching rounds (branches of branches) before the budget is filled with global samples."""
-    attribution: Literal["soft", "hard"] = "soft"
-    """soft: the advantage as computed over all trajectories, branches included; hard: tokens of a shared prefix get the mean advantage of the trajectories sharing them."""
-
-
 class OptimConfig(Section):
     lr: LearningRate = 1e-6
     """Peak learning rate (AdamW)."""
@@ -226,173 +209,6 @@ class LoraConfig(Section):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     """Module names that get adapters."""
-
-
-class _FineTuneSection(Section):
-    """What the offline fine-tuning stages share: AdamW with warmup and clipping over
-    shuffled batches, in length-bounded micro-batches. SFT's defaults; DPO sets its own."""
-
-    epochs: Epochs = 2
-    """Passes over the data."""
-    lr: LearningRate = 1e-5
-    """Peak learning rate."""
-    batch_size: BatchSize = 16
-    """Conversations per optimizer step."""
-    micro_batch_tokens: MicroBatchTokens = 4096
-    max_length: MaxLength = 2048
-    """Longer conversations are dropped (and counted)."""
-    warmup_steps: WarmupSteps = 2
-    max_grad_norm: MaxGradNorm = 1.0
-    seed: int = 0
-    """Shuffling seed."""
-
-
-class SFTConfig(_FineTuneSection):
-    """Supervised fine-tuning on conversations (the cold start); the fine-tuning defaults are its own."""
-
-
-class _TaskSampling(Section):
-    """What the data-collection sections share: which training tasks are sampled, how
-    often and how hot. The cold-start collection's defaults; pair collection sets its own."""
-
-    num_tasks: NumTasks = 256
-    """Training tasks to attempt."""
-    samples_per_task: SamplesPerTask = 2
-    """Attempts per task."""
-    temperature: Temperature = 0.7
-    """Sampling temperature while collecting."""
-    task_offset: TaskOffset = 0
-    """First training task index used (keeps collection and RL tasks apart)."""
-
-
-class CollectConfig(_TaskSampling):
-    """Cold-start data: the model's own correct rollouts (with demonstrations), or an env's expert."""
-
-    source: Literal["model", "expert"] = "model"
-    """model: the model's own correct rollouts, sampled with ``few_shot`` demonstrations; expert:
-    one episode per task played by the env's scripted expert (envs with ``expert_reply``, e.g.
-    search-qa), for a model too weak to find the behaviour in its own samples
-    (``samples_per_task``, ``temperature``, ``few_shot`` and ``max_per_task`` do not apply)."""
-    few_shot: int = Field(4, ge=0)
-    """Demonstrations shown while collecting (removed from the stored data)."""
-    max_per_task: int = Field(1, ge=1)
-    """Keep at most this many successful trajectories per task (diversity)."""
-
-
-class FilterConfig(Section):
-    """Model-aware data: keep training tasks whose pass rate under the current model lies in a band."""
-
-    enabled: bool = False
-    """Run difficulty filtering before RL."""
-    num_tasks: NumTasks = 128
-    """Candidate training tasks to score."""
-    samples_per_task: SamplesPerTask = 4
-    """Rollouts per task used to estimate its pass rate."""
-    min_pass_rate: float = Field(0.0, ge=0.0, le=1.0)
-    """Keep tasks whose pass rate is strictly above this (default 0: drop tasks never solved)."""
-    max_pass_rate: float = Field(1.0, ge=0.0, le=1.0)
-    """Keep tasks whose pass rate is strictly below this (default 1: drop tasks always solved)."""
-
-
-class CurriculumConfig(Section):
-    """Model-aware sampling during RL: pass rates re-estimated from the run's own rollouts
-    every ``every`` steps, and tasks (or a mix's envs) of middle difficulty drawn more often,
-    with weight ``max(p (1 - p), floor)``."""
-
-    enabled: bool = False
-    """Reweight the training tasks by their measured pass rates as RL runs."""
-    every: int = Field(4, ge=1)
-    """Re-estimate the pass rates, and the sampling weights, every N RL steps from the rollouts of those steps."""
-    by: Literal["task", "env"] = "task"
-    """task: each training task's own pass rate (suits task sets small enough for tasks to recur); env: each env.mix entry's pass rate scales its mix weight."""
-    floor: float = Field(0.01, gt=0.0, le=0.25)
-    """Smallest weight (p (1 - p) peaks at 0.25): tasks never or always solved are still drawn now and then, and re-measured."""
-    prior: float = Field(0.5, ge=0.0, le=1.0)
-    """Pass rate assumed for a task (or env) not measured yet (0.5: drawn as often as the most informative ones)."""
-
-
-class RunEvalConfig(Section):
-    """The held-out evaluations a training run does (before, after SFT, after RL)."""
-
-    num_tasks: NumTasks = 100
-    """Held-out test tasks."""
-    k: int = Field(1, ge=1)
-    """Samples per task (avg@k / pass@k / maj@k)."""
-    temperature: Temperature = 0.0
-    """Sampling temperature (0 = greedy: a deterministic accuracy)."""
-    env: dict[str, Any] = Field(default_factory=lambda: {"few_shot": 0})
-    """Env options that differ at evaluation (default: zero-shot, no demonstrations)."""
-
-    @field_validator("env", mode="after")
-    @classmethod
-    def _zero_shot_unless_said(cls, value: dict[str, Any]) -> dict[str, Any]:
-        # Setting other eval options (eval.env.hops=...) must not bring back the training
-        # env's demonstrations: zero-shot stays the default underneath.
-        return {"few_shot": 0, **value}
-
-
-class SFTStageConfig(Section):
-    enabled: bool = False
-    """Run the SFT cold start (collect successful trajectories, then fine-tune) before RL."""
-    data: str | None = None
-    """Use this JSONL of conversations instead of collecting."""
-    collect: CollectConfig = Field(default_factory=CollectConfig)
-    """How to collect cold-start data."""
-    env: dict[str, Any] = Field(default_factory=dict)
-    """Env options that differ while collecting the cold-start data, on top of ``env``'s (for
-    a mix, of each entry's): e.g. a broad task mix for SFT and only the hard case for RL."""
-    train: SFTConfig = Field(default_factory=SFTConfig)
-    """Fine-tuning settings."""
-
-
-class DPOConfig(_FineTuneSection):
-    """Offline DPO on preference pairs (chosen / rejected conversations sharing a prompt)."""
-
-    epochs: Epochs = 1
-    """Passes over the pairs."""
-    lr: LearningRate = 1e-6
-    """Peak learning rate."""
-    batch_size: BatchSize = 8
-    """Pairs per optimizer step."""
-    max_length: MaxLength = 2048
-    """Pairs with a longer side are dropped (and counted)."""
-    warmup_steps: WarmupSteps = 0
-    beta: float = Field(0.1, gt=0)
-    """Strength of the implicit KL to the reference policy (the initial policy)."""
-    label_smoothing: float = Field(0.0, ge=0.0, lt=0.5)
-    """Assumed probability that a preference label is flipped (conservative DPO; sigmoid loss only)."""
-    loss_type: Literal["sigmoid", "ipo"] = "sigmoid"
-    """sigmoid: DPO; ipo: IPO's squared loss on per-token mean log-ratios."""
-
-    @model_validator(mode="after")
-    def _smoothing_is_for_sigmoid(self) -> DPOConfig:
-        if self.label_smoothing and self.loss_type != "sigmoid":
-            raise ValueError("label_smoothing: only the sigmoid (DPO) loss uses it")
-        return self
-
-
-class PairCollectConfig(_TaskSampling):
-    """Preference pairs sampled with the current policy: per task, best against worst reward."""
-
-    num_tasks: NumTasks = 64
-    """Training tasks to sample a group on."""
-    samples_per_task: int = Field(4, ge=2)  # a pair needs two samples
-    """Group size per task (more samples: more groups with a reward difference)."""
-    temperature: Temperature = 1.0
-    """Sampling temperature while collecting."""
-    task_offset: TaskOffset = 0
-    """First training task index used."""
-
-
-class DPOStageConfig(Section):
-    enabled: bool = False
-    """Run offline DPO (after SFT and filtering, before RL)."""
-    data: str | None = None
-    """Use this JSONL of preference pairs instead of collecting."""
-    collect: PairCollectConfig = Field(default_factory=PairCollectConfig)
-    """How to collect pairs."""
-    train: DPOConfig = Field(default_factory=DPOConfig)
-    """DPO settings."""
 
 
 class TrackingConfig(Section):
@@ -425,10 +241,10 @@ class TrainConfig(Section):
     """Sampling and episode limits during RL."""
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     """The RL objective."""
+    rl: RLConfig = Field(default_factory=RLConfig)
+    """The RL stage: steps, tasks and samples per step, sampling, updates per batch, skip rules."""
     reward: RewardConfig = Field(default_factory=RewardConfig)
     """Terms added to every episode's reward: format, tool costs, the two-stage schedule."""
-    arpo: ARPOConfig = Field(default_factory=ARPOConfig)
-    """ARPO branching (when algorithm.rollout is arpo)."""
     optim: OptimConfig = Field(default_factory=OptimConfig)
     """Optimizer for RL."""
     lora: LoraConfig = Field(default_factory=LoraConfig)
@@ -451,157 +267,46 @@ class TrainConfig(Section):
     """Metric sinks, warnings and the HTML report."""
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     """What the sandbox running model-written code must guarantee."""
-    steps: int = Field(10, ge=0)
-    """RL steps (each: sample groups, score, update)."""
-    tasks_per_step: int = Field(8, ge=1)
-    """Tasks (groups) sampled per step."""
-    group_size: int = Field(8, ge=1)
-    """Samples per task (G)."""
-    ppo_epochs: int = Field(1, ge=1)
-    """Passes over each step's batch."""
-    mini_batches: int = Field(1, ge=1)
-    """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
-    micro_batch_tokens: MicroBatchTokens = 8192
-    skip_zero_advantage: bool = True
-    """Leave trajectories whose advantages are all zero (e.g. every GRPO group whose samples
-    scored alike) out of the update's forward and backward passes. The gradient is unchanged
-    (the loss's normalisers stay the whole batch's); it applies where that holds: a row-local
-    policy loss, no KL loss term, no critic. The update's entropy and ratio metrics then cover
-    the trained trajectories; ``zero_advantage_skipped`` reports the fraction left out."""
     precision: Literal["auto", "fp32", "bf16-mixed"] = "auto"
     """fp32, or bf16-mixed (float32 master weights and optimizer state, bf16 forward/backward, float32 log-probs and losses, bf16 rollout weights); auto = bf16-mixed on GPUs and on CPUs where bf16 matmuls measure faster, else fp32."""
-    kl_reference: Literal["auto", "fp32", "bf16", "cpu"] = "auto"
-    """The KL reference copy of the initial policy: fp32 = float32 on the policy's device, bf16 = bf16 there (half the memory; float32 log-probs), cpu = float32 on the CPU (for tight GPU memory); auto = bf16 when precision is bf16-mixed, else fp32. With LoRA the reference is the policy with adapters disabled (no copy)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory for long episodes, ~1.3x compute."""
     compile: bool = False
     """torch.compile the decoder layers (pays off on GPUs; on CPU compilation outweighs the gain)."""
-    task_offset: TaskOffset = 0
-    """First training task index used by RL (collection uses its own offset)."""
-    log_rollouts: int = Field(4, ge=0)
-    """Sampled rollouts written per step to rollouts.jsonl."""
     checkpoint_every: int = Field(10, ge=0)
     """Save a resumable checkpoint every N RL steps (and after SFT/filtering); 0 = never."""
     keep_checkpoints: int = Field(2, ge=1)
     """Newest complete checkpoints kept (older ones are deleted only after a new one is complete)."""
     final_dtype: Literal["original", "fp32", "bf16"] = "original"
     """The dtype of the weights in final/: original = the dtype the model was published in (bf16 for SmolLM2-135M-Instruct), fp32 on request."""
-    max_failed_fraction: float = Field(0.5, ge=0.0, le=1.0)
-    """Skip a step's update when more than this fraction of its trajectories hit infrastructure errors."""
-    max_nonfinite_steps: int = Field(3, ge=1)
-    """Stop the run (with a valid checkpoint) after this many non-finite losses or gradients in a row."""
     seed: int = 0
     """Seed for sampling, shuffling and initialisation."""
     output_dir: str | None = None
     """Run directory (default runs/<recipe>-<time>)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys_and_preset(cls, data: Any) -> Any:
+        """An old flat key is an error naming its new home; the preset's ``reward`` and ``rl``
+        values go under those given (its ``algorithm`` values: ``AlgorithmConfig``)."""
+        if not isinstance(data, dict):
+            return data
+        moved = moved_key(data)
+        if moved:
+            raise ValueError(moved)
+        algorithm = data.get("algorithm")
+        preset = algorithm.get("preset", DEFAULT_PRESET) if isinstance(algorithm, dict) else DEFAULT_PRESET
+        from agentic_rl.algorithms import PRESETS
+
+        if preset not in PRESETS:
+            return data  # AlgorithmConfig names the unknown preset
+        data = dict(data)
+        for section in ("reward", "rl"):
+            if PRESETS[preset].get(section) and isinstance(data.get(section, {}), dict):
+                data[section] = merge_preset(PRESETS[preset][section], data.get(section) or {})
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        if self.backend.kind == "openai":
-            raise ValueError("backend.kind: training needs token-level samples: 'hf' (in process) or 'vllm'")
-        if self.backend.kind in ("vllm", "sglang"):
-            for field, value, why in (
-                (
-                    "algorithm.rollout",
-                    self.algorithm.rollout == "arpo",
-                    "ARPO branches on per-token entropies, which only the hf backend returns",
-                ),
-                (
-                    "lora.enabled",
-                    self.lora.enabled and self.backend.kind == "sglang",
-                    "pushing LoRA adapters into an SGLang server is not implemented yet (backend.kind vllm takes them)",
-                ),
-                (
-                    "lora.r",
-                    self.lora.enabled and self.lora.r > 512,
-                    f"vLLM serves adapters up to rank 512, got {self.lora.r}",
-                ),
-            ):
-                if value:
-                    raise ValueError(f"{field}: backend.kind {self.backend.kind}: {why}")
-        if self.distributed.engine == "ray":
-            for field, value, why in (
-                (
-                    "backend.kind",
-                    self.backend.kind not in ("hf", "vllm"),
-                    "Ray rollout workers run the hf engine or a managed vLLM server each",
-                ),
-                (
-                    "backend.base_url",
-                    self.backend.kind == "vllm" and self.backend.base_url is not None,
-                    "each rollout worker starts and feeds its own vLLM server (drop base_url)",
-                ),
-                (
-                    "algorithm.rollout",
-                    self.algorithm.rollout == "arpo",
-                    "ARPO's branching runs in the trainer process only",
-                ),
-                (
-                    "lora.enabled",
-                    self.lora.enabled,
-                    "rollout workers receive full weights; LoRA adapters are not shipped yet",
-                ),
-                (
-                    "algorithm.rollout_correction",
-                    self.distributed.max_staleness is not None and self.algorithm.rollout_correction == "none",
-                    "async mode samples from older weights: it needs a correction (auto, tis, mis, seq-tis, seq-mis or decoupled)",
-                ),
-            ):
-                if value:
-                    raise ValueError(f"{field}: distributed.engine ray: {why}")
-        elif self.distributed.max_staleness is not None:
-            raise ValueError(
-                "distributed.max_staleness: async mode needs distributed.engine ray (rollout workers beside the trainer)"
-            )
-        if self.rollout.context != "full":
-            for field, value, why in (
-                ("algorithm.rollout", self.algorithm.rollout == "arpo", "ARPO branches within one growing context"),
-                (
-                    "algorithm.advantage",
-                    self.algorithm.advantage not in ("grpo", "rloo", "opo", "grpo-passk"),
-                    "segments share one advantage per episode: grpo, rloo, opo or grpo-passk",
-                ),
-                ("algorithm.critic", self.algorithm.critic != "none", "a critic's values need one growing context"),
-                (
-                    "algorithm.aggregation",
-                    self.algorithm.aggregation.startswith("seq-mean"),
-                    "sequence-mean aggregation would count each segment as a sequence (long episodes would weigh more); use token-mean",
-                ),
-            ):
-                if value:
-                    raise ValueError(f"{field}: rollout.context {self.rollout.context}: {why}")
-        if self.sft.env and self.sft.data:
-            raise ValueError("sft.env: options for collecting cold-start data, but sft.data gives the data; drop one")
-        if self.env.is_mix:
-            if self.dpo.enabled and not self.dpo.data:
-                raise ValueError(
-                    "dpo.enabled: collecting this from an env.mix is not supported yet; give a data file (dpo.data) or train on one env"
-                )
-        elif self.curriculum.enabled and self.curriculum.by == "env":
-            raise ValueError("curriculum.by: env reweights the entries of an env.mix; with one env use by: task")
-        if self.algorithm.advantage == "remax":
-            # The greedy baseline rollout runs beside the group rollout of a local trainer.
-            if self.algorithm.rollout != "group":
-                raise ValueError(
-                    "algorithm.advantage: remax samples a greedy baseline beside each group; use algorithm.rollout: group"
-                )
-            if self.distributed.engine == "ray" or self.distributed.max_staleness is not None:
-                raise ValueError(
-                    "algorithm.advantage: remax runs with local rollouts for now (distributed.engine: local, no max_staleness)"
-                )
-        if self.group_size == 1 and self.algorithm.advantage in (
-            "grpo",
-            "rloo",
-            "mt-grpo",
-            "gigpo",
-            "opo",
-            "grpo-passk",
-        ):
-            raise ValueError(f"group_size: the {self.algorithm.advantage} advantage needs at least 2 samples per task")
-        if self.algorithm.rollout == "arpo" and self.arpo.initial_samples > self.group_size:
-            raise ValueError(
-                f"arpo.initial_samples: must be at most group_size (the budget M = {self.group_size}), got {self.arpo.initial_samples}"
-            )
-        if self.mini_batches > self.tasks_per_step * self.group_size:
-            raise ValueError("mini_batches: more mini-batches than trajectories per step")
+        check_consistent(self)
         return self

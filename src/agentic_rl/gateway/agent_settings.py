@@ -10,15 +10,15 @@ from agentic_rl.config import ConfigError, TrainConfig
 _ROLLOUT_KEYS = ("max_new_tokens", "max_total_tokens", "timeout_s", "temperature", "top_p")
 _HONOURED = (
     *("description", "model.name", "model.device", "algorithm.", "reward.", "optim.", "trainer.", "tracking.sinks"),
-    *("steps", "tasks_per_step", "group_size", "ppo_epochs", "mini_batches", "micro_batch_tokens"),
-    *("skip_zero_advantage", "precision", "kl_reference", "gradient_checkpointing", "compile", "seed"),
-    *("checkpoint_every", "keep_checkpoints", "max_failed_fraction", "max_nonfinite_steps", "output_dir"),
+    *("rl.steps", "rl.tasks_per_step", "rl.group_size", "rl.epochs", "rl.mini_batches", "rl.micro_batch_tokens"),
+    *("rl.skip_zero_advantage", "rl.max_generation_rounds", "rl.max_failed_fraction", "rl.max_nonfinite_steps"),
+    *("precision", "gradient_checkpointing", "compile", "seed", "checkpoint_every", "keep_checkpoints", "output_dir"),
     *("backend.batch_size", *(f"rollout.{key}" for key in _ROLLOUT_KEYS)),
 )
 """Dotted keys (or prefixes) that ``agents.train`` uses; any other key set away from its default is refused."""
 _WHY = {
-    "algorithm.rollout": "the agent program makes its own calls through the gateway",
-    "arpo": "ARPO branches an env's episodes; an agent program's episodes are its own",
+    "rl.sampling": "the agent program makes its own calls through the gateway",
+    "rl.arpo": "ARPO branches an env's episodes; an agent program's episodes are its own",
     "backend": "the in-process engine serves the policy; only backend.batch_size applies",
     "distributed": "train-agent runs in one process",
     "env": "an agent program has no env: its tasks come from --tasks",
@@ -37,11 +37,11 @@ def _flat(tree: dict, prefix: str = "") -> dict[str, Any]:
 
 def refuse_ignored(config: TrainConfig) -> None:
     """ConfigError (one line) for the first setting an agent program's training would not
-    use (``backend.kind``, ``lora.*``, ``distributed.*``, ``algorithm.rollout``, ``env.*``, ...):
+    use (``backend.kind``, ``lora.*``, ``distributed.*``, ``rl.sampling``, ``env.*``, ...):
     every key that differs from its default is honoured or refused, never silently ignored."""
     defaults = _flat(TrainConfig().model_dump())
     for key, value in _flat(config.model_dump()).items():
-        if value == defaults.get(key, value) or key.startswith(_HONOURED) and key != "algorithm.rollout":
+        if value == defaults.get(key, value) or key.startswith(_HONOURED):
             continue
         why = next((why for prefix, why in _WHY.items() if key == prefix or key.startswith(prefix + ".")), None)
         raise ConfigError(f"{key}: train-agent does not use it ({why or 'env-based training only'}); leave it out")

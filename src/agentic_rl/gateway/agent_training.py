@@ -64,7 +64,7 @@ class AgentSampler:
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent")
 
     def __call__(self, trainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-        return self.sample(task_indices, trainer.config.group_size, seed)
+        return self.sample(task_indices, trainer.config.rl.group_size, seed)
 
     def sample(
         self, task_indices: list[int], group_size: int, seed: int

@@ -27,13 +27,13 @@ def settings_from_config(config, *, nproc: int = 1, device: str = "cuda") -> Pla
         precision = resolve_precision(config.precision, device).precision
     algorithm = config.algorithm
     reference = None
-    if algorithm.kl_coef and not config.lora.enabled:
-        reference = resolve_kl_reference(config.kl_reference, precision)
+    if algorithm.kl.coef and not config.lora.enabled:
+        reference = resolve_kl_reference(config.algorithm.kl.reference, precision)
     rollout_tokens = config.rollout.max_total_tokens
-    sequences = config.tasks_per_step * config.group_size
+    sequences = config.rl.tasks_per_step * config.rl.group_size
     # A rank's mini-batch bounds its micro-batches; a sequence longer than the cap goes alone.
-    per_rank = sequences * rollout_tokens // max(nproc * config.mini_batches, 1)
-    micro = min(max(config.micro_batch_tokens, rollout_tokens), max(per_rank, rollout_tokens))
+    per_rank = sequences * rollout_tokens // max(nproc * config.rl.mini_batches, 1)
+    micro = min(max(config.rl.micro_batch_tokens, rollout_tokens), max(per_rank, rollout_tokens))
     engine = "vllm" if config.backend.kind == "vllm" else "hf"
     decoding = sequences if engine == "vllm" else min(sequences, config.backend.batch_size)
     return PlanSettings(
@@ -45,7 +45,7 @@ def settings_from_config(config, *, nproc: int = 1, device: str = "cuda") -> Pla
         gradient_checkpointing=config.gradient_checkpointing,
         micro_batch_tokens=micro,
         reference=reference,
-        critic=algorithm.critic,
+        critic=algorithm.critic.kind,
         cpu_offload=config.trainer.cpu_offload,
         engine=engine,
         rollout_sequences=decoding,

@@ -236,7 +236,7 @@ def _candidate_changes(s: PlanSettings):
                 if checkpointing != s.gradient_checkpointing:
                     said.append("gradient_checkpointing=true")
                 if tokens != s.micro_batch_tokens:
-                    said.append(f"micro_batch_tokens={tokens}")
+                    said.append(f"rl.micro_batch_tokens={tokens}")
                 change = {**sharded, "gradient_checkpointing": checkpointing, "micro_batch_tokens": tokens}
                 if said:
                     yield " and ".join(said), change

@@ -47,10 +47,10 @@ def preflight(config: TrainConfig, *, check_model: bool = True) -> Preflight:
     try:
         mix = mixed_spec_of(probe)
         # A mix's task_offset applies within each entry; its tasks are interleaved so the first N cover every entry.
-        offset = config.task_offset
+        offset = config.rl.task_offset
         task_indices = mix.task_indices(offset) if mix is not None else list(range(offset, probe.num_tasks))
         if not task_indices:
-            raise ConfigError(f"task_offset: {offset} leaves no training tasks (the env has {probe.num_tasks})")
+            raise ConfigError(f"rl.task_offset: {offset} leaves no training tasks (the env has {probe.num_tasks})")
         if _expert_cold_start(config) and mix is None and not callable(getattr(probe, "expert_reply", None)):
             raise ConfigError(
                 f"sft.collect.source: 'expert' needs an env with a scripted expert (expert_reply); "

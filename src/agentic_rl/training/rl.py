@@ -80,7 +80,7 @@ def _sample_groups(
     ):  # rollout workers own the envs (distributed/ray_rollouts.py); rank 0 asks them
         return dist.broadcast_object(
             trainer.backend.rollout(
-                task_indices, group_size=config.group_size, seed=seed, training_step=trainer.step_index
+                task_indices, group_size=config.rl.group_size, seed=seed, training_step=trainer.step_index
             )
             if dist.is_main
             else None
@@ -91,18 +91,18 @@ def _sample_groups(
         trainer.backend,
         trainer.make_env,
         [task_indices[i] for i in mine],
-        group_size=config.group_size,
+        group_size=config.rl.group_size,
         config=config.rollout,
         seed=seed,
         task_positions=positions,
         training_step=trainer.step_index,
     )
-    if config.algorithm.advantage == "remax":
+    if config.algorithm.advantage.name == "remax":
         _add_greedy_baselines(trainer, groups, [task_indices[i] for i in mine], seed, positions)
     if dist.distributed:
         groups = dist.gather_by_position(mine, groups, len(task_indices))
     metrics = {}
-    if config.algorithm.advantage == "remax":
+    if config.algorithm.advantage.name == "remax":
         metrics["remax_baseline_reward"] = sum(g.baseline.reward for g in groups) / max(len(groups), 1)
     return groups, metrics
 
@@ -149,8 +149,8 @@ def _sample_arpo(
         trainer.backend,
         trainer.make_env,
         [task_indices[i] for i in mine],
-        budget=config.group_size,
-        params=config.arpo,
+        budget=config.rl.group_size,
+        params=config.rl.arpo,
         config=config.rollout,
         seed=rank_seed,
         training_step=trainer.step_index,
@@ -163,7 +163,7 @@ def _sample_arpo(
 
 
 ROLLOUT_MODES = {"group": _sample_groups, "arpo": _sample_arpo}
-"""How a step samples its groups, by ``algorithm.rollout``: ``fn(trainer, task_indices, seed) -> (groups, metrics)``."""
+"""How a step samples its groups, by ``rl.sampling``: ``fn(trainer, task_indices, seed) -> (groups, metrics)``."""
 
 
 class RLTrainer:
@@ -184,7 +184,7 @@ class RLTrainer:
     ) -> None:
         self.config = config
         self.sampler = sampler
-        """How a step samples its groups in place of ``algorithm.rollout``'s mode (same signature
+        """How a step samples its groups in place of ``rl.sampling``'s mode (same signature
         as ``ROLLOUT_MODES``' functions): e.g. agent programs through the gateway."""
         self.model = model
         self.tokenizer = tokenizer
@@ -204,18 +204,18 @@ class RLTrainer:
             self.task_schedule = MixedTaskSchedule(pools.pools, pools.weights, seed=config.seed)
             if config.curriculum.enabled:
                 self.curriculum = Curriculum(config.curriculum, self.task_schedule)
-        algorithm = config.algorithm
+        algorithm, critic = config.algorithm, config.algorithm.critic
         check_world_size(config, self.dist.world_size)
         apply_speed_options(model, gradient_checkpointing=config.gradient_checkpointing, compile=config.compile)
         # The reference and a separate critic copy the unsharded model, before the strategy wraps it.
         self.reference = ReferencePolicy.build(
             model,
             lora_enabled=config.lora.enabled,
-            kl_needed=bool(algorithm.kl_coef),
-            placement=resolve_kl_reference(config.kl_reference, compute_precision(model)),
+            kl_needed=bool(algorithm.kl.coef),
+            placement=resolve_kl_reference(algorithm.kl.reference, compute_precision(model)),
         )
         """The initial policy for the KL term (None without one)."""
-        self.critic = Critic(model, algorithm.critic, lr=algorithm.critic_lr) if algorithm.critic != "none" else None
+        self.critic = None if critic.kind == "none" else Critic(model, critic.kind, lr=critic.lr)
         strategy = (
             config.trainer.strategy
             if config.trainer.strategy != "auto"
@@ -235,13 +235,13 @@ class RLTrainer:
         if self.critic is not None:
             self.critic.shard(self.strategy)
         self.optimizer = make_optimizer(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
-        updates = config.steps * config.ppo_epochs * config.mini_batches
+        updates = config.rl.steps * config.rl.epochs * config.rl.mini_batches
         self.scheduler = make_scheduler(
             self.optimizer, warmup_steps=config.optim.warmup_steps, total_steps=updates, schedule=config.optim.schedule
         )
         separate_sampler = bool(getattr(backend, "separate_weights", False))
         self.rollout_correction = resolve_rollout_correction(
-            algorithm.rollout_correction, precision=compute_precision(model), separate_sampler=separate_sampler
+            algorithm.correction.kind, precision=compute_precision(model), separate_sampler=separate_sampler
         )
         """The importance correction between sampler and trainer log-probs in use (none, tis, mis, seq-tis, seq-mis)."""
         sampler_facts = dict(
@@ -263,14 +263,14 @@ class RLTrainer:
         self.stream = None
         """Async mode's stream of groups sampled ahead (distributed.max_staleness set; built at the first step)."""
         self.skip_zero_advantage = (
-            config.skip_zero_advantage
-            and algorithm.policy_loss in ROW_LOCAL_LOSSES
+            config.rl.skip_zero_advantage
+            and algorithm.policy_loss.name in ROW_LOCAL_LOSSES
             and self.critic is None
-            and (self.reference is None or algorithm.kl_in_reward)
+            and (self.reference is None or algorithm.kl.in_reward)
         )
         """Whether the update leaves all-zero-advantage trajectories out (exact only where no
         loss term reads them: a row-local policy loss, no KL loss, no critic)."""
-        self.nonfinite = NonFiniteGuard(config.max_nonfinite_steps, hint="lower optim.lr or check the rewards")
+        self.nonfinite = NonFiniteGuard(config.rl.max_nonfinite_steps, hint="lower optim.lr or check the rewards")
         self.response_length_history: list[float] = []
 
     def _shard_reference(self, reference: ReferencePolicy) -> ReferencePolicy:
@@ -357,7 +357,7 @@ class RLTrainer:
         update_started = time.monotonic()
         total = sum(len(g.trajectories) for g in kept)
         failed_fraction = scored.excluded / max(total, 1)
-        metrics["skipped_infra"] = float(failed_fraction > config.max_failed_fraction)
+        metrics["skipped_infra"] = float(failed_fraction > config.rl.max_failed_fraction)
         if scored.trajectories and not metrics["skipped_infra"]:
             metrics.update(self.update(scored))
             sync_started = time.monotonic()  # the next rollouts sample from the new weights
@@ -396,8 +396,8 @@ class RLTrainer:
             config = self.config
             self.stream = self.backend.stream(
                 lambda: self.task_schedule.next(1)[0],
-                group_size=config.group_size,
-                batch=config.tasks_per_step,
+                group_size=config.rl.group_size,
+                batch=config.rl.tasks_per_step,
                 max_staleness=config.distributed.max_staleness,
                 seed=config.seed,
             )
@@ -419,12 +419,11 @@ class RLTrainer:
         groups = kept if groups is None else groups
         usable = usable_trajectories(kept)
         token_values = self._token_values(usable) if self.critic is not None and usable else None
-        token_kl = self._token_kl(usable) if algorithm.kl_in_reward and self.reference is not None and usable else None
+        token_kl = self._token_kl(usable) if algorithm.kl.in_reward and self.reference is not None and usable else None
         # The metrics describe every sampled group; the update sees the kept ones, which
         # are the same groups unless the group filter dropped some.
         rewards = shaped_rewards(
             usable_trajectories(groups),
-            algorithm,
             max_total_tokens=config.rollout.max_total_tokens,
             reward=config.reward,
             step=self.step_index,
@@ -433,7 +432,7 @@ class RLTrainer:
             kept,
             algorithm,
             max_total_tokens=config.rollout.max_total_tokens,
-            attribution=config.arpo.attribution,
+            attribution=config.rl.arpo.attribution,
             rewards=rewards if len(kept) == len(groups) else None,
             token_values=token_values,
             token_kl=token_kl,
@@ -449,42 +448,42 @@ class RLTrainer:
         """(every sampled group, the groups kept for the update, metrics).
 
         Each generation round samples tasks for the groups still missing and filters them
-        with ``algorithm.group_filter``; rounds go on until ``tasks_per_step`` groups are
-        kept or ``algorithm.max_generation_rounds`` is reached (DAPO dynamic sampling).
+        with ``algorithm.group_filter``; rounds go on until ``rl.tasks_per_step`` groups are
+        kept or ``config.rl.max_generation_rounds`` is reached (DAPO dynamic sampling).
         """
         config, algorithm = self.config, self.config.algorithm
         sampled: list[TrajectoryGroup] = []
         kept: list[TrajectoryGroup] = []
         metrics: dict[str, float] = {}
         rounds = 0
-        while rounds < algorithm.max_generation_rounds and len(kept) < config.tasks_per_step:
+        while rounds < config.rl.max_generation_rounds and len(kept) < config.rl.tasks_per_step:
             if (
                 config.distributed.max_staleness is not None
             ):  # async: rank 0 takes from the stream, every rank gets the groups
                 taken = (
-                    self._stream().take(config.tasks_per_step - len(kept), self.backend.weight_version)
+                    self._stream().take(config.rl.tasks_per_step - len(kept), self.backend.weight_version)
                     if self.dist.is_main
                     else None
                 )
                 groups, round_metrics = self.dist.broadcast_object(taken)
             else:
-                task_indices = self.task_schedule.next(config.tasks_per_step - len(kept))
+                task_indices = self.task_schedule.next(config.rl.tasks_per_step - len(kept))
                 # Round 0 keeps the seed a run without resampling uses; later rounds get fresh ones.
                 seed = derive_seed(config.seed, "rl-step", self.step_index, round=rounds)
-                groups, round_metrics = (self.sampler or ROLLOUT_MODES[algorithm.rollout])(self, task_indices, seed)
+                groups, round_metrics = (self.sampler or ROLLOUT_MODES[config.rl.sampling])(self, task_indices, seed)
             for key, value in round_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + value
             sampled += groups
             kept += keep_groups(groups, algorithm)
             rounds += 1
         metrics = {key: value / rounds for key, value in metrics.items()}  # the rollout mode's, averaged over rounds
-        if algorithm.group_filter != "none":
+        if algorithm.group_filter.name != "none":
             metrics.update(
                 generation_rounds=float(rounds),
                 groups_sampled=float(len(sampled)),
-                groups_kept=float(min(len(kept), config.tasks_per_step)),
+                groups_kept=float(min(len(kept), config.rl.tasks_per_step)),
             )
-        return sampled, kept[: config.tasks_per_step], metrics
+        return sampled, kept[: config.rl.tasks_per_step], metrics
 
     def _per_token_rows(
         self,
@@ -501,7 +500,7 @@ class RLTrainer:
         collective: every rank runs as many micro-batches (padding ones are discarded)."""
         lengths = [len(t.token_ids) for t in trajectories]
         buckets: list[list[int] | None] = list(
-            length_buckets(lengths, self.config.micro_batch_tokens, len(trajectories))
+            length_buckets(lengths, self.config.rl.micro_batch_tokens, len(trajectories))
         )
         if lockstep:
             buckets += [None] * self.dist.lockstep_padding(len(buckets))
@@ -547,7 +546,7 @@ class RLTrainer:
     def _token_kl(self, trajectories: list[Trajectory]) -> list[list[float]]:
         """Per-token KL(pi_old || ref) estimates at sampled tokens, with the sampler's
         log-probs as pi_old (the tokens were drawn from it: no extra policy forward)."""
-        estimator = self.config.algorithm.kl_estimator
+        estimator = self.config.algorithm.kl.estimator
 
         def compute(batch: TokenBatch) -> torch.Tensor:
             reference = self.reference.logprobs(batch, self._temperature)
@@ -585,12 +584,12 @@ class RLTrainer:
         order = torch.randperm(
             len(scored.trajectories), generator=torch.Generator().manual_seed(config.seed + self.step_index)
         ).tolist()
-        minis = [order[i :: config.mini_batches] for i in range(config.mini_batches)]
+        minis = [order[i :: config.rl.mini_batches] for i in range(config.rl.mini_batches)]
         trained = self._trained(scored)
         # Each rank trains on every world-size-th trajectory of each mini-batch that the loss
         # reads; the normalisers stay the whole mini-batch's, so the ranks' losses add up to its loss.
         shares = [[i for i in mini if trained[i]][dist.rank :: dist.world_size] for mini in minis]
-        updates = config.ppo_epochs * config.mini_batches
+        updates = config.rl.epochs * config.rl.mini_batches
         # The parameters each optimizer holds: under FSDP2 a root module left unsharded by a
         # gradient-free forward (pre-update values or KL) exposes its full tensors as its
         # parameters until the next backward; clipping must see the sharded ones that get the gradients.
@@ -607,14 +606,14 @@ class RLTrainer:
             old_logprobs = None
             if updates > 1:
                 # Rows read only by the first update need no pre-update pass (see _current_first).
-                later = shares[1:] if self._current_first and config.ppo_epochs == 1 else shares
+                later = shares[1:] if self._current_first and config.rl.epochs == 1 else shares
                 members = sorted({i for share in later for i in share})
                 old_logprobs = (
                     self._old_logprobs(scored, members)
                     if self.old_logprobs == "recompute"
                     else self._sampler_logprobs(scored, members)
                 )
-            for epoch in range(config.ppo_epochs):
+            for epoch in range(config.rl.epochs):
                 for index, (mini, share) in enumerate(zip(minis, shares)):
                     first = epoch == 0 and index == 0 and self._current_first
                     micro_losses = self._micro_losses(scored, mini, share, None if first else old_logprobs, tally)
@@ -707,7 +706,7 @@ class RLTrainer:
         # Nothing to train on (every trajectory skipped): one padding micro-batch still gives
         # zero gradients, so the optimizer steps exactly as it would on the full batch.
         buckets: list[list[int] | None] = (
-            list(length_buckets(lengths, self.config.micro_batch_tokens, len(share))) if share else [None]
+            list(length_buckets(lengths, self.config.rl.micro_batch_tokens, len(share))) if share else [None]
         )
         buckets += [None] * self.dist.lockstep_padding(len(buckets))
         for index, bucket in enumerate(buckets):
@@ -755,24 +754,24 @@ class RLTrainer:
             batch.per_token["sampler_logprobs"],
             batch.loss_mask,
             mode=self.rollout_correction,
-            cap=algorithm.correction_cap,
-            low=algorithm.correction_low,
-            high=algorithm.correction_high,
+            cap=algorithm.correction.cap,
+            low=algorithm.correction.low,
+            high=algorithm.correction.high,
         )
         advantages = batch.per_token["advantages"] * correction.weights
         out = compute_policy_loss(
-            algorithm.policy_loss,
+            algorithm.policy_loss.name,
             logprobs,
             old,
             advantages,
             batch.loss_mask,
-            **algorithm.policy_loss_params(),
+            **algorithm.policy_loss.params,
             **normalisers,
         )
         loss, loss_tokens, sums = out.loss, float(batch.loss_mask.sum()), {}
-        if self.reference is not None and not algorithm.kl_in_reward:
-            kl = kl_penalty(logprobs, self.reference.logprobs(batch, self._temperature), algorithm.kl_estimator)
-            loss = loss + algorithm.kl_coef * aggregate(kl, batch.loss_mask, algorithm.aggregation, **normalisers)
+        if self.reference is not None and not algorithm.kl.in_reward:
+            kl = kl_penalty(logprobs, self.reference.logprobs(batch, self._temperature), algorithm.kl.estimator)
+            loss = loss + algorithm.kl.coef * aggregate(kl, batch.loss_mask, algorithm.aggregation, **normalisers)
             sums["kl"] = float((kl.detach() * batch.loss_mask).sum())
         if critic is not None:
             values = (
@@ -785,11 +784,11 @@ class RLTrainer:
                 batch.per_token["old_values"],
                 batch.per_token["returns"],
                 batch.loss_mask,
-                clip_range=algorithm.value_clip or None,
+                clip_range=algorithm.critic.value_clip or None,
                 aggregation=algorithm.aggregation,
                 **normalisers,
             )
-            loss = loss + algorithm.value_loss_coef * critic_loss
+            loss = loss + algorithm.critic.value_loss_coef * critic_loss
             sums["value_loss"] = float(
                 critic_loss.detach()
             )  # already this micro-batch's share of the mini-batch loss (global normalisers)

@@ -68,7 +68,6 @@ def episode_rewards(trajectories: list[Trajectory], reward: RewardConfig | None,
 
 def shaped_rewards(
     trajectories: list[Trajectory],
-    algorithm: AlgorithmConfig,
     *,
     max_total_tokens: int,
     reward: RewardConfig | None = None,
@@ -78,13 +77,13 @@ def shaped_rewards(
     terms at RL step ``step``) plus DAPO's soft overlong punishment when configured
     (``max_total_tokens``: the rollout's token limit)."""
     rewards = episode_rewards(trajectories, reward, step=step)
-    if algorithm.overlong_buffer and trajectories:
+    if reward is not None and reward.overlong_buffer and trajectories:
         # Length after the prompt against the room the token limit leaves: penalises
         # episodes that run into truncation (DAPO's soft overlong punishment).
         lengths = torch.tensor([len(t.token_ids) - t.prompt_length for t in trajectories])
         # A prompt that alone fills the limit leaves no room (the episode ended before sampling).
         room = max(max_total_tokens - min(t.prompt_length for t in trajectories), 0)
-        rewards = rewards + overlong_penalty(lengths, room, min(algorithm.overlong_buffer, room))
+        rewards = rewards + overlong_penalty(lengths, room, min(reward.overlong_buffer, room))
     return rewards
 
 
@@ -107,7 +106,7 @@ def score(
     shaped rewards of :func:`usable_trajectories` when the caller has them already (else
     computed here with the ``reward`` section at RL step ``step``).
     ``token_values`` (critic values) and ``token_kl`` (per-token KL to the reference, put
-    into the reward when ``algorithm.kl_in_reward``) are rows aligned with
+    into the reward when ``algorithm.kl.in_reward``) are rows aligned with
     :func:`usable_trajectories`. With values, the critic's targets (GAE returns) and the
     old values come back too.
     """
@@ -116,7 +115,7 @@ def score(
     if not usable:
         return ScoredBatch([], torch.zeros(0), excluded=excluded)
     if rewards is None:
-        rewards = shaped_rewards(usable, algorithm, max_total_tokens=max_total_tokens, reward=reward, step=step)
+        rewards = shaped_rewards(usable, max_total_tokens=max_total_tokens, reward=reward, step=step)
     group_of = {g.group_id: i for i, g in enumerate(groups)}
     group_index = torch.tensor([group_of[t.group_id] for t in usable])
     if any(t.segments for t in usable):
@@ -125,23 +124,21 @@ def score(
         usable,
         rewards,
         group_index,
-        tool_turn_reward=algorithm.tool_turn_reward,
-        token_kl=token_kl if algorithm.kl_in_reward else None,
-        kl_coef=algorithm.kl_coef,
+        tool_turn_reward=reward.tool_turn_reward if reward is not None else 0.0,
+        token_kl=token_kl if algorithm.kl.in_reward else None,
+        kl_coef=algorithm.kl.coef,
         token_values=token_values,
         baseline_rewards=baseline_rewards(groups, usable, algorithm, max_total_tokens, reward, step)
-        if algorithm.advantage == "remax"
+        if algorithm.advantage.name == "remax"
         else None,
     )
-    advantages = compute_advantages(algorithm.advantage, inputs, **algorithm.advantage_params())
+    advantages = compute_advantages(algorithm.advantage.name, inputs, **algorithm.advantage.params)
     if attribution == "hard" and (shared := branch_common_prefix(usable)) is not None:
         advantages = hard_attribution(advantages, shared)
     rows = [advantages[row, : len(t.token_ids)].tolist() for row, t in enumerate(usable)]
     scored = ScoredBatch(usable, rewards, rows, excluded, zero_std_group_fraction(rewards, group_index))
     if inputs.values is not None:
-        _, returns = gae(
-            inputs.token_rewards, inputs.values, inputs.response_mask, gamma=algorithm.gamma, lam=algorithm.lam
-        )
+        _, returns = gae(inputs.token_rewards, inputs.values, inputs.response_mask, **algorithm.return_params())
         scored.returns = [returns[row, : len(t.token_ids)].tolist() for row, t in enumerate(usable)]
         scored.old_values = [list(values) for values in token_values]
     return scored
@@ -161,10 +158,10 @@ def baseline_rewards(
     missing = sorted({t.group_id for t in usable if baseline_of.get(t.group_id) is None})
     if missing:
         raise ValueError(
-            f"algorithm.advantage: remax needs a greedy baseline rollout per group; group {missing[0]} has none"
+            f"algorithm.advantage.name: remax needs a greedy baseline rollout per group; group {missing[0]} has none"
         )
     baselines = [baseline_of[t.group_id] for t in usable]
-    return shaped_rewards(baselines, algorithm, max_total_tokens=max_total_tokens, reward=reward, step=step)
+    return shaped_rewards(baselines, max_total_tokens=max_total_tokens, reward=reward, step=step)
 
 
 def _score_with_segments(
@@ -179,16 +176,20 @@ def _score_with_segments(
     estimator sees one member per episode (its last sample with sampled tokens), so
     an episode counts once in its group's statistics whatever its segment count; every
     sample of the episode gets the episode's advantage on its sampled tokens."""
-    if algorithm.advantage not in EPISODE_LEVEL_ADVANTAGES or algorithm.kl_in_reward or algorithm.critic != "none":
+    if (
+        algorithm.advantage.name not in EPISODE_LEVEL_ADVANTAGES
+        or algorithm.kl.in_reward
+        or algorithm.critic.kind != "none"
+    ):
         raise ValueError(
-            f"algorithm.advantage: episodes with several samples need one advantage per episode ({', '.join(EPISODE_LEVEL_ADVANTAGES)}; "
-            f"no critic, no KL in the reward), got {algorithm.advantage}"
+            f"algorithm.advantage.name: episodes with several samples need one advantage per episode ({', '.join(EPISODE_LEVEL_ADVANTAGES)}; "
+            f"no critic, no KL in the reward), got {algorithm.advantage.name}"
         )
     # The advantage is read on a sampled token: the last sample that has one stands for the
     # episode (a last segment may sample nothing, when its new prompt filled the budget).
     members = [next((s for s in reversed(episode.samples) if any(s.loss_mask)), episode) for episode in usable]
     inputs = build_advantage_inputs(members, rewards, group_index)
-    advantages = compute_advantages(algorithm.advantage, inputs, **algorithm.advantage_params())
+    advantages = compute_advantages(algorithm.advantage.name, inputs, **algorithm.advantage.params)
     samples, rows, sample_rewards = [], [], []
     for row, episode in enumerate(usable):
         sampled = inputs.response_mask[row].nonzero()
@@ -203,19 +204,19 @@ def _score_with_segments(
 
 
 def keep_groups(groups: list[TrajectoryGroup], algorithm: AlgorithmConfig) -> list[TrajectoryGroup]:
-    """The groups ``algorithm.group_filter`` lets into the update, judged on the outcome
+    """The groups ``algorithm.group_filter.name`` lets into the update, judged on the outcome
     rewards of their usable trajectories (as DAPO filters on accuracy, before shaping)."""
-    if algorithm.group_filter == "none":
+    if algorithm.group_filter.name == "none":
         return groups
     members = [(i, t.reward) for i, g in enumerate(groups) for t in g.trajectories if t.infra_error is None]
     if not members:
         return []
     labels = torch.tensor([i for i, _ in members])
     keep = filter_groups(
-        algorithm.group_filter,
+        algorithm.group_filter.name,
         torch.tensor([r for _, r in members], dtype=torch.float32),
         labels,
-        **algorithm.group_filter_params(),
+        **algorithm.group_filter.params,
     )
     kept = set(labels[keep].tolist())
     return [g for i, g in enumerate(groups) if i in kept]

@@ -3,8 +3,7 @@
 baseline eval -> [collect + SFT -> eval] -> [difficulty filter] -> [DPO] -> RL -> eval
 -> final model -> report. ``pipeline.train`` runs them in order over a ``RunDirectory``;
 a finished stage is recorded there, and a resumed run restores a recorded stage's
-outputs (``restore``) instead of running it again.
-"""
+outputs (``restore``) instead of running it again."""
 
 from __future__ import annotations
 
@@ -374,10 +373,9 @@ def _write_checkpoint(state: RunState) -> None:
 def _resume_trainer(state: RunState) -> None:
     """Load the checkpoint into the trainer and drop log lines written after it."""
     from agentic_rl.training.checkpoint import CheckpointError, load_checkpoint
-
-    trainer = state.trainer
     from agentic_rl.training.sharded_checkpoint import is_sharded, load_sharded_weights
 
+    trainer = state.trainer
     sharded = is_sharded(state.checkpoint)
     if sharded:
         load_sharded_weights(state.checkpoint, model=trainer.model, optimizer=trainer.optimizer, critic=trainer.critic)
@@ -402,7 +400,9 @@ def _resume_trainer(state: RunState) -> None:
         restore_memory(trainer.backend, info, ray_workers=state.config.distributed.engine == "ray")
     except (KeyError, TypeError, ValueError) as error:
         raise ConfigError(f"--resume: {state.checkpoint}/state.json: memory: {error}") from None
-    state.events.on_stage(f"resumed from {state.checkpoint.name} (step {trainer.steps_done} of {state.config.steps})")
+    state.events.on_stage(
+        f"resumed from {state.checkpoint.name} (step {trainer.steps_done} of {state.config.rl.steps})"
+    )
 
 
 def restore_memory(backend, info: dict, *, ray_workers: bool) -> None:
@@ -480,15 +480,15 @@ def _ray_rollouts(state: RunState):
 
 
 def _run_rl_steps(state: RunState) -> None:
-    config = state.config
+    config, rl = state.config, state.config.rl
     if state.checkpoint is not None:
         _resume_trainer(state)
     elif config.checkpoint_every and (config.sft.enabled or config.filter.enabled or config.dpo.enabled):
         _checkpoint(state)  # so a resume never repeats collection, SFT, filtering or DPO
     state.steps = state.run.read_lines("metrics.jsonl")
-    if state.trainer.steps_done < config.steps:
+    if (left := rl.steps - state.trainer.steps_done) > 0:
         state.events.on_stage(
-            f"RL: {config.steps - state.trainer.steps_done} steps x {config.tasks_per_step} tasks x {config.group_size} samples ({config.algorithm.preset})"
+            f"RL: {left} steps x {rl.tasks_per_step} tasks x {rl.group_size} samples ({config.algorithm.preset})"
         )
     _rl_loop(state)
 
@@ -507,7 +507,7 @@ def _rl_loop(state: RunState) -> None:
         on_error=events.on_stage,
     )
     with sinks, JsonlWriter(state.run.file("rollouts.jsonl")) as rollout_log:
-        while trainer.steps_done < config.steps:
+        while trainer.steps_done < config.rl.steps:
             try:
                 metrics, groups = trainer.step()
             except NonFiniteError as error:
@@ -518,7 +518,7 @@ def _rl_loop(state: RunState) -> None:
                 ) from None
             step = int(metrics["step"])
             sinks.log(metrics, step)
-            for trajectory in [t for g in groups for t in g.trajectories][: config.log_rollouts]:
+            for trajectory in [t for g in groups for t in g.trajectories][: config.rl.log_rollouts]:
                 rollout_log.write({"step": step, **trajectory.to_dict()})
             state.steps.append(metrics)
             events.on_step(metrics)
@@ -531,7 +531,7 @@ def _rl_loop(state: RunState) -> None:
             if (
                 config.checkpoint_every
                 and trainer.steps_done % config.checkpoint_every == 0
-                and trainer.steps_done < config.steps
+                and trainer.steps_done < config.rl.steps
             ):
                 _checkpoint(state)
 

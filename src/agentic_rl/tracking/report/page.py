@@ -66,7 +66,7 @@ def _header(data: RunData, title: str) -> list[str]:
             (config.get("algorithm") or {}).get("preset") if isinstance(config.get("algorithm"), dict) else None,
         ),
         ("RL steps logged", len(data.steps) if data.steps else None),
-        ("group size", config.get("group_size")),
+        ("group size", (config.get("rl") or {}).get("group_size") if isinstance(config.get("rl"), dict) else None),
         (
             "precision",
             f"{data.precision['precision']} ({data.precision.get('reason', '')})"

@@ -1,0 +1,75 @@
+"""Keys of the flat config layout (agentic-rl 0.1) and where each lives now. An old key is
+an error naming its new home, never a silent alias: a config keeps one spelling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_RL = (
+    "steps",
+    "tasks_per_step",
+    "group_size",
+    "mini_batches",
+    "micro_batch_tokens",
+    "skip_zero_advantage",
+    "task_offset",
+    "log_rollouts",
+    "max_failed_fraction",
+    "max_nonfinite_steps",
+)
+
+MOVED: dict[str, str] = {
+    **{key: f"rl.{key}" for key in _RL},
+    "ppo_epochs": "rl.epochs",
+    "arpo": "rl.arpo",
+    "kl_reference": "algorithm.kl.reference",
+    "algorithm.rollout": "rl.sampling",
+    "algorithm.max_generation_rounds": "rl.max_generation_rounds",
+    "algorithm.overlong_buffer": "reward.overlong_buffer",
+    "algorithm.tool_turn_reward": "reward.tool_turn_reward",
+    "algorithm.kl_coef": "algorithm.kl.coef",
+    "algorithm.kl_estimator": "algorithm.kl.estimator",
+    "algorithm.kl_in_reward": "algorithm.kl.in_reward",
+    "algorithm.value_loss_coef": "algorithm.critic.value_loss_coef",
+    "algorithm.value_clip": "algorithm.critic.value_clip",
+    "algorithm.critic_lr": "algorithm.critic.lr",
+    "algorithm.rollout_correction": "algorithm.correction.kind",
+    "algorithm.correction_cap": "algorithm.correction.cap",
+    "algorithm.correction_low": "algorithm.correction.low",
+    "algorithm.correction_high": "algorithm.correction.high",
+    "algorithm.normalize_by_std": "algorithm.advantage.normalize_by_std",
+    "algorithm.gamma": "algorithm.advantage.gamma",
+    "algorithm.lam": "algorithm.advantage.lam",
+    "algorithm.whiten_advantages": "algorithm.advantage.whiten",
+    "algorithm.step_advantage_weight": "algorithm.advantage.step_advantage_weight",
+    "algorithm.keep_fraction": "algorithm.group_filter.keep_fraction",
+    "algorithm.clip_low": "algorithm.policy_loss.clip_low",
+    "algorithm.clip_high": "algorithm.policy_loss.clip_high",
+    "algorithm.clip_ratio_c": "algorithm.policy_loss.clip_ratio_c",
+    "algorithm.gspo_clip_low": "algorithm.policy_loss.clip_low (with policy_loss.name gspo)",
+    "algorithm.gspo_clip_high": "algorithm.policy_loss.clip_high (with policy_loss.name gspo)",
+    "algorithm.cispo_clip_low": "algorithm.policy_loss.clip_low (with policy_loss.name cispo)",
+    "algorithm.cispo_clip_high": "algorithm.policy_loss.clip_high (with policy_loss.name cispo)",
+    "algorithm.sapo_tau_pos": "algorithm.policy_loss.tau_pos (with policy_loss.name sapo)",
+    "algorithm.sapo_tau_neg": "algorithm.policy_loss.tau_neg (with policy_loss.name sapo)",
+    "algorithm.clip_cov_ratio": "algorithm.policy_loss.cov_ratio (with policy_loss.name clip-cov)",
+    "algorithm.clip_cov_lb": "algorithm.policy_loss.cov_lb (with policy_loss.name clip-cov)",
+    "algorithm.clip_cov_ub": "algorithm.policy_loss.cov_ub (with policy_loss.name clip-cov)",
+    "algorithm.kl_cov_ratio": "algorithm.policy_loss.cov_ratio (with policy_loss.name kl-cov)",
+    "algorithm.kl_cov_coef": "algorithm.policy_loss.kl_coef (with policy_loss.name kl-cov)",
+}
+"""Old dotted key -> its new home (with what else it needs, where it is a function's parameter)."""
+
+
+def moved_key(data: dict[str, Any], prefix: str = "") -> str | None:
+    """The first old key in ``data`` (a nested config dict) as one message
+    (``"group_size: moved to rl.group_size"``), or None."""
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if dotted in MOVED:
+            return f"{dotted}: moved to {MOVED[dotted]} (the config is nested since agentic-rl 0.2)"
+        if isinstance(value, dict) and dotted in ("algorithm",):
+            found = moved_key(value, f"{dotted}.")
+            if found:
+                return found
+    return None
