@@ -8,7 +8,8 @@ what was expected (``ConfigError``), which the CLI prints without a traceback.
 presets, KL, critic, correction); ``rl``: the RL stage's batch and update; ``rewards``:
 reward terms (format, tool costs, two-stage schedule, overlong, tool turns); ``renamed``:
 the old flat keys and their new homes; ``sinks``: metric
-sink names; ``sections``: every other section and the roots ``TrainConfig``, ``EvalConfig``;
+sink names; ``stages``: the SFT, filter, curriculum, DPO and eval stages; ``consistency``: the
+cross-section checks; ``sections``: every other section and the roots ``TrainConfig``, ``EvalConfig``;
 ``resume``: what a resumed run may change; ``secrets``: keeping API keys out of run files.
 """
 
@@ -36,25 +37,27 @@ from agentic_rl.config.rl import ARPOConfig, RLConfig
 from agentic_rl.config.secrets import REDACTED, drop_redacted, is_secret_key, redact_secrets, redact_url, redact_urls
 from agentic_rl.config.sections import (
     BackendConfig,
-    CollectConfig,
-    CurriculumConfig,
-    DPOConfig,
-    DPOStageConfig,
     EnvConfig,
     EvalConfig,
-    FilterConfig,
     LoraConfig,
     ModelConfig,
     OptimConfig,
-    PairCollectConfig,
     RolloutConfig,
-    RunEvalConfig,
-    SFTConfig,
-    SFTStageConfig,
     TrackingConfig,
     TrainConfig,
 )
 from agentic_rl.config.sinks import SINK_PACKAGES, check_sink_names
+from agentic_rl.config.stages import (
+    CollectConfig,
+    CurriculumConfig,
+    DPOConfig,
+    DPOStageConfig,
+    FilterConfig,
+    PairCollectConfig,
+    RunEvalConfig,
+    SFTConfig,
+    SFTStageConfig,
+)
 from agentic_rl.config.trainer import DistributedConfig, TrainerConfig, check_world_size
 
 __all__ = [

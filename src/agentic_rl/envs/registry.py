@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_rl.envs.base import Env
+from agentic_rl.envs.options import check_option_types
 from agentic_rl.errors import ConfigError, closest
 from agentic_rl.imports import ImportPathError, import_object
 
@@ -95,6 +96,7 @@ def make(name: str, **kwargs: Any) -> Env:
         if unknown:
             hint = closest(unknown[0], parameters)
             raise TypeError(f"env {name!r} has no option {unknown[0]!r}{hint}; options: {', '.join(parameters)}")
+    check_option_types(name, factory, kwargs)
     return factory(**kwargs)
 
 
