@@ -7,9 +7,9 @@
         return reply.choices[0].message.content
 
     result = agents.train(agent, tasks, reward=lambda task, answer: float(answer == task["answer"]),
-                          config={"model": {"name": "smollm2-135m"}, "steps": 10, "tasks_per_step": 4, "group_size": 4})
+                          config={"model": {"name": "smollm2-135m"}, "rl": {"steps": 10, "tasks_per_step": 4, "group_size": 4}})
 
-Each step runs ``group_size`` concurrent episodes per task through an in-process gateway
+Each step runs ``rl.group_size`` concurrent episodes per task through an in-process gateway
 (gateway/): every call is recorded token-exact, an episode's calls become trajectories
 (chained calls: one multi-turn trajectory; calls that rewrite their history: several
 samples sharing the episode's advantage), and the RL trainer updates the policy, which
@@ -180,7 +180,7 @@ def train(
 ) -> AgentTrainResult:
     """RL on ``agent(task, client)`` over ``tasks`` scored by ``reward(task, result)`` (see
     the module docstring). ``config``: a TrainConfig or its dict (model, algorithm, optim,
-    steps, tasks_per_step, group_size, rollout.max_new_tokens as the default max_tokens,
+    rl.steps, rl.tasks_per_step, rl.group_size, rollout.max_new_tokens as the default max_tokens,
     rollout.max_total_tokens as the context limit, seed, output_dir, checkpoint_every,
     keep_checkpoints). ``eval_tasks``: held-out tasks run ``eval_k`` times each before and
     after training (``result.evals``). ``resume``: a run directory this function wrote; the

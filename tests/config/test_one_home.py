@@ -102,3 +102,12 @@ def test_every_moved_key_fails_naming_its_new_home() -> None:
             build(TrainConfig, data)
         message = str(error.value)
         assert message.startswith(f"{old}: moved to {new.split(' ')[0]}") and "\n" not in message, message
+
+
+def test_a_presets_reward_and_rl_parts_apply_whether_the_algorithm_comes_as_dict_or_object() -> None:
+    for algorithm in ({"preset": "dapo"}, AlgorithmConfig(preset="dapo")):
+        config = TrainConfig(algorithm=algorithm)
+        assert config.rl.max_generation_rounds == 10 and config.reward.overlong_buffer == 64
+    assert TrainConfig(algorithm=AlgorithmConfig(preset="grpo")).reward.overlong_buffer == 0
+    # An explicit value wins over the preset's.
+    assert TrainConfig(algorithm={"preset": "dapo"}, rl={"max_generation_rounds": 3}).rl.max_generation_rounds == 3

@@ -22,7 +22,7 @@ def _in_tmp(tmp_path, monkeypatch):
 def test_dry_run_checks_and_writes_nothing(capsys) -> None:
     assert main(["train", "--dry-run", "--set", "env.num_tasks=1100"]) == 0
     out = capsys.readouterr().out
-    assert "env arithmetic: 100 training tasks (task_offset 1000)" in out
+    assert "env arithmetic: 100 training tasks (rl.task_offset 1000)" in out
     assert "model smollm2-135m: built-in" in out and "dry run: every check passed" in out
 
 
@@ -30,7 +30,7 @@ def test_dry_run_checks_and_writes_nothing(capsys) -> None:
     "assignments, message",
     [
         (["env.name=sokoban"], "env: env 'sokoban' has no option 'operators'"),
-        (["env.num_tasks=1000"], "task_offset: 1000 leaves no training tasks (the env has 1000)"),
+        (["env.num_tasks=1000"], "rl.task_offset: 1000 leaves no training tasks (the env has 1000)"),
         (["model.name=nobody/no-such-model"], "model.name: 'nobody/no-such-model' is not in the Hugging Face cache"),
         (["model.name=not a model"], "model.name: 'not a model' is not a built-in name"),
     ],
@@ -65,7 +65,7 @@ def make_env(**options):
 
 def test_an_expert_cold_start_needs_an_expert(tmp_path, capsys) -> None:
     (tmp_path / "my_env.py").write_text(NO_EXPERT)
-    recipe = "env:\n  name: my_env:make_env\n  num_tasks: 20\ntask_offset: 0\nsft:\n  enabled: true\n  collect:\n    source: expert\n"
+    recipe = "env:\n  name: my_env:make_env\n  num_tasks: 20\nrl:\n  task_offset: 0\nsft:\n  enabled: true\n  collect:\n    source: expert\n"
     (tmp_path / "mine.yaml").write_text(recipe)
     assert main(["train", "mine.yaml", "--dry-run"]) == 2
     err = capsys.readouterr().err
@@ -76,7 +76,13 @@ def test_the_python_api_checks_before_it_creates_the_run(tmp_path) -> None:
     from agentic_rl import train
 
     with pytest.raises(ConfigError, match="leaves no training tasks"):
-        train({"env": {"name": "arithmetic", "num_tasks": 10}, "task_offset": 10, "output_dir": str(tmp_path / "runs")})
+        train(
+            {
+                "env": {"name": "arithmetic", "num_tasks": 10},
+                "rl": {"task_offset": 10},
+                "output_dir": str(tmp_path / "runs"),
+            }
+        )
 
 
 def test_model_sources(tmp_path, monkeypatch) -> None:
@@ -93,7 +99,7 @@ def test_model_sources(tmp_path, monkeypatch) -> None:
 
 
 def test_preflight_gives_the_tasks_the_run_trains_on() -> None:
-    config = build(TrainConfig, {"env": {"name": "arithmetic", "num_tasks": 1010}, "task_offset": 1000})
+    config = build(TrainConfig, {"env": {"name": "arithmetic", "num_tasks": 1010}, "rl": {"task_offset": 1000}})
     checked = preflight(config)
     assert checked.task_indices == list(range(1000, 1010)) and checked.sandbox is None
     assert checked.train_env().num_tasks == 1010

@@ -89,7 +89,7 @@ def test_auto_resolves_by_the_run_precision() -> None:
     assert resolve_kl_reference("auto", "fp32") == "fp32"
     for setting in ("fp32", "bf16", "cpu"):
         assert resolve_kl_reference(setting, "bf16-mixed") == resolve_kl_reference(setting, "fp32") == setting
-    with pytest.raises(ValueError, match="kl_reference"):
+    with pytest.raises(ValueError, match="algorithm.kl.reference"):
         resolve_kl_reference("fp16", "fp32")
 
 
@@ -108,7 +108,7 @@ def test_trainer_places_the_reference_by_config_and_precision(tiny) -> None:
     for setting, precision in [("auto", "fp32"), ("auto", "bf16-mixed"), ("bf16", "fp32"), ("fp32", "bf16-mixed")]:
         model = copy.deepcopy(tiny[0])
         set_compute_precision(model, precision)
-        trainer = _trainer((model, tiny[1]), _config(algorithm={"preset": "grpo"}, kl_reference=setting))
+        trainer = _trainer((model, tiny[1]), _config(algorithm={"preset": "grpo", "kl": {"reference": setting}}))
         dtypes[setting, precision] = next(trainer.reference.model.parameters()).dtype
     assert dtypes == {
         ("auto", "fp32"): torch.float32,

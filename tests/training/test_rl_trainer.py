@@ -43,17 +43,17 @@ def _parity_env():
 
 
 def _config(**overrides) -> TrainConfig:
+    """The test config with ``overrides`` per section; ``rl`` updates the section's values
+    here (steps, tasks_per_step, group_size), every other section is replaced."""
     data = {
         "model": {"name": "tiny-random", "device": "cpu"},
         "env": {"name": "test-parity"},
         "rollout": {"max_new_tokens": 12, "max_total_tokens": 256},
-        "steps": 2,
-        "tasks_per_step": 4,
-        "group_size": 4,
+        "rl": {"steps": 2, "tasks_per_step": 4, "group_size": 4},
         "optim": {"lr": 1e-3},
     }
     for key, value in overrides.items():
-        data[key] = value
+        data[key] = {**data["rl"], **value} if key == "rl" else value
     return TrainConfig.model_validate(data)
 
 
@@ -160,7 +160,7 @@ def test_infra_errors_leave_the_batch() -> None:
 def test_overlong_shaping_lowers_rewards_near_the_limit() -> None:
     from agentic_rl.types import Trajectory, TrajectoryGroup
 
-    config = _config(algorithm={"preset": "grpo-tcr", "overlong_buffer": 10}, rollout={"max_total_tokens": 30})
+    config = _config(algorithm={"preset": "grpo-tcr"}, reward={"overlong_buffer": 10}, rollout={"max_total_tokens": 30})
     short = Trajectory(
         task_id="t", group_id="g", prompt_length=5, token_ids=[1] * 10, loss_mask=[0] * 5 + [1] * 5, reward=1.0
     )
@@ -168,20 +168,26 @@ def test_overlong_shaping_lowers_rewards_near_the_limit() -> None:
         task_id="t", group_id="g", prompt_length=5, token_ids=[1] * 25, loss_mask=[0] * 5 + [1] * 20, reward=1.0
     )
     scored = score(
-        [TrajectoryGroup("t", "g", [short, long])], config.algorithm, max_total_tokens=config.rollout.max_total_tokens
+        [TrajectoryGroup("t", "g", [short, long])],
+        config.algorithm,
+        max_total_tokens=config.rollout.max_total_tokens,
+        reward=config.reward,
     )
     # room 25, buffer 10: 5 tokens -> 0; 20 tokens -> (15 - 20) / 10 = -0.5
     assert scored.rewards.tolist() == pytest.approx([1.0, 0.5])
     # A prompt that alone fills the limit (the episode ended before sampling): no room, no shaping, no crash.
     full = Trajectory(task_id="t", group_id="g", prompt_length=40, token_ids=[1] * 40, loss_mask=[0] * 40, reward=0.0)
     scored = score(
-        [TrajectoryGroup("t", "g", [full, full])], config.algorithm, max_total_tokens=config.rollout.max_total_tokens
+        [TrajectoryGroup("t", "g", [full, full])],
+        config.algorithm,
+        max_total_tokens=config.rollout.max_total_tokens,
+        reward=config.reward,
     )
     assert scored.rewards.tolist() == [0.0, 0.0]
 
 
 def test_kl_reference_copy_and_multiple_updates(tiny) -> None:
-    trainer = _trainer(tiny, _config(algorithm={"preset": "grpo"}, ppo_epochs=2, mini_batches=2))
+    trainer = _trainer(tiny, _config(algorithm={"preset": "grpo"}, rl={"epochs": 2, "mini_batches": 2}))
     assert (
         trainer.reference is not None
         and not trainer.reference.adapters_disabled
@@ -241,7 +247,7 @@ def test_old_logprobs_sampler_beside_a_correction_is_refused() -> None:
     from agentic_rl.algorithms import resolve_old_logprobs
 
     with pytest.raises(
-        ValueError, match=r"^old_logprobs: sampler would make rollout_correction tis compare the sampler with itself"
+        ValueError, match=r"^algorithm.old_logprobs: sampler would make algorithm.correction.kind tis compare the sampler with itself"
     ):
         resolve_old_logprobs("sampler", precision="fp32", policy_logprobs=False, correction="tis")
 
@@ -252,7 +258,7 @@ def test_sampler_logprobs_as_old_give_the_recomputed_update_without_its_forward_
     Recomputing forwards only the second mini-batch's rows: the first update's policy is
     the pre-update one, so it reads its own log-probs."""
     trainers = {
-        mode: _trainer(tiny, _config(mini_batches=2, steps=1, algorithm={"old_logprobs": mode}))
+        mode: _trainer(tiny, _config(rl={"mini_batches": 2, "steps": 1}, algorithm={"old_logprobs": mode}))
         for mode in ("recompute", "auto")
     }
     assert {mode: trainer.old_logprobs for mode, trainer in trainers.items()} == {
@@ -305,7 +311,9 @@ def test_skipping_zero_advantage_trajectories_updates_the_weights_as_the_full_ba
     )
     results = {}
     for skip in (False, True):
-        trainer = _trainer(tiny, _config(mini_batches=2, steps=2, group_size=2, skip_zero_advantage=skip))
+        trainer = _trainer(
+            tiny, _config(rl={"mini_batches": 2, "steps": 2, "group_size": 2, "skip_zero_advantage": skip})
+        )
         assert trainer.skip_zero_advantage is skip
         forwarded.clear()
         metrics, _ = trainer.step()
@@ -337,11 +345,11 @@ def test_skipping_zero_advantage_trajectories_updates_the_weights_as_the_full_ba
     assert any(not torch.equal(value, old) for value, old in zip(full.model.parameters(), before))
 
 
-@pytest.mark.parametrize("algorithm", [{"kl_coef": 0.05}, {"policy_loss": "kl-cov"}, {"preset": "ppo"}])
+@pytest.mark.parametrize("algorithm", [{"kl": {"coef": 0.05}}, {"policy_loss": "kl-cov"}, {"preset": "ppo"}])
 def test_zero_advantage_trajectories_stay_where_a_loss_term_reads_them(tiny, algorithm) -> None:
     """A KL loss, a covariance-selected loss and a critic all read trajectories whose
     advantage is zero: there every trajectory is forwarded."""
-    trainer = _trainer(tiny, _config(steps=1, algorithm=algorithm))
+    trainer = _trainer(tiny, _config(rl={"steps": 1}, algorithm=algorithm))
     assert trainer.skip_zero_advantage is False
     metrics, _ = trainer.step()
     assert metrics["zero_advantage_skipped"] == 0.0

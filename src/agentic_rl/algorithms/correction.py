@@ -127,7 +127,7 @@ def resolve_rollout_correction(setting: str, *, precision: str, separate_sampler
         return "tis" if precision == "bf16-mixed" or separate_sampler else "none"
     if setting not in ROLLOUT_CORRECTIONS:
         raise ValueError(
-            f"rollout_correction: expected auto or one of {', '.join(ROLLOUT_CORRECTIONS)}, got {setting!r}"
+            f"algorithm.correction.kind: expected auto or one of {', '.join(ROLLOUT_CORRECTIONS)}, got {setting!r}"
         )
     return setting
 
@@ -145,7 +145,7 @@ def resolve_old_logprobs(setting: str, *, precision: str, policy_logprobs: bool,
         return "sampler" if policy_logprobs and precision != "bf16-mixed" else "recompute"
     if setting == "sampler" and correction != "none":
         raise ValueError(
-            f"old_logprobs: sampler would make rollout_correction {correction} compare the sampler with itself; set rollout_correction none, or old_logprobs recompute"
+            f"algorithm.old_logprobs: sampler would make algorithm.correction.kind {correction} compare the sampler with itself; set algorithm.correction.kind none, or algorithm.old_logprobs recompute"
         )
     if setting not in ("sampler", "recompute"):
         raise ValueError(f"old_logprobs: expected auto, recompute or sampler, got {setting!r}")

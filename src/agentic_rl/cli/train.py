@@ -80,7 +80,7 @@ def _dry_run(args: argparse.Namespace) -> int:
     resolve_parser(config)
     checked = preflight(config)
     sandbox = "runs no code" if checked.sandbox is None else checked.sandbox[0].describe()
-    print(f"env {config.env.name}: {len(checked.task_indices)} training tasks (task_offset {config.rl.task_offset})")
+    print(f"env {config.env.name}: {len(checked.task_indices)} training tasks (rl.task_offset {config.rl.task_offset})")
     print(f"model {config.model.name}: {checked.model}")
     print(f"sandbox: {sandbox}")
     for warning in checked.sandbox[1] if checked.sandbox else ():

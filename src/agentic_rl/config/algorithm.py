@@ -59,7 +59,7 @@ class FunctionSpec(BaseModel):
     parameter is present: the given ones checked and converted, the rest at the function's
     defaults (so a saved config shows what ran)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
     kind: ClassVar[str]
     name: str
 

@@ -20,6 +20,14 @@ def _engines(config: TrainConfig) -> None:
     """The engine (backend) choices training can use."""
     if config.backend.kind == "openai":
         raise ValueError("backend.kind: training needs token-level samples: 'hf' (in process) or 'vllm'")
+    if config.backend.weight_sync == "collective":
+        for needs, missing in (
+            ("backend.kind vllm", config.backend.kind != "vllm"),
+            ("a managed vLLM server (no backend.base_url)", config.backend.base_url is not None),
+            ("full weights (LoRA adapters go through files)", config.lora.enabled),
+        ):
+            if missing:
+                raise ValueError(f"backend.weight_sync: collective needs {needs}; use auto or files")
     if config.backend.kind in ("vllm", "sglang"):
         for field, value, why in (
             (

@@ -95,6 +95,8 @@ class BackendConfig(Section):
     """kind=vllm: how long a managed server may take to come up (the first start compiles)."""
     request_timeout_s: float = Field(600.0, gt=0)
     """kind=vllm / sglang: most seconds one request may take before its episode ends as an infrastructure error."""
+    weight_sync: Literal["auto", "collective", "files"] = "auto"
+    """kind=vllm: how new weights reach the server: collective = broadcast in memory into a managed server's workers (gloo on CPU, NCCL on GPU); files = safetensors the server reloads (a running server at base_url, and LoRA adapters, always); auto = collective where the managed server takes it, else files."""
 
 
 class RolloutConfig(Section):
@@ -244,7 +246,7 @@ class TrainConfig(Section):
     rl: RLConfig = Field(default_factory=RLConfig)
     """The RL stage: steps, tasks and samples per step, sampling, updates per batch, skip rules."""
     reward: RewardConfig = Field(default_factory=RewardConfig)
-    """Terms added to every episode's reward: format, tool costs, the two-stage schedule."""
+    """Terms added to every episode's reward: format, tool costs, the two-stage schedule, overlong shaping, the tool-turn reward."""
     optim: OptimConfig = Field(default_factory=OptimConfig)
     """Optimizer for RL."""
     lora: LoraConfig = Field(default_factory=LoraConfig)
@@ -295,7 +297,11 @@ class TrainConfig(Section):
         if moved:
             raise ValueError(moved)
         algorithm = data.get("algorithm")
-        preset = algorithm.get("preset", DEFAULT_PRESET) if isinstance(algorithm, dict) else DEFAULT_PRESET
+        preset = (
+            algorithm.get("preset", DEFAULT_PRESET)
+            if isinstance(algorithm, dict)
+            else getattr(algorithm, "preset", DEFAULT_PRESET)  # an AlgorithmConfig given whole
+        )
         from agentic_rl.algorithms import PRESETS
 
         if preset not in PRESETS:

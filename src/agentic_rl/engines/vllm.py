@@ -6,10 +6,15 @@ trainer's weights pushed into it after every optimizer step.
 - Requests run concurrently (engines/remote.py): one request per turn of each episode,
   so an episode waiting on a tool never holds the others; the server batches whatever is
   in flight (and reuses the shared prefix of a multi-turn context through its prefix cache).
-- ``sync_weights`` writes the full weights as safetensors into the served model folder
-  (on tmpfs where there is one) and has the server reload them in place
-  (``/collective_rpc`` ``reload_weights``; a plain tensor copy would not reach the
-  repacked CPU kernels). A restarted server therefore comes back with the newest weights.
+- ``sync_weights`` moves the full weights by one of two transports (``backend.weight_sync``):
+  collective (a managed server's default): broadcast from this process into the server's
+  workers, in memory and in buckets, loaded in place (engines/weight_sync.py,
+  engines/vllm_receiver.py); files (a running server's, and the fallback): written as
+  safetensors into the served model folder (on tmpfs where there is one) and reloaded by
+  the server (``/collective_rpc`` ``reload_weights``). Either way the weights go through
+  vLLM's in-place reload (a plain tensor copy would not reach the repacked CPU kernels).
+  A restarted server comes back with the newest weights: from the folder, or pushed again
+  from the model (or tensors, while the caller still holds them) last broadcast.
 - With LoRA (a peft model) the server holds the frozen base and only the adapters are
   pushed: peft's adapter folder, loaded in place through ``/v1/load_lora_adapter``
   (engines/adapters.py); requests then name the adapter.
@@ -25,6 +30,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,9 +40,16 @@ import torch
 from agentic_rl.engines.adapters import is_lora, lora_rank, vllm_max_lora_rank, write_adapter
 from agentic_rl.engines.base import SamplingParams
 from agentic_rl.engines.http import BackendError, post_json
-from agentic_rl.engines.remote import RemoteTokenBackend, scratch_folder, serve_folder, server_dtype
+from agentic_rl.engines.remote import (
+    RemoteTokenBackend,
+    scratch_folder,
+    serve_folder,
+    server_dtype,
+    weights_by_name,
+)
 from agentic_rl.engines.vllm_guard import KEY_VARIABLE
 from agentic_rl.engines.vllm_server import VLLMServer
+from agentic_rl.engines.weight_sync import CollectiveWeightSender, http_rpc, resolve_weight_sync
 
 LORA_NAME = "policy-lora"
 """The name the pushed adapter is served under (requests name it once it is loaded)."""
@@ -46,7 +59,8 @@ class VLLMBackend(RemoteTokenBackend):
     """The Backend contract on a vLLM server: ``base_url`` (``http://host:port``, with or
     without ``/v1``) of a running one, or ``server``: a :class:`VLLMServer` this backend
     owns (started already; restarted if it dies, stopped by ``close``; its model folder is
-    where weights are pushed). ``api_key``: a running server's key (a managed one's is its own)."""
+    where weights are pushed). ``api_key``: a running server's key (a managed one's is its own).
+    ``weight_sync``: auto, collective or files (``BackendConfig.weight_sync``; read at each push)."""
 
     name = "vllm"
     generate_path = "/v1/completions"
@@ -59,6 +73,7 @@ class VLLMBackend(RemoteTokenBackend):
         server: VLLMServer | None = None,
         weights_folder: Path | None = None,
         api_key: str | None = None,
+        weight_sync: str = "auto",
         **options: Any,
     ) -> None:
         if (base_url is None) == (server is None):
@@ -88,6 +103,16 @@ class VLLMBackend(RemoteTokenBackend):
         """The model requests name: the served base, or the adapter once one is pushed."""
         self.adapter: Path | None = None
         """The newest pushed LoRA adapter folder (re-loaded into a restarted server)."""
+        self.weight_sync = weight_sync
+        self.last_transport: str | None = None
+        """How the newest push went: collective, files or adapter."""
+        self.sender = CollectiveWeightSender(http_rpc(self.client, self.base_url), timeout_s=self.timeout_s)
+        self._no_broadcast: str | None = (
+            None if server is None or server.takes_broadcast else "vllm_args names its own --worker-extension-cls"
+        )
+        """Why this server takes no broadcast (None: it does, or it was not asked yet)."""
+        self._broadcast_source: Any = None
+        """What the newest broadcast came from, to push again into a restarted server."""
 
     def request_body(
         self,
@@ -139,13 +164,44 @@ class VLLMBackend(RemoteTokenBackend):
         )
 
     def push(self, source: Any) -> None:
-        """Full weights as the base class pushes them; a LoRA model pushes its adapters only."""
-        if not is_lora(source):
-            return super().push(source)
+        """Full weights by the transport ``weight_sync`` resolves to; a LoRA model pushes its adapters only."""
+        if is_lora(source):
+            self.push_adapter(source)
+        elif self.transport() == "collective":
+            self.before_request()
+            self.broadcast(weights_by_name(source))
+            self._broadcast_source = _weak_source(source)
+        else:
+            super().push(source)
+            self._broadcast_source, self.last_transport = None, "files"  # the folder holds the newest
+
+    def transport(self) -> str:
+        """collective or files for the next full-weights push (asks the server once whether
+        it takes broadcasts; auto falls back to files where it does not)."""
+        managed = self.server is not None
+        if self.weight_sync != "files" and managed and self._no_broadcast is None and not self.sender.connected:
+            self.before_request()
+            try:
+                self.sender.probe()
+            except BackendError as error:
+                self._no_broadcast = f"the server does not take weights by broadcast ({error})"
+        available = self._no_broadcast if managed else None
+        return resolve_weight_sync(self.weight_sync, managed=managed, lora=False, available=available)
+
+    def broadcast(self, weights: dict[str, torch.Tensor]) -> None:
+        try:
+            self.sender.push(weights, self.weights_dtype)
+        except BackendError as error:
+            log = f" (server log: {self.server.log_path})" if self.server is not None else ""
+            raise BackendError(f"{error}{log}") from None
+        self.last_transport = "collective"
+
+    def push_adapter(self, source: Any) -> None:
         # A new folder per version: the server reads it while loading, and a restart re-loads the newest.
         folder = write_adapter(source, self.weights_folder / f"adapter-{self.weight_version + 1}")
         self.before_request()
         self.load_adapter(folder)
+        self.last_transport = "adapter"
         for old in self.weights_folder.glob("adapter-*"):
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)
@@ -171,13 +227,38 @@ class VLLMBackend(RemoteTokenBackend):
             if not self.server.alive:
                 self.server.restart()
                 self.restarts += 1
+                self.sender.close()  # its workers are gone
+                if self._broadcast_source is not None:  # the folder holds older weights than the server had
+                    self.broadcast(_resolve_source(self._broadcast_source, self.weight_version))
                 if self.adapter is not None:
                     self.load_adapter(self.adapter)
 
     def close(self) -> None:
+        self.sender.close()
+        self._broadcast_source = None
         if self.server is not None:
             self.server.stop()
         super().close()
+
+
+def _weak_source(source: Any) -> Any:
+    """What a restart pushes again: the model itself (no copy), or weak references to the
+    tensors of a mapping (no copy kept alive: gone once the caller drops them)."""
+    if isinstance(source, torch.nn.Module):
+        return source
+    return {name: weakref.ref(tensor) for name, tensor in weights_by_name(source).items()}
+
+
+def _resolve_source(kept: Any, version: int) -> Any:
+    if isinstance(kept, torch.nn.Module):
+        return weights_by_name(kept)
+    weights = {name: ref() for name, ref in kept.items()}
+    if any(tensor is None for tensor in weights.values()):
+        raise BackendError(
+            f"the vLLM server restarted and lost weight version {version}, which was broadcast from tensors no longer "
+            "held; set backend.weight_sync files to have a restarted server reload the newest weights from its folder"
+        )
+    return weights
 
 
 def build_vllm_backend(
@@ -190,7 +271,11 @@ def build_vllm_backend(
     holds its base weights and is started to take adapters of its rank. ``follower_of``:
     the URL of a server another trainer rank owns and pushes weights into, ``api_key`` its
     key; this backend only sends requests (distributed/shared_server.py). A running server's
-    key is ``config.api_key``, else ``$VLLM_API_KEY``."""
+    key is ``config.api_key``, else ``$VLLM_API_KEY``. ``config.weight_sync`` collective where
+    it cannot work is a ConfigError before any server starts (or once it answers)."""
+    lora = loaded is not None and is_lora(loaded[0])
+    if config.weight_sync == "collective" and follower_of is None:
+        resolve_weight_sync("collective", managed=not config.base_url, lora=lora, available=None)
     dtype_name = server_dtype(config.dtype)
     dtype = getattr(torch, dtype_name)
     options = {"weights_dtype": dtype, "max_concurrency": config.max_concurrency, "timeout_s": config.request_timeout_s}
@@ -213,7 +298,7 @@ def build_vllm_backend(
         loaded = load(model_name, device="cpu")
     folder = scratch_folder()
     serve_folder(*loaded, folder / "model", dtype)
-    max_lora_rank = vllm_max_lora_rank(lora_rank(loaded[0])) if is_lora(loaded[0]) else None
+    max_lora_rank = vllm_max_lora_rank(lora_rank(loaded[0])) if lora else None
     server = VLLMServer(
         folder / "model",
         python=config.python,
@@ -228,4 +313,11 @@ def build_vllm_backend(
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    return VLLMBackend(loaded[1], server=server, owned_folder=folder, **options)
+    backend = VLLMBackend(loaded[1], server=server, owned_folder=folder, weight_sync=config.weight_sync, **options)
+    if config.weight_sync == "collective":
+        try:
+            backend.transport()  # asks the server now: a one-line error before training starts
+        except BaseException:
+            backend.close()
+            raise
+    return backend

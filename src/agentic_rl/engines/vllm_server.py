@@ -12,6 +12,10 @@ The server gets a random key (``api_key``, passed in ``VLLM_API_KEY``: the envir
 the command line other users can read) that every route but ``/health`` asks for,
 ``/collective_rpc`` included (engines/vllm_guard.py, added with ``--middleware``: vLLM's own
 key check leaves that route open); the backend sends it on every request.
+
+The server's workers get engines/vllm_receiver.py as their ``--worker-extension-cls``
+(unless ``vllm_args`` names another one): the collective weight sync
+(engines/weight_sync.py) broadcasts the weights into them through it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from agentic_rl.engines import vllm_guard
+from agentic_rl.engines import vllm_guard, vllm_receiver
 from agentic_rl.errors import ConfigError
 
 MIN_VERSION = (0, 32, 0)
@@ -38,6 +42,8 @@ MIN_VERSION = (0, 32, 0)
 ``logprobs_mode``, ``reload_weights`` through ``/collective_rpc``)."""
 GUARD_MODULE = "agentic_rl_vllm_guard"
 """The name engines/vllm_guard.py is imported by in the server (copied to a folder of its own)."""
+RECEIVER_MODULE = "agentic_rl_vllm_receiver"
+"""The name engines/vllm_receiver.py is imported by in the server (next to the guard)."""
 
 
 class VLLMUnavailable(ConfigError):
@@ -107,6 +113,8 @@ class VLLMServer:
         if any(arg.split("=")[0] == "--api-key" for arg in self.extra_args):
             raise ConfigError("backend.vllm_args: --api-key is set by the managed server itself (a random key)")
         self.api_key = secrets.token_urlsafe(32)
+        self.takes_broadcast = not any(arg.split("=")[0] == "--worker-extension-cls" for arg in self.extra_args)
+        """Whether the workers get the weight receiver (a worker extension of the user's own replaces it)."""
         self._guard_folder: Path | None = None
         self.process: subprocess.Popen | None = None
         self.starts = 0
@@ -142,6 +150,7 @@ class VLLMServer:
             ),
             "--middleware",
             f"{GUARD_MODULE}.RequireKey",
+            *(("--worker-extension-cls", f"{RECEIVER_MODULE}.WeightReceiver") if self.takes_broadcast else ()),
             *self.extra_args,
         ]
 
@@ -158,10 +167,12 @@ class VLLMServer:
         return env
 
     def _install_guard(self) -> None:
-        """Copy the key check where the server's interpreter imports it as :data:`GUARD_MODULE`."""
+        """Copy the key check and the weight receiver where the server's interpreter imports
+        them as :data:`GUARD_MODULE` and :data:`RECEIVER_MODULE`."""
         if self._guard_folder is None:
             self._guard_folder = Path(tempfile.mkdtemp(prefix="agentic-rl-vllm-guard-"))
         shutil.copyfile(vllm_guard.__file__, self._guard_folder / f"{GUARD_MODULE}.py")
+        shutil.copyfile(vllm_receiver.__file__, self._guard_folder / f"{RECEIVER_MODULE}.py")
 
     def start(self) -> None:
         """Start the server and wait until ``/health`` answers; VLLMUnavailable with the

@@ -155,7 +155,7 @@ def train(
     headline numbers. ``loaded``: an already loaded ``(model, tokenizer)`` to train.
     ``resume``: a run directory to continue from its newest complete checkpoint (its own
     config.yaml is used; ``config`` must then be None). ``overrides``: with ``resume``,
-    nested config values that may change mid-run (``{"steps": 20, "optim": {"lr": 1e-6}}``;
+    nested config values that may change mid-run (``{"rl": {"steps": 20}, "optim": {"lr": 1e-6}}``;
     ``agentic_rl.config.resume.RESUMABLE_KEYS``), also written to the run's config.yaml.
     ``stages``: run only these of ``STAGES`` (by name; each still only when its config enables
     it), for a new run: e.g. the cold start alone, ``("sft", "eval_after_sft", "final")``.

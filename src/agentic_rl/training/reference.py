@@ -21,13 +21,13 @@ copy on the CPU (no accelerator memory; each reference forward moves its batch t
 
 
 def resolve_kl_reference(setting: str, precision: str) -> str:
-    """The placement (fp32, bf16, cpu) that ``kl_reference`` ``setting`` means for a run in
+    """The placement (fp32, bf16, cpu) that ``algorithm.kl.reference`` ``setting`` means for a run in
     ``precision`` (fp32 or bf16-mixed): auto = bf16 for bf16-mixed runs, whose forwards
     already round to bf16, else fp32."""
     if setting == "auto":
         return "bf16" if precision == "bf16-mixed" else "fp32"
     if setting not in PLACEMENTS:
-        raise ValueError(f"kl_reference: expected auto or one of {', '.join(PLACEMENTS)}, got {setting!r}")
+        raise ValueError(f"algorithm.kl.reference: expected auto or one of {', '.join(PLACEMENTS)}, got {setting!r}")
     return setting
 
 
