@@ -5,18 +5,20 @@ Algorithms (``--algorithms``, default grpo-t,grpo-tcr,dapo,gspo,cispo,ppo; arpo 
 map to a built-in recipe plus overrides (``ALGORITHMS``): grpo-tcr is the ``default``
 recipe, grpo-t the ``default`` recipe with ``algorithm: {preset: grpo-t}`` (it has a preset
 but no recipe of its own), the others their recipe of the same name. Each keeps what its
-recipe sets outside ``SHARED``: its ``algorithm`` section (preset, PPO's critic settings,
-DAPO's ``max_generation_rounds``) and ARPO's ``arpo``.
+recipe sets outside ``SHARED``: its ``algorithm`` section (preset, PPO's critic settings),
+the reward shaping its preset sets (``reward.overlong_buffer``, ``reward.tool_turn_reward``)
+and how it samples (DAPO's ``rl.max_generation_rounds``, ARPO's ``rl.sampling`` and ``rl.arpo``).
 
 Shared budget: every algorithm trains with the same ``SHARED`` settings, taken from the
 ``default`` recipe unless given here: task (env, reward, held-out eval), rollout
-sampling, steps, tasks per step, group size, ppo_epochs, mini_batches, optimizer
-(learning rate), precision, task offset. Where a recipe deliberately differs, the shared value
-wins and the results name the difference: the ``gspo`` recipe takes 4 mini-batches per step
+sampling, ``rl.steps``, ``rl.tasks_per_step``, ``rl.group_size``, ``rl.epochs``,
+``rl.mini_batches``, optimizer (learning rate), precision, ``rl.task_offset``. Where a recipe
+deliberately differs, the shared value wins and the results name the difference
+(``rl.mini_batches 4 (default recipe 2)``): the ``gspo`` recipe takes 4 mini-batches per step
 (the paper's), here it gets the default recipe's 2, the same number of optimizer updates
 as everyone (with 2 its clip acts on the second update; ``--algorithms gspo
 --mini-batches 4`` runs it as shipped). DAPO's dynamic sampling may sample up to
-``max_generation_rounds`` times the groups per step: that is the algorithm, so it is kept,
+``rl.max_generation_rounds`` times the groups per step: that is the algorithm, so it is kept,
 and the table reports the groups sampled per step beside the time.
 
 Seeds (``--seeds 0,1,2``): per seed, one cold-start run of the ``default`` recipe through
@@ -71,14 +73,16 @@ SHARED = (
     "rollout",
     "optim",
     "precision",
-    "steps",
-    "tasks_per_step",
-    "group_size",
-    "ppo_epochs",
-    "mini_batches",
-    "task_offset",
+    "rl.steps",
+    "rl.tasks_per_step",
+    "rl.group_size",
+    "rl.epochs",
+    "rl.mini_batches",
+    "rl.task_offset",
 )
-"""Config keys every algorithm takes from the default recipe (after the command line's overrides)."""
+"""Config keys (dotted: a section or one key of it) every algorithm takes from the default
+recipe (after the command line's overrides), less what an algorithm preset sets in them
+(``preset_owned``)."""
 
 AGGREGATED = (
     "accuracy_before_rl",
@@ -148,15 +152,11 @@ def base_recipe(args: argparse.Namespace) -> dict[str, Any]:
 
     _, recipe = load_recipe("default")
     overrides: dict[str, Any] = {}
-    for flag, key in (
-        ("steps", "steps"),
-        ("tasks_per_step", "tasks_per_step"),
-        ("group_size", "group_size"),
-        ("mini_batches", "mini_batches"),
-    ):
-        if getattr(args, flag) is not None:
-            overrides[key] = getattr(args, flag)
     nested = {
+        ("rl", "steps"): args.steps,
+        ("rl", "tasks_per_step"): args.tasks_per_step,
+        ("rl", "group_size"): args.group_size,
+        ("rl", "mini_batches"): args.mini_batches,
         ("model", "name"): args.model,
         ("optim", "lr"): args.lr,
         ("eval", "num_tasks"): args.eval_tasks,
@@ -173,19 +173,52 @@ def base_recipe(args: argparse.Namespace) -> dict[str, Any]:
     return deep_merge(recipe, overrides)
 
 
+def preset_owned() -> set[str]:
+    """Dotted keys an algorithm preset sets outside its ``algorithm`` section
+    (``reward.overlong_buffer``, ``rl.max_generation_rounds``, ...): part of the algorithm,
+    so never shared, each algorithm keeps its own."""
+    from agentic_rl.algorithms import PRESETS
+
+    return {
+        f"{section}.{key}"
+        for preset in PRESETS.values()
+        for section, values in preset.items()
+        if section != "algorithm"
+        for key in values
+    }
+
+
+def _get(config: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        config = config[part]
+    return config
+
+
 def shared_settings(base: dict[str, Any]) -> dict[str, Any]:
-    """The ``SHARED`` sections and values of the base recipe, complete (defaults filled in)."""
+    """The ``SHARED`` sections and values of the base recipe, complete (defaults filled in),
+    nested as in a recipe (``{"rl": {"steps": 8, ...}, ...}``), without ``preset_owned``."""
     from agentic_rl.config import TrainConfig, build
 
     dumped = build(TrainConfig, base).model_dump(mode="json")
-    return {key: dumped[key] for key in SHARED}
+    owned = preset_owned()
+    shared: dict[str, Any] = {}
+    for key in SHARED:
+        *sections, name = key.split(".")
+        target = shared
+        for section in sections:
+            target = target.setdefault(section, {})
+        value = _get(dumped, key)
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if f"{key}.{k}" not in owned}
+        target[name] = value
+    return shared
 
 
 def algorithm_recipe(
     label: str, shared: dict[str, Any], default_shared: dict[str, Any]
 ) -> tuple[str, dict[str, Any], list[str]]:
     """(recipe name, the recipe this comparison runs, where the recipe deliberately departs
-    from the default recipe in a shared setting: ``["mini_batches 4 (default recipe 2)"]``;
+    from the default recipe in a shared setting: ``["rl.mini_batches 4 (default recipe 2)"]``;
     the shared value replaces it)."""
     from agentic_rl.config import TrainConfig, build
     from agentic_rl.recipes import deep_merge, load_recipe
@@ -200,22 +233,25 @@ def algorithm_recipe(
         if own[key] != value
     ]
     recipe = deep_merge(recipe, shared)
-    if "arpo" in recipe and recipe["arpo"].get("initial_samples", 0) > recipe["group_size"]:
+    rl = recipe["rl"]
+    if "arpo" in rl and rl["arpo"].get("initial_samples", 0) > rl["group_size"]:
         departs.append(
-            f"arpo.initial_samples {recipe['arpo']['initial_samples']} (more than group_size {recipe['group_size']}: lowered to it)"
+            f"rl.arpo.initial_samples {rl['arpo']['initial_samples']} (more than rl.group_size {rl['group_size']}: lowered to it)"
         )
-        recipe["arpo"] = {**recipe["arpo"], "initial_samples": recipe["group_size"]}
+        recipe["rl"] = {**rl, "arpo": {**rl["arpo"], "initial_samples": rl["group_size"]}}
     return recipe_name, recipe, departs
 
 
 def _flat(config: dict[str, Any]) -> dict[str, Any]:
-    """The ``SHARED`` values of a dumped config, one level of sections flattened (``optim.lr``)."""
+    """The ``SHARED`` values of a config (dumped, or ``shared_settings``), keyed by dotted
+    name, one level of sections flattened (``optim.lr``, ``rl.mini_batches``)."""
     flat: dict[str, Any] = {}
     for key in SHARED:
-        if isinstance(config[key], dict):
-            flat.update({f"{key}.{name}": value for name, value in config[key].items()})
+        value = _get(config, key)
+        if isinstance(value, dict):
+            flat.update({f"{key}.{name}": item for name, item in value.items()})
         else:
-            flat[key] = config[key]
+            flat[key] = value
     return flat
 
 
@@ -311,7 +347,7 @@ def run_algorithm(label: str, recipe: dict[str, Any], start: dict[str, Any], fol
     # Tool calls the policy made per task while training; ARPO counts a shared prefix's calls once.
     per_task = mean("arpo/tool_calls_per_task")
     if per_task is None and per_episode is not None:
-        per_task = per_episode * recipe["group_size"]
+        per_task = per_episode * recipe["rl"]["group_size"]
     after = result.evals["after"]
     return {
         "algorithm": label,
@@ -329,8 +365,8 @@ def run_algorithm(label: str, recipe: dict[str, Any], start: dict[str, Any], fol
         "train_reward_mean": mean("reward_mean"),
         "train_tool_calls_per_episode": per_episode,
         "train_tool_calls_per_task": per_task,
-        # DAPO's dynamic sampling samples more groups than tasks_per_step; the others sample tasks_per_step.
-        "groups_sampled_per_step": mean("groups_sampled") or float(recipe["tasks_per_step"]),
+        # DAPO's dynamic sampling samples more groups than rl.tasks_per_step; the others sample rl.tasks_per_step.
+        "groups_sampled_per_step": mean("groups_sampled") or float(recipe["rl"]["tasks_per_step"]),
         "rl_time_s": sum(s.get("step_time_s", 0.0) for s in steps),
         "wall_time_s": wall,
         "curve": {key: [s.get(key) for s in steps] for key in ("accuracy", "reward_mean", "entropy")},
@@ -495,10 +531,11 @@ def settings_lines(
     else:
         collect = config.sft.collect
         start = f"start: {config.model.name} + the default recipe's cold start per seed (sft.collect.source {collect.source}, {collect.num_tasks} tasks)"
+    rl = shared["rl"]
     lines = [
         f"Task {shared['env']['name']}; {start}; seeds {','.join(map(str, args.seed_list))}.",
-        f"Shared by every algorithm: {shared['steps']} steps x {shared['tasks_per_step']} tasks x {shared['group_size']} samples, "
-        f"mini_batches {shared['mini_batches']}, ppo_epochs {shared['ppo_epochs']}, lr {shared['optim']['lr']}, "
+        f"Shared by every algorithm: {rl['steps']} steps x {rl['tasks_per_step']} tasks x {rl['group_size']} samples, "
+        f"rl.mini_batches {rl['mini_batches']}, rl.epochs {rl['epochs']}, lr {shared['optim']['lr']}, "
         f"rollout temperature {shared['rollout']['temperature']} / max_new_tokens {shared['rollout']['max_new_tokens']}; "
         f"held-out: {shared['eval']['num_tasks']} test tasks, temperature {shared['eval']['temperature']}.",
     ]

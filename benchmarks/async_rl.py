@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 
-def _config(**overrides):
+def _config(rl=None, **overrides):
     from agentic_rl.config import TrainConfig
 
     data = {
@@ -34,8 +34,7 @@ def _config(**overrides):
         "env": {"name": "slow_tail_env:SlowTailEnv"},
         "precision": "fp32",
         "rollout": {"max_new_tokens": 16, "max_total_tokens": 256},
-        "tasks_per_step": 4,
-        "group_size": 4,
+        "rl": {"tasks_per_step": 4, "group_size": 4, **(rl or {})},
         "optim": {"lr": 1e-4},
     }
     data.update(overrides)
@@ -112,7 +111,7 @@ def throughput(steps: int) -> dict:
         model={"name": "smollm2-135m", "device": "cpu"},
         env={"name": "arithmetic"},
         rollout={"max_new_tokens": 64, "max_total_tokens": 1024},
-        tasks_per_step=8,
+        rl={"tasks_per_step": 8},
     )
     make_env = lambda: envs.make("arithmetic", split="train")  # noqa: E731
     results = {}

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mini_batches < 2:
         print(f"--mini-batches: expected at least 2 (one update needs no pre-update pass), got {args.mini_batches}")
         return 2
-    recompute = {"algorithm": {"old_logprobs": "recompute"}, "mini_batches": args.mini_batches, "ppo_epochs": 1}
+    recompute = {"algorithm": {"old_logprobs": "recompute"}, "rl": {"mini_batches": args.mini_batches, "epochs": 1}}
     sides = {"every_row": recompute, "later_updates": recompute}
     model, trainers, scored, precision = recipe_sides(args.recipe, args.model, args.seed, sides)
     # The trainer before this change: its pre-update pass covered every row, the first update included.

@@ -31,9 +31,9 @@ PY = sys.executable
 # Short training runs: 2 RL steps that update even on all-zero rewards, small evaluations.
 SHORT = [
     "--set",
-    "steps=2",
+    "rl.steps=2",
     "--set",
-    "skip_zero_advantage=false",
+    "rl.skip_zero_advantage=false",
     "--set",
     "eval.num_tasks=8",
     "--set",
@@ -106,7 +106,7 @@ CHECKS: dict[str, tuple[list[str], int, str]] = {
         "planner estimate / CUDA peak, one update",
     ),
     "lora": (train("default", "--set", "sft.enabled=false", "--set", "lora.enabled=true"), 100, "GRPO-TCR with LoRA"),
-    "ppo-separate": (train("ppo", "--set", "algorithm.critic=separate"), 120, "PPO with a separate critic"),
+    "ppo-separate": (train("ppo", "--set", "algorithm.critic.kind=separate"), 120, "PPO with a separate critic"),
     "torchrun-1": (torchrun("fsdp2"), 150, "torchrun launch, 1 rank (the one-process path)"),
     "rollout": (
         [PY, "benchmarks/rollout.py", "--batch-sizes", "1", "8", "32", "--repeats", "2", "--new-tokens", "64"],

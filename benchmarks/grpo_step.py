@@ -89,12 +89,10 @@ def our_trainer(model_name: str, precision: str, steps: int, max_new_tokens: int
     backend = HFBackend(model, tokenizer, weights_dtype=torch.bfloat16 if precision == "bf16-mixed" else None)
     config = TrainConfig.model_validate(
         {
-            "tasks_per_step": 2,
-            "group_size": 8,
-            "steps": steps + 1,
+            "rl": {"tasks_per_step": 2, "group_size": 8, "steps": steps + 1},
             "precision": precision,
             "optim": {"lr": 1e-6},
-            "algorithm": {"preset": "grpo-t", "kl_coef": 0.0},
+            "algorithm": {"preset": "grpo-t", "kl": {"coef": 0.0}},
             "rollout": {
                 "temperature": 1.0,
                 "top_p": 1.0,

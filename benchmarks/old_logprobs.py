@@ -54,10 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         "rollout": {"temperature": 1.0, "max_new_tokens": 96, "max_total_tokens": 1024},
         "algorithm": {"preset": "grpo-tcr"},
         "optim": {"lr": 1e-5},
-        "steps": 1,
-        "tasks_per_step": args.tasks,
-        "group_size": args.group_size,
-        "mini_batches": 2,
+        "rl": {"steps": 1, "tasks_per_step": args.tasks, "group_size": args.group_size, "mini_batches": 2},
         "precision": "fp32",
     }
     trainers = {}

@@ -5,7 +5,7 @@ and each run's wall time.
 
     python benchmarks/recipe_seeds.py default --seeds 0,1,2
     python benchmarks/recipe_seeds.py search-qa --seeds 0,1,2 --metrics search/em_1hop,search/em_2hop,search/searches
-    python benchmarks/recipe_seeds.py smoke --seeds 0,1 --set steps=1 --output-dir /tmp/seeds-wiring   # wiring check
+    python benchmarks/recipe_seeds.py smoke --seeds 0,1 --set rl.steps=1 --output-dir /tmp/seeds-wiring   # wiring check
 
 A seed sets ``seed`` and ``sft.train.seed`` (the SFT shuffling seed): rollouts, RL sampling
 and the cold start's order vary, the held-out tasks do not (every run evaluates the same

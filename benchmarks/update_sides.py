@@ -13,14 +13,15 @@ import time
 def recipe_sides(recipe_name: str, model_path: str, seed: int, sides: dict[str, dict]):
     """One RL step of ``recipe_name`` sampled once with the model at ``model_path`` (loaded
     in fp32, the recipe's precision applied) and scored, and one RLTrainer per side, each
-    built from the recipe with that side's config overrides. Returns (model, trainers,
+    built from the recipe with that side's config overrides (deep-merged: ``{"rl":
+    {"mini_batches": 4}}`` keeps the recipe's other ``rl`` keys). Returns (model, trainers,
     scored batch, precision)."""
     from agentic_rl.config import TrainConfig, build
     from agentic_rl.engines.factory import build_backend
     from agentic_rl.envs import env_factory
     from agentic_rl.models import load
     from agentic_rl.models.precision import apply_precision
-    from agentic_rl.recipes import load_recipe
+    from agentic_rl.recipes import deep_merge, load_recipe
     from agentic_rl.training.rl import RLTrainer
 
     recipe = load_recipe(recipe_name)[1]
@@ -30,10 +31,10 @@ def recipe_sides(recipe_name: str, model_path: str, seed: int, sides: dict[str, 
     config = build(TrainConfig, recipe)
     precision = apply_precision(model, config.precision).precision
     env = env_factory(config.env.name, config.env.options, split="train")
-    tasks = list(range(config.task_offset, env().num_tasks))
+    tasks = list(range(config.rl.task_offset, env().num_tasks))
     trainers = {}
     for side, overrides in sides.items():
-        side_config = build(TrainConfig, {**recipe, **overrides})
+        side_config = build(TrainConfig, deep_merge(recipe, overrides))
         backend = build_backend(side_config.backend, side_config.model, loaded=(model, tokenizer), precision=precision)
         trainers[side] = RLTrainer(side_config, model, tokenizer, backend, env, tasks)
     first = next(iter(trainers.values()))

@@ -112,9 +112,7 @@ def main() -> None:
         "model": {"name": "smollm2-135m"},
         "env": {"name": "arithmetic", "max_turns": 2},
         "rollout": {"max_new_tokens": 128, "max_total_tokens": 1024},
-        "steps": args.steps + 1,
-        "tasks_per_step": args.tasks_per_step,
-        "group_size": args.group_size,
+        "rl": {"steps": args.steps + 1, "tasks_per_step": args.tasks_per_step, "group_size": args.group_size},
         "optim": {"lr": 1e-6},
         "checkpoint_every": 0,
     }

@@ -1,5 +1,5 @@
 """The RL update with all-zero-advantage trajectories skipped vs forwarded
-(``skip_zero_advantage``), same batch, same run.
+(``rl.skip_zero_advantage``), same batch, same run.
 
     python benchmarks/zero_advantage.py --model RUN/checkpoints/step-0/model [--recipe search-qa] [--repeats 3] [--json out.json]
 
@@ -38,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     model, trainers, scored, precision = recipe_sides(
-        args.recipe, args.model, args.seed, {False: {"skip_zero_advantage": False}, True: {"skip_zero_advantage": True}}
+        args.recipe,
+        args.model,
+        args.seed,
+        {False: {"rl": {"skip_zero_advantage": False}}, True: {"rl": {"skip_zero_advantage": True}}},
     )
     assert trainers[True].skip_zero_advantage, (
         "the recipe's algorithm reads zero-advantage trajectories: nothing to skip"

@@ -46,6 +46,6 @@ def make_env(split: str = "train", num_tasks: int = 1000, max_turns: int = 3) ->
 
 
 if __name__ == "__main__":
-    config = {"model": {"name": "smollm2-135m"}, "env": {"name": "custom_env:make_env"}, "steps": 8}
+    config = {"model": {"name": "smollm2-135m"}, "env": {"name": "custom_env:make_env"}, "rl": {"steps": 8}}
     result = train(config, name="custom-env")
     print(result.run_dir, result.evals["before"]["avg@1"], result.evals["after"]["avg@1"])

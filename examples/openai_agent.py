@@ -114,9 +114,7 @@ def main() -> None:
 
     config = {
         "model": {"name": args.model},
-        "steps": args.steps,
-        "tasks_per_step": args.tasks_per_step,
-        "group_size": args.group_size,
+        "rl": {"steps": args.steps, "tasks_per_step": args.tasks_per_step, "group_size": args.group_size},
         "rollout": {"max_new_tokens": 64, "max_total_tokens": 1024},
         "optim": {"lr": 1e-6},
         "output_dir": args.output_dir,

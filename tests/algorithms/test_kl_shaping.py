@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from agentic_rl.algorithms import PRESET_DESCRIPTIONS, PRESETS, kl_penalty, overlong_penalty
-from agentic_rl.config import AlgorithmConfig
+from agentic_rl.config import AlgorithmConfig, RewardConfig, RLConfig, TrainConfig
 
 
 def test_kl_hand_values():
@@ -50,40 +50,65 @@ def test_overlong_penalty_boundaries():
         overlong_penalty(lengths, max_length=15, buffer=16)
 
 
+def _holds(actual, expected) -> bool:
+    """``expected`` (a preset's sparse overlay) is in ``actual`` (a dumped section); a plain
+    string stands for a ``{name, ...}`` slot's name or a section's kind (``critic: shared``)."""
+    if isinstance(expected, dict):
+        return all(_holds(actual[key], value) for key, value in expected.items())
+    if isinstance(actual, dict):
+        return expected in (actual.get("name"), actual.get("kind"))
+    return actual == expected
+
+
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_every_preset_validates(name):
     config = AlgorithmConfig(preset=name)
-    for key, value in PRESETS[name].items():
-        assert getattr(config, key) == value
+    assert _holds(config.model_dump(), PRESETS[name].get("algorithm", {}))
+    train = TrainConfig(algorithm={"preset": name})  # the reward and rl parts: the training config
+    for section in ("reward", "rl"):
+        assert _holds(getattr(train, section).model_dump(), PRESETS[name].get(section, {}))
     assert PRESET_DESCRIPTIONS[name]
 
 
 def test_preset_keys_and_named_values():
-    # every preset fills every field without a default (the preset-filled ones), so none is ever missing
-    unset = {name for name, field in AlgorithmConfig.model_fields.items() if field.is_required()}
-    assert {"advantage", "policy_loss", "clip_high", "critic"} <= unset
-    assert all(unset <= set(p) <= set(AlgorithmConfig.model_fields) for p in PRESETS.values())
+    # every field has a default (presets are sparse overlays), so none is ever missing
+    assert not {name for name, field in AlgorithmConfig.model_fields.items() if field.is_required()}
+    for preset in PRESETS.values():
+        assert set(preset) <= {"algorithm", "reward", "rl"}
+        assert set(preset.get("algorithm", {})) <= set(AlgorithmConfig.model_fields)
+        assert set(preset.get("reward", {})) <= set(RewardConfig.model_fields)
+        assert set(preset.get("rl", {})) <= set(RLConfig.model_fields)
     assert set(PRESET_DESCRIPTIONS) == set(PRESETS)
     default = AlgorithmConfig()
     assert (
         default.preset,
         default.aggregation,
-        default.clip_low,
-        default.clip_high,
-        default.overlong_buffer,
-        default.kl_coef,
+        default.policy_loss.params["clip_low"],
+        default.policy_loss.params["clip_high"],
+        TrainConfig().reward.overlong_buffer,
+        default.kl.coef,
     ) == ("grpo-tcr", "token-mean", 0.2, 0.315, 64, 0.0)
     # DAPO and StarPO-S keep the 0.28 of their papers; the GRPO-TCR variants follow GRPO-TCR.
-    assert [PRESETS[name]["clip_high"] for name in ("dapo", "starpo-s", "mt-grpo", "gigpo")] == [
+    assert [
+        PRESETS[name]["algorithm"]["policy_loss"]["clip_high"] for name in ("dapo", "starpo-s", "mt-grpo", "gigpo")
+    ] == [
         0.28,
         0.28,
         0.315,
         0.315,
     ]
-    assert PRESETS["grpo"]["kl_coef"] == 0.04 and PRESETS["dr-grpo"]["normalize_by_std"] is False
+    assert PRESETS["grpo"]["algorithm"]["kl"]["coef"] == 0.04
+    assert PRESETS["dr-grpo"]["algorithm"]["advantage"]["normalize_by_std"] is False
 
 
 def test_explicit_fields_override_preset():
-    config = AlgorithmConfig(preset="grpo", kl_coef=0.1, aggregation="token-mean", normalize_by_std=False)
-    assert (config.kl_coef, config.aggregation, config.normalize_by_std) == (0.1, "token-mean", False)
-    assert config.clip_high == 0.2
+    config = AlgorithmConfig(
+        preset="grpo", kl={"coef": 0.1}, aggregation="token-mean", advantage={"normalize_by_std": False}
+    )
+    assert (config.kl.coef, config.aggregation, config.advantage.params["normalize_by_std"]) == (
+        0.1,
+        "token-mean",
+        False,
+    )
+    assert config.advantage.name == "grpo" and config.kl.estimator == "k3"
+    assert config.policy_loss.params["clip_high"] == 0.2

@@ -230,7 +230,8 @@ def test_grpo_tcr_clip_bounds_act_after_a_first_mini_batch_update() -> None:
     (and the clipped tokens get no gradient)."""
     from agentic_rl.config import AlgorithmConfig
 
-    params = AlgorithmConfig(preset="grpo-tcr").policy_loss_params()
+    config = AlgorithmConfig(preset="grpo-tcr")
+    params = {**config.policy_loss.params, "aggregation": config.aggregation}
     assert params == {"clip_low": 0.2, "clip_high": 0.315, "clip_ratio_c": None, "aggregation": "token-mean"}
     # A categorical policy per position (3 positions, 4 tokens), uniform at first. Two good
     # answers (tokens 0, 1, 2; A = +1) and two bad ones (token 3 throughout; A = -1).

@@ -74,7 +74,7 @@ def test_gspo_hand_values_with_the_paper_ranges() -> None:
 
 def test_gspo_hand_values_with_wide_ranges() -> None:
     s0, s1 = 0.75 ** (1 / 3), 0.99**0.5
-    _, out = _run("gspo", gspo_clip_low=0.05, gspo_clip_high=0.05)
+    _, out = _run("gspo", clip_low=0.05, clip_high=0.05)
     # row 0: s0 = 0.9086 < 0.95 with A > 0: unclipped; row 1: s1 = 0.995 inside.
     assert out.loss.item() == pytest.approx((-(2 / 3) * s0 + 0.75 * s1) / 2, rel=1e-12)
     assert out.metrics["clip_frac_low"] == 0.0
@@ -103,7 +103,7 @@ def test_cispo_hand_values() -> None:
     assert (out.metrics["clip_frac_low"], out.metrics["clip_frac_high"]) == (0.0, pytest.approx(1 / 5))
     # with a lower bound 0.4 the 0.5 ratio becomes 0.6
     rows[0][1] = -0.6 * A[0][1] * log[0][1]
-    _, out = _run("cispo", cispo_clip_low=0.4)
+    _, out = _run("cispo", clip_low=0.4)
     assert out.loss.item() == pytest.approx(_token_mean(*rows), rel=1e-12)
     assert out.metrics["clip_frac_low"] == pytest.approx(1 / 5)
 
@@ -119,7 +119,7 @@ def test_sapo_hand_values() -> None:
     _, out = _run("sapo")
     assert out.loss.item() == pytest.approx(_seq_mean(row0, row1), rel=1e-12)
     assert (out.metrics["clip_frac_low"], out.metrics["clip_frac_high"]) == (0.0, 0.0)
-    _, out = _run("sapo", sapo_tau_pos=2.0, sapo_tau_neg=3.0, aggregation="token-mean")
+    _, out = _run("sapo", tau_pos=2.0, tau_neg=3.0, aggregation="token-mean")
     row0 = [-gate(1.5, 2.0) * 1.0, -gate(0.5, 3.0) * -1.0, -gate(1.0, 2.0) * 2.0]
     row1 = [-gate(1.1, 3.0) * -2.0, -gate(0.9, 2.0) * 0.5]
     assert out.loss.item() == pytest.approx(_token_mean(row0, row1), rel=1e-12)
@@ -144,7 +144,7 @@ def test_clip_cov_hand_values_and_selection() -> None:
     # has a covariance in (0.3, 5), so it is the one token whose gradient goes.
     assert max(cov, key=cov.get) == (0, 1) and cov[(0, 2)] > 0.3 > max(cov[(1, 0)], cov[(1, 1)])
     ppo = [[-1.28, 0.8, -2.0], [2.2, -0.45]]
-    logprobs, out = _run("clip-cov", True, clip_low=0.2, clip_high=0.28, clip_cov_lb=0.3)
+    logprobs, out = _run("clip-cov", True, clip_low=0.2, clip_high=0.28, cov_lb=0.3)
     assert out.loss.item() == pytest.approx(_token_mean(*ppo), rel=1e-12)  # detached, not removed
     assert (
         out.metrics["clip_frac_low"],
@@ -171,7 +171,7 @@ def test_kl_cov_hand_values() -> None:
     assert out.metrics["cov_selected_frac"] == pytest.approx(1 / 5)
     # ratio 0.4 -> int(2.0) = 2 tokens: the next highest is (0, 2), whose |log r| is 0
     plain[0][1] += 0.9 * abs(math.log(0.5))
-    _, out = _run("kl-cov", kl_cov_ratio=0.4, kl_cov_coef=1.0)
+    _, out = _run("kl-cov", cov_ratio=0.4, kl_coef=1.0)
     assert out.loss.item() == pytest.approx(_token_mean(*plain), rel=1e-12)
     assert out.metrics["cov_selected_frac"] == pytest.approx(2 / 5)
 
@@ -313,25 +313,25 @@ def _loop_ppo(lp, old, adv, mask, low, high):
 
 LOOPS = {
     "gspo": (
-        dict(gspo_clip_low=0.03, gspo_clip_high=0.04),
+        dict(clip_low=0.03, clip_high=0.04),
         lambda lp, old, adv, mask: _loop_gspo(lp, old, adv, mask, 0.03, 0.04, False),
     ),
     "gspo-token": (
-        dict(gspo_clip_low=0.03, gspo_clip_high=0.04),
+        dict(clip_low=0.03, clip_high=0.04),
         lambda lp, old, adv, mask: _loop_gspo(lp, old, adv, mask, 0.03, 0.04, True),
     ),
-    "cispo": (dict(cispo_clip_high=0.1), lambda *x: _loop_per_token(_loop_cispo(None, 0.1), *x)),
+    "cispo": (dict(clip_high=0.1), lambda *x: _loop_per_token(_loop_cispo(None, 0.1), *x)),
     "cispo-lower": (
-        dict(cispo_clip_low=0.1, cispo_clip_high=0.15),
+        dict(clip_low=0.1, clip_high=0.15),
         lambda *x: _loop_per_token(_loop_cispo(0.1, 0.15), *x),
     ),
-    "sapo": (dict(sapo_tau_pos=1.0, sapo_tau_neg=1.05), lambda *x: _loop_per_token(_loop_sapo(1.0, 1.05), *x)),
+    "sapo": (dict(tau_pos=1.0, tau_neg=1.05), lambda *x: _loop_per_token(_loop_sapo(1.0, 1.05), *x)),
     # clip-cov's value is PPO's whatever it selects (the selected tokens are detached)
     "clip-cov": (
-        dict(clip_low=0.2, clip_high=0.28, clip_cov_ratio=0.5, clip_cov_lb=-1.0, clip_cov_ub=1.0),
+        dict(clip_low=0.2, clip_high=0.28, cov_ratio=0.5, cov_lb=-1.0, cov_ub=1.0),
         lambda *x: _loop_ppo(*x, 0.2, 0.28),
     ),
-    "kl-cov": (dict(kl_cov_ratio=0.2, kl_cov_coef=0.5), lambda *x: _loop_kl_cov(*x, 0.2, 0.5)),
+    "kl-cov": (dict(cov_ratio=0.2, kl_coef=0.5), lambda *x: _loop_kl_cov(*x, 0.2, 0.5)),
     "gpg": ({}, lambda *x: _loop_per_token(lambda lp, old, a: -a * lp, *x)),
     "reinforce": ({}, lambda *x: _loop_per_token(lambda lp, old, a: -a * math.exp(lp - old), *x)),
 }
@@ -354,7 +354,7 @@ def test_matches_python_loop(case, aggregation, seed) -> None:
 @pytest.mark.parametrize("name", ["gspo", "gspo-token"])
 def test_gspo_clip_fractions_match_loop(name) -> None:
     logprobs, old, advantages, mask = _random_batch(3)
-    out = compute_policy_loss(name, logprobs, old, advantages, mask, gspo_clip_low=0.03, gspo_clip_high=0.04)
+    out = compute_policy_loss(name, logprobs, old, advantages, mask, clip_low=0.03, clip_high=0.04)
     lp, o, adv, m = _lists(logprobs, old, advantages, mask)
     low = high = tokens = 0
     for b in range(len(lp)):
@@ -381,7 +381,8 @@ def test_micro_batches_add_up_to_the_mini_batch(name, aggregation) -> None:
     """The trainer's call: the config's parameters plus the mini-batch's normalisers; the
     cov losses are left out (their token selection is per call, as verl's)."""
     logprobs, old, advantages, mask = _random_batch(4)
-    params = {**AlgorithmConfig(policy_loss=name, aggregation=aggregation).policy_loss_params()}
+    config = AlgorithmConfig(policy_loss=name, aggregation=aggregation)
+    params = {**config.policy_loss.params, "aggregation": config.aggregation}
     whole = compute_policy_loss(name, logprobs, old, advantages, mask, **params).loss
     norms = {"num_tokens": float(mask.sum()), "num_sequences": 5.0, "norm_length": 7.0}
     parts = sum(
@@ -400,7 +401,7 @@ def test_cispo_gives_every_token_a_gradient_even_when_clipped() -> None:
     advantages = torch.tensor([[1.0, -1.0, 1.0, -2.0]], dtype=torch.float64)
     mask = torch.ones(1, 4, dtype=torch.float64)
     logprobs = (old + ratios.log()).requires_grad_(True)
-    out = compute_policy_loss("cispo", logprobs, old, advantages, mask, cispo_clip_low=0.2, cispo_clip_high=0.2)
+    out = compute_policy_loss("cispo", logprobs, old, advantages, mask, clip_low=0.2, clip_high=0.2)
     out.loss.backward()
     weights = torch.tensor([[1.2, 0.8, 1.05, 1.2]], dtype=torch.float64)  # clip(r, 0.8, 1.2)
     assert torch.allclose(logprobs.grad, -weights * advantages / 4, rtol=1e-12, atol=0)
@@ -414,7 +415,7 @@ def test_cispo_gives_every_token_a_gradient_even_when_clipped() -> None:
 
 def test_clip_cov_detaches_exactly_the_drawn_tokens() -> None:
     logprobs, old, advantages, mask = _random_batch(5, B=6, T=10)
-    params = dict(clip_low=0.2, clip_high=0.28, clip_cov_lb=-0.5, clip_cov_ub=0.5)
+    params = dict(clip_low=0.2, clip_high=0.28, cov_lb=-0.5, cov_ub=0.5)
     ppo_logprobs = logprobs.clone().requires_grad_(True)
     policy_loss(ppo_logprobs, old, advantages, mask, clip_low=0.2, clip_high=0.28).loss.backward()
     covariance = _loop_covariance(*_lists(logprobs, advantages, mask))
@@ -426,7 +427,7 @@ def test_clip_cov_detaches_exactly_the_drawn_tokens() -> None:
     for seed in range(3):
         torch.manual_seed(seed)
         lp = logprobs.clone().requires_grad_(True)
-        out = compute_policy_loss("clip-cov", lp, old, advantages, mask, clip_cov_ratio=0.2, **params)
+        out = compute_policy_loss("clip-cov", lp, old, advantages, mask, cov_ratio=0.2, **params)
         out.loss.backward()
         gone = {(b, t) for b, t in covariance if lp.grad[b, t] == 0 and ppo_logprobs.grad[b, t] != 0}
         assert gone <= candidates and len(gone) == count
@@ -437,7 +438,7 @@ def test_clip_cov_detaches_exactly_the_drawn_tokens() -> None:
         assert torch.allclose(lp.grad[kept], ppo_logprobs.grad[kept], rtol=1e-12, atol=0)
     # a ratio of 1 detaches every candidate
     lp = logprobs.clone().requires_grad_(True)
-    compute_policy_loss("clip-cov", lp, old, advantages, mask, clip_cov_ratio=1.0, **params).loss.backward()
+    compute_policy_loss("clip-cov", lp, old, advantages, mask, cov_ratio=1.0, **params).loss.backward()
     assert {k for k in covariance if lp.grad[k] == 0 and ppo_logprobs.grad[k] != 0} == candidates
 
 
@@ -446,7 +447,7 @@ def test_clip_cov_detaches_exactly_the_drawn_tokens() -> None:
 def test_gspo_token_equals_gspo_when_each_sequence_has_one_advantage(aggregation, bounds) -> None:
     logprobs, old, advantages, mask = _random_batch(6)
     shared = advantages[:, :1].expand_as(advantages) * mask
-    params = dict(gspo_clip_low=bounds[0], gspo_clip_high=bounds[1], aggregation=aggregation)
+    params = dict(clip_low=bounds[0], clip_high=bounds[1], aggregation=aggregation)
     results = []
     for name in ("gspo", "gspo-token"):
         lp = logprobs.clone().requires_grad_(True)
@@ -465,7 +466,7 @@ def test_gspo_gradient_spreads_the_sequence_ratio_over_its_tokens() -> None:
     logprobs, old, advantages, mask = _random_batch(7)
     lp = logprobs.clone().requires_grad_(True)
     compute_policy_loss(
-        "gspo", lp, old, advantages, mask, gspo_clip_low=0.9, gspo_clip_high=10.0, aggregation="seq-mean-token-mean"
+        "gspo", lp, old, advantages, mask, clip_low=0.9, clip_high=10.0, aggregation="seq-mean-token-mean"
     ).loss.backward()
     lengths = mask.sum(-1).clamp(min=1)
     s = (((logprobs - old) * mask).sum(-1) / lengths).exp()
@@ -516,7 +517,7 @@ def test_gspo_scaling_by_one_weight_per_sequence() -> None:
     seq-mis) scales its loss term exactly."""
     logprobs, old, advantages, mask = _random_batch(11)
     weights = torch.tensor([0.5, 1.5, 1.0, 0.0, 2.0], dtype=torch.float64)[:, None].expand_as(advantages)
-    params = dict(gspo_clip_low=0.02, gspo_clip_high=0.02, aggregation="seq-mean-token-mean")
+    params = dict(clip_low=0.02, clip_high=0.02, aggregation="seq-mean-token-mean")
     scaled = compute_policy_loss("gspo", logprobs, old, advantages * weights, mask, **params).loss
     rows = [
         compute_policy_loss(
@@ -532,26 +533,24 @@ def test_gspo_scaling_by_one_weight_per_sequence() -> None:
 def test_registry_names_and_parameters() -> None:
     assert set(NEW_LOSSES) | {"ppo-clip"} == set(POLICY_LOSSES)
     tail = ("aggregation", "num_tokens", "num_sequences", "norm_length")
-    assert (
-        POLICY_LOSSES.params("gspo") == POLICY_LOSSES.params("gspo-token") == ("gspo_clip_low", "gspo_clip_high", *tail)
-    )
-    assert POLICY_LOSSES.params("cispo") == ("cispo_clip_low", "cispo_clip_high", *tail)
-    assert POLICY_LOSSES.params("sapo") == ("sapo_tau_pos", "sapo_tau_neg", *tail)
+    assert POLICY_LOSSES.params("gspo") == POLICY_LOSSES.params("gspo-token") == ("clip_low", "clip_high", *tail)
+    assert POLICY_LOSSES.params("cispo") == ("clip_low", "clip_high", *tail)
+    assert POLICY_LOSSES.params("sapo") == ("tau_pos", "tau_neg", *tail)
     assert POLICY_LOSSES.params("clip-cov") == (
         "clip_low",
         "clip_high",
-        "clip_cov_ratio",
-        "clip_cov_lb",
-        "clip_cov_ub",
+        "cov_ratio",
+        "cov_lb",
+        "cov_ub",
         *tail,
     )
-    assert POLICY_LOSSES.params("kl-cov") == ("kl_cov_ratio", "kl_cov_coef", *tail)
+    assert POLICY_LOSSES.params("kl-cov") == ("cov_ratio", "kl_coef", *tail)
     assert POLICY_LOSSES.params("gpg") == POLICY_LOSSES.params("reinforce") == tail
     with pytest.raises(
         TypeError,
-        match="policy loss 'gspo' takes no parameter 'clip_low'; its parameters: gspo_clip_low, gspo_clip_high",
+        match="policy loss 'gspo' takes no parameter 'gspo_clip_low'; its parameters: clip_low, clip_high",
     ):
-        compute_policy_loss("gspo", *_hand_batch(), clip_low=0.2)
+        compute_policy_loss("gspo", *_hand_batch(), gspo_clip_low=0.2)
 
 
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)

@@ -27,10 +27,10 @@ from agentic_rl.rollout import rollout
 from agentic_rl.training.rl import RLTrainer
 
 ALGORITHMS = {
-    "": {"preset": "grpo-tcr", "kl_coef": 0.01},
-    "lora": {"preset": "grpo-tcr", "kl_coef": 0.01},
-    "critic-shared": {"preset": "ppo", "critic_lr": 1e-3},
-    "critic-separate": {"preset": "ppo", "critic": "separate", "critic_lr": 1e-3},
+    "": {"preset": "grpo-tcr", "kl": {"coef": 0.01}},
+    "lora": {"preset": "grpo-tcr", "kl": {"coef": 0.01}},
+    "critic-shared": {"preset": "ppo", "critic": {"lr": 1e-3}},
+    "critic-separate": {"preset": "ppo", "critic": {"kind": "separate", "lr": 1e-3}},
     "kl-reward": {"preset": "reinforce++"},
 }
 
@@ -110,12 +110,14 @@ def main(strategy: str, out: str, variant: str = "") -> None:
             "precision": "fp32",
             "trainer": {"strategy": strategy},
             "rollout": {"max_new_tokens": 10, "max_total_tokens": 512, "temperature": 1.0},
-            "steps": 1,
-            "tasks_per_step": 3,
-            "group_size": 3,
-            "ppo_epochs": 2,
-            "mini_batches": 2,
-            "micro_batch_tokens": 64,
+            "rl": {
+                "steps": 1,
+                "tasks_per_step": 3,
+                "group_size": 3,
+                "epochs": 2,
+                "mini_batches": 2,
+                "micro_batch_tokens": 64,
+            },
             "optim": {"lr": 1e-3},
             "checkpoint_every": 0,
             "algorithm": ALGORITHMS[variant],

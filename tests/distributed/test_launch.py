@@ -24,7 +24,7 @@ from agentic_rl.training.rl_metrics import MACHINE_METRICS
 FP32 = ("--set", "precision=fp32")  # the same numbers on every CPU (auto picks bf16 where it is fast)
 # The random model's advantages are all zero, which the update would skip: forward every
 # trajectory, so that the ranks' forward passes (their entropy) are compared too.
-FORWARD_ALL = ("--set", "skip_zero_advantage=false")
+FORWARD_ALL = ("--set", "rl.skip_zero_advantage=false")
 
 
 def _cli(*args: str, wait: bool = True, timeout: float = 300):
@@ -152,12 +152,12 @@ def test_a_killed_rank_ends_the_run_and_it_resumes_on_two_ranks_or_one(strategy:
     import shutil
 
     run = tmp_path / "run"
-    ppo = ("--set", "algorithm.preset=ppo", "--set", "algorithm.critic=separate") if critic else ()
+    ppo = ("--set", "algorithm.preset=ppo", "--set", "algorithm.critic.kind=separate") if critic else ()
     args = (
         "--set",
         f"trainer.strategy={strategy}",
         "--set",
-        "steps=4",
+        "rl.steps=4",
         "--set",
         "checkpoint_every=1",
         "--set",
@@ -215,7 +215,7 @@ def test_max_restarts_continues_the_run_after_a_rank_dies(tmp_path) -> None:
     """--max-restarts 1: torch elastic restarts both ranks after one is killed, and the
     restarted processes resume the run from its newest checkpoint instead of starting over."""
     run = tmp_path / "run"
-    args = ("--set", "steps=4", "--set", "checkpoint_every=1", "--set", "trainer.timeout_s=60", *MOVING)
+    args = ("--set", "rl.steps=4", "--set", "checkpoint_every=1", "--set", "trainer.timeout_s=60", *MOVING)
     launcher = _cli("smoke", *FP32, "--nproc", "2", "--max-restarts", "1", *args, "--output-dir", str(run), wait=False)
     _kill_rank_after_checkpoint(launcher, run)
     output, _ = launcher.communicate(timeout=300)

@@ -14,7 +14,7 @@ from agentic_rl.distributed.launch import torchrun_command
 
 def test_torchrun_command_drops_the_launcher_flags() -> None:
     command = torchrun_command(
-        ["train", "smoke", "--nproc", "2", "--max-restarts=1", "--set", "steps=3"],
+        ["train", "smoke", "--nproc", "2", "--max-restarts=1", "--set", "rl.steps=3"],
         nproc=2,
         max_restarts=1,
         recipe="smoke",
@@ -30,7 +30,7 @@ def test_torchrun_command_drops_the_launcher_flags() -> None:
         "train",
         "smoke",
         "--set",
-        "steps=3",
+        "rl.steps=3",
     ]
 
 
@@ -52,7 +52,7 @@ def test_single_is_refused_on_several_processes() -> None:
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"algorithm": {"rollout": "arpo"}, "arpo": {"initial_samples": 2}, "group_size": 2},
+        {"rl": {"sampling": "arpo", "arpo": {"initial_samples": 2}, "group_size": 2}},
         {"algorithm": {"preset": "ppo"}},
     ],
 )
@@ -61,10 +61,8 @@ def test_arpo_and_a_critic_run_on_several_processes(overrides: dict) -> None:
 
 
 def test_fsdp2_takes_a_critic_and_lora() -> None:
-    assert (
-        TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}, "algorithm": {"preset": "ppo"}}).algorithm.critic
-        == "shared"
-    )
+    config = TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}, "algorithm": {"preset": "ppo"}})
+    assert config.algorithm.critic.kind == "shared"
     TrainConfig.model_validate({"trainer": {"strategy": "fsdp2"}, "lora": {"enabled": True}})
 
 

@@ -34,9 +34,7 @@ def _recipe(path: Path, **distributed) -> Path:
         "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
         "eval": {"num_tasks": 2},
         "optim": {"lr": 1e-3},
-        "steps": STEPS,
-        "tasks_per_step": 2,
-        "group_size": 2,
+        "rl": {"steps": STEPS, "tasks_per_step": 2, "group_size": 2},
         "checkpoint_every": 1,
         "distributed": {"engine": "ray", "rollout_workers": 1, **distributed},
     }

@@ -69,9 +69,7 @@ def _recipe(path, address: str) -> None:
                 "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
                 "eval": {"num_tasks": 2},
                 "optim": {"lr": 1e-3},
-                "steps": 2,
-                "tasks_per_step": 2,
-                "group_size": 2,
+                "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 2},
                 "checkpoint_every": 0,
                 "distributed": {
                     "engine": "ray",

@@ -43,15 +43,13 @@ def ray_cluster():
     torch.set_num_threads(threads)
 
 
-def _config(env_options=None, **overrides) -> TrainConfig:
+def _config(env_options=None, rl=None, **overrides) -> TrainConfig:
     data = {
         "model": {"name": "tiny-random", "device": "cpu"},
         "env": {"name": ENV, **(env_options or {})},
         "precision": "fp32",
         "rollout": {"max_new_tokens": 12, "max_total_tokens": 256},
-        "steps": 3,
-        "tasks_per_step": 4,
-        "group_size": 4,
+        "rl": {"steps": 3, "tasks_per_step": 4, "group_size": 4, **(rl or {})},
         "optim": {"lr": 1e-3},
     }
     data.update(overrides)
@@ -127,7 +125,9 @@ def test_killed_worker_costs_only_its_trajectories(tiny) -> None:
     """A worker SIGKILLed mid-step: its groups come back as infrastructure errors (out of the
     loss, counted), the step updates on the rest, Ray restarts the worker, and the next step
     has no errors (the new worker caught up with the weights)."""
-    config = _config({"step_s": 2.0}, distributed={"engine": "ray", "rollout_workers": 2}, max_failed_fraction=0.5)
+    config = _config(
+        {"step_s": 2.0}, distributed={"engine": "ray", "rollout_workers": 2}, rl={"max_failed_fraction": 0.5}
+    )
     trainer = _trainer(tiny, config, lambda model: RayRollouts(config, model))
     try:
         before = trainer.backend.info()

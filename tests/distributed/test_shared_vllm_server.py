@@ -40,7 +40,7 @@ def _train_on_two_ranks(server: VLLMServer, strategy: str, run: Path) -> subproc
         f"backend.base_url={server.base_url}",
         f"trainer.strategy={strategy}",
         "precision=fp32",
-        "skip_zero_advantage=false",
+        "rl.skip_zero_advantage=false",
         "checkpoint_every=0",
         "tracking.report=false",
     ):
@@ -96,7 +96,7 @@ def test_the_ray_trainer_group_runs_on_vllm_servers(tmp_path, monkeypatch) -> No
         "distributed.trainer_cpus=0.5",
         "distributed.worker_cpus=0.5",
         "precision=fp32",
-        "skip_zero_advantage=false",
+        "rl.skip_zero_advantage=false",
         "checkpoint_every=0",
         "tracking.report=false",
     ):

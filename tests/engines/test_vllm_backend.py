@@ -304,8 +304,8 @@ def test_a_running_server_is_used_as_it_is(backend) -> None:
     ("overrides", "message"),
     [
         (
-            {"algorithm": {"rollout": "arpo"}, "arpo": {"initial_samples": 2}, "group_size": 2},
-            "algorithm.rollout: backend.kind vllm: ARPO branches on per-token entropies",
+            {"rl": {"sampling": "arpo", "arpo": {"initial_samples": 2}, "group_size": 2}},
+            "rl.sampling: backend.kind vllm: ARPO branches on per-token entropies",
         ),
         (
             {"backend": {"kind": "sglang"}, "lora": {"enabled": True}},
@@ -437,13 +437,10 @@ def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path,
         "env": {"name": "arithmetic", "max_turns": 1},
         "rollout": {"max_new_tokens": 8, "max_total_tokens": 256},
         "eval": {"num_tasks": 2},
-        "steps": 2,
-        "tasks_per_step": 2,
-        "group_size": 2,
+        "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 2, "skip_zero_advantage": False},
         "checkpoint_every": 0,
         "output_dir": str(tmp_path / "run"),
         "lora": {"enabled": lora, "r": 4},
-        "skip_zero_advantage": False,
     }
     result = train(config)
     assert [step["weight_sync_time_s"] > 0 for step in result.steps] == [True, True]

@@ -113,6 +113,51 @@ def test_the_server_follows_the_trainers_weights(served) -> None:
     )
 
 
+def test_a_broadcast_push_serves_exactly_what_a_files_push_serves(served) -> None:
+    """backend.weight_sync: the managed server takes weights by broadcast (auto picks it);
+    the same weights pushed that way and through files answer exactly alike (greedy tokens,
+    their log-probs, teacher-forced log-probs), and pushing the original weights back
+    restores the original answers exactly. Small buckets: their boundaries fall inside the
+    fused q/k/v and gate/up projections, which must still load whole."""
+    import copy
+
+    model, tokenizer, backend = served
+    prompt = _prompt(tokenizer)
+    sampling = SamplingParams(temperature=0, max_new_tokens=24)
+
+    def answer() -> tuple:
+        completion = backend.generate([prompt], sampling, stop_token_ids=[tokenizer.eos_token_id])[0]
+        assert completion.error is None
+        forced = _server_logprobs(backend, prompt, completion.token_ids).tolist()
+        return completion.token_ids, completion.logprobs, forced
+
+    assert backend.transport() == "collective"
+    perturbed = copy.deepcopy(model)
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for name, parameter in perturbed.named_parameters():
+            if "mlp" in name or "self_attn" in name:
+                parameter.add_(torch.randn_like(parameter) * 0.02)
+    bucket_bytes, backend.sender.bucket_bytes = backend.sender.bucket_bytes, 8 << 20
+    try:
+        backend.weight_sync = "files"
+        backend.sync_weights(model)
+        original = answer()
+        backend.sync_weights(perturbed)
+        by_files = answer()
+        assert by_files != original and backend.last_transport == "files"
+        backend.weight_sync = "auto"
+        backend.sync_weights(model)
+        assert answer() == original and backend.last_transport == "collective"
+        backend.sync_weights(perturbed)
+        assert answer() == by_files
+        backend.sync_weights(model)
+        assert answer() == original
+    finally:
+        backend.sender.bucket_bytes, backend.weight_sync = bucket_bytes, "auto"
+        backend.sync_weights(model)
+
+
 def test_two_grpo_steps_train_on_the_servers_rollouts(served) -> None:
     model, tokenizer, backend = served
     config = TrainConfig.model_validate(
@@ -122,14 +167,11 @@ def test_two_grpo_steps_train_on_the_servers_rollouts(served) -> None:
             "backend": {"kind": "vllm"},
             "env": {"name": "arithmetic", "max_turns": 2},
             "rollout": {"max_new_tokens": 48, "max_total_tokens": 1024},
-            "steps": 2,
-            "tasks_per_step": 2,
-            "group_size": 4,
+            # skip_zero_advantage off: forward every episode: with only 2 groups, both may
+            # score alike and the default would train (and measure the sampler gap) on nothing.
+            "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 4, "skip_zero_advantage": False},
             "optim": {"lr": 1e-5},
             "checkpoint_every": 0,
-            # Forward every episode: with only 2 groups, both may score alike and the default
-            # would train (and measure the sampler gap) on nothing.
-            "skip_zero_advantage": False,
         }
     )
     make_env = lambda: envs.make("arithmetic", max_turns=2)  # noqa: E731
@@ -264,7 +306,7 @@ def test_two_fsdp2_ranks_train_on_one_server(served, tmp_path) -> None:
         f"backend.base_url={backend.base_url}",
         "trainer.strategy=fsdp2",
         "precision=fp32",
-        "skip_zero_advantage=false",
+        "rl.skip_zero_advantage=false",
         "rollout.max_new_tokens=32",
         "eval.num_tasks=2",
         "checkpoint_every=0",

@@ -27,13 +27,11 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TASKS = [{"id": f"t{i}", "question": f"Say something about {i}."} for i in range(16)]
 
 
-def _config(**overrides) -> TrainConfig:
+def _config(rl: dict | None = None, **overrides) -> TrainConfig:
     data = {
         "model": {"name": "tiny-random", "device": "cpu"},
         "precision": "fp32",
-        "steps": 2,
-        "tasks_per_step": 4,
-        "group_size": 4,
+        "rl": {"steps": 2, "tasks_per_step": 4, "group_size": 4, **(rl or {})},
         "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
         "optim": {"lr": 1e-3},
     }
@@ -65,7 +63,9 @@ def test_sixteen_concurrent_episodes_per_step_train_the_policy(tiny) -> None:
 def test_a_seeded_run_repeats(tiny) -> None:
     """Episode streams come from the run's seed: two runs sample the same replies."""
     runs = [
-        agents.train(one_call_agent, TASKS, parity, _config(steps=1), loaded=(copy.deepcopy(tiny[0]), tiny[1])).steps[0]
+        agents.train(
+            one_call_agent, TASKS, parity, _config(rl={"steps": 1}), loaded=(copy.deepcopy(tiny[0]), tiny[1])
+        ).steps[0]
         for _ in range(2)
     ]
     assert runs[0]["reward_mean"] == runs[1]["reward_mean"] and runs[0]["response_length"] == runs[1]["response_length"]
@@ -90,7 +90,9 @@ def rewriting_agent(task, client):
 
 
 def test_an_agent_that_rewrites_its_history_trains_on_every_sample(tiny) -> None:
-    result = agents.train(rewriting_agent, TASKS, parity, _config(steps=1), loaded=(copy.deepcopy(tiny[0]), tiny[1]))
+    result = agents.train(
+        rewriting_agent, TASKS, parity, _config(rl={"steps": 1}), loaded=(copy.deepcopy(tiny[0]), tiny[1])
+    )
     step = result.steps[0]
     assert step["calls_per_episode"] == 2.0 and step["samples_per_episode"] == 2.0
 
@@ -102,7 +104,7 @@ def flaky_agent(task, client):
 
 
 def test_agent_exceptions_are_infra_errors_or_zero_reward(tiny) -> None:
-    config = _config(steps=1, tasks_per_step=2, task_offset=0)
+    config = _config(rl={"steps": 1, "tasks_per_step": 2, "task_offset": 0})
     infra = agents.train(flaky_agent, TASKS[:2] * 2, parity, config, loaded=(copy.deepcopy(tiny[0]), tiny[1])).steps[0]
     assert infra["agent_errors"] == 1.0 and infra["infra_errors"] == 8 and infra["skipped_infra"] == 1.0
     with pytest.raises(ValueError, match="on_agent_error"):
@@ -195,7 +197,7 @@ def test_a_run_directory_with_held_out_evals_checkpoints_and_an_exact_resume(tin
     from agentic_rl.config import ConfigError
 
     run = tmp_path / "run"
-    config = _config(steps=2, checkpoint_every=1, output_dir=str(run), seed=3)
+    config = _config(rl={"steps": 2}, checkpoint_every=1, output_dir=str(run), seed=3)
     first = agents.train(
         one_call_agent, TASKS, parity, config, eval_tasks=TASKS[:4], eval_k=2, loaded=(copy.deepcopy(tiny[0]), tiny[1])
     )
@@ -217,14 +219,14 @@ def test_a_run_directory_with_held_out_evals_checkpoints_and_an_exact_resume(tin
         one_call_agent,
         TASKS,
         parity,
-        {"steps": 3},
+        {"rl": {"steps": 3}},
         eval_tasks=TASKS[:4],
         eval_k=2,
         resume=run,
         on_stage=stages.append,
         loaded=(copy.deepcopy(tiny[0]), tiny[1]),
     )
-    assert "resumed from step-000001 (step 1 of 3)" in stages and "resume: steps: 2 -> 3" in stages
+    assert "resumed from step-000001 (step 1 of 3)" in stages and "resume: rl.steps: 2 -> 3" in stages
     assert [int(s["step"]) for s in resumed.steps] == [0, 1, 2]
     assert (
         resumed.steps[1]["reward_mean"] == first.steps[1]["reward_mean"]
@@ -235,7 +237,12 @@ def test_a_run_directory_with_held_out_evals_checkpoints_and_an_exact_resume(tin
     assert resumed.evals["before"] == first.evals["before"]  # evaluated once, read back
     with pytest.raises(ConfigError, match="cannot change mid-run"):
         agents.train(
-            one_call_agent, TASKS, parity, {"group_size": 2}, resume=run, loaded=(copy.deepcopy(tiny[0]), tiny[1])
+            one_call_agent,
+            TASKS,
+            parity,
+            {"rl": {"group_size": 2}},
+            resume=run,
+            loaded=(copy.deepcopy(tiny[0]), tiny[1]),
         )
     with pytest.raises(ConfigError, match="trained the agent .*one_call_agent, not .*chained_agent"):
         agents.train(chained_agent, TASKS, parity, None, resume=run, loaded=(copy.deepcopy(tiny[0]), tiny[1]))
@@ -286,11 +293,11 @@ def test_the_example_agent_and_the_train_agent_command(tmp_path) -> None:
         "--set",
         "model.name=tiny-random",
         "--set",
-        "steps=1",
+        "rl.steps=1",
         "--set",
-        "tasks_per_step=2",
+        "rl.tasks_per_step=2",
         "--set",
-        "group_size=2",
+        "rl.group_size=2",
         "--set",
         "precision=fp32",
     ]

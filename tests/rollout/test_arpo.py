@@ -203,7 +203,7 @@ def test_initial_samples_beyond_budget_is_an_error(tokenizer) -> None:
 # ----------------------------------------------------------------- in the trainer
 
 
-def _tiny_arpo_config(**overrides):
+def _tiny_arpo_config(arpo=None, **overrides):
     from agentic_rl.config import TrainConfig
     from agentic_rl.recipes import load_recipe
 
@@ -213,14 +213,17 @@ def _tiny_arpo_config(**overrides):
         rollout={"max_new_tokens": 12, "max_total_tokens": 512},
         sft={"enabled": False},
         eval={"num_tasks": 2},
-        steps=2,
-        tasks_per_step=2,
-        group_size=4,
-        task_offset=0,
         optim={"lr": 1e-3},
         tracking={"sinks": [], "report": False},
     )
-    data["arpo"] = {**data["arpo"], "initial_samples": 2}
+    data["rl"] = {
+        **data["rl"],
+        "steps": 2,
+        "tasks_per_step": 2,
+        "group_size": 4,
+        "task_offset": 0,
+        "arpo": arpo if arpo is not None else {**data["rl"]["arpo"], "initial_samples": 2},
+    }
     data.update(overrides)
     return TrainConfig.model_validate(data)
 
@@ -263,7 +266,11 @@ def test_trainer_with_forced_branches_and_hard_attribution(tiny, tokenizer) -> N
         assert metrics["reward_std"] > 0
     assert any(not torch.equal(p, before[name]) for name, p in model.named_parameters())
     scored = score(
-        groups, config.algorithm, max_total_tokens=config.rollout.max_total_tokens, attribution=config.arpo.attribution
+        groups,
+        config.algorithm,
+        max_total_tokens=config.rollout.max_total_tokens,
+        attribution=config.rl.arpo.attribution,
+        reward=config.reward,
     )
     for group in groups:
         rows = [scored.trajectories.index(t) for t in group.trajectories]

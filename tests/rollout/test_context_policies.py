@@ -154,9 +154,7 @@ def test_a_training_step_uses_every_segment(tiny) -> None:
             "model": {"name": "tiny-random", "device": "cpu"},
             "env": {"name": "test-context-tools"},
             "precision": "fp32",
-            "steps": 1,
-            "tasks_per_step": 4,
-            "group_size": 4,
+            "rl": {"steps": 1, "tasks_per_step": 4, "group_size": 4},
             "rollout": {"max_new_tokens": 6, "max_total_tokens": 1024, "context": "window", "context_turns": 1},
             "optim": {"lr": 1e-3},
         }
@@ -174,12 +172,12 @@ def test_a_training_step_uses_every_segment(tiny) -> None:
     ("overrides", "message"),
     [
         (
-            {"algorithm": {"rollout": "arpo"}},
-            "algorithm.rollout: rollout.context window: ARPO branches within one growing context",
+            {"rl": {"sampling": "arpo"}},
+            "rl.sampling: rollout.context window: ARPO branches within one growing context",
         ),
         (
             {"algorithm": {"advantage": "gigpo"}},
-            "algorithm.advantage: rollout.context window: segments share one advantage per episode",
+            "algorithm.advantage.name: rollout.context window: segments share one advantage per episode",
         ),
         (
             {"algorithm": {"aggregation": "seq-mean-token-mean"}},
@@ -284,8 +282,7 @@ def test_summarize_trains_on_exactly_what_the_engine_was_given_and_sampled(tiny,
             "model": {"name": "tiny-random", "device": "cpu"},
             "env": {"name": "arithmetic"},
             "precision": "fp32",
-            "tasks_per_step": 2,
-            "group_size": 2,
+            "rl": {"tasks_per_step": 2, "group_size": 2},
             "rollout": rollout_config,
         }
     )
@@ -384,7 +381,7 @@ def test_segment_advantages_and_loss_weights_by_hand() -> None:
     token-mean weighs each of the 6 sampled tokens 1/6, so A's samples weigh 4/6 in all,
     as one unsplit sequence of A would."""
     from agentic_rl.algorithms.losses import aggregate
-    from agentic_rl.config import AlgorithmConfig
+    from agentic_rl.config import AlgorithmConfig, RewardConfig
     from agentic_rl.training.batch import collate
     from agentic_rl.training.scoring import score
     from agentic_rl.types import TrajectoryGroup
@@ -393,7 +390,10 @@ def test_segment_advantages_and_loss_weights_by_hand() -> None:
     a.segments = [_sample([0, 1, 1, 0, 1], 1.0), _sample([0, 0, 1], 1.0)]
     b = _sample([0, 1, 1], 0.0)
     scored = score(
-        [TrajectoryGroup("t", "g", [a, b])], AlgorithmConfig(advantage="grpo", overlong_buffer=0), max_total_tokens=64
+        [TrajectoryGroup("t", "g", [a, b])],
+        AlgorithmConfig(advantage="grpo"),
+        max_total_tokens=64,
+        reward=RewardConfig(overlong_buffer=0),
     )
     value = 0.5 / (0.5**0.5 + 1e-6)
     assert [t is s for t, s in zip(scored.trajectories, [*a.samples, b])] == [True] * 4
@@ -421,10 +421,8 @@ def test_summarize_budget_must_leave_room_below_the_token_limit() -> None:
         ConfigError, match=r"rollout.context_tokens: with context summarize it must be below max_total_tokens \(1024\)"
     ):
         build(TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 1024, "max_total_tokens": 1024}})
-    with pytest.raises(ConfigError, match="algorithm.rollout: rollout.context summarize: ARPO"):
-        build(
-            TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 512}, "algorithm": {"rollout": "arpo"}}
-        )
+    with pytest.raises(ConfigError, match="rl.sampling: rollout.context summarize: ARPO"):
+        build(TrainConfig, {"rollout": {"context": "summarize", "context_tokens": 512}, "rl": {"sampling": "arpo"}})
     assert (
         build(TrainConfig, {"rollout": {"context": "window", "context_tokens": 4096}}).rollout.context_tokens == 4096
     )  # only summarize reads it

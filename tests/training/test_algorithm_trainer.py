@@ -47,15 +47,13 @@ def _envs():
     torch.set_num_threads(1)
 
 
-def _config(env: str = "test-two-turn", **algorithm) -> TrainConfig:
+def _config(env: str = "test-two-turn", rl: dict | None = None, **algorithm) -> TrainConfig:
     return TrainConfig.model_validate(
         {
             "model": {"name": "tiny-random", "device": "cpu"},
             "env": {"name": env},
             "rollout": {"max_new_tokens": 10, "max_total_tokens": 256},
-            "steps": 2,
-            "tasks_per_step": 3,
-            "group_size": 4,
+            "rl": {"steps": 2, "tasks_per_step": 3, "group_size": 4, **(rl or {})},
             "optim": {"lr": 1e-3},
             "algorithm": algorithm,
         }
@@ -150,7 +148,7 @@ def test_kl_in_the_reward_lowers_token_and_sequence_rewards() -> None:
 
 
 def test_dapo_dynamic_sampling_keeps_only_groups_with_variance(tiny) -> None:
-    trainer = _trainer(tiny, _config(preset="dapo", max_generation_rounds=4))
+    trainer = _trainer(tiny, _config(preset="dapo", rl={"max_generation_rounds": 4}))
     sampled, kept, metrics = trainer._sample()
     assert 1 <= metrics["generation_rounds"] <= 4 and metrics["groups_sampled"] == len(sampled)
     assert len(kept) == metrics["groups_kept"] <= 3
@@ -162,7 +160,7 @@ def test_dapo_dynamic_sampling_keeps_only_groups_with_variance(tiny) -> None:
 
 
 def test_dapo_with_only_zero_variance_groups_uses_every_round_and_skips_the_update(tiny) -> None:
-    trainer = _trainer(tiny, _config("test-constant", preset="dapo", max_generation_rounds=3), env=ConstantEnv)
+    trainer = _trainer(tiny, _config("test-constant", preset="dapo", rl={"max_generation_rounds": 3}), env=ConstantEnv)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     metrics, groups = trainer.step()
     assert metrics["generation_rounds"] == 3 and metrics["groups_kept"] == 0
@@ -182,7 +180,7 @@ def test_a_step_where_every_group_scored_alike_still_logs_entropy_and_the_sample
 
 
 def test_critic_checkpoint_round_trip(tiny, tmp_path) -> None:
-    trainer = _trainer(tiny, _config(preset="ppo", critic="separate", critic_lr=1e-2))
+    trainer = _trainer(tiny, _config(preset="ppo", critic={"kind": "separate", "lr": 1e-2}))
     trainer.step()
     save_checkpoint(
         tmp_path,
@@ -193,7 +191,7 @@ def test_critic_checkpoint_round_trip(tiny, tmp_path) -> None:
         keep=1,
         critic_module=trainer.critic.module,
     )
-    fresh = _trainer(tiny, _config(preset="ppo", critic="separate", critic_lr=1e-2))
+    fresh = _trainer(tiny, _config(preset="ppo", critic={"kind": "separate", "lr": 1e-2}))
     trainer_state, _ = load_checkpoint(tmp_path / "step-000001", model=fresh.model, critic_module=fresh.critic.module)
     fresh.load_state_dict(trainer_state)
     assert fresh.steps_done == 1
@@ -210,12 +208,12 @@ def test_critic_checkpoint_round_trip(tiny, tmp_path) -> None:
 def test_config_errors_name_the_field() -> None:
     from agentic_rl.config import ConfigError, build
 
-    with pytest.raises(ConfigError, match="critic"):
+    with pytest.raises(ConfigError, match=r"^algorithm\.critic: the gae advantage needs a critic"):
         build(TrainConfig, {"algorithm": {"preset": "ppo", "critic": "none"}})
     with pytest.raises(ConfigError, match="algorithm.group_filter"):
         build(TrainConfig, {"algorithm": {"group_filter": "top"}})
-    with pytest.raises(ConfigError, match="group_size"):
-        build(TrainConfig, {"algorithm": {"preset": "gigpo"}, "group_size": 1})
+    with pytest.raises(ConfigError, match=r"^rl\.group_size: the gigpo advantage needs at least 2 samples"):
+        build(TrainConfig, {"algorithm": {"preset": "gigpo"}, "rl": {"group_size": 1}})
 
 
 def test_remax_scores_each_sample_against_a_greedy_rollout_of_its_task(tiny) -> None:

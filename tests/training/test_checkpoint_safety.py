@@ -106,7 +106,7 @@ def test_resume_falls_back_past_a_corrupt_newest_checkpoint(tmp_path, tiny, capl
     model, _ = tiny
     run = tmp_path / "run"
     (run).mkdir()
-    (run / "config.yaml").write_text("recipe: custom\nsteps: 3\nmodel: {name: tiny-random, device: cpu}\n")
+    (run / "config.yaml").write_text("recipe: custom\nrl: {steps: 3}\nmodel: {name: tiny-random, device: cpu}\n")
     _write(run / "checkpoints", model)
     (run / "checkpoints" / "step-000002" / "state.json").write_text("{trunc")
     with caplog.at_level(logging.WARNING):
@@ -125,7 +125,7 @@ def _open_run_on(run, model, caplog):
 def _run_with_checkpoints(tmp_path, model):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text("recipe: custom\nsteps: 3\nmodel: {name: tiny-random, device: cpu}\n")
+    (run / "config.yaml").write_text("recipe: custom\nrl: {steps: 3}\nmodel: {name: tiny-random, device: cpu}\n")
     _write(run / "checkpoints", model)
     return run
 

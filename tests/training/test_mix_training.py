@@ -62,9 +62,7 @@ def test_step_metrics_have_a_copy_per_env(tiny) -> None:
             "model": {"name": "tiny-random"},
             "env": {"mix": MIX},
             "rollout": {"max_new_tokens": 4, "max_total_tokens": 128},
-            "steps": 1,
-            "tasks_per_step": 8,
-            "group_size": 2,
+            "rl": {"steps": 1, "tasks_per_step": 8, "group_size": 2},
         }
     )
     make_env = envs.env_factory(config.env.name, config.env.options, split="train")
@@ -127,10 +125,7 @@ def test_train_on_two_small_envs_with_a_curriculum_and_resume_to_the_same_draws(
         rollout={"max_new_tokens": 8, "max_total_tokens": 384},
         eval={"num_tasks": 2},
         curriculum={"enabled": True, "every": 1, "by": "task"},
-        steps=3,
-        tasks_per_step=3,
-        group_size=2,
-        log_rollouts=6,
+        rl={"steps": 3, "tasks_per_step": 3, "group_size": 2, "log_rollouts": 6},
         checkpoint_every=1,
         tracking={"report": False},
         output_dir=str(tmp_path / "run"),
@@ -214,7 +209,7 @@ def test_a_run_on_a_mix_collects_its_cold_start_from_every_entry(tmp_path) -> No
             "collect": {"num_tasks": 4, "samples_per_task": 1, "few_shot": 0},
             "train": {"epochs": 1, "batch_size": 2},
         },
-        steps=1,
+        rl={**recipe["rl"], "steps": 1},
         tracking={"report": False},
         output_dir=str(tmp_path / "run"),
     )

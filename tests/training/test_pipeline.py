@@ -119,7 +119,8 @@ def test_stages_errors_name_the_parameter(stages, resume, message) -> None:
 
 def test_existing_run_directory_is_not_overwritten(tmp_path) -> None:
     _, recipe = load_recipe("smoke")
-    recipe.update(steps=0, output_dir=str(tmp_path / "run"))
+    recipe["rl"].update(steps=0)
+    recipe.update(output_dir=str(tmp_path / "run"))
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text("{}\n")
     assert main(["train", "smoke", "--output-dir", str(tmp_path / "run")]) == 2
@@ -138,10 +139,11 @@ def test_recipes_are_valid_configs() -> None:
     "argv, message",
     [
         (["train", "defualt"], "did you mean 'default'"),
-        (["train", "smoke", "--set", "steps=many"], "steps"),
+        (["train", "smoke", "--set", "rl.steps=many"], "rl.steps"),
         (["train", "smoke", "--set", "algorithm.preset=grpo-xyz"], "unknown preset"),
-        (["train", "smoke", "--set", "algorithm.clip_low=1.5"], "algorithm.clip_low"),
-        (["train", "smoke", "--set", "group_size=1"], "group_size"),
+        (["train", "smoke", "--set", "algorithm.policy_loss.clip_low=1.5"], "algorithm.policy_loss.clip_low"),
+        (["train", "smoke", "--set", "rl.group_size=1"], "rl.group_size"),
+        (["train", "smoke", "--set", "group_size=2"], "group_size: moved to rl.group_size"),
         (["train", "smoke", "--set", "optim.learning_rate=1"], "known keys: lr"),
         (["train", "smoke", "--set", "optim.lrr=1"], "did you mean 'optim.lr'"),
         (["train", "missing.yaml"], "does not exist"),
@@ -230,9 +232,7 @@ def _tiny_recipe(path) -> str:
                 "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
                 "eval": {"num_tasks": 2},
                 "optim": {"lr": 1e-3},
-                "steps": 2,
-                "tasks_per_step": 2,
-                "group_size": 2,
+                "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 2},
                 "checkpoint_every": 1,
                 "tracking": {"sinks": [], "report": False},
             }
@@ -251,16 +251,30 @@ def test_resume_with_set_trains_the_extra_steps_with_the_new_values(tmp_path, ca
     saved = (run / "config.yaml").read_text()
     capsys.readouterr()
     # A key that may not change is refused before anything runs, and config.yaml stays as it was.
-    assert main(["train", "--resume", str(run), "--set", "steps=3", "--set", "group_size=4"]) == 2
-    assert capsys.readouterr().err.startswith("agentic-rl: error: --set on --resume: group_size cannot change mid-run")
+    assert main(["train", "--resume", str(run), "--set", "rl.steps=3", "--set", "rl.group_size=4"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "agentic-rl: error: --set on --resume: rl.group_size cannot change mid-run"
+    )
     assert (run / "config.yaml").read_text() == saved
 
     assert (
-        main(["train", "--resume", str(run), "--set", "steps=3", "--set", "optim.lr=5e-4", "--set", "eval.num_tasks=3"])
+        main(
+            [
+                "train",
+                "--resume",
+                str(run),
+                "--set",
+                "rl.steps=3",
+                "--set",
+                "optim.lr=5e-4",
+                "--set",
+                "eval.num_tasks=3",
+            ]
+        )
         == 0
     )
     err = capsys.readouterr().err
-    assert "resume: steps: 2 -> 3" in err and "resume: optim.lr: 0.001 -> 0.0005" in err and "(step 1 of 3)" in err
+    assert "resume: rl.steps: 2 -> 3" in err and "resume: optim.lr: 0.001 -> 0.0005" in err and "(step 1 of 3)" in err
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in steps] == [0, 1, 2]
     assert steps[0]["lr"] == pytest.approx(1e-3) and steps[2]["lr"] == pytest.approx(
@@ -270,10 +284,10 @@ def test_resume_with_set_trains_the_extra_steps_with_the_new_values(tmp_path, ca
     config = yaml.safe_load((run / "config.yaml").read_text())  # a later resume continues with them
     assert (
         config["recipe"],
-        config["steps"],
+        config["rl"]["steps"],
         config["optim"]["lr"],
         config["eval"]["num_tasks"],
-        config["group_size"],
+        config["rl"]["group_size"],
     ) == ("recipe", 3, 5e-4, 3, 2)
 
 
@@ -281,13 +295,13 @@ def test_resume_with_set_trains_the_extra_steps_with_the_new_values(tmp_path, ca
     "assignment, message",
     [
         (
-            "group_size=4",
-            "--set on --resume: group_size cannot change mid-run (allowed: steps, optim.lr, optim.schedule, optim.warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints, backend.api_key)",
+            "rl.group_size=4",
+            "--set on --resume: rl.group_size cannot change mid-run (allowed: rl.steps, optim.lr, optim.schedule, optim.warmup_steps, eval.*, tracking.*, checkpoint_every, keep_checkpoints, backend.api_key)",
         ),
         ("optim.weight_decay=0.1", "--set on --resume: optim.weight_decay cannot change mid-run"),
         ("model.name=smollm2-135m", "--set on --resume: model.name cannot change mid-run"),
-        ("stepz=3", "unknown config key 'stepz'; did you mean 'steps'?"),
-        ("steps=-1", "steps:"),
+        ("rl.stepz=3", "unknown config key 'rl.stepz'; did you mean 'rl.steps'?"),
+        ("rl.steps=-1", "rl.steps:"),
     ],
 )
 def test_resume_refuses_keys_that_cannot_change_mid_run(assignment, message, tmp_path, capsys) -> None:
@@ -321,10 +335,10 @@ def test_resume_overrides_in_the_python_api(tmp_path) -> None:
         {"entropy": 0.1},
         5,
     )
-    assert config.optim.lr == OptimConfig().lr and config.group_size == saved["group_size"]
+    assert config.optim.lr == OptimConfig().lr and config.rl.group_size == saved["rl"]["group_size"]
     assert "optim.schedule: 'constant' -> 'cosine'" in changed and len(changed) == 4
     with pytest.raises(ConfigError, match="overrides: only for a resumed run"):
-        train(load_recipe("smoke")[1], overrides={"steps": 3})
+        train(load_recipe("smoke")[1], overrides={"rl": {"steps": 3}})
 
 
 def test_sft_env_collects_the_cold_start_on_other_options_than_rl(tmp_path) -> None:
@@ -338,7 +352,8 @@ def test_sft_env_collects_the_cold_start_on_other_options_than_rl(tmp_path) -> N
         "collect": {"source": "expert", "num_tasks": 6},
         "train": {"epochs": 1, "batch_size": 3},
     }
-    recipe.update(output_dir=str(tmp_path / "run"), steps=1, tasks_per_step=2, group_size=2)
+    recipe.update(output_dir=str(tmp_path / "run"))
+    recipe["rl"].update(steps=1, tasks_per_step=2, group_size=2)
     run = train(recipe, name="smoke", stages=("sft", "rl")).run_dir
     collected = [
         json.loads(line)["messages"][1]["content"] for line in (run / "sft_data.jsonl").read_text().splitlines()

@@ -182,9 +182,7 @@ def _rl_trainer(tiny, precision: str, **algorithm):
             "model": {"name": "tiny-random", "device": "cpu"},
             "precision": precision,
             "rollout": {"max_new_tokens": 12, "max_total_tokens": 512},
-            "steps": 2,
-            "tasks_per_step": 2,
-            "group_size": 4,
+            "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 4},
             "optim": {"lr": 1e-3},
             "algorithm": algorithm,
         }
@@ -220,7 +218,7 @@ def test_bf16_mixed_trainer_corrects_for_the_bf16_sampler(tiny) -> None:
 
 
 def test_masked_correction_is_selectable(tiny) -> None:
-    trainer = _rl_trainer(tiny, "bf16-mixed", rollout_correction="mis", correction_low=0.999, correction_high=1.001)
+    trainer = _rl_trainer(tiny, "bf16-mixed", correction={"kind": "mis", "low": 0.999, "high": 1.001})
     assert trainer.rollout_correction == "mis"
     metrics, _ = trainer.step()
     # bf16 rounding moves some ratios (measured: up to 0.2%) out of a +-0.1% band: those tokens leave the loss.

@@ -30,9 +30,7 @@ def _recipe(path: Path) -> Path:
         "rollout": {"max_new_tokens": 8, "max_total_tokens": 512},
         "eval": {"num_tasks": 2},
         "optim": {"lr": 1e-3},
-        "steps": STEPS,
-        "tasks_per_step": 2,
-        "group_size": 2,
+        "rl": {"steps": STEPS, "tasks_per_step": 2, "group_size": 2},
         "checkpoint_every": 1,
         "keep_checkpoints": 2,
     }
@@ -152,7 +150,7 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys) -> None:
     from agentic_rl.cli import main
 
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "config.yaml").write_text("steps: 1\n")
+    (tmp_path / "run" / "config.yaml").write_text("rl:\n  steps: 1\n")
     assert main(["train", "--resume", str(tmp_path / "run")]) == 2
     assert "no complete checkpoint" in capsys.readouterr().err
     assert main(["train", "--resume", str(tmp_path / "nowhere")]) == 2
@@ -164,9 +162,9 @@ def test_nonfinite_losses_skip_updates_then_stop(tiny, monkeypatch) -> None:
     from agentic_rl.algorithms import POLICY_LOSSES
     from agentic_rl.training import rl
 
-    trainer = _trainer(tiny, _config(max_nonfinite_steps=2))
+    trainer = _trainer(tiny, _config(rl={"max_nonfinite_steps": 2}))
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    original = POLICY_LOSSES[trainer.config.algorithm.policy_loss]
+    original = POLICY_LOSSES[trainer.config.algorithm.policy_loss.name]
 
     @functools.wraps(original)  # the registry reads the wrapped loss's parameters
     def poisoned(*args, **kwargs):
@@ -174,7 +172,7 @@ def test_nonfinite_losses_skip_updates_then_stop(tiny, monkeypatch) -> None:
         out.loss = out.loss * float("nan")
         return out
 
-    monkeypatch.setitem(POLICY_LOSSES, trainer.config.algorithm.policy_loss, poisoned)
+    monkeypatch.setitem(POLICY_LOSSES, trainer.config.algorithm.policy_loss.name, poisoned)
     metrics, _ = trainer.step()
     assert metrics["skipped_nonfinite"] == 1.0
     assert all(torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())

@@ -59,12 +59,12 @@ def test_credentials_inside_urls_are_redacted() -> None:
     config = {
         "backend": {"base_url": URL, "api_key": None},
         "env": {"mirrors": ["http://u:p@m1/x", "http://m2/"]},
-        "steps": 3,
+        "rl": {"steps": 3},
     }
     assert redact_secrets(config) == {
         "backend": {"base_url": redact_url(URL), "api_key": None},
         "env": {"mirrors": ["http://***:***@m1/x", "http://m2/"]},
-        "steps": 3,
+        "rl": {"steps": 3},
     }
 
 
@@ -78,9 +78,7 @@ def test_api_key_set_on_the_command_line_is_in_no_run_file(tmp_path, capsys) -> 
                 "env": {"name": "arithmetic", "max_turns": 1},
                 "rollout": {"max_new_tokens": 4, "max_total_tokens": 256},
                 "eval": {"num_tasks": 1},
-                "steps": 2,
-                "tasks_per_step": 1,
-                "group_size": 2,
+                "rl": {"steps": 2, "tasks_per_step": 1, "group_size": 2},
                 "checkpoint_every": 1,  # a checkpoint at step 1 to resume from
                 "tracking": {"sinks": ["jsonl"], "report": True},
             }
@@ -94,7 +92,7 @@ def test_api_key_set_on_the_command_line_is_in_no_run_file(tmp_path, capsys) -> 
     # A resume reads config.yaml back: the key comes from the environment (None here) or --set, never "***".
     assert RunDirectory.existing(run)[2]["backend"].get("api_key") is None
     capsys.readouterr()
-    assert main(["train", "--resume", str(run), "--set", "steps=3", "--set", "backend.api_key=sk-test-456"]) == 0
+    assert main(["train", "--resume", str(run), "--set", "rl.steps=3", "--set", "backend.api_key=sk-test-456"]) == 0
     assert "backend.api_key: changed (not shown)" in capsys.readouterr().err
     assert _files_holding(run, "sk-test-456") == [] and _files_holding(run, KEY) == []
 
@@ -109,9 +107,7 @@ def test_url_credentials_are_in_no_run_file_and_a_resume_asks_for_them(tmp_path,
                 "env": {"name": "arithmetic", "max_turns": 1},
                 "rollout": {"max_new_tokens": 4, "max_total_tokens": 256},
                 "eval": {"num_tasks": 1},
-                "steps": 2,
-                "tasks_per_step": 1,
-                "group_size": 2,
+                "rl": {"steps": 2, "tasks_per_step": 1, "group_size": 2},
                 "checkpoint_every": 1,
                 "tracking": {"sinks": ["jsonl"], "report": True},
             }
@@ -127,13 +123,15 @@ def test_url_credentials_are_in_no_run_file_and_a_resume_asks_for_them(tmp_path,
     assert saved == "https://***:***@llm.example.com:8443/v1?x=1&api_key=***&access_token=***#frag"
     # A resume must not run against the *** URL: it asks for it, then takes it (only that URL).
     capsys.readouterr()
-    assert main(["train", "--resume", str(run), "--set", "steps=3"]) != 0
+    assert main(["train", "--resume", str(run), "--set", "rl.steps=3"]) != 0
     assert (
         capsys.readouterr().err.strip().splitlines()[-1]
         == "agentic-rl: error: --resume: backend.base_url was saved with its credentials as *** (run files never hold them); give it again: --set backend.base_url=URL"
     )
     assert (
-        main(["train", "--resume", str(run), "--set", "steps=3", "--set", "backend.base_url=https://a:b@elsewhere/v1"])
+        main(
+            ["train", "--resume", str(run), "--set", "rl.steps=3", "--set", "backend.base_url=https://a:b@elsewhere/v1"]
+        )
         != 0
     )
     assert (
@@ -141,7 +139,7 @@ def test_url_credentials_are_in_no_run_file_and_a_resume_asks_for_them(tmp_path,
         in capsys.readouterr().err
     )
     capsys.readouterr()
-    assert main(["train", "--resume", str(run), "--set", "steps=3", "--set", f"backend.base_url={URL}"]) == 0
+    assert main(["train", "--resume", str(run), "--set", "rl.steps=3", "--set", f"backend.base_url={URL}"]) == 0
     assert "backend.base_url: credentials given again (not shown)" in capsys.readouterr().err
     for secret in (PASSWORD, URL_KEY, "tok-9", "alice"):
         assert _files_holding(run, secret) == [], secret
