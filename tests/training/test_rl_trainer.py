@@ -353,3 +353,22 @@ def test_zero_advantage_trajectories_stay_where_a_loss_term_reads_them(tiny, alg
     assert trainer.skip_zero_advantage is False
     metrics, _ = trainer.step()
     assert metrics["zero_advantage_skipped"] == 0.0
+
+
+@pytest.mark.parametrize("preset", ["dr-grpo", "grpo", "grpo-tcr"])
+def test_the_policy_loss_gets_the_configured_aggregation(tiny, monkeypatch, preset) -> None:
+    """algorithm.aggregation reaches the policy loss (it is not one of the loss's own
+    parameters under policy_loss, whose signature default would otherwise apply)."""
+    import agentic_rl.training.rl as rl_module
+
+    seen = []
+    real = rl_module.compute_policy_loss
+
+    def spy(name, *inputs, **params):
+        seen.append(params["aggregation"])
+        return real(name, *inputs, **params)
+
+    monkeypatch.setattr(rl_module, "compute_policy_loss", spy)
+    config = _config(algorithm={"preset": preset}, rl={"steps": 1, "skip_zero_advantage": False})
+    _trainer(tiny, config).step()
+    assert seen and set(seen) == {config.algorithm.aggregation}

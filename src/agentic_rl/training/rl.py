@@ -766,6 +766,7 @@ class RLTrainer:
             advantages,
             batch.loss_mask,
             **algorithm.policy_loss.params,
+            aggregation=algorithm.aggregation,
             **normalisers,
         )
         loss, loss_tokens, sums = out.loss, float(batch.loss_mask.sum()), {}
