@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import random
 
-from agentic_rl import train
-from agentic_rl.envs import Task, ToolEnv
-from agentic_rl.tools import ToolRegistry, tool
+from agentic_rl import Task, ToolEnv, tool, train
 
 
 @tool
@@ -42,10 +40,10 @@ def make_env(split: str = "train", num_tasks: int = 1000, max_turns: int = 3) ->
         prompt = f"How many times does the letter '{letter}' occur in '{word}'?"
         tasks.append(Task(id=f"letters-{split}-{i}", prompt=prompt, answer=str(word.count(letter))))
     system = "Call the count_letter tool, then give the number inside <answer></answer>."
-    return ToolEnv(tasks, ToolRegistry([count_letter]), reward_fn=reward, max_turns=max_turns, system_prompt=system)
+    return ToolEnv(tasks, [count_letter], reward_fn=reward, max_turns=max_turns, system_prompt=system)
 
 
 if __name__ == "__main__":
-    config = {"model": {"name": "smollm2-135m"}, "env": {"name": "custom_env:make_env"}, "rl": {"steps": 8}}
-    result = train(config, name="custom-env")
+    config = {"model": {"name": "smollm2-135m"}, "rl": {"steps": 8}}
+    result = train(config, env=make_env, name="custom-env")  # the factory itself: no name, no import path
     print(result.run_dir, result.evals["before"]["avg@1"], result.evals["after"]["avg@1"])

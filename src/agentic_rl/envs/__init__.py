@@ -9,7 +9,15 @@ from agentic_rl.envs.long_qa import make_long_qa_env
 from agentic_rl.envs.math_python import make_gsm8k_env, make_math_python_env
 from agentic_rl.envs.mixed import MIX_ENV, MixedEnv, make_mixed_env, mixed_spec_of
 from agentic_rl.envs.multi_search import make_multi_search_env
-from agentic_rl.envs.registry import UnknownEnvError, accepts_option, env_factory, make, register, registered
+from agentic_rl.envs.registry import (
+    UnknownEnvError,
+    accepts_option,
+    env_factory,
+    make,
+    name_for,
+    register,
+    registered,
+)
 from agentic_rl.envs.search_qa import make_search_qa_env
 from agentic_rl.envs.sokoban import make_sokoban_env
 from agentic_rl.envs.textworld_env import make_textworld_env
@@ -99,6 +107,7 @@ __all__ = [
     "make_arithmetic_env",
     "make_mixed_env",
     "mixed_spec_of",
+    "name_for",
     "register",
     "registered",
 ]

@@ -45,6 +45,32 @@ def registered() -> list[EnvEntry]:
     return sorted(_REGISTRY.values(), key=lambda entry: entry.name)
 
 
+def name_for(factory: Callable[..., Env]) -> str:
+    """An ``env.name`` for an env factory given as an object (``train(config, env=MyEnv)``):
+    its registered name, else its import path when importing it gives the same object (so
+    rollout workers in other processes can rebuild it), else a registration in this process
+    (enough for local rollouts; a factory defined in ``__main__`` or a closure cannot reach
+    other processes)."""
+    if not callable(factory):
+        raise TypeError(f"env: expected a registered name, an import path or an env factory, got {factory!r}")
+    for entry in _REGISTRY.values():
+        if entry.factory is factory:
+            return entry.name
+    module, qualname = getattr(factory, "__module__", None), getattr(factory, "__qualname__", "")
+    if module and module != "__main__" and "<" not in qualname:
+        path = f"{module}:{qualname}"
+        try:
+            if import_object(path, "env") is factory:
+                return path
+        except ImportPathError:
+            pass
+    name = getattr(factory, "__name__", "env")
+    if name in _REGISTRY:
+        name = f"{name}-{id(factory):x}"
+    register(name, factory)
+    return name
+
+
 def _factory(name: str) -> Callable[..., Env]:
     """The factory a registered name or an import path ``module:attribute`` names."""
     if name in _REGISTRY:

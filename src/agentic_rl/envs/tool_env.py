@@ -95,7 +95,7 @@ class ToolEnv:
     def __init__(
         self,
         tasks: Sequence[Task],
-        tools: ToolRegistry,
+        tools: ToolRegistry | Sequence[Any],
         *,
         parser: ToolCallParser | str = "hermes",
         reward_fn: RewardFn = numeric_reward,
@@ -122,6 +122,7 @@ class ToolEnv:
         if plan_first:
             system_prompt = "\n\n".join(part for part in (system_prompt, PLAN_INSTRUCTION) if part)
         self.tasks = tasks
+        tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(list(tools))  # a plain list of @tool functions
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         self.memory = memory_tools(memory)
         self.framed = False

@@ -10,6 +10,7 @@ run's config.yaml records them for a later resume.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from agentic_rl import envs
 from agentic_rl.accel import release_memory
 from agentic_rl.config import ConfigError, TrainConfig, build, redact_url, resume_config
 from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distributed, shutdown
@@ -150,9 +152,13 @@ def train(
     resume: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
     stages: Collection[str] | None = None,
+    env: str | Callable[..., Any] | None = None,
 ) -> TrainResult:
     """Run a training job; mirrors ``agentic-rl train``. Returns the run directory and the
-    headline numbers. ``loaded``: an already loaded ``(model, tokenizer)`` to train.
+    headline numbers. ``env``: the env to train on, as a registered name, an import path or
+    the factory itself (a class or function returning an Env: ``train(config, env=make_env)``);
+    the config's ``env`` section then holds only its options. ``loaded``: an already loaded
+    ``(model, tokenizer)`` to train.
     ``resume``: a run directory to continue from its newest complete checkpoint (its own
     config.yaml is used; ``config`` must then be None). ``overrides``: with ``resume``,
     nested config values that may change mid-run (``{"rl": {"steps": 20}, "optim": {"lr": 1e-6}}``;
@@ -161,6 +167,8 @@ def train(
     it), for a new run: e.g. the cold start alone, ``("sft", "eval_after_sft", "final")``.
     Under torchrun every rank calls this; rank 0 writes the run directory and shows ``events``."""
     only = _checked_stages(stages, resume)
+    if env is not None:
+        config = with_env(config, env, resume)
     dist = init_distributed(_timeout(config, resume))
     try:
         return _train(config, name, events if dist.is_main else RunEvents(), loaded, resume, overrides, dist, only)
@@ -200,6 +208,25 @@ def _report_sandbox(checked: Preflight, events: RunEvents, run: RunDirectory) ->
     run.write_json(
         "sandbox.json", {"mode": sandbox.isolation_mode(), "missing": missing(info), "isolation": info.to_dict()}
     )
+
+
+def with_env(config: TrainConfig | dict[str, Any] | None, env: str | Callable[..., Any], resume) -> Any:
+    """``config`` training on ``env`` (see :func:`train`); ConfigError when the config names
+    another env or the run is resumed (a resumed run keeps its env)."""
+    if resume is not None:
+        raise ConfigError("env: a resumed run trains on the env in its config.yaml; leave env out")
+    name = env if isinstance(env, str) else envs.name_for(env)
+    if isinstance(config, TrainConfig):
+        given = config.env.name if "name" in config.env.model_fields_set else None
+        updated = config.model_copy(update={"env": config.env.model_copy(update={"name": name})})
+    else:
+        data = copy.deepcopy(config or {})
+        given = (data.get("env") or {}).get("name")
+        data.setdefault("env", {})["name"] = name
+        updated = data
+    if given is not None and given != name:
+        raise ConfigError(f"env: given as an argument ({name}) and in the config (env.name {given}); keep one")
+    return updated
 
 
 def _train(
