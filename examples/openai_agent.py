@@ -87,7 +87,7 @@ def agent(task: dict, client, max_turns: int = 3) -> str | None:
     return None
 
 
-def reward(task: dict, answer: str | None) -> float:
+def reward(answer: str | None, task: dict) -> float:
     """1 for the right number in <answer></answer>, else 0."""
     found = re.search(r"<answer>\s*(-?\d+)\s*</answer>", answer or "")
     return float(found is not None and int(found.group(1)) == task["answer"])

@@ -6,7 +6,7 @@
         reply = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": task["question"]}])
         return reply.choices[0].message.content
 
-    result = agents.train(agent, tasks, reward=lambda task, answer: float(answer == task["answer"]),
+    result = agents.train(agent, tasks, reward=lambda answer, task: float(answer == task["answer"]),
                           config={"model": {"name": "smollm2-135m"}, "rl": {"steps": 10, "tasks_per_step": 4, "group_size": 4}})
 
 Each step runs ``rl.group_size`` concurrent episodes per task through an in-process gateway
@@ -178,7 +178,7 @@ def train(
     on_stage: Callable[[str], None] | None = None,
     loaded=None,
 ) -> AgentTrainResult:
-    """RL on ``agent(task, client)`` over ``tasks`` scored by ``reward(task, result)`` (see
+    """RL on ``agent(task, client)`` over ``tasks`` scored by ``reward(result, task)`` (see
     the module docstring). ``config``: a TrainConfig or its dict (model, algorithm, optim,
     rl.steps, rl.tasks_per_step, rl.group_size, rollout.max_new_tokens as the default max_tokens,
     rollout.max_total_tokens as the context limit, seed, output_dir, checkpoint_every,

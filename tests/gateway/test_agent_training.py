@@ -44,7 +44,7 @@ def one_call_agent(task, client):
     return reply.choices[0].message.content
 
 
-def parity(task, answer) -> float:
+def parity(answer, task) -> float:
     return float(len(answer or "") % 2 == 0)
 
 
@@ -152,7 +152,7 @@ def chained_agent(task, client):
     return client.chat.completions.create(model="policy", messages=messages, max_tokens=4).choices[0].message.content
 
 
-def by_task(task, answer) -> float:
+def by_task(answer, task) -> float:
     """1 on even task numbers, whatever the agent said: a reward whose held-out score is known."""
     return float(int(task["id"][1:]) % 2 == 0)
 

@@ -84,7 +84,7 @@ def test_an_agent_posts_its_reward_with_its_clients_key(server) -> None:
         url = str(client.base_url).rstrip("/").removesuffix("/v1") + "/reward"
         httpx.post(url, json={"reward": 1.0}, headers={"Authorization": f"Bearer {client.api_key}"}).raise_for_status()
 
-    sampler = AgentSampler(server, agent, [{"id": "t"}], reward=lambda task, result: 0.0, concurrency=1)
+    sampler = AgentSampler(server, agent, [{"id": "t"}], reward=lambda result, task: 0.0, concurrency=1)
     try:
         groups, metrics = sampler.sample([0], 1, seed=0)
     finally:

@@ -10,12 +10,15 @@ def _train_agent(args: argparse.Namespace) -> int:
     from agentic_rl.config import ConfigError, TrainConfig, apply_assignments, build
     from agentic_rl.data.conversations import read_jsonl
     from agentic_rl.imports import ImportPathError, import_object
+    from agentic_rl.rewards.signature import check_reward_order
     from agentic_rl.tracking.display import StepClock, console, print_step
 
     try:
         agent = import_object(args.agent, "agent")
         reward = import_object(args.reward, "--reward") if args.reward else None
-    except ImportPathError as exc:
+        if reward is not None:
+            check_reward_order(reward, "--reward")
+    except (ImportPathError, TypeError) as exc:
         raise ConfigError(str(exc)) from None
 
     def tasks_from(path: str, flag: str) -> list[dict]:
@@ -88,7 +91,7 @@ def register(commands) -> None:
         "--tasks", required=True, help="JSONL file, one task object per line (passed to the agent and the reward)"
     )
     train_agent.add_argument(
-        "--reward", help="import path of reward(task, result) -> float (or the agent posts /episodes/{id}/reward)"
+        "--reward", help="import path of reward(result, task) -> float (or the agent posts /episodes/{id}/reward)"
     )
     train_agent.add_argument(
         "--on-agent-error",

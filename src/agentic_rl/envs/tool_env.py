@@ -14,6 +14,7 @@ from agentic_rl.envs.base import Task
 from agentic_rl.envs.planning import PLAN_ACK, PLAN_INSTRUCTION, PLAN_TAG, plan_adherence, plan_steps, planned_calls
 from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.rewards import extract_tag, numeric_match
+from agentic_rl.rewards.signature import check_reward_order
 from agentic_rl.tools import ToolRegistry
 from agentic_rl.tools.memory import MemoryTools, memory_tools
 from agentic_rl.types import INVALID_CALL, Message, ToolCall, ToolResult
@@ -122,7 +123,9 @@ class ToolEnv:
         if plan_first:
             system_prompt = "\n\n".join(part for part in (system_prompt, PLAN_INSTRUCTION) if part)
         self.tasks = tasks
-        tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(list(tools))  # a plain list of @tool functions
+        tools = (
+            tools if isinstance(tools, ToolRegistry) else ToolRegistry(list(tools))
+        )  # a plain list of @tool functions
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         self.memory = memory_tools(memory)
         self.framed = False
@@ -138,6 +141,7 @@ class ToolEnv:
         self.self_critique = self_critique
         self.attempt_results: list[bool] = []
         """Whether each answer given in this episode was correct, in order."""
+        check_reward_order(reward_fn, "reward_fn")
         self.reward_fn = reward_fn
         self.max_turns = max_turns
         self.answer_tag = answer_tag

@@ -4,7 +4,8 @@ turns what the gateway served into trajectories (gateway/traces.py).
 
 ``agent(task, client)`` gets a task (a dict) and an ``openai.OpenAI`` client whose
 ``base_url`` is its episode's (so every call it makes is recorded); it returns whatever it
-likes. ``reward(task, result) -> float`` scores the episode (or the agent posts it to
+likes. ``reward(result, task) -> float`` scores the episode (the order every reward
+function here takes: ``agentic_rl.rewards.signature``) (or the agent posts it to
 ``/episodes/{id}/reward`` with its client's ``api_key`` as the bearer token, the gateway's
 write token; a posted reward wins). An exception in the agent's code is an
 infrastructure error by default (masked from the loss, counted); ``on_agent_error:
@@ -21,6 +22,7 @@ from typing import Any
 from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.gateway.server import GatewayServer
 from agentic_rl.gateway.traces import calls_to_trajectories
+from agentic_rl.rewards.signature import check_reward_order
 from agentic_rl.seeds import stream_seed
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
@@ -38,7 +40,7 @@ avg@k and pass@k): calls are not env tool calls, and the agent's result is not a
 to vote on."""
 
 Agent = Callable[[dict, Any], Any]
-Reward = Callable[[dict, Any], float]
+Reward = Callable[[Any, dict], float]
 ON_AGENT_ERROR = ("infra", "zero")
 
 
@@ -57,6 +59,8 @@ class AgentSampler:
         on_agent_error: str = "infra",
         timeout_s: float = 600.0,
     ) -> None:
+        if reward is not None:
+            check_reward_order(reward)
         if on_agent_error not in ON_AGENT_ERROR:
             raise ValueError(f"on_agent_error: expected one of {', '.join(ON_AGENT_ERROR)}, got {on_agent_error!r}")
         self.server, self.agent, self.tasks, self.reward = server, agent, tasks, reward
@@ -164,8 +168,8 @@ class AgentSampler:
         if trace is not None and trace.reward is not None:
             return float(trace.reward)
         if self.reward is None:
-            raise ValueError("no reward: pass reward(task, result) or POST it to /episodes/{id}/reward")
-        return float(self.reward(task, result))
+            raise ValueError("no reward: pass reward(result, task) or POST it to /episodes/{id}/reward")
+        return float(self.reward(result, task))
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
