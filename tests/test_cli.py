@@ -111,12 +111,13 @@ def test_config_prints_the_resolved_recipe_that_builds_back_to_itself(capsys) ->
     from agentic_rl.config import TrainConfig, build
     from agentic_rl.recipes import load_recipe
 
-    assert main(["config", "smoke", "--set", "steps=3", "--set", "optim.lr=2e-6"]) == 0
+    assert main(["config", "smoke", "--set", "rl.steps=3", "--set", "optim.lr=2e-6"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# recipe: smoke\n")
     printed = yaml.safe_load(out)
-    assert printed["steps"] == 3 and printed["optim"]["lr"] == 2e-6 and printed["rollout"]["temperature"] == 1.0
-    expected = build(TrainConfig, {**load_recipe("smoke")[1], "steps": 3, "optim": {"lr": 2e-6}})
+    assert printed["rl"]["steps"] == 3 and printed["optim"]["lr"] == 2e-6 and printed["rollout"]["temperature"] == 1.0
+    smoke = load_recipe("smoke")[1]
+    expected = build(TrainConfig, {**smoke, "rl": {**smoke["rl"], "steps": 3}, "optim": {"lr": 2e-6}})
     assert build(TrainConfig, printed) == expected
     assert main(["config", "smoke", "--set", "rollout.temprature=1"]) == 2
     assert "did you mean 'rollout.temperature'" in capsys.readouterr().err

@@ -103,7 +103,7 @@ def test_the_starting_points_for_larger_models_resolve(tmp_path) -> None:
         ("backend.kind=vllm", "backend.kind"),
         ("lora.enabled=true", "lora.enabled"),
         ("distributed.rollout_workers=2", "distributed.rollout_workers"),
-        ("algorithm.rollout=arpo", "algorithm.rollout"),
+        ("rl.sampling=arpo", "rl.sampling"),
         ("env.name=sokoban", "env.name"),
     ],
 )

@@ -28,9 +28,7 @@ OVERSIZED_FILES = {
 
 OVERSIZED_FUNCTIONS = {
     "envs/search_qa.py:make_search_qa_env": 140,
-    "training/dpo.py:train_dpo": 113,
     "evaluation/metrics.py:aggregate_metrics": 108,
-    "training/sft.py:train_sft": 103,
     "training/rl.py:__init__": 103,
     "rollout/schedulers.py:run_continuous": 99,
     "rollout/arpo.py:arpo_rollout": 89,

@@ -17,10 +17,11 @@ CASES = {
     "mistyped env": (["train", "--set", "env.name=arithmetc"], "did you mean 'arithmetic'?"),
     "mistyped env option": (["train", "--set", "env.max_turn=3"], "did you mean 'max_turns'?"),
     "mistyped config key": (["train", "--set", "stepz=3"], "stepz"),
-    "--set without '='": (["train", "--set", "steps"], "KEY=VALUE"),
+    "flat key of agentic-rl 0.1": (["train", "--set", "group_size=4"], "group_size: moved to rl.group_size"),
+    "--set without '='": (["train", "--set", "rl.steps"], "KEY=VALUE"),
     "recipe YAML with a syntax error": (["train", "broken.yaml"], "invalid YAML"),
     "env import path that does not exist": (["train", "--set", "env.name=no_such_module:make_env"], "no_such_module"),
-    "non-integer steps": (["train", "--set", "steps=ten"], "steps"),
+    "non-integer steps": (["train", "--set", "rl.steps=ten"], "rl.steps"),
     "missing SFT data file": (["sft", "--data", "missing.jsonl", "--output-dir", "out"], "--data"),
     "model folder without config.json": (["train", "--set", "model.name=./empty-model"], "empty-model"),
     "--nproc 0": (["train", "--nproc", "0"], "--nproc"),
@@ -37,7 +38,7 @@ CASES = {
 @pytest.fixture
 def workdir(tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "broken.yaml").write_text("base: default\nsteps: [1, 2\n")
+    (tmp_path / "broken.yaml").write_text("base: default\nrl:\n  steps: [1, 2\n")
     (tmp_path / "empty-model").mkdir()
     (tmp_path / "not-a-run").mkdir()
     (tmp_path / "not-a-run" / "notes.txt").write_text("not a run\n")

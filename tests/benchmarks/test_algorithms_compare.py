@@ -68,9 +68,9 @@ def test_wiring_mode_runs_every_algorithm_on_every_seed(compare, tmp_path) -> No
         assert len(row["curve"]["accuracy"]) == 1 and row["rl_time_s"] > 0 and row["entropy_mean"] > 0
         assert row["groups_sampled_per_step"] == 2.0
     assert [start["start_model"] for start in results["starts"]] == ["tiny-random", "tiny-random"]
-    assert results["shared"]["mini_batches"] == 1 and results["shared"]["steps"] == 1
+    assert results["shared"]["rl"]["mini_batches"] == 1 and results["shared"]["rl"]["steps"] == 1
     # gspo's recipe takes 4 mini-batches; the comparison names it and runs the shared value.
-    assert results["departures"] == {"grpo-t": [], "gspo": ["mini_batches 4 (default recipe 2)"]}
+    assert results["departures"] == {"grpo-t": [], "gspo": ["rl.mini_batches 4 (default recipe 2)"]}
     aggregates = results["aggregates"]
     assert list(aggregates) == ["grpo-t", "gspo"]
     for label, summary in aggregates.items():
@@ -83,7 +83,7 @@ def test_wiring_mode_runs_every_algorithm_on_every_seed(compare, tmp_path) -> No
             assert (summary[key]["min"], summary[key]["max"]) == (min(values), max(values))
         assert len(summary["curve"]["entropy"]) == 1 and summary["curve"]["entropy"][0] > 0
     table = (out / "results.md").read_text()
-    assert "gspo: its recipe (gspo) sets mini_batches 4 (default recipe 2)" in table
+    assert "gspo: its recipe (gspo) sets rl.mini_batches 4 (default recipe 2)" in table
     assert sum(line.startswith(("| grpo-t | 2 |", "| gspo | 2 |")) for line in table.splitlines()) == 2
     assert (
         sum(

@@ -61,7 +61,7 @@ def test_rows_aggregate_and_table_match_hand_values(seeds) -> None:
 def test_bad_arguments_are_one_line_errors(seeds, capsys) -> None:
     for argv, message in (
         (["smoke", "--seeds", "1,1"], "--seeds: expected distinct"),
-        (["smoke", "--set", "steps"], "--set: expected KEY=VALUE"),
+        (["smoke", "--set", "rl.steps"], "--set: expected KEY=VALUE"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             seeds.parse_args(argv)
@@ -73,7 +73,7 @@ def test_smoke_recipe_over_two_seeds_through_the_cli(seeds, tmp_path) -> None:
     out = tmp_path / "seeds"
     assert (
         seeds.main(
-            ["smoke", "--seeds", "0,1", "--set", "steps=1", "--set", "eval.num_tasks=2", "--output-dir", str(out)]
+            ["smoke", "--seeds", "0,1", "--set", "rl.steps=1", "--set", "eval.num_tasks=2", "--output-dir", str(out)]
         )
         == 0
     )

@@ -111,3 +111,22 @@ def test_a_presets_reward_and_rl_parts_apply_whether_the_algorithm_comes_as_dict
     assert TrainConfig(algorithm=AlgorithmConfig(preset="grpo")).reward.overlong_buffer == 0
     # An explicit value wins over the preset's.
     assert TrainConfig(algorithm={"preset": "dapo"}, rl={"max_generation_rounds": 3}).rl.max_generation_rounds == 3
+
+
+def test_a_shorthand_value_and_its_sections_fields_merge_instead_of_replacing() -> None:
+    from agentic_rl.config import apply_assignments, build
+    from agentic_rl.recipes import deep_merge
+
+    data = apply_assignments({}, ["algorithm.policy_loss=gspo", "algorithm.policy_loss.clip_high=5e-4"])
+    assert build(TrainConfig, data).algorithm.policy_loss.params["clip_high"] == 5e-4
+    # A base recipe's `policy_loss: gspo` under a child's parameters stays gspo.
+    merged = deep_merge({"algorithm": {"policy_loss": "gspo"}}, {"algorithm": {"policy_loss": {"clip_high": 1e-3}}})
+    assert build(TrainConfig, merged).algorithm.policy_loss.name == "gspo"
+    # --set critic=separate over a recipe's critic section sets its kind only; a new
+    # function name drops the old function's parameters.
+    critic = apply_assignments({"algorithm": {"critic": {"kind": "shared", "lr": 1e-4}}}, ["algorithm.critic=separate"])
+    assert critic["algorithm"]["critic"] == {"kind": "separate", "lr": 1e-4}
+    loss = apply_assignments(
+        {"algorithm": {"policy_loss": {"name": "ppo-clip", "clip_high": 0.3}}}, ["algorithm.policy_loss=gspo"]
+    )
+    assert loss["algorithm"]["policy_loss"] == {"name": "gspo"}

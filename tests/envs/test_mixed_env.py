@@ -91,8 +91,8 @@ def test_bad_entries_fail_with_one_line_naming_the_entry(mix, message) -> None:
             {"name": "frozenlake", "mix": MIX},
             "env.name: set either env.name (one env, here 'frozenlake') or env.mix (several), not both",
         ),
-        ({"mix": MIX, "few_shot": 2}, "env: few_shot: with env.mix, options go into each entry (env.mix[i].few_shot)"),
-        ({"name": "mix"}, "env: mix: env.name mix needs the entries"),
+        ({"mix": MIX, "few_shot": 2}, "env.few_shot: with env.mix, options go into each entry (env.mix[i].few_shot)"),
+        ({"name": "mix"}, "env.mix: env.name mix needs the entries"),
     ],
 )
 def test_config_rejects_name_and_mix_together(env, message) -> None:

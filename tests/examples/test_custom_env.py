@@ -61,7 +61,13 @@ def test_a_scripted_policy_that_calls_the_tool_and_answers_earns_reward_one(toke
 def test_the_cli_trains_it_by_import_path_without_pythonpath(tmp_path) -> None:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     args = ["train", "custom_env.yaml", "--output-dir", str(tmp_path / "run")]
-    for assignment in ("model.name=tiny-random", "steps=1", "tasks_per_step=2", "group_size=2", "eval.num_tasks=2"):
+    for assignment in (
+        "model.name=tiny-random",
+        "rl.steps=1",
+        "rl.tasks_per_step=2",
+        "rl.group_size=2",
+        "eval.num_tasks=2",
+    ):
         args += ["--set", assignment]
     args += ["--set", "rollout.max_new_tokens=8"]
     result = subprocess.run(

@@ -68,12 +68,21 @@ def test_parsers_never_raise_on_model_text(name: str, text: str) -> None:
 
 
 KNOWN_KEYS = [
+    "rl",
     "steps",
     "group_size",
     "optim",
     "lr",
     "algorithm",
     "preset",
+    "advantage",
+    "policy_loss",
+    "clip_high",
+    "kl",
+    "coef",
+    "critic",
+    "reward",
+    "overlong_buffer",
     "rollout",
     "temperature",
     "model",

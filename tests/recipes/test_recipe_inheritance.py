@@ -69,15 +69,23 @@ def test_recipes_with_clip_bounds_take_more_than_one_update_per_batch() -> None:
     the paper's four. ``smoke`` checks wiring on a random model whose advantages are 0."""
     for name in recipe_names():
         config = build(TrainConfig, load_recipe(name)[1])
-        updates = config.ppo_epochs * config.mini_batches
+        updates = config.rl.epochs * config.rl.mini_batches
         if name == "smoke":
             assert updates == 1
         elif name == "gspo":
-            assert (config.algorithm.policy_loss, config.mini_batches) == ("gspo", 4)
+            assert (config.algorithm.policy_loss.name, config.rl.mini_batches) == ("gspo", 4)
         else:
             assert updates >= 2, name
-    tcr = build(TrainConfig, load_recipe("default")[1]).algorithm
-    assert (tcr.preset, tcr.clip_low, tcr.clip_high, tcr.aggregation, tcr.kl_coef, tcr.overlong_buffer) == (
+    default = build(TrainConfig, load_recipe("default")[1])
+    tcr, loss = default.algorithm, default.algorithm.policy_loss.params
+    assert (
+        tcr.preset,
+        loss["clip_low"],
+        loss["clip_high"],
+        tcr.aggregation,
+        tcr.kl.coef,
+        default.reward.overlong_buffer,
+    ) == (
         "grpo-tcr",
         0.2,
         0.315,
@@ -85,7 +93,7 @@ def test_recipes_with_clip_bounds_take_more_than_one_update_per_batch() -> None:
         0.0,
         64,
     )
-    assert build(TrainConfig, load_recipe("cispo")[1]).algorithm.policy_loss == "cispo"
+    assert build(TrainConfig, load_recipe("cispo")[1]).algorithm.policy_loss.name == "cispo"
 
 
 def test_deep_merge_merges_sections_and_replaces_lists() -> None:
@@ -110,13 +118,14 @@ def test_base_path_is_relative_to_the_file_and_chains(tmp_path, monkeypatch) -> 
         "description: common\nbase: smoke\nrollout:\n  max_new_tokens: 8\ntracking:\n  sinks: [jsonl]\n"
     )
     (tmp_path / "child.yaml").write_text(
-        "description: my run\nbase: shared/common.yaml\nsteps: 5\nrollout:\n  temperature: 0.5\n"
+        "description: my run\nbase: shared/common.yaml\nrl:\n  steps: 5\nrollout:\n  temperature: 0.5\n"
     )
     monkeypatch.chdir(tmp_path / "shared")  # relative to the file, not to the working directory
     name, data = load_recipe(str(tmp_path / "child.yaml"))
     smoke = load_recipe("smoke")[1]
     assert name == "child" and data["description"] == "my run" and "base" not in data
-    assert data["steps"] == 5 and data["model"] == smoke["model"] and data["group_size"] == smoke["group_size"]
+    assert data["rl"] == {**smoke["rl"], "steps": 5} and data["model"] == smoke["model"]
+    assert data["rl"]["group_size"] == smoke["rl"]["group_size"]
     assert data["rollout"] == {
         "max_new_tokens": 8,
         "max_total_tokens": smoke["rollout"]["max_total_tokens"],
@@ -142,7 +151,7 @@ def test_env_options_are_inherited_only_for_the_same_env(tmp_path) -> None:
 
 
 def test_description_is_not_inherited(tmp_path) -> None:
-    (tmp_path / "child.yaml").write_text("base: default\nsteps: 1\n")
+    (tmp_path / "child.yaml").write_text("base: default\nrl:\n  steps: 1\n")
     assert "description" not in load_recipe(str(tmp_path / "child.yaml"))[1]
 
 
@@ -150,7 +159,7 @@ def test_description_is_not_inherited(tmp_path) -> None:
     "files, entry, message",
     [
         ({"a.yaml": "base: b.yaml\n", "b.yaml": "base: a.yaml\n"}, "a.yaml", "a.yaml -> b.yaml -> a.yaml"),
-        ({"self.yaml": "base: self.yaml\nsteps: 1\n"}, "self.yaml", "self.yaml -> self.yaml"),
+        ({"self.yaml": "base: self.yaml\nrl:\n  steps: 1\n"}, "self.yaml", "self.yaml -> self.yaml"),
         ({"a.yaml": "base: defualt\n"}, "a.yaml", "unknown recipe 'defualt' (did you mean 'default'?)"),
         ({"a.yaml": "base: missing.yaml\n"}, "a.yaml", "missing.yaml' does not exist"),
         ({"a.yaml": "base: [default]\n"}, "a.yaml", "base must be a recipe name or a YAML path"),
@@ -171,6 +180,6 @@ def test_cli_reports_a_cycle_and_a_bad_inherited_key_in_one_line(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert "base cycle" in err and len(err.splitlines()) == 1
     (tmp_path / "c.yaml").write_text("base: smoke\noptim:\n  lrr: 1\n")
-    assert main(["train", str(tmp_path / "c.yaml"), "--set", "steps=0"]) == 2
+    assert main(["train", str(tmp_path / "c.yaml"), "--set", "rl.steps=0"]) == 2
     err = capsys.readouterr().err.strip()
     assert "did you mean 'optim.lr'" in err and len(err.splitlines()) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_rl.config import AlgorithmConfig, ConfigError, RewardConfig, TrainConfig, build
+from agentic_rl.config import ConfigError, RewardConfig, TrainConfig, build
 from agentic_rl.rewards.episode import format_ok, retrieval_calls, tool_cost, two_stage_reward
 from agentic_rl.training.scoring import shaped_rewards
 from agentic_rl.types import ToolResult, Trajectory, Turn
@@ -64,21 +64,17 @@ def test_two_stage_switches_at_the_configured_step():
 
 
 def test_shaped_rewards_apply_the_reward_section():
-    algorithm = AlgorithmConfig(preset="grpo")  # no overlong shaping
     good = episode(1.0, ("search", True, False), ("search", True, False))
     lazy = episode(0.0)  # answered without searching
     broken = episode(0.6, ("search", False, True), answer=None, reason="max_turns")
     batch = [good, lazy, broken]
-    assert shaped_rewards(batch, algorithm, max_total_tokens=512).tolist() == pytest.approx([1.0, 0.0, 0.6])
-    reward = RewardConfig(format_weight=0.2, tool_costs={"search": 0.05})
-    assert shaped_rewards(batch, algorithm, max_total_tokens=512, reward=reward).tolist() == pytest.approx(
-        [1.1, 0.2, 0.6 - 0.05]
-    )
+    assert shaped_rewards(batch, max_total_tokens=512).tolist() == pytest.approx([1.0, 0.0, 0.6])
+    reward = RewardConfig(format_weight=0.2, tool_costs={"search": 0.05})  # no overlong shaping
+    assert reward.overlong_buffer == 0
+    assert shaped_rewards(batch, max_total_tokens=512, reward=reward).tolist() == pytest.approx([1.1, 0.2, 0.6 - 0.05])
     staged = RewardConfig(two_stage={"switch_step": 2})
-    assert shaped_rewards(batch, algorithm, max_total_tokens=512, reward=staged, step=1).tolist() == pytest.approx(
-        [1.0, 0.5, 0.0]
-    )
-    assert shaped_rewards(batch, algorithm, max_total_tokens=512, reward=staged, step=2).tolist() == pytest.approx(
+    assert shaped_rewards(batch, max_total_tokens=512, reward=staged, step=1).tolist() == pytest.approx([1.0, 0.5, 0.0])
+    assert shaped_rewards(batch, max_total_tokens=512, reward=staged, step=2).tolist() == pytest.approx(
         [1.0, 0.0, 0.6 - 2.0]
     )
 
@@ -89,7 +85,9 @@ def test_reward_section_in_the_training_config():
         {"reward": {"format_weight": 0.1, "tool_costs": {"search": 0.05}, "two_stage": {"switch_step": 10}}},
     )
     assert config.reward.tool_costs == {"search": 0.05} and config.reward.two_stage.switch_step == 10
-    assert TrainConfig().reward == RewardConfig()  # off by default
+    # off by default; the default preset (grpo-tcr) adds only its overlong shaping
+    assert build(TrainConfig, {"algorithm": {"preset": "grpo"}}).reward == RewardConfig()
+    assert TrainConfig().reward == RewardConfig(overlong_buffer=64)
     with pytest.raises(ConfigError, match="reward.two_stage.switch_step"):
         build(TrainConfig, {"reward": {"two_stage": {"switch_step": -1}}})
     with pytest.raises(ConfigError, match="reward.tool_costs: the cost of 'search' must be a finite number"):

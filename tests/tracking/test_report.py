@@ -54,7 +54,7 @@ def run_dir(tmp_path):
     run = tmp_path / "run-synthetic"
     run.mkdir()
     (run / "config.yaml").write_text(
-        "recipe: smoke\ndescription: synthetic run\nmodel:\n  name: tiny-random\nenv:\n  name: arithmetic\nalgorithm:\n  preset: grpo\ngroup_size: 2\n"
+        "recipe: smoke\ndescription: synthetic run\nmodel:\n  name: tiny-random\nenv:\n  name: arithmetic\nalgorithm:\n  preset: grpo\nrl:\n  group_size: 2\n"
     )
     with (run / "metrics.jsonl").open("w") as f:
         for step in range(5):

@@ -247,7 +247,8 @@ def test_old_logprobs_sampler_beside_a_correction_is_refused() -> None:
     from agentic_rl.algorithms import resolve_old_logprobs
 
     with pytest.raises(
-        ValueError, match=r"^algorithm.old_logprobs: sampler would make algorithm.correction.kind tis compare the sampler with itself"
+        ValueError,
+        match=r"^algorithm.old_logprobs: sampler would make algorithm.correction.kind tis compare the sampler with itself",
     ):
         resolve_old_logprobs("sampler", precision="fp32", policy_logprobs=False, correction="tis")
 

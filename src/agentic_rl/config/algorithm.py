@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from agentic_rl.config.base import Section
+from agentic_rl.config.base import Section, expand_shorthand
 from agentic_rl.errors import closest, unknown_name
 
 DEFAULT_PRESET = "grpo-tcr"
@@ -188,29 +188,22 @@ class CorrectionConfig(Section):
 SLOTS = ("advantage", "policy_loss", "group_filter")
 """The ``{name, ...parameters}`` fields of :class:`AlgorithmConfig`."""
 
-# The field a section's shorthand value stands for (``critic: shared`` = ``{kind: shared}``).
-_SHORTHAND = {**dict.fromkeys(SLOTS, "name"), "critic": "kind", "correction": "kind", "kl": "coef"}
 
-
-def _expand(key: str, value: Any) -> Any:
-    if key in _SHORTHAND and value is not None and not isinstance(value, dict):
-        return {_SHORTHAND[key]: value}
-    return value
-
-
-def merge_preset(preset: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` over ``preset`` (nested dicts merge; a value given as None counts as
-    unset). A ``{name, ...}`` slot the user names differently from the preset takes none of
-    the preset's parameters for it (they were meant for another function)."""
-    merged = {key: _expand(key, value) for key, value in preset.items()}
+def merge_preset(preset: dict[str, Any], given: dict[str, Any], prefix: str = "algorithm.") -> dict[str, Any]:
+    """``given`` over ``preset`` (nested dicts merge; shorthand values expand first). A value
+    given as None counts as unset, except for a function's parameter the preset does not set
+    (where None can be a value: ``clip_ratio_c``). A ``{name, ...}`` slot the user names differently from the
+    preset takes none of the preset's parameters for it (they were meant for another function)."""
+    merged = {key: expand_shorthand(prefix + key, value) for key, value in preset.items()}
+    in_slot = prefix.rstrip(".").rsplit(".", 1)[-1] in SLOTS
     for key, value in given.items():
-        base, value = merged.get(key), _expand(key, value)
+        base, value = merged.get(key), expand_shorthand(prefix + key, value)
         if isinstance(base, dict) and isinstance(value, dict):
             if key in SLOTS and value.get("name", base.get("name")) != base.get("name"):
                 merged[key] = value
             else:
-                merged[key] = merge_preset(base, value)
-        elif value is not None or key not in merged:
+                merged[key] = merge_preset(base, value, f"{prefix}{key}.")
+        elif value is not None or (in_slot and key not in merged):
             merged[key] = value
     return merged
 

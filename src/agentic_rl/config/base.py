@@ -84,6 +84,35 @@ def _section_for(model_cls: type[BaseModel], dotted: str) -> type[BaseModel] | N
     return model
 
 
+SHORTHAND: dict[str, str] = {
+    "algorithm.advantage": "name",
+    "algorithm.policy_loss": "name",
+    "algorithm.group_filter": "name",
+    "algorithm.critic": "kind",
+    "algorithm.correction": "kind",
+    "algorithm.kl": "coef",
+}
+"""Sections a single value may stand for (``algorithm.critic: shared`` = ``{kind: shared}``):
+dotted key -> the field the value fills. Merging a section over such a value expands it first."""
+
+
+def expand_shorthand(dotted: str, value: Any) -> Any:
+    """``value`` as its section when ``dotted`` takes a shorthand (a bool is never one)."""
+    if dotted in SHORTHAND and value is not None and not isinstance(value, dict | bool):
+        return {SHORTHAND[dotted]: value}
+    return value
+
+
+def _assign(dotted: str, old: Any, value: Any) -> Any:
+    """A shorthand value set over its section: it sets that one field (a function's name
+    that changes drops the old function's parameters); anything else replaces."""
+    new = expand_shorthand(dotted, value)
+    if not (isinstance(old, dict) and isinstance(new, dict) and dotted in SHORTHAND):
+        return value
+    field = SHORTHAND[dotted]
+    return new if field == "name" and old.get("name") != new["name"] else {**old, **new}
+
+
 def parse_assignment(assignment: str) -> tuple[list[str], Any]:
     """``"rollout.temperature=0.7"`` -> (["rollout", "temperature"], 0.7); values are YAML scalars."""
     key, sep, raw = assignment.partition("=")
@@ -100,12 +129,12 @@ def apply_assignments(data: dict[str, Any], assignments: list[str]) -> dict[str,
     for assignment in assignments:
         path, value = parse_assignment(assignment)
         node = data
-        for part in path[:-1]:
-            child = node.setdefault(part, {})
+        for depth, part in enumerate(path[:-1]):
+            child = node[part] = expand_shorthand(".".join(path[: depth + 1]), node.setdefault(part, {}))
             if not isinstance(child, dict):
                 raise ConfigError(f"--set {assignment!r}: {part!r} is not a section")
             node = child
-        node[path[-1]] = value
+        node[path[-1]] = _assign(".".join(path), node.get(path[-1]), value)
     return data
 
 

@@ -304,12 +304,12 @@ class TrainConfig(Section):
         )
         from agentic_rl.algorithms import PRESETS
 
-        if preset not in PRESETS:
+        if not isinstance(preset, str) or preset not in PRESETS:
             return data  # AlgorithmConfig names the unknown preset
         data = dict(data)
         for section in ("reward", "rl"):
             if PRESETS[preset].get(section) and isinstance(data.get(section, {}), dict):
-                data[section] = merge_preset(PRESETS[preset][section], data.get(section) or {})
+                data[section] = merge_preset(PRESETS[preset][section], data.get(section) or {}, f"{section}.")
         return data
 
     @model_validator(mode="after")

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from agentic_rl.config import ConfigError
+from agentic_rl.config.base import expand_shorthand
 from agentic_rl.errors import closest
 
 
@@ -90,13 +91,16 @@ def _parse(name_or_path: str, text: str) -> dict[str, Any]:
     return data
 
 
-def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """A new mapping: ``override`` over ``base``, nested mappings merged key by key, every
-    other value (lists included) replaced."""
+def deep_merge(base: dict[str, Any], override: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A new mapping: ``override`` over ``base``, nested mappings merged key by key (a
+    shorthand value such as ``policy_loss: gspo`` expanded first), every other value (lists
+    included) replaced."""
     merged = dict(base)
     for key, value in override.items():
+        dotted = prefix + key
+        old, value = expand_shorthand(dotted, merged.get(key)), expand_shorthand(dotted, value)
         merged[key] = (
-            deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+            deep_merge(old, value, dotted + ".") if isinstance(value, dict) and isinstance(old, dict) else value
         )
     return merged
 
