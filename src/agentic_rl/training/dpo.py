@@ -16,34 +16,23 @@ from a run's ``rollouts.jsonl`` (:func:`pairs_from_rollout_records`).
 
 from __future__ import annotations
 
-import contextlib
-import math
-import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from agentic_rl.algorithms.dpo import dpo_loss, sequence_logprobs
-from agentic_rl.anatomy import split_model
 from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import DPOConfig, RolloutConfig
 from agentic_rl.data.conversations import render_example, trajectory_to_example, validate_example
-from agentic_rl.distributed import DistContext, make_strategy
+from agentic_rl.distributed import DistContext
 from agentic_rl.envs.base import Env
 from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.rollout.engine import rollout
-from agentic_rl.training.batch import collate, length_buckets, padding_batch
-from agentic_rl.training.logprobs import PolicyLogprobs, token_logprobs
-from agentic_rl.training.optim import (
-    NonFiniteGuard,
-    Optimized,
-    accumulate_and_step,
-    make_optimizer,
-    make_scheduler,
-    optimizer_params,
-)
+from agentic_rl.training.batch import collate, length_buckets
+from agentic_rl.training.logprobs import token_logprobs
+from agentic_rl.training.supervised import Forward, train_supervised
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 Sequences = tuple[list[int], list[int]]  # (token ids, loss mask)
@@ -270,6 +259,61 @@ def reference_logprobs(model, pairs, config: DPOConfig, pad_id: int) -> torch.Te
     return out
 
 
+@dataclass
+class DPOObjective:
+    """DPO's part of the supervised loop: the DPO (or IPO) loss of whole pairs against the
+    ``reference`` sequence log-probs ([N, 2], chosen and rejected), each micro-batch's mean
+    weighted by its share of the batch's pairs."""
+
+    model: torch.nn.Module
+    pairs: list[tuple[Sequences, Sequences]]
+    reference: torch.Tensor
+    config: DPOConfig
+    pad_id: int
+    device: torch.device
+    metric_names = ("step", "epoch", "loss", "margin", "accuracy", "lr", "grad_norm", "pairs")
+    nonfinite_hint = "lower the DPO lr or check the pairs"
+
+    def normaliser(self, batch: list[int]) -> int:
+        return len(batch)
+
+    def micro_batches(self, share: list[int]) -> list[list[int]]:
+        return _micro_batches(self.pairs, share, self.config.micro_batch_tokens)
+
+    def micro_loss(self, forward: Forward, members: list[int], normaliser: int) -> tuple[torch.Tensor, list[float]]:
+        """The weighted loss and the pairs' implicit-reward margins (chosen - rejected)."""
+        config = self.config
+        chosen, rejected = _pair_logprobs(
+            self.model,
+            self.pairs,
+            members,
+            self.pad_id,
+            self.device,
+            average=config.loss_type == "ipo",
+            forward=forward,
+        )
+        out = dpo_loss(
+            chosen,
+            rejected,
+            self.reference[members, 0],
+            self.reference[members, 1],
+            beta=config.beta,
+            label_smoothing=config.label_smoothing,
+            loss_type=config.loss_type,
+        )
+        return out.loss * (len(members) / normaliser), out.margins.tolist()
+
+    def step_metrics(self, batch: list[int], normaliser: int, details: list, dist: DistContext) -> dict:
+        """The mean margin and the accuracy (chosen ahead) over every rank's pairs of ``batch``."""
+        mine = [margin for margins in details for margin in margins]
+        margins = [margin for rank_margins in dist.all_gather_objects(mine) for margin in rank_margins]
+        return {
+            "margin": sum(margins) / len(margins),
+            "accuracy": sum(margin > 0 for margin in margins) / len(batch),
+            "pairs": len(batch),
+        }
+
+
 def train_dpo(
     model,
     tokenizer,
@@ -297,89 +341,24 @@ def train_dpo(
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     reference = reference_logprobs(model, sequences, config, pad_id).to(device)
-    steps_per_epoch = math.ceil(len(sequences) / config.batch_size)
-    optimizer = make_optimizer(model.parameters(), lr=config.lr)
-    scheduler = make_scheduler(optimizer, warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch)
-    step = [Optimized(optimizer_params(optimizer), optimizer, scheduler)]
-    guard = NonFiniteGuard(max_nonfinite_steps, hint="lower the DPO lr or check the pairs")
-    rng = random.Random(config.seed)
-    result = DPOResult(steps=0, pairs=len(sequences), dropped_too_long=dropped)
-    dist = dist or DistContext()
-    # Several ranks: a DDP replica (gradients all-reduced once per step); one process: the model as it is.
-    strategy = make_strategy("ddp", dist)
-    policy = strategy.wrap(PolicyLogprobs(model), layers=list(split_model(model)[0].layers))
-
-    def micro_losses(batch: list[int], margins: list[float]) -> Iterator[torch.Tensor]:
-        """Each micro-batch's loss (this rank's share of ``batch``); its pairs'
-        implicit-reward margins go into ``margins``."""
-        buckets: list[list[int] | None] = (
-            list(_micro_batches(sequences, batch[dist.rank :: dist.world_size], config.micro_batch_tokens))
-            if batch[dist.rank :: dist.world_size]
-            else []
-        )
-        buckets += [None] * dist.lockstep_padding(len(buckets))
-        for index, members in enumerate(buckets):
-            with contextlib.nullcontext() if index == len(buckets) - 1 else strategy.accumulating(policy):
-                if members is None:  # a padding forward/backward the other ranks' collectives wait for
-                    pad = padding_batch(pad_id).to(device)
-                    logprobs, _ = policy(pad.input_ids, pad.attention_mask, pad.loss_mask)
-                    yield logprobs.sum() * 0.0
-                    continue
-                chosen, rejected = _pair_logprobs(
-                    model, sequences, members, pad_id, device, average=config.loss_type == "ipo", forward=policy
-                )
-                out = dpo_loss(
-                    chosen,
-                    rejected,
-                    reference[members, 0],
-                    reference[members, 1],
-                    beta=config.beta,
-                    label_smoothing=config.label_smoothing,
-                    loss_type=config.loss_type,
-                )
-                margins.extend(out.margins.tolist())
-                # Weighting each micro-batch mean by its share of the whole batch makes
-                # accumulation (and the ranks' sum) exact.
-                yield out.loss * (len(members) / len(batch))
-
-    model.train()
-    try:
-        for epoch in range(config.epochs):
-            order = list(range(len(sequences)))
-            rng.shuffle(order)
-            for start in range(0, len(order), config.batch_size):
-                batch = order[start : start + config.batch_size]
-                margins: list[float] = []
-                outcome = accumulate_and_step(
-                    micro_losses(batch, margins),
-                    step,
-                    max_grad_norm=config.max_grad_norm,
-                    guard=guard,
-                    grad_scale=strategy.grad_scale,
-                    reduce=dist.all_reduce,
-                )
-                margins = [m for rank_margins in dist.all_gather_objects(margins) for m in rank_margins]
-                if outcome.skipped:
-                    result.skipped_nonfinite += 1
-                    continue
-                result.steps += 1
-                result.losses.append(outcome.loss)
-                result.margins.append(sum(margins) / len(margins))
-                result.accuracies.append(sum(margin > 0 for margin in margins) / len(batch))
-                if on_step:
-                    on_step(
-                        {
-                            "step": result.steps,
-                            "epoch": epoch,
-                            "loss": outcome.loss,
-                            "margin": result.margins[-1],
-                            "accuracy": result.accuracies[-1],
-                            "lr": outcome.lr,
-                            "grad_norm": outcome.grad_norm,
-                            "pairs": len(batch),
-                        }
-                    )
-    finally:
-        model.eval()
-    result.wall_time_s = time.monotonic() - started
-    return result
+    objective = DPOObjective(model, sequences, reference, config, pad_id, device)
+    run = train_supervised(
+        model,
+        len(sequences),
+        objective,
+        config,
+        pad_id=pad_id,
+        on_step=on_step,
+        max_nonfinite_steps=max_nonfinite_steps,
+        dist=dist,
+    )
+    return DPOResult(
+        steps=len(run.metrics),
+        pairs=len(sequences),
+        dropped_too_long=dropped,
+        losses=run.values("loss"),
+        margins=run.values("margin"),
+        accuracies=run.values("accuracy"),
+        wall_time_s=time.monotonic() - started,
+        skipped_nonfinite=run.skipped_nonfinite,
+    )

@@ -6,31 +6,21 @@ and the loss is the mean negative log-likelihood of the assistant tokens only.
 
 from __future__ import annotations
 
-import contextlib
-import math
-import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from agentic_rl.anatomy import split_model
 from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import SFTConfig
 from agentic_rl.data.conversations import render_example, validate_example
-from agentic_rl.distributed import DistContext, make_strategy
+from agentic_rl.distributed import DistContext
 from agentic_rl.parsers import ToolCallParser, get_parser
-from agentic_rl.training.batch import collate, length_buckets, padding_batch
-from agentic_rl.training.logprobs import PolicyLogprobs
-from agentic_rl.training.optim import (
-    NonFiniteGuard,
-    Optimized,
-    accumulate_and_step,
-    make_optimizer,
-    make_scheduler,
-    optimizer_params,
-)
+from agentic_rl.training.batch import collate, length_buckets
+from agentic_rl.training.supervised import Forward, train_supervised
+
+Tokenized = tuple[list[int], list[int]]  # (token ids, loss mask)
 
 
 @dataclass
@@ -50,7 +40,7 @@ class SFTResult:
 
 def tokenize_examples(
     examples: list[dict], tokenizer, parser: ToolCallParser | str, max_length: int
-) -> tuple[list[tuple[list[int], list[int]]], int]:
+) -> tuple[list[Tokenized], int]:
     """(token ids, loss mask) per example that fits ``max_length``, and how many did not."""
     parser = get_parser(parser) if isinstance(parser, str) else parser
     renderer = ChatRenderer(tokenizer)
@@ -63,6 +53,40 @@ def tokenize_examples(
         else:
             sequences.append((ids, mask))
     return sequences, dropped
+
+
+@dataclass
+class SFTObjective:
+    """SFT's part of the supervised loop: the summed negative log-likelihood of the loss
+    (assistant) tokens of ``sequences``, divided by the batch's loss tokens."""
+
+    sequences: list[Tokenized]
+    pad_id: int
+    device: torch.device
+    micro_batch_tokens: int
+    max_sequences: int
+    """Rows per micro-batch at most (the batch size)."""
+    metric_names = ("step", "epoch", "loss", "lr", "grad_norm", "tokens")
+    nonfinite_hint = "lower sft.lr or check the data"
+
+    def normaliser(self, batch: list[int]) -> int:
+        """The batch's loss tokens (position 0 is never predicted, so it never counts)."""
+        return sum(sum(self.sequences[i][1][1:]) for i in batch)
+
+    def micro_batches(self, share: list[int]) -> list[list[int]]:
+        lengths = [len(self.sequences[i][0]) for i in share]
+        buckets = length_buckets(lengths, self.micro_batch_tokens, max_sequences=self.max_sequences)
+        return [[share[j] for j in bucket] for bucket in buckets]
+
+    def micro_loss(self, forward: Forward, members: list[int], normaliser: int) -> tuple[torch.Tensor, None]:
+        rows = [self.sequences[i] for i in members]
+        micro = collate([ids for ids, _ in rows], [mask for _, mask in rows], pad_token_id=self.pad_id)
+        micro = micro.to(self.device)
+        logprobs, _ = forward(micro.input_ids, micro.attention_mask, micro.loss_mask)
+        return -(logprobs * micro.loss_mask).sum() / normaliser, None
+
+    def step_metrics(self, batch: list[int], normaliser: int, details: list, dist: DistContext) -> dict:
+        return {"tokens": normaliser}
 
 
 def train_sft(
@@ -89,82 +113,25 @@ def train_sft(
         raise ValueError(
             f"max_length: all {dropped} of the {len(examples)} SFT conversations are longer than {config.max_length} tokens; raise it"
         )
-    device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    steps_per_epoch = math.ceil(len(sequences) / config.batch_size)
-    optimizer = make_optimizer(model.parameters(), lr=config.lr)
-    scheduler = make_scheduler(optimizer, warmup_steps=config.warmup_steps, total_steps=config.epochs * steps_per_epoch)
-    step = [Optimized(optimizer_params(optimizer), optimizer, scheduler)]
-    guard = NonFiniteGuard(max_nonfinite_steps, hint="lower sft.lr or check the data")
-    rng = random.Random(config.seed)
-    result = SFTResult(steps=0, examples=len(sequences), dropped_too_long=dropped)
-    dist = dist or DistContext()
-    # Several ranks: a DDP replica (gradients all-reduced once per step); one process: the model as it is.
-    strategy = make_strategy("ddp", dist)
-    policy = strategy.wrap(PolicyLogprobs(model), layers=list(split_model(model)[0].layers))
-
-    def micro_losses(batch: list[tuple[list[int], list[int]]], batch_tokens: int) -> Iterator[torch.Tensor]:
-        share = batch[dist.rank :: dist.world_size]
-        buckets: list[list[int] | None] = (
-            list(
-                length_buckets(
-                    [len(ids) for ids, _ in share], config.micro_batch_tokens, max_sequences=config.batch_size
-                )
-            )
-            if share
-            else []
-        )
-        buckets += [None] * dist.lockstep_padding(len(buckets))
-        for index, bucket in enumerate(buckets):
-            micro = (
-                padding_batch(pad_id)
-                if bucket is None
-                else collate([share[i][0] for i in bucket], [share[i][1] for i in bucket], pad_token_id=pad_id)
-            )
-            micro = micro.to(device)
-            with contextlib.nullcontext() if index == len(buckets) - 1 else strategy.accumulating(policy):
-                logprobs, _ = policy(micro.input_ids, micro.attention_mask, micro.loss_mask)
-                # Dividing by the whole batch's token count makes accumulation (and the ranks' sum) exact.
-                loss = -(logprobs * micro.loss_mask).sum() / batch_tokens
-                yield loss * 0.0 if bucket is None else loss
-
-    model.train()
-    try:
-        for epoch in range(config.epochs):
-            order = list(range(len(sequences)))
-            rng.shuffle(order)
-            for start in range(0, len(order), config.batch_size):
-                batch = [sequences[i] for i in order[start : start + config.batch_size]]
-                # Position 0 is never predicted, so it never counts as a loss token.
-                batch_tokens = sum(sum(mask[1:]) for _, mask in batch)
-                if batch_tokens == 0:
-                    continue
-                outcome = accumulate_and_step(
-                    micro_losses(batch, batch_tokens),
-                    step,
-                    max_grad_norm=config.max_grad_norm,
-                    guard=guard,
-                    grad_scale=strategy.grad_scale,
-                    reduce=dist.all_reduce,
-                )
-                if outcome.skipped:
-                    result.skipped_nonfinite += 1
-                    continue
-                result.steps += 1
-                result.losses.append(outcome.loss)
-                result.tokens += batch_tokens
-                if on_step:
-                    on_step(
-                        {
-                            "step": result.steps,
-                            "epoch": epoch,
-                            "loss": outcome.loss,
-                            "lr": outcome.lr,
-                            "grad_norm": outcome.grad_norm,
-                            "tokens": batch_tokens,
-                        }
-                    )
-    finally:
-        model.eval()
-    result.wall_time_s = time.monotonic() - started
-    return result
+    device = next(model.parameters()).device
+    objective = SFTObjective(sequences, pad_id, device, config.micro_batch_tokens, config.batch_size)
+    run = train_supervised(
+        model,
+        len(sequences),
+        objective,
+        config,
+        pad_id=pad_id,
+        on_step=on_step,
+        max_nonfinite_steps=max_nonfinite_steps,
+        dist=dist,
+    )
+    return SFTResult(
+        steps=len(run.metrics),
+        examples=len(sequences),
+        dropped_too_long=dropped,
+        losses=run.values("loss"),
+        tokens=sum(run.values("tokens")),
+        wall_time_s=time.monotonic() - started,
+        skipped_nonfinite=run.skipped_nonfinite,
+    )
