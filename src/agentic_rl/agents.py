@@ -16,6 +16,14 @@ samples sharing the episode's advantage), and the RL trainer updates the policy,
 the gateway serves from the next step on. The algorithm and its settings are the
 ``TrainConfig``'s.
 
+A multi-agent program names each call's role in ``model`` (``model="planner"``,
+``model="solver"``): the shared policy plays every role (the program's prompts condition
+it), each role's calls become that role's samples, and each role gets its own groups
+(advantages compare a role's episodes of a task with each other) and its own reward
+when ``reward`` returns ``{role: number}`` (one number: every role's). The step metrics
+and ``evaluate``'s result split by role (``reward_mean@planner``, ``avg@1@solver``, ...).
+See docs/tutorials/multi-agent.md.
+
 ``evaluate`` runs the agent on held-out tasks the same way (no update); ``train`` does it
 before and after training when given ``eval_tasks``. With an ``output_dir`` a run is a
 run directory like ``agentic-rl train``'s (config.yaml, metrics.jsonl, eval_before.json /
@@ -148,7 +156,8 @@ def evaluate(
     ``loaded = (model, tokenizer)``) and score each episode with ``reward``; the agent's
     own sampling settings apply. Returns ``avg@k`` (mean reward > 0 over all episodes, each
     task weighing the same), ``pass@k``, ``mean_reward``, ``calls_per_episode``,
-    ``agent_errors`` and the other fields of :func:`evaluation_metrics`."""
+    ``agent_errors`` and the other fields of :func:`evaluation_metrics` (per role too, for
+    a program with several roles)."""
     if k < 1:
         raise ValueError(f"k: expected at least 1, got {k}")
     from agentic_rl.optional import check

@@ -249,7 +249,8 @@ def test_trainer_with_forced_branches_and_hard_attribution(tiny, tokenizer) -> N
 
     import torch
 
-    from agentic_rl.training.rl import RLTrainer, score
+    from agentic_rl.training.rl import RLTrainer
+    from agentic_rl.training.scoring import score
 
     torch.set_num_threads(1)
     config = _tiny_arpo_config(

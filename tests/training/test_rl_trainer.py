@@ -13,8 +13,9 @@ from agentic_rl.config import TrainConfig
 from agentic_rl.engines.hf import HFBackend
 from agentic_rl.training.batch import collate
 from agentic_rl.training.logprobs import token_logprobs
-from agentic_rl.training.rl import RLTrainer, score
+from agentic_rl.training.rl import RLTrainer
 from agentic_rl.training.rl_metrics import MACHINE_METRICS
+from agentic_rl.training.scoring import score
 
 
 class ParityEnv:

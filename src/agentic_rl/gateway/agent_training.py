@@ -10,6 +10,15 @@ function here takes: ``agentic_rl.rewards.signature``) (or the agent posts it to
 write token; a posted reward wins). An exception in the agent's code is an
 infrastructure error by default (masked from the loss, counted); ``on_agent_error:
 "zero"`` scores the episode 0 instead, keeping what it sampled.
+
+Roles (a multi-agent program): each call's ``model`` names the role that made it. An
+episode's calls split by role and each role's calls become that role's samples
+(gateway/traces.py); a task's episodes make one group per role (``<id>@<role>``,
+``training.scoring.ROLE_SEPARATOR``), so group advantages compare a role's episode only
+with the same role's episodes of the same task. The reward (returned or posted) is one
+number, every role's (cooperative), or ``{role: number}``, each role its own (e.g.
+zero-sum); a role the dict leaves out is an error naming it. A program whose calls all
+name one model (any name) has one role and one group per task.
 """
 
 from __future__ import annotations
@@ -17,13 +26,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
-from agentic_rl.evaluation.metrics import aggregate_metrics
+from agentic_rl.evaluation.metrics import aggregate_metrics, pass_at_k
 from agentic_rl.gateway.server import GatewayServer
-from agentic_rl.gateway.traces import calls_to_trajectories
+from agentic_rl.gateway.traces import calls_by_role, calls_to_trajectories
 from agentic_rl.rewards.signature import check_reward_order
 from agentic_rl.seeds import stream_seed
+from agentic_rl.training.scoring import ROLE_SEPARATOR, task_key
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 EVALUATION_FIELDS = (
@@ -40,8 +51,50 @@ avg@k and pass@k): calls are not env tool calls, and the agent's result is not a
 to vote on."""
 
 Agent = Callable[[dict, Any], Any]
-Reward = Callable[[Any, dict], float]
+Reward = Callable[[Any, dict], float | dict[str, float]]
 ON_AGENT_ERROR = ("infra", "zero")
+
+
+class RoleRewardError(ValueError):
+    """A ``{role: number}`` reward that leaves out a role of the episode (or gives one no
+    number): the program's mistake, raised rather than scored as 0 or masked."""
+
+
+def role_rewards(reward: float | dict[str, Any], roles: Sequence[str], *, source: str) -> dict[str, float]:
+    """Each of ``roles``' reward: one number is every role's; a dict gives each role its own
+    (keys for roles that did not act are ignored). ``source`` names the reward in errors."""
+    if not isinstance(reward, dict):
+        return {role: float(reward) for role in roles}
+    out = {}
+    for role in roles:
+        if role not in reward:
+            raise RoleRewardError(
+                f"{source}: no reward for role {role!r} (the episode's roles: {', '.join(map(repr, roles))}; "
+                f"the reward names: {', '.join(map(repr, reward)) or 'none'})"
+            )
+        value = reward[role]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            try:
+                value = float(value)  # numpy and torch scalars
+            except (TypeError, ValueError):
+                raise RoleRewardError(f"{source}: role {role!r}: expected a number, got {str(value)[:40]}") from None
+        out[role] = float(value)
+    return out
+
+
+@dataclass
+class _Episode:
+    by_role: dict[str | None, Trajectory]
+    """Each role's trajectory (earlier samples in ``segments``); key None: the episode failed
+    (an infrastructure error), and its one trajectory stands for every role."""
+    failed: int
+    """Whether the agent's code raised."""
+    calls: dict[str, int]
+    """Model calls by role."""
+
+
+def _failed(task_id: str, group_id: str, error: str) -> Trajectory:
+    return Trajectory(task_id=task_id, group_id=group_id, infra_error=error[:500], termination_reason="error")
 
 
 class AgentSampler:
@@ -74,36 +127,33 @@ class AgentSampler:
         self, task_indices: list[int], group_size: int, seed: int
     ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         """``group_size`` episodes of each task (episode j of the task at position p draws
-        from stream ``p * group_size + j`` of ``seed``) -> (one group per task, the agent
-        metrics: ``agent_errors``, ``calls_per_episode``, ``samples_per_episode``)."""
-        groups = [
-            TrajectoryGroup(task_id=str(index), group_id=uuid.uuid4().hex[:12], task_index=index)
-            for index in task_indices
-        ]
+        from stream ``p * group_size + j`` of ``seed``) -> (one group per task and role, the
+        agent metrics: ``agent_errors``, ``calls_per_episode``, ``samples_per_episode``, and
+        with several roles :func:`role_metrics`)."""
+        ids = [uuid.uuid4().hex[:12] for _ in task_indices]
         jobs = [
-            (
-                group,
-                index,
-                self.pool.submit(self._episode, index, group.group_id, stream_seed(seed, position * group_size + j)),
-            )
-            for position, (group, index) in enumerate(zip(groups, task_indices))
-            for j in range(group_size)
+            [
+                self.pool.submit(self._episode, index, group_id, stream_seed(seed, position * group_size + j))
+                for j in range(group_size)
+            ]
+            for position, (index, group_id) in enumerate(zip(task_indices, ids))
         ]
-        episodes = errors = calls = 0
-        for group, _, future in jobs:
-            episode, failed, made = future.result()
-            group.trajectories.append(episode)
-            episodes, errors, calls = episodes + 1, errors + failed, calls + made
-        samples = sum(len(t.samples) for g in groups for t in g.trajectories)
+        groups: list[TrajectoryGroup] = []
+        episodes: list[_Episode] = []
+        for index, group_id, futures in zip(task_indices, ids, jobs):
+            results = [future.result() for future in futures]
+            episodes += results
+            groups += task_groups(index, group_id, results)
+        count = max(len(episodes), 1)
         return groups, {
-            "agent_errors": errors / max(episodes, 1),
-            "calls_per_episode": calls / max(episodes, 1),
-            "samples_per_episode": samples / max(episodes, 1),
+            "agent_errors": sum(e.failed for e in episodes) / count,
+            "calls_per_episode": sum(sum(e.calls.values()) for e in episodes) / count,
+            "samples_per_episode": sum(len(t.samples) for g in groups for t in g.trajectories) / count,
+            **role_metrics(groups, [e.calls for e in episodes]),
         }
 
-    def _episode(self, index: int, group_id: str, seed: int) -> tuple[Trajectory, int, int]:
-        """One episode -> (its trajectory, earlier samples in ``segments``; whether the agent
-        failed; the calls it made)."""
+    def _episode(self, index: int, group_id: str, seed: int) -> _Episode:
+        """One episode: its calls split by role, each role's samples scored with its reward."""
         import openai
 
         task = self.tasks[index]
@@ -123,66 +173,122 @@ class AgentSampler:
         finally:
             client.close()
         trace = self.server.store.pop(episode_id)
-        calls = trace.calls if trace else []
+        by_role = calls_by_role(trace.calls if trace else [])
+        calls = {role: len(made) for role, made in by_role.items()}
         task_id = str(task.get("id", index)) if isinstance(task, dict) else str(index)
         if error is not None and self.on_agent_error == "infra":
-            return (
-                Trajectory(task_id=task_id, group_id=group_id, infra_error=error, termination_reason="error"),
-                1,
-                len(calls),
-            )
+            return _Episode({None: _failed(task_id, group_id, error)}, 1, calls)
         try:
             reward = 0.0 if error is not None else self._reward(task, result, trace)
         except Exception as exc:  # a reward function that fails is infrastructure too
-            return (
-                Trajectory(
-                    task_id=task_id,
-                    group_id=group_id,
-                    infra_error=f"reward raised {type(exc).__name__}: {exc}"[:500],
-                    termination_reason="error",
-                ),
-                1,
-                len(calls),
+            return _Episode({None: _failed(task_id, group_id, f"reward raised {type(exc).__name__}: {exc}")}, 1, calls)
+        if not by_role:  # the agent never called the model: nothing to learn from
+            return _Episode(
+                {None: _failed(task_id, group_id, "the agent made no model call")}, int(error is not None), {}
             )
-        samples = calls_to_trajectories(calls, reward=reward, task_id=task_id, group_id=group_id)
-        if not samples:  # the agent never called the model: nothing to learn from
-            return (
-                Trajectory(
-                    task_id=task_id,
-                    group_id=group_id,
-                    infra_error="the agent made no model call",
-                    termination_reason="error",
-                ),
-                int(error is not None),
-                0,
-            )
-        for sample in samples:
-            sample.correct = reward > 0
-            if error is not None:
-                sample.info["agent_error"] = error
-        episode = samples[-1]
-        episode.segments = samples[:-1]  # calls that rewrote the history: samples sharing the episode's advantage
-        return episode, int(error is not None), len(calls)
+        posted = trace is not None and trace.reward is not None
+        rewards = role_rewards(reward, list(by_role), source="the posted reward" if posted else "reward(result, task)")
+        episode: dict[str | None, Trajectory] = {}
+        for role, role_calls in by_role.items():
+            samples = calls_to_trajectories(role_calls, reward=rewards[role], task_id=task_id, group_id=group_id)
+            for sample in samples:
+                sample.correct = rewards[role] > 0
+                sample.info["role"] = role
+                if error is not None:
+                    sample.info["agent_error"] = error
+            episode[role] = samples[-1]
+            episode[role].segments = samples[:-1]  # calls that rewrote the history: samples sharing its advantage
+        return _Episode(episode, int(error is not None), calls)
 
-    def _reward(self, task: dict, result: Any, trace) -> float:
+    def _reward(self, task: dict, result: Any, trace) -> float | dict[str, Any]:
         if trace is not None and trace.reward is not None:
-            return float(trace.reward)
+            return trace.reward
         if self.reward is None:
             raise ValueError("no reward: pass reward(result, task) or POST it to /episodes/{id}/reward")
-        return float(self.reward(result, task))
+        value = self.reward(result, task)
+        return value if isinstance(value, dict) else float(value)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+def task_groups(index: int, group_id: str, episodes: list[_Episode]) -> list[TrajectoryGroup]:
+    """One task's episodes -> its groups: one (``group_id``) when they have one role, else
+    one per role (``group_id@role``, roles in the order they first called), each with that
+    role's trajectory of every episode where it acted; a failed episode is every role's failure."""
+    roles = list(dict.fromkeys(role for episode in episodes for role in episode.by_role if role is not None))
+    if len(roles) <= 1:
+        trajectories = [next(iter(episode.by_role.values())) for episode in episodes]
+        return [TrajectoryGroup(task_id=str(index), group_id=group_id, trajectories=trajectories, task_index=index)]
+    groups = []
+    for role in roles:
+        group = TrajectoryGroup(task_id=str(index), group_id=f"{group_id}{ROLE_SEPARATOR}{role}", task_index=index)
+        for episode in episodes:
+            trajectory = episode.by_role.get(role)
+            if trajectory is None and None in episode.by_role:
+                failed = episode.by_role[None]
+                trajectory = replace(failed, info={**failed.info, "role": role})
+            if trajectory is None:
+                continue  # the program did not call this role in this episode
+            for sample in trajectory.samples:
+                sample.group_id = group.group_id
+            group.trajectories.append(trajectory)
+        groups.append(group)
+    return groups
+
+
+def _role_of(group: TrajectoryGroup) -> str | None:
+    if ROLE_SEPARATOR in group.group_id:
+        return group.group_id.split(ROLE_SEPARATOR, 1)[1]
+    return next((t.info["role"] for t in group.trajectories if "role" in t.info), None)
+
+
+def role_metrics(groups: list[TrajectoryGroup], calls: list[dict[str, int]]) -> dict[str, float]:
+    """With several roles, per role: ``reward_mean@role`` (its usable trajectories' mean
+    reward), ``samples_per_episode@role``, ``calls_per_episode@role`` (over all episodes,
+    ``calls``: each episode's calls by role). Nothing with one role (its numbers are the step's)."""
+    by_role: dict[str, list[Trajectory]] = {}
+    for group in groups:
+        role = _role_of(group)
+        if role is not None:
+            by_role.setdefault(role, []).extend(group.trajectories)
+    if len(by_role) < 2:
+        return {}
+    count, out = max(len(calls), 1), {}
+    for role, trajectories in by_role.items():
+        rewards = [t.reward for t in trajectories if t.infra_error is None]
+        out[f"reward_mean@{role}"] = sum(rewards) / max(len(rewards), 1)
+        out[f"samples_per_episode@{role}"] = sum(len(t.samples) for t in trajectories) / count
+        out[f"calls_per_episode@{role}"] = sum(made.get(role, 0) for made in calls) / count
+    return out
+
+
 def evaluation_metrics(groups: list[TrajectoryGroup], agent_metrics: dict[str, float], k: int) -> dict[str, float]:
     """Held-out metrics of agent episodes, ``k`` per task: ``avg@k`` (the share of episodes
     with reward > 0, each task weighing the same), ``pass@k``, :data:`EVALUATION_FIELDS`
-    (``mean_turns``: model calls per trajectory) and the sampler's agent metrics."""
-    metrics = aggregate_metrics([g.trajectories for g in groups], k)
+    (``mean_turns``: model calls per trajectory) and the sampler's agent metrics. With
+    several roles each (task, role) group weighs the same, ``num_tasks`` counts tasks, and
+    ``avg@k@role``, ``pass@k@role``, ``mean_reward@role``, ``num_samples@role`` follow (a
+    role that acted in fewer than k episodes of a task: pass@ as many as it had)."""
+    if not any(ROLE_SEPARATOR in group.group_id for group in groups):
+        return {**_held_out(groups, k), **agent_metrics}
+    metrics = {**_held_out(groups, k), "num_tasks": float(len({task_key(g) for g in groups}))}
+    roles = list(dict.fromkeys(role for role in map(_role_of, groups) if role is not None))
+    for role in roles:
+        own = _held_out([g for g in groups if _role_of(g) == role], k)
+        for name in (f"avg@{k}", f"pass@{k}", "mean_reward", "num_samples"):
+            metrics[f"{name}@{role}"] = own[name]
+    return {**metrics, **agent_metrics}
+
+
+def _held_out(groups: list[TrajectoryGroup], k: int) -> dict[str, float]:
+    metrics = aggregate_metrics([g.trajectories for g in groups], 1)  # avg@ reads every sample, whatever k
+    passed = [
+        pass_at_k(len(g.trajectories), sum(t.correct for t in g.trajectories), min(k, len(g.trajectories)))
+        for g in groups
+    ]
     return {
-        f"avg@{k}": metrics[f"avg@{k}"],
-        f"pass@{k}": metrics[f"pass@{k}"],
+        f"avg@{k}": metrics["avg@1"],
+        f"pass@{k}": sum(passed) / len(passed),
         **{name: metrics[name] for name in EVALUATION_FIELDS},
-        **agent_metrics,
     }

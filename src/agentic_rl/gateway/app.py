@@ -5,7 +5,8 @@ Routes: ``GET /health``; ``GET /v1/models``; ``POST /v1/chat/completions``;
 ``POST /v1/completions`` (legacy text completions: a prompt string or token ids, no chat
 template); the same under ``/episodes/{episode_id}/v1/...`` (an unmodified OpenAI client
 joins an episode by its ``base_url``; the ``X-Episode-Id`` header does the same on the
-plain routes); ``POST /episodes/{episode_id}/reward`` with ``{"reward": r, "info": {...}}``;
+plain routes); ``POST /episodes/{episode_id}/reward`` with ``{"reward": r, "info": {...}}``
+(``r``: a number, every role's, or ``{role: number}`` for a multi-role episode);
 ``GET /episodes/{episode_id}`` (the recorded calls, token ids included). Errors are
 OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}``) with 4xx statuses
 for bad requests; an engine failure is a 500.
@@ -131,6 +132,22 @@ def _finite_number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _reward_value(given: Any) -> float | dict[str, float]:
+    """A posted reward: a finite number (every role's), or ``{role: finite number}`` (each role its own)."""
+    if isinstance(given, dict) and given:
+        values = {role: _finite_number(value) for role, value in given.items()}
+        bad = next((role for role, value in values.items() if value is None), None)
+        if bad is not None:
+            raise RequestError(
+                f"reward: role {bad[:40]!r}: expected a finite number, got {str(given[bad])[:40]}", "reward"
+            )
+        return values
+    value = _finite_number(given)
+    if value is None:
+        raise RequestError(f"reward: expected a finite number or {{role: number}}, got {str(given)[:40]}", "reward")
+    return value
+
+
 def _episode_routes(app: FastAPI, store: EpisodeStore, write_token: str) -> None:
     """An episode's reward (posted by the agent program, with the write token) and its recorded calls."""
 
@@ -143,9 +160,7 @@ def _episode_routes(app: FastAPI, store: EpisodeStore, write_token: str) -> None
             )
         try:
             body = await read_json(request)
-            value = _finite_number(body.get("reward"))
-            if value is None:
-                raise RequestError(f"reward: expected a finite number, got {str(body.get('reward'))[:40]}", "reward")
+            value = _reward_value(body.get("reward"))
             info = body.get("info") or {}
             if not isinstance(info, dict):
                 raise RequestError("info: expected an object", "info")

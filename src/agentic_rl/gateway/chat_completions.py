@@ -19,6 +19,7 @@ from agentic_rl.gateway.fields import (
     flag,
     include_usage,
     integer,
+    role_field,
     seed_field,
     stop_strings,
 )
@@ -46,6 +47,8 @@ class ChatRequest:
     parse_tools: bool
     stream: bool
     include_usage: bool
+    role: str = ""
+    """The request's ``model``: the role its recorded calls belong to."""
 
 
 def parse_chat(state: GatewayState, body: dict, episode_id: str | None) -> ChatRequest:
@@ -95,7 +98,17 @@ def parse_chat(state: GatewayState, body: dict, episode_id: str | None) -> ChatR
     parse_tools = bool(schemas) and tool_choice != "none"
     usage = include_usage(body)
     return ChatRequest(
-        digests[-1], len(messages), tools_key, prompt, jobs, stops, want_logprobs, parse_tools, stream, usage
+        digests[-1],
+        len(messages),
+        tools_key,
+        prompt,
+        jobs,
+        stops,
+        want_logprobs,
+        parse_tools,
+        stream,
+        usage,
+        role_field(body),
     )
 
 
@@ -120,6 +133,7 @@ def chat_finisher(
                 history_length=request.history_length,
                 reply=message,
                 tools=request.tools_key,
+                role=request.role,
             )
             state.store.record(episode_id, call)
         choice = {"index": index, "message": message, "finish_reason": reason, "logprobs": None}

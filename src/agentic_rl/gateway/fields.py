@@ -85,3 +85,10 @@ def include_usage(body: dict) -> bool:
     if not isinstance(options, dict):
         raise RequestError("stream_options: expected an object", "stream_options")
     return bool(options.get("include_usage"))
+
+
+def role_field(body: dict) -> str:
+    """The request's ``model``: the role a recorded call belongs to ("" when the request
+    names none; any name is served by the policy)."""
+    model = body.get("model")
+    return model if isinstance(model, str) else ""

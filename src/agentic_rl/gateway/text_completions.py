@@ -20,6 +20,7 @@ from agentic_rl.gateway.fields import (
     flag,
     include_usage,
     integer,
+    role_field,
     seed_field,
     stop_strings,
 )
@@ -70,6 +71,8 @@ class TextRequest:
     echo: bool
     stream: bool
     include_usage: bool
+    role: str = ""
+    """The request's ``model``: the role its recorded calls belong to."""
 
 
 def parse_text(state: GatewayState, body: dict, episode_id: str | None) -> TextRequest:
@@ -108,7 +111,7 @@ def parse_text(state: GatewayState, body: dict, episode_id: str | None) -> TextR
         }
         for index in range(len(options))
     ]
-    return TextRequest(prompts, n, jobs, stops, top_k, echo, stream, include_usage(body))
+    return TextRequest(prompts, n, jobs, stops, top_k, echo, stream, include_usage(body), role_field(body))
 
 
 def text_finisher(
@@ -121,7 +124,16 @@ def text_finisher(
         reason = finish_reason(completion, stopped_by_string)
         if episode_id:
             reply = {"role": "assistant", "content": completion_text}
-            call = Call(prompt_ids, ids, logprobs, completion.weight_version, reason, reply=reply, kind="completion")
+            call = Call(
+                prompt_ids,
+                ids,
+                logprobs,
+                completion.weight_version,
+                reason,
+                reply=reply,
+                kind="completion",
+                role=request.role,
+            )
             state.store.record(episode_id, call)
         choice = {
             "index": index,

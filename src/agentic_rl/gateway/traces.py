@@ -9,6 +9,11 @@ calls chain into one trajectory whose sampled tokens are the ones the model prod
 A request that rewrites its history (a summarising agent, a sub-agent) starts a new
 sample; all samples of an episode share its reward.
 
+Each call keeps the request's ``model`` field as its role (the name the agent program gave:
+``model: "planner"``, ``model: "solver"``): a multi-agent program's calls split by role
+(``calls_by_role``), and each role's calls make that role's samples as above. A program
+whose calls all name one model (any name) has one role: nothing changes for it.
+
 What is kept is bounded: a call keeps its token ids, log-probs and reply, and only digests
 of its history and tools (gateway/history.py), never the request's messages; an episode
 keeps at most ``max_episode_calls`` calls and ``max_episode_bytes`` (a request that would
@@ -58,6 +63,8 @@ class Call:
     kind: str = "chat"
     """"chat" (``/v1/chat/completions``) or "completion" (``/v1/completions``: a raw prompt,
     no messages; a chat call never continues one by its messages)."""
+    role: str = ""
+    """The request's ``model`` field: the role that made the call ("" when it named none)."""
     created: float = field(default_factory=time.time)
 
     @property
@@ -69,6 +76,7 @@ class Call:
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
+            "role": self.role,
             "prompt_ids": self.prompt_ids,
             "completion_ids": self.completion_ids,
             "logprobs": self.logprobs,
@@ -81,7 +89,8 @@ class Call:
 @dataclass
 class EpisodeTrace:
     calls: list[Call] = field(default_factory=list)
-    reward: float | None = None
+    reward: float | dict[str, float] | None = None
+    """The posted reward: one number (every role's) or ``{role: number}``."""
     info: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
     """The episode's random stream (set by a trainer): calls without a seed of their own
@@ -209,13 +218,16 @@ class EpisodeStore:
             episode.calls.append(call)
             self._grow(episode_id, episode, call.nbytes)
 
-    def set_reward(self, episode_id: str, reward: float, info: dict[str, Any] | None = None) -> None:
-        """Set the episode's reward and add ``info`` to its info (counted against ``max_episode_bytes``)."""
-        size = len(json.dumps(info)) if info else 0
+    def set_reward(self, episode_id: str, reward: float | dict[str, float], info: dict[str, Any] | None = None) -> None:
+        """Set the episode's reward (a number, or ``{role: number}``) and add ``info`` to its
+        info (both counted against ``max_episode_bytes``)."""
+        size = (len(json.dumps(info)) if info else 0) + (len(json.dumps(reward)) if isinstance(reward, dict) else 0)
         self.admit(episode_id, 0, size)
         with self._lock:
             episode = self._episode(episode_id)
-            episode.reward = float(reward)
+            episode.reward = (
+                {str(k): float(v) for k, v in reward.items()} if isinstance(reward, dict) else float(reward)
+            )
             episode.info.update(info or {})
             self._grow(episode_id, episode, size)
 
@@ -228,6 +240,14 @@ class EpisodeStore:
             episode = self._episodes.pop(episode_id, None)
             self.nbytes -= episode.nbytes if episode is not None else 0
             return episode
+
+
+def calls_by_role(calls: list[Call]) -> dict[str, list[Call]]:
+    """An episode's calls by role (``Call.role``), roles in the order they first called."""
+    out: dict[str, list[Call]] = {}
+    for call in calls:
+        out.setdefault(call.role, []).append(call)
+    return out
 
 
 def calls_to_trajectories(

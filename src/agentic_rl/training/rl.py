@@ -47,7 +47,14 @@ from agentic_rl.training.optim import (
 )
 from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
 from agentic_rl.training.rl_metrics import UpdateTally, forward_only_metrics, per_env_metrics, rollout_metrics
-from agentic_rl.training.scoring import ScoredBatch, keep_groups, score, shaped_rewards, usable_trajectories
+from agentic_rl.training.scoring import (
+    ScoredBatch,
+    first_tasks,
+    keep_groups,
+    score,
+    shaped_rewards,
+    usable_trajectories,
+)
 from agentic_rl.training.speed import apply_speed_options
 from agentic_rl.training.task_schedule import MixedTaskSchedule, TaskPools, TaskSchedule
 from agentic_rl.training.value import Critic
@@ -56,16 +63,7 @@ from agentic_rl.types import Trajectory, TrajectoryGroup
 RELEASE_MEMORY_ABOVE = 0.5
 """Fraction of physical memory held by the process past which a step hands free heap pages back."""
 
-__all__ = [
-    "ROLLOUT_MODES",
-    "NonFiniteError",
-    "RLTrainer",
-    "ScoredBatch",
-    "keep_groups",
-    "score",
-    "shaped_rewards",
-    "usable_trajectories",
-]
+__all__ = ["ROLLOUT_MODES", "NonFiniteError", "RLTrainer"]
 
 
 def _sample_groups(
@@ -447,43 +445,41 @@ class RLTrainer:
     def _sample(self) -> tuple[list[TrajectoryGroup], list[TrajectoryGroup], dict[str, float]]:
         """(every sampled group, the groups kept for the update, metrics).
 
-        Each generation round samples tasks for the groups still missing and filters them
-        with ``algorithm.group_filter``; rounds go on until ``rl.tasks_per_step`` groups are
-        kept or ``config.rl.max_generation_rounds`` is reached (DAPO dynamic sampling).
+        Each generation round samples the tasks still missing and filters their groups with
+        ``algorithm.group_filter``; rounds go on until ``rl.tasks_per_step`` tasks have a kept group (a task's
+        per-role groups count once: ``scoring.first_tasks``) or ``rl.max_generation_rounds`` is reached (DAPO).
         """
         config, algorithm = self.config, self.config.algorithm
         sampled: list[TrajectoryGroup] = []
         kept: list[TrajectoryGroup] = []
         metrics: dict[str, float] = {}
-        rounds = 0
-        while rounds < config.rl.max_generation_rounds and len(kept) < config.rl.tasks_per_step:
-            if (
-                config.distributed.max_staleness is not None
-            ):  # async: rank 0 takes from the stream, every rank gets the groups
+        rounds = tasks = 0  # tasks: those with a kept group
+        while rounds < config.rl.max_generation_rounds and tasks < config.rl.tasks_per_step:
+            if config.distributed.max_staleness is not None:  # async: rank 0 takes, every rank gets the groups
                 taken = (
-                    self._stream().take(config.rl.tasks_per_step - len(kept), self.backend.weight_version)
+                    self._stream().take(config.rl.tasks_per_step - tasks, self.backend.weight_version)
                     if self.dist.is_main
                     else None
                 )
                 groups, round_metrics = self.dist.broadcast_object(taken)
             else:
-                task_indices = self.task_schedule.next(config.rl.tasks_per_step - len(kept))
+                task_indices = self.task_schedule.next(config.rl.tasks_per_step - tasks)
                 # Round 0 keeps the seed a run without resampling uses; later rounds get fresh ones.
                 seed = derive_seed(config.seed, "rl-step", self.step_index, round=rounds)
                 groups, round_metrics = (self.sampler or ROLLOUT_MODES[config.rl.sampling])(self, task_indices, seed)
             for key, value in round_metrics.items():
                 metrics[key] = metrics.get(key, 0.0) + value
             sampled += groups
-            kept += keep_groups(groups, algorithm)
+            kept, tasks = first_tasks(kept + keep_groups(groups, algorithm), config.rl.tasks_per_step)
             rounds += 1
         metrics = {key: value / rounds for key, value in metrics.items()}  # the rollout mode's, averaged over rounds
         if algorithm.group_filter.name != "none":
             metrics.update(
                 generation_rounds=float(rounds),
                 groups_sampled=float(len(sampled)),
-                groups_kept=float(min(len(kept), config.rl.tasks_per_step)),
+                groups_kept=float(len(kept)),
             )
-        return sampled, kept[: config.rl.tasks_per_step], metrics
+        return sampled, kept, metrics
 
     def _per_token_rows(
         self,

@@ -203,6 +203,24 @@ def _score_with_segments(
     )
 
 
+ROLE_SEPARATOR = "@"
+"""A multi-role episode's groups are one per (task, role), named ``<task group id>@<role>``
+(gateway/agent_training.py): a step counts them as one task (:func:`first_tasks`)."""
+
+
+def task_key(group: TrajectoryGroup) -> str:
+    """What the groups sampled for one task share: their id before :data:`ROLE_SEPARATOR`."""
+    return group.group_id.split(ROLE_SEPARATOR, 1)[0]
+
+
+def first_tasks(groups: list[TrajectoryGroup], count: int) -> tuple[list[TrajectoryGroup], int]:
+    """(the groups of the first ``count`` tasks among ``groups``, how many tasks they are):
+    ``rl.tasks_per_step`` counts tasks, and a task with R roles has R groups, kept or cut together."""
+    tasks = list(dict.fromkeys(map(task_key, groups)))[:count]
+    chosen = set(tasks)
+    return [g for g in groups if task_key(g) in chosen], len(tasks)
+
+
 def keep_groups(groups: list[TrajectoryGroup], algorithm: AlgorithmConfig) -> list[TrajectoryGroup]:
     """The groups ``algorithm.group_filter.name`` lets into the update, judged on the outcome
     rewards of their usable trajectories (as DAPO filters on accuracy, before shaping)."""
