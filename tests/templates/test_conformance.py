@@ -76,7 +76,7 @@ def solver(family: Family, fmt: str, tokenizer):
         if call_index < 2:
             text = parser.format_calls([ToolCall(name="calculator", arguments={"expression": expression})])
         else:
-            text = f"<answer>{calculator(expression)}</answer>"
+            text = f"{family.answer_prefix}<answer>{calculator(expression)}</answer>"
         return thought.get(family.reasoning or "", "") + text
 
     return script

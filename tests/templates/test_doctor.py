@@ -20,7 +20,7 @@ def base():
 def test_findings_for_each_family(base, family) -> None:
     report = inspect_template(build_tokenizer(family, base))
     assert report.parser == family.parser  # the same choice as parser: auto
-    assert report.renders_tools == (family.name != "deepseek-r1")  # R1's template lists no tools
+    assert report.renders_tools == (family.name not in ("deepseek-r1", "gemma3"))  # their templates list none
     assert report.append_only == (family.name not in ("mistral-v3", "deepseek-r1"))
     assert (report.reasoning is not None) == (family.reasoning is not None)
     if family.name == "qwen3":  # kept across tool turns, dropped once a new user message follows
@@ -29,6 +29,13 @@ def test_findings_for_each_family(base, family) -> None:
     if family.name == "deepseek-r1":
         assert report.reasoning == "prompt" and not report.reasoning_across_tools
         assert "rollout.thinking: strip" in report.needs
+    if family.name == "gemma3":  # prompted calls: the parser's prompt and <tool_response> frames, in user turns
+        assert not report.frames_tool_output and report.turn_end == "<end_of_turn>\n"
+        assert any("described by the parser's prompt" in need for need in report.needs)
+    if family.name == "phi4-mini":  # the template declares tools in <|tool|>...<|/tool|> and frames results
+        assert report.frames_tool_output and report.turn_end == "<|end|>"
+    if family.name == "gpt-oss":  # harmony: tools in the developer message, results in functions.NAME messages
+        assert report.frames_tool_output and report.reasoning is None  # its reasoning is a channel, not <think>
     if family.name == "mistral-v3":
         assert "[/INST] [TOOL_CALLS]" in report.divergence and any("template_drift_tokens" in n for n in report.needs)
 

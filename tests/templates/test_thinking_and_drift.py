@@ -49,3 +49,24 @@ def test_drift_tokens_count_where_the_texts_part() -> None:
     assert renderer.prompt_text(later).endswith("<｜Assistant｜>" + template_tail)
     expected = max(len(renderer.encode_text(appended_tail)), len(renderer.encode_text(template_tail)))
     assert template_drift_tokens(renderer, grown, later) == expected
+
+
+def test_harmony_keeps_reasoning_across_tool_calls_and_drops_it_after_a_new_user_message() -> None:
+    renderer = ChatRenderer(build_tokenizer(BY_NAME["gpt-oss"], load_tokenizer("smollm2-135m")))
+    call = (
+        "<|channel|>analysis<|message|>Need the calculator.<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.calculator <|constrain|>json<|message|>{"expression": "2+3"}'
+    )
+    messages = [{"role": "user", "content": "What is 2+3?"}]
+    prompt = renderer.prompt_ids(messages)
+    grown = prompt + renderer.encode_text(call + "<|call|>")
+    messages += [{"role": "assistant", "content": call}, {"role": "tool", "name": "calculator", "content": "5"}]
+    grown += renderer.observation_ids(messages[-1:], stopped=True)
+    assert template_drift_tokens(renderer, grown, messages) == 0  # the analysis stays across the tool call
+    answer = "<|channel|>final<|message|>5"
+    grown += renderer.encode_text(answer + "<|call|>") + renderer.observation_ids(
+        [{"role": "user", "content": "And 3+4?"}], stopped=True
+    )
+    later = [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": "And 3+4?"}]
+    assert "Need the calculator." not in renderer.prompt_text(later)  # dropped once a new user message follows
+    assert template_drift_tokens(renderer, grown, later) > 0

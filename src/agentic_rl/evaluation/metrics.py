@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentic_rl.templates.drift import template_drift_mean
 from agentic_rl.types import TERMINATION_REASONS, UNKNOWN_TOOL, ToolResult, Trajectory
 
 __all__ = [
@@ -122,6 +123,20 @@ def episode_metrics_means(samples: Sequence[Trajectory]) -> dict[str, float]:
     return {name: _mean(found) for name, found in values.items()}
 
 
+def per_tool_metrics(results: Sequence[ToolResult]) -> dict[str, float]:
+    """``tool/<name>/calls|success_rate|latency_ms_mean`` per ``ToolResult.name`` (calls
+    naming a tool that does not exist under ``unknown_tool``)."""
+    by_name: dict[str, list[ToolResult]] = {}
+    for result in results:
+        by_name.setdefault(UNKNOWN_TOOL if result.unknown_tool else result.name, []).append(result)
+    metrics: dict[str, float] = {}
+    for name, calls in by_name.items():
+        metrics[f"tool/{name}/calls"] = float(len(calls))
+        metrics[f"tool/{name}/success_rate"] = sum(map(_succeeded, calls)) / len(calls)
+        metrics[f"tool/{name}/latency_ms_mean"] = _mean([r.latency_s * 1000.0 for r in calls])
+    return metrics
+
+
 def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[str, float]:
     """Flat evaluation metrics over per-task groups of n >= k sampled trajectories.
 
@@ -139,6 +154,9 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
     - ``mean_reward``, ``mean_turns``, ``mean_response_tokens``.
     - ``mean_segments`` (training samples per episode: more than 1 when a context policy
       cut what the model saw) and ``mean_summaries`` (summaries written, ``summarize``).
+    - ``template_drift_tokens``: drift tokens per episode, where the chat template renders
+      the conversation differently from the sequence grown by appending (the training
+      step metric of the same name, ``agentic_rl.templates.drift``; 0.0 for none).
     - ``num_tasks``, ``num_samples``.
     - ``termination/<reason>``: fraction of samples ending with each reason in
       ``TERMINATION_REASONS`` (0.0 when absent).
@@ -200,6 +218,7 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
         "mean_response_tokens": _mean([t.response_tokens for t in samples]),
         "mean_segments": _mean([len(t.samples) for t in samples]),
         "mean_summaries": _mean([t.summary_turns for t in samples]),
+        "template_drift_tokens": template_drift_mean(samples),
         "num_tasks": float(len(groups)),
         "num_samples": float(num_samples),
         "infra_error_rate": sum(t.infra_error is not None for t in samples) / num_samples,
@@ -218,13 +237,7 @@ def aggregate_metrics(groups: Sequence[Sequence[Trajectory]], k: int) -> dict[st
 
     metrics.update(episode_metrics_means(samples))
 
-    by_name: dict[str, list[ToolResult]] = {}
-    for result in results:
-        by_name.setdefault(UNKNOWN_TOOL if result.unknown_tool else result.name, []).append(result)
-    for name, calls in by_name.items():
-        metrics[f"tool/{name}/calls"] = float(len(calls))
-        metrics[f"tool/{name}/success_rate"] = sum(map(_succeeded, calls)) / len(calls)
-        metrics[f"tool/{name}/latency_ms_mean"] = _mean([r.latency_s * 1000.0 for r in calls])
+    metrics.update(per_tool_metrics(results))
     # Reactive vs deliberative tool use (``behaviour/...`` keys; see evaluation/behaviour.py).
     from agentic_rl.evaluation.behaviour import behaviour_metrics
 

@@ -11,9 +11,11 @@ from agentic_rl.parsers.base import (
     register_parser,
 )
 from agentic_rl.parsers.deepseek import DeepSeekParser
+from agentic_rl.parsers.harmony import HarmonyParser
 from agentic_rl.parsers.hermes import HermesParser
 from agentic_rl.parsers.llama3 import Llama3JsonParser
 from agentic_rl.parsers.mistral import MistralParser
+from agentic_rl.parsers.phi4 import Phi4MiniParser
 from agentic_rl.parsers.qwen3_coder import Qwen3CoderParser
 from agentic_rl.parsers.retool import RetoolParser
 from agentic_rl.parsers.search_r1 import SearchR1Parser
@@ -31,9 +33,11 @@ __all__ = [
     "register_parser",
     "resolve_auto_parsers",
     "DeepSeekParser",
+    "HarmonyParser",
     "HermesParser",
     "Llama3JsonParser",
     "MistralParser",
+    "Phi4MiniParser",
     "Qwen3CoderParser",
     "RetoolParser",
     "SearchR1Parser",

@@ -16,10 +16,15 @@ FORMAT_MARKERS: tuple[tuple[str, str], ...] = (
     ("[TOOL_CALLS]", "mistral"),
     ("<|python_tag|>", "llama3_json"),
     ("<|start_header_id|>", "llama3_json"),
+    ("<|channel|>", "harmony"),  # gpt-oss: every assistant message names its channel
+    ("<|/tool|>", "phi4_mini"),  # Phi-4-mini declares tools in <|tool|>...<|/tool|>
+    ("functools[", "phi4_mini"),
     ("<tool_call>", "hermes"),
+    ("<start_of_turn>", "hermes"),  # Gemma: no call tokens, tools are prompted (hermes, as the project teaches)
 )
 """(text in the template or a special token, the registered parser it means), first match
-wins: the template is searched first, then the special tokens."""
+wins: the template is searched first, then the special tokens. A family without a native
+call format (Gemma) maps to the prompted format the project pairs with it."""
 
 
 def _choices() -> str:
