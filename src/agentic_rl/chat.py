@@ -82,12 +82,17 @@ class ChatRenderer:
         return parser.framed_by(self.tool_output_template)
 
     def _stop_token_ids(self) -> list[int]:
+        """The eos token and the end-of-turn tokens of the families that have one (Gemma's
+        <end_of_turn>, gpt-oss's <|call|> / <|return|>), which a tokenizer's eos_token may not be."""
         ids = {self.tokenizer.eos_token_id}
-        for token in ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>"):
-            token_id = self.tokenizer.convert_tokens_to_ids(token)
-            if isinstance(token_id, int) and token_id != self.tokenizer.unk_token_id:
-                ids.add(token_id)
+        for token in ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|call|>", "<|return|>"):
+            ids.add(self._token_id(token))
         return sorted(i for i in ids if i is not None)
+
+    def _token_id(self, token: str) -> int | None:
+        """The id of a token the vocabulary has as one token, else None."""
+        token_id = self.tokenizer.convert_tokens_to_ids(token)
+        return token_id if isinstance(token_id, int) and token_id != self.tokenizer.unk_token_id else None
 
     def render_tools(self, parser: ToolCallParser) -> bool:
         """Whether tools offered in ``parser``'s format are described by the chat template
