@@ -507,8 +507,8 @@ def test_resolve_explicit_passes_through(setting):
 
 @pytest.mark.parametrize("setting", ["tis2", "TIS", "Auto", ""])
 def test_resolve_unknown_raises(setting):
-    """An unknown setting is a ValueError naming rollout_correction and the setting."""
-    with pytest.raises(ValueError, match="rollout_correction") as info:
+    """An unknown setting is a ValueError naming the config key and the setting."""
+    with pytest.raises(ValueError, match=r"^algorithm\.correction\.kind") as info:
         resolve_rollout_correction(setting, precision="fp32", separate_sampler=False)
     assert repr(setting) in str(info.value)
 
