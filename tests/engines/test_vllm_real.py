@@ -158,6 +158,40 @@ def test_a_broadcast_push_serves_exactly_what_a_files_push_serves(served) -> Non
         backend.sync_weights(model)
 
 
+def test_a_push_drops_the_servers_prefix_cache(served) -> None:
+    """A prompt longer than a cache block, answered before a push, is answered after it from
+    the new weights alone: no cached keys and values of the old ones are reused (before the
+    reset was added, the first token's log-prob was -1.47 here instead of -1.29)."""
+    import copy
+
+    model, tokenizer, backend = served
+    text = " ".join(f"Example {i}: {i} + {2 * i} = {3 * i}." for i in range(60)) + " Now, what is 12 + 30?"
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
+    sampling = SamplingParams(temperature=0, max_new_tokens=8)
+
+    def answer() -> tuple:
+        completion = backend.generate([prompt], sampling, stop_token_ids=[tokenizer.eos_token_id])[0]
+        return completion.token_ids, completion.logprobs
+
+    perturbed = copy.deepcopy(model)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, parameter in perturbed.named_parameters():
+            if "mlp" in name:
+                parameter.add_(torch.randn_like(parameter) * 0.02)
+    try:
+        backend.sync_weights(model)
+        answer()  # caches the prompt's blocks
+        backend.sync_weights(perturbed)  # either transport: the reset follows every push
+        after_push = answer()
+        assert backend.client.post(f"{backend.base_url}/reset_prefix_cache", timeout=60).json()["success"]
+        assert answer() == after_push
+    finally:
+        backend.sync_weights(model)
+
+
 def test_two_grpo_steps_train_on_the_servers_rollouts(served) -> None:
     model, tokenizer, backend = served
     config = TrainConfig.model_validate(

@@ -9,9 +9,9 @@ Why one ``reload_weights`` call for all buckets: it starts a layerwise reload, l
 then finalizes every layer (vllm/model_executor/model_loader/reload): a layer that got only
 part of its weights (a bucket ending between q and k of a fused qkv projection) would be
 processed with the rest missing, and one that got none is put back with a warning. So the
-iterator it is given receives the next bucket only when the model asks for its first
-tensor: the server holds the bucket being loaded (and a layer's earlier part that waits for
-the rest), never two full copies.
+iterator it is given (``BucketStream``) receives the buckets as the model reads: bucket k+1
+arrives while bucket k loads, and the server holds those two (and a layer's earlier part
+that waits for the rest), never two full copies.
 
 The group is its own ``TCPStore`` plus a ``ProcessGroupGloo`` (CPU) or ``ProcessGroupNCCL``
 (GPU) built directly, without ``init_process_group``: the workers' default group (vLLM's
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
@@ -84,6 +85,16 @@ def open_group(store: dist.Store, host: str, rank: int, world_size: int, backend
     return dist.ProcessGroupGloo(prefixed, rank, world_size, options)
 
 
+def gpu_id(device: torch.device) -> str:
+    """The physical GPU behind ``device`` ("" for a CPU): NCCL cannot put two ranks on one GPU."""
+    if device.type != "cuda":
+        return ""
+    try:
+        return str(torch.cuda.get_device_properties(device).uuid)
+    except (AttributeError, RuntimeError):
+        return ""
+
+
 def broadcast(group: Any, flat: torch.Tensor) -> Any:
     """Start broadcasting ``flat`` from rank 0 over ``group``; returns the work to wait on."""
     options = dist.BroadcastOptions()
@@ -96,10 +107,11 @@ class WeightReceiver:
     refuses an extension whose attributes the worker class already has."""
 
     def agentic_rl_weight_rank(self) -> dict[str, Any]:
-        """This worker's rank in the weight group (the trainer is 0) and its device type."""
+        """This worker's rank in the weight group (the trainer is 0), its device type and GPU."""
         parallel = self.vllm_config.parallel_config
         index = getattr(parallel, "data_parallel_index", 0) or 0
-        return {"rank": 1 + index * parallel.world_size + self.rank, "device": self.device.type}
+        rank = 1 + index * parallel.world_size + self.rank
+        return {"rank": rank, "device": self.device.type, "gpu": gpu_id(self.device)}
 
     def agentic_rl_join_weight_group(self, spec: str) -> int:
         """Join the trainer's group: ``spec`` is JSON with host, port, world_size, backend and
@@ -124,34 +136,64 @@ class WeightReceiver:
         if state is None:
             raise RuntimeError("agentic_rl_receive_weights: join the weight group first")
         _, group, backend = state
-        buckets = json.loads(spec)["buckets"]
-        device = self.device if backend == "nccl" else torch.device("cpu")
-        received = 0
-
-        def receive(bucket: Sequence[TensorSpec]) -> torch.Tensor:
-            nonlocal received
-            flat = torch.empty(bucket_layout(bucket)[1], dtype=torch.uint8, device=device)
-            broadcast(group, flat).wait()
-            received += 1
-            return flat
-
-        def weights() -> Iterator[tuple[str, torch.Tensor]]:
-            for bucket in buckets:
-                yield from views(receive(bucket), bucket)
-
-        iterator, error = weights(), None
+        started = time.perf_counter()
+        stream = BucketStream(group, json.loads(spec)["buckets"], self.device if backend == "nccl" else "cpu")
+        iterator, error = iter(stream), None
         try:
             self.reload_weights(weights_iterator=iterator)
         except Exception as exc:  # reported after the rest of the buckets are taken
             error = exc
         iterator.close()
-        for bucket in buckets[received:]:
-            try:
-                receive(bucket)
-            except Exception:
-                if error is None:
-                    raise
-                break  # the group itself failed: nothing more will come
+        try:
+            stream.drain()
+        except Exception:
+            if error is None:
+                raise  # otherwise the group itself failed: nothing more will come
         if error is not None:
             raise error
-        return {"buckets": received, "tensors": sum(len(bucket) for bucket in buckets)}
+        return {
+            "buckets": stream.taken,
+            "tensors": sum(len(bucket) for bucket in stream.buckets),
+            "seconds": round(time.perf_counter() - started, 4),
+            "waiting_s": round(stream.waiting_s, 4),
+        }
+
+
+class BucketStream:
+    """The buckets of one push in order, as ``(name, tensor)``: the next bucket is already
+    on its way while the model loads the current one (two buckets held at most)."""
+
+    def __init__(self, group: Any, buckets: Sequence[Sequence[TensorSpec]], device: Any) -> None:
+        self.group, self.buckets, self.device = group, buckets, device
+        self.started = self.taken = 0
+        self.pending: tuple[torch.Tensor, Any] | None = None
+        self.waiting_s = 0.0
+        """Seconds spent waiting for broadcasts (the rest is loading)."""
+
+    def _start_next(self) -> None:
+        self.pending = None
+        if self.started < len(self.buckets):
+            flat = torch.empty(bucket_layout(self.buckets[self.started])[1], dtype=torch.uint8, device=self.device)
+            self.pending = (flat, broadcast(self.group, flat))
+            self.started += 1
+
+    def _take(self) -> torch.Tensor:
+        flat, work = self.pending
+        waited = time.perf_counter()
+        work.wait()
+        self.waiting_s += time.perf_counter() - waited
+        self.taken += 1
+        self._start_next()
+        return flat
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        self._start_next()
+        for bucket in self.buckets:
+            yield from views(self._take(), bucket)
+
+    def drain(self) -> None:
+        """Take every bucket not taken yet (after a failed load)."""
+        if self.started == 0:
+            self._start_next()
+        while self.pending is not None:
+            self._take()

@@ -3,13 +3,15 @@
 workers by broadcast, in memory, instead of through a safetensors folder.
 
 - ``connect``: asks the workers (``/collective_rpc``, engines/vllm_receiver.py) for their
-  ranks and device, serves a ``TCPStore`` on loopback and builds the group with them (gloo
-  on CPU, NCCL when the server and this process both have CUDA; the same code otherwise).
+  ranks and devices, serves a ``TCPStore`` on loopback and builds the group with them (gloo
+  on CPU, NCCL where the server's workers and this process each have a GPU of their own;
+  the same code otherwise).
 - ``push``: the tensors, converted to the server's dtype, are packed into flat buffers of
   at most ``bucket_bytes`` (a larger tensor gets a bucket of its own) and broadcast one
-  bucket at a time, while the ``agentic_rl_receive_weights`` call (which returns once the
-  server has loaded them all) runs in a thread. This process holds one bucket beside the
-  weights, never a second full copy.
+  bucket at a time (the next one is packed while one goes out, and the server receives the
+  next while it loads one), while the ``agentic_rl_receive_weights`` call (which returns
+  once the server has loaded them all) runs in a thread. Either side holds at most two
+  buckets beside the weights, never a second full copy.
 - Everything is bounded by ``timeout_s``; a failure is one :class:`BackendError` line, and
   the group is rebuilt at the next push.
 """
@@ -26,7 +28,7 @@ import httpx
 import torch
 
 from agentic_rl.engines.http import BackendError, json_body, one_line
-from agentic_rl.engines.vllm_receiver import broadcast, bucket_layout, connect_store, open_group, views
+from agentic_rl.engines.vllm_receiver import broadcast, bucket_layout, connect_store, gpu_id, open_group, views
 from agentic_rl.errors import ConfigError
 
 DEFAULT_BUCKET_BYTES = 256 << 20
@@ -57,6 +59,15 @@ def resolve_weight_sync(setting: str, *, managed: bool, lora: bool, available: s
     if setting == "collective":
         raise ConfigError(f"backend.weight_sync: collective is not possible here: {why}; use auto or files")
     return "files"
+
+
+def group_backend(workers: Sequence[Mapping[str, Any]]) -> str:
+    """nccl where this process and every worker have a GPU of their own (NCCL cannot put two
+    ranks on one GPU: a server beside the trainer on a single GPU gets gloo), else gloo."""
+    if not torch.cuda.is_available() or any(worker["device"] != "cuda" for worker in workers):
+        return "gloo"
+    own = gpu_id(torch.device("cuda", torch.cuda.current_device()))
+    return "gloo" if not own or any(worker.get("gpu") in ("", own) for worker in workers) else "nccl"
 
 
 def tensor_specs(weights: Mapping[str, torch.Tensor], dtype: torch.dtype) -> list[list[Any]]:
@@ -94,6 +105,8 @@ class CollectiveWeightSender:
         """gloo or nccl once connected."""
         self._group: Any = None
         self._store: Any = None
+        self.last_report: dict[str, Any] = {}
+        """The newest push's ``{buckets, results}`` (each worker's seconds, and its share spent waiting for data)."""
         self._abandoned: list[Any] = []
         """Groups (and stores) left with something pending: dropping them would wait for it."""
 
@@ -113,8 +126,7 @@ class CollectiveWeightSender:
         """Build the group with the server's workers (blocks until they have joined)."""
         workers = self.probe()
         world_size = 1 + len(workers)
-        cuda = all(worker["device"] == "cuda" for worker in workers) and torch.cuda.is_available()
-        backend = "nccl" if cuda else "gloo"
+        backend = group_backend(workers)
         store = connect_store(self.host, 0, self.timeout_s, serve=True)
         made: dict[str, Any] = {}
 
@@ -162,31 +174,40 @@ class CollectiveWeightSender:
         thread.start()
         deadline = time.monotonic() + self.timeout_s
         try:
+            in_flight = None  # (buffer, work): the next bucket is packed while it goes out
             for bucket in buckets:
                 flat = torch.empty(bucket_layout(bucket)[1], dtype=torch.uint8, device=device)
                 for name, view in views(flat, bucket):
                     view.copy_(weights[name].detach())
-                self._wait(broadcast(self._group, flat), outcome, deadline)
-                del flat
+                if in_flight is not None:
+                    self._wait(in_flight[1], outcome, deadline)
+                in_flight = (flat, broadcast(self._group, flat))
+            if in_flight is not None:
+                self._wait(in_flight[1], outcome, deadline)
             thread.join(max(deadline - time.monotonic(), 0.0))
-        except RuntimeError as error:  # the group's own failures (and BackendError)
+        except BaseException as error:
             self.close()
-            raise BackendError(f"weight broadcast into the vLLM server failed: {error}") from None
+            if isinstance(error, RuntimeError) and not isinstance(error, BackendError):  # gloo's or NCCL's
+                raise BackendError(f"weight broadcast into the vLLM server failed: {error}") from None
+            raise
         if thread.is_alive() or "error" in outcome:
             self.close()
             why = outcome.get("error", f"no answer within {self.timeout_s:g} s")
             raise BackendError(f"the vLLM server did not load the broadcast weights: {why}")
-        return {"buckets": len(buckets), "results": outcome["results"]}
+        self.last_report = {"buckets": len(buckets), "results": outcome["results"]}
+        return self.last_report
 
     def _wait(self, work: Any, outcome: dict[str, Any], deadline: float) -> None:
         """Wait for one broadcast; give up when the server's call has already failed (it will
         take nothing more) or the deadline passed, instead of waiting out the group's timeout."""
+        pause = 0.0002
         while not work.is_completed():
             if "error" in outcome:
-                raise BackendError(str(outcome["error"]))
+                raise BackendError(f"the vLLM server did not load the broadcast weights: {outcome['error']}")
             if time.monotonic() > deadline:
-                raise BackendError(f"a bucket took over {self.timeout_s:g} s")
-            time.sleep(0.0005)
+                raise BackendError(f"the vLLM server took no broadcast within {self.timeout_s:g} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)  # short waits stay short; long ones poll rarely
         work.wait()
 
     def close(self) -> None:
