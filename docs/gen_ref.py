@@ -120,17 +120,6 @@ SLOT_TITLES = {
 """The ``{name, ...parameters}`` slots of ``algorithm``: their heading, and what one function is."""
 
 
-def _registry(kind: str):
-    """The registry of a slot's functions (``agentic_rl.algorithms.ADVANTAGES``, ...)."""
-    from agentic_rl import algorithms
-
-    return {
-        "advantage": algorithms.ADVANTAGES,
-        "policy_loss": algorithms.POLICY_LOSSES,
-        "group_filter": algorithms.GROUP_FILTERS,
-    }[kind]
-
-
 def _type_name(annotation: Any) -> str:
     """A type as plain text (``_cell`` escapes the pipes of a union)."""
     if annotation is None or annotation is type(None):
@@ -274,9 +263,9 @@ def function_parameters(kind: str, name: str, prefix: str = "") -> list[tuple[st
     (``agentic_rl.config.algorithm.function_params``) and the ranges its annotations carry
     (``agentic_rl.algorithms.params``). With ``prefix`` (``algorithm.policy_loss``) the
     default preset's value is noted where that preset names this function and sets another."""
-    from agentic_rl.config.algorithm import DEFAULT_PRESET, function_params
+    from agentic_rl.config.algorithm import DEFAULT_PRESET, function_params, function_registry
 
-    hints = typing.get_type_hints(_registry(kind).lookup(name), include_extras=True)
+    hints = typing.get_type_hints(function_registry(kind).lookup(name), include_extras=True)
     named_by_preset = bool(prefix) and preset_values(DEFAULT_PRESET).get(f"{prefix}.name") == name
     rows = []
     for key, parameter in function_params(kind, name).items():
@@ -290,9 +279,11 @@ def function_parameters(kind: str, name: str, prefix: str = "") -> list[tuple[st
 def _spec_section(model, prefix: str, field, lines: list[str]) -> None:
     """``algorithm.advantage`` and its kin: the name, then every registered function's
     parameters (the keys beside the name)."""
+    from agentic_rl.config.algorithm import function_registry
+
     kind = model.kind
     title, what = SLOT_TITLES[kind]
-    registry = _registry(kind)
+    registry = function_registry(kind)
     default_name = model.model_fields["name"].default
     lines += [f"### `{prefix}`", ""]
     if field is not None and field.description:
@@ -513,8 +504,10 @@ def _summary(fn) -> str:
 def _registry_section(kind: str, call: str) -> list[str]:
     """One registry: an overview table, then each function with its docstring and a table
     of its parameters (the keys set beside its name in ``algorithm.<kind>``)."""
+    from agentic_rl.config.algorithm import function_registry
+
     title, what = SLOT_TITLES[kind]
-    registry = _registry(kind)
+    registry = function_registry(kind)
     key = f"algorithm.{kind}"
     lines = [
         f"## {title}",

@@ -29,7 +29,8 @@ DEFAULT_PRESET = "grpo-tcr"
 TRAINER_SUPPLIED = ("aggregation", "num_tokens", "num_sequences", "norm_length")
 
 
-def _registry(kind: str):
+def function_registry(kind: str):
+    """The registry of a ``{name, ...parameters}`` slot's functions (``ADVANTAGES``, ...)."""
     from agentic_rl import algorithms
 
     return {
@@ -41,14 +42,14 @@ def _registry(kind: str):
 
 def function_names(kind: str) -> list[str]:
     """The registered names of ``kind`` (advantage, policy_loss, group_filter)."""
-    return sorted(_registry(kind))
+    return sorted(function_registry(kind))
 
 
 def function_params(kind: str, name: str) -> dict[str, inspect.Parameter]:
     """The parameters a config may set for the registered function ``name`` of ``kind``
     (advantage, policy_loss, group_filter): its keyword parameters after the inputs,
     without those the trainer supplies."""
-    registry = _registry(kind)
+    registry = function_registry(kind)
     accepted = registry.params(name) or ()
     signature = inspect.signature(registry.lookup(name)).parameters
     return {key: signature[key] for key in accepted if key not in TRAINER_SUPPLIED}
@@ -70,7 +71,7 @@ class FunctionSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_params(self) -> FunctionSpec:
-        registry = _registry(self.kind)
+        registry = function_registry(self.kind)
         if self.name not in registry:
             raise ValueError(f"name: {unknown_name(registry.kind, self.name, sorted(registry))}")
         params = function_params(self.kind, self.name)

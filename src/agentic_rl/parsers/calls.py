@@ -166,3 +166,16 @@ class BodiesParser(ToolCallParser):
             if stripped.endswith(token):
                 return stripped[: -len(token)]
         return text
+
+
+def named_call(name: str, arguments_text: str) -> ParsedCall:
+    """(name, arguments) of a call whose name is text and whose arguments are a JSON
+    object's text (Mistral, DeepSeek, harmony); the error message otherwise."""
+    error = checked_name(name)
+    if error:
+        return error
+    payload, error = decode_json(arguments_text, f"the arguments of '{name}'")
+    if error:
+        return error
+    arguments = arguments_object(payload, name)
+    return arguments if isinstance(arguments, str) else (name, arguments)

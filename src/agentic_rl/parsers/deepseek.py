@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 
 from agentic_rl.parsers.base import register_parser, scan_tag_blocks
-from agentic_rl.parsers.calls import BodiesParser, ParsedCall, arguments_object, checked_name, decode_json
+from agentic_rl.parsers.calls import BodiesParser, ParsedCall, checked_name, named_call
 from agentic_rl.types import ToolCall
 
 __all__ = ["CALLS_BEGIN", "DeepSeekParser"]
@@ -87,11 +87,7 @@ class DeepSeekParser(BodiesParser):
             return [error]
         if unfenced is None:
             return [f"unclosed {FENCE} fence in the call of '{name}': end the JSON with {FENCE}"]
-        payload, error = decode_json(unfenced, f"the arguments of '{name}'")
-        if error:
-            return [error]
-        arguments = arguments_object(payload, name)
-        return [arguments if isinstance(arguments, str) else (name, arguments)]
+        return [named_call(name, unfenced)]
 
     def format_tools_prompt(self, schemas: list[dict]) -> str:
         if not schemas:

@@ -17,7 +17,7 @@ import json
 import re
 
 from agentic_rl.parsers.base import register_parser
-from agentic_rl.parsers.calls import BodiesParser, ParsedCall, arguments_object, checked_name, decode_json
+from agentic_rl.parsers.calls import BodiesParser, ParsedCall, named_call
 from agentic_rl.types import ToolCall
 
 __all__ = ["HarmonyParser"]
@@ -86,14 +86,7 @@ class HarmonyParser(BodiesParser):
         if not recipient.startswith(NAMESPACE):
             return [f"call functions as to={NAMESPACE}NAME (got to={recipient[:60]}): {_LAYOUT}"]
         name = recipient[len(NAMESPACE) :]
-        error = checked_name(name)
-        if error:
-            return [error]
-        payload, error = decode_json(content, f"the arguments of '{name}'")
-        if error:
-            return [error]
-        arguments = arguments_object(payload, name)
-        return [arguments if isinstance(arguments, str) else (name, arguments)]
+        return [named_call(name, content)]
 
     def format_tools_prompt(self, schemas: list[dict]) -> str:
         if not schemas:

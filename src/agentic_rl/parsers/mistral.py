@@ -14,11 +14,10 @@ from agentic_rl.parsers.base import DEFAULT_MAX_ARGUMENT_CHARS, register_parser
 from agentic_rl.parsers.calls import (
     BodiesParser,
     ParsedCall,
-    arguments_object,
     call_from_object,
-    checked_name,
     decode_json,
     json_value_end,
+    named_call,
 )
 from agentic_rl.types import ToolCall
 
@@ -106,14 +105,7 @@ class MistralParser(BodiesParser):
             brace = body.index("{")  # _call_extent matched NAME{
             head, arguments_text = body[:brace], body[brace:]
         name = head.split(CALL_ID)[0].strip()
-        error = checked_name(name)
-        if error:
-            return [error]
-        payload, error = decode_json(arguments_text, f"the arguments of '{name}'")
-        if error:
-            return [error]
-        arguments = arguments_object(payload, name)
-        return [arguments if isinstance(arguments, str) else (name, arguments)]
+        return [named_call(name, arguments_text)]
 
     def format_tools_prompt(self, schemas: list[dict]) -> str:
         if not schemas:
