@@ -47,3 +47,29 @@ def test_one_rank_wrapper_steps_like_no_wrapper(results, strategy, precision):
     # AdamW's first step moves each weight by lr (1e-3) in its gradient's sign: fp32 gives
     # the same step; under bf16 a near-zero gradient may flip sign, at most 2 lr apart.
     assert result["weight_max_diff"] < (1e-6 if precision == "fp32" else 2.1e-3), result
+
+
+@pytest.mark.parametrize("torch_213", [True, False])
+def test_ddp_turns_off_forward_buffer_sync_by_the_name_torch_knows(monkeypatch, torch_213):
+    """PyTorch 2.13 renamed ``broadcast_buffers`` to ``forward_sync_buffers``; 2.11 (the GPU
+    image of 2026-11-28) refused the new name, so the wrapper asks the signature."""
+    from torch.nn import parallel
+
+    from agentic_rl.distributed.context import DistContext
+    from agentic_rl.distributed.strategy import DDPStrategy
+
+    seen = {}
+
+    class New:
+        def __init__(self, module, device_ids=None, broadcast_buffers=True, forward_sync_buffers=None):
+            seen.update(broadcast_buffers=broadcast_buffers, forward_sync_buffers=forward_sync_buffers)
+
+    class Old:
+        def __init__(self, module, device_ids=None, broadcast_buffers=True):
+            seen.update(broadcast_buffers=broadcast_buffers)
+
+    monkeypatch.setattr(parallel, "DistributedDataParallel", New if torch_213 else Old)
+    DDPStrategy(DistContext()).wrap(torch.nn.Linear(2, 2), [])
+    assert seen == (
+        {"broadcast_buffers": True, "forward_sync_buffers": False} if torch_213 else {"broadcast_buffers": False}
+    )

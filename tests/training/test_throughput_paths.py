@@ -57,3 +57,18 @@ def test_compiled_layers_give_the_same_logprobs_loss_and_gradients() -> None:
     plain = _loss_and_grads(load("tiny-random", device="cpu")[0], batch)
     model = apply_speed_options(load("tiny-random", device="cpu")[0], compile=True)
     _compare(plain, _loss_and_grads(model, batch))
+
+
+def test_activation_checkpointing_on_transformers_before_5_24() -> None:
+    """Before 5.24 transformers has only ``gradient_checkpointing_enable`` (the GPU image
+    of 2026-11-28 ran 5.17): the option takes that name there, non-reentrant either way."""
+
+    class Old(torch.nn.Module):
+        config = type("Config", (), {"use_cache": True})()
+        calls: list = []
+
+        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+            self.calls.append(gradient_checkpointing_kwargs)
+
+    model = apply_speed_options(Old(), gradient_checkpointing=True)
+    assert model.calls == [{"use_reentrant": False}] and model.config.use_cache is False

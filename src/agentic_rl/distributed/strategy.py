@@ -18,6 +18,7 @@ optimizer step (the collectives live in them): the trainer pads its micro-batch 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 
 import torch
@@ -86,10 +87,12 @@ class DDPStrategy(Strategy):
 
         device = next(root.parameters()).device
         # No buffer sync in the forward: rotary tables are constant, and a broadcast in every
-        # forward would make gradient-free forwards (old log-probs) collective too.
-        return DistributedDataParallel(
-            root, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False
-        )
+        # forward would make gradient-free forwards (old log-probs) collective too. PyTorch
+        # 2.13 renamed the switch (broadcast_buffers is deprecated there); 2.12 and older
+        # (the GPU images we met run 2.11) know only the old name.
+        params = inspect.signature(DistributedDataParallel.__init__).parameters
+        no_sync = {"forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers": False}
+        return DistributedDataParallel(root, device_ids=[device.index] if device.type == "cuda" else None, **no_sync)
 
     @contextlib.contextmanager
     def accumulating(self, module: nn.Module) -> Iterator[None]:

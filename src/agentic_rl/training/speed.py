@@ -16,7 +16,11 @@ def apply_speed_options(model, *, gradient_checkpointing: bool = False, compile:
     if gradient_checkpointing:
         # Non-reentrant checkpointing works with inputs that do not require grad (frozen
         # embeddings under LoRA) and with the shared-prefix KV cache in agentic_rl/anatomy.py.
-        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(base, "activation_checkpointing_enable"):
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:  # transformers before 5.24 (the name it deprecates since)
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         base.config.use_cache = False
     if compile:
         # Compile the decoder layers, not the whole model: the rollout loop calls the same
