@@ -1,4 +1,4 @@
-"""Small rooms: no source file over 400 lines and no function over 80. The ones still over
+"""Small rooms: no source file over 400 lines and no function over 80 (docstrings aside). The ones still over
 are listed with their size today; they may shrink (lower the figure, or drop the entry
 once under), never grow, and no new one may join (issue 48 splits them)."""
 
@@ -14,7 +14,7 @@ MAX_FUNCTION_LINES = 80
 OVERSIZED_FILES = {
     "envs/search_data.py": 786,  # generated task templates, mostly data
     "training/rl.py": 802,
-    "training/stages.py": 594,
+    "training/stages.py": 506,
     "envs/search_qa.py": 586,
     "tools/memory.py": 532,
     "sandbox/pool.py": 467,
@@ -27,15 +27,11 @@ OVERSIZED_FILES = {
 }
 
 OVERSIZED_FUNCTIONS = {
-    "envs/search_qa.py:make_search_qa_env": 140,
-    "evaluation/metrics.py:aggregate_metrics": 108,
+    "envs/search_qa.py:make_search_qa_env": 122,
     "training/rl.py:__init__": 103,
-    "rollout/schedulers.py:run_continuous": 99,
-    "rollout/arpo.py:arpo_rollout": 89,
-    "cli/finetune.py:register": 88,
-    "training/pipeline.py:_train": 87,
-    "envs/math_python.py:make_math_python_env": 82,
-    "agents.py:train": 81,
+    "rollout/schedulers.py:run_continuous": 94,
+    "rollout/arpo.py:arpo_rollout": 86,
+    "cli/finetune.py:register": 81,
 }
 
 
@@ -53,12 +49,21 @@ def test_no_file_grows_past_its_limit():
     assert not over, f"files over {MAX_FILE_LINES} lines (or past their listed size): {over}"
 
 
+def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's lines without its docstring: an env factory documents every option there."""
+    lines = node.end_lineno - node.lineno + 1
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
 def test_no_function_grows_past_its_limit():
     over = {}
     for name, text in _sources():
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                key, lines = f"{name}:{node.name}", node.end_lineno - node.lineno + 1
+                key, lines = f"{name}:{node.name}", _code_lines(node)
                 if lines > OVERSIZED_FUNCTIONS.get(key, MAX_FUNCTION_LINES):
                     over[key] = lines
     assert not over, f"functions over {MAX_FUNCTION_LINES} lines (or past their listed size): {over}"

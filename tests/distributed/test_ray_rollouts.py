@@ -153,7 +153,7 @@ def test_memory_stores_live_in_the_workers_and_come_back_per_worker(tiny) -> Non
     """env.memory: shared under Ray: each worker keeps the notes of the episodes it ran; a
     checkpoint's per-worker states go back to the same workers, and a different worker
     count is refused with the count to resume with (no notes silently dropped or merged)."""
-    from agentic_rl.training.stages import restore_memory
+    from agentic_rl.training.run_checkpoints import restore_memory
 
     config = _config(distributed={"engine": "ray", "rollout_workers": 2}, env={"name": "ray_envs:NoteTakingEnv"})
     rollouts = RayRollouts(config, copy.deepcopy(tiny[0]))
@@ -201,7 +201,7 @@ def test_worker_memory_resumed_without_ray_needs_one_worker() -> None:
     """A Ray run's worker memory resumed in one process: one worker's notes load into the
     process, several workers' notes are refused (no faithful merge)."""
     from agentic_rl.tools.memory import shared_store
-    from agentic_rl.training.stages import restore_memory
+    from agentic_rl.training.run_checkpoints import restore_memory
 
     state = {
         "name": "ray-notes-local",

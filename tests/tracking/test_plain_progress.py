@@ -35,3 +35,18 @@ def test_a_long_metric_line_is_not_wrapped(capsys) -> None:
 
 def test_clock() -> None:
     assert display.clock(59.6) == "1:00" and display.clock(3725) == "1:02:05"
+
+
+def test_training_steps_show_their_loss_and_a_step_rollouts_stay_quiet(capsys) -> None:
+    """SFT/DPO feed their step records (a loss), rollouts their trajectories; the rollouts
+    inside one RL step are transient: redirected they print nothing (the step line follows)."""
+    from agentic_rl.types import Trajectory
+
+    with display.trajectory_progress(2, "SFT") as on_finish:
+        on_finish({"step": 1, "loss": 0.75})
+        on_finish({"step": 2, "loss": 0.5})
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("SFT 1/2 loss 0.750") and lines[-1].startswith("SFT 2/2 loss 0.500")
+    with display.trajectory_progress(2, "rollouts", transient=True) as on_finish:
+        on_finish(Trajectory(task_id="t", group_id="g", reward=1.0, correct=True))
+    assert capsys.readouterr().err == ""

@@ -212,8 +212,9 @@ def test_every_file_and_folder_is_fsynced(tmp_path, tiny, monkeypatch) -> None:
 def test_disk_full_mid_run_stops_the_run_with_one_line(tmp_path, tiny, monkeypatch) -> None:
     from types import SimpleNamespace
 
+    from agentic_rl.training.run_checkpoints import TrainingStopped, checkpoint_run
     from agentic_rl.training.run_dir import RunDirectory
-    from agentic_rl.training.stages import RunState, TrainingStopped, _checkpoint
+    from agentic_rl.training.stages import RunState
 
     model, _ = tiny
     trainer = SimpleNamespace(
@@ -232,7 +233,7 @@ def test_disk_full_mid_run_stops_the_run_with_one_line(tmp_path, tiny, monkeypat
         lambda *a, **k: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")),
     )
     with pytest.raises(TrainingStopped, match="checkpoint step 3 not written: the disk is full"):
-        _checkpoint(state)
+        checkpoint_run(state)
     assert list((tmp_path / "checkpoints").iterdir()) == []
 
 

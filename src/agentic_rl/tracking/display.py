@@ -36,15 +36,20 @@ def clock(seconds: float) -> str:
 
 
 @contextmanager
-def progress(total: int, description: str) -> Iterator[Callable[[str], None]]:
+def progress(total: int, description: str, *, transient: bool = False) -> Iterator[Callable[[str], None]]:
     """Yield ``advance(status)`` for one finished item of ``total``: a bar with elapsed time
-    and ETA on a terminal; redirected, a plain line every ``total / PLAIN_LINES`` items."""
+    and ETA on a terminal; redirected, a plain line every ``total / PLAIN_LINES`` items.
+    ``transient``: the bar goes when done, and redirected output gets no lines (what is
+    inside one RL step: the step's own line follows)."""
     if console.is_terminal:
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn())
         columns += (TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TimeRemainingColumn())
-        with Progress(*columns, console=console) as bar:
+        with Progress(*columns, console=console, transient=transient) as bar:
             task = bar.add_task(description, total=total, status="")
             yield lambda status="": bar.update(task, advance=1, status=status)
+        return
+    if transient:
+        yield lambda status="": None
         return
     started, done, every = time.monotonic(), [0], max(1, -(-total // PLAIN_LINES))
 
@@ -61,14 +66,20 @@ def progress(total: int, description: str) -> Iterator[Callable[[str], None]]:
 
 
 @contextmanager
-def trajectory_progress(total: int, description: str = "rollouts") -> Iterator[Callable[[Trajectory], None]]:
-    """Yield an ``on_finish`` callback that advances a :func:`progress` showing running accuracy."""
+def trajectory_progress(
+    total: int, description: str = "rollouts", *, transient: bool = False
+) -> Iterator[Callable[[Trajectory | dict], None]]:
+    """Yield an ``on_finish`` callback that advances a :func:`progress`: for a finished
+    trajectory, showing running accuracy; for a training step's metrics (SFT, DPO), its loss."""
     finished = {"n": 0, "correct": 0}
-    with progress(total, description) as advance:
+    with progress(total, description, transient=transient) as advance:
 
-        def on_finish(trajectory: Trajectory) -> None:
+        def on_finish(item: Trajectory | dict) -> None:
+            if isinstance(item, dict):
+                advance(f"loss {item['loss']:.3f}")
+                return
             finished["n"] += 1
-            finished["correct"] += int(trajectory.correct)
+            finished["correct"] += int(item.correct)
             advance(f"acc {finished['correct'] / finished['n']:.2f}")
 
         yield on_finish

@@ -29,11 +29,11 @@ from agentic_rl.models.lora import apply_lora
 from agentic_rl.models.precision import apply_precision
 from agentic_rl.training.checkpoint import usable_checkpoint
 from agentic_rl.training.preflight import Preflight, preflight, resolve_parser
+from agentic_rl.training.run_checkpoints import TrainingStopped
 from agentic_rl.training.run_dir import RunDirectory
 from agentic_rl.training.stages import (
     RunEvents,
     RunState,
-    TrainingStopped,
     evaluation,
     restore_filter,
     run_dpo,

@@ -73,9 +73,7 @@ def _sample_groups(
     world-size-th task (whole groups: the group advantage needs them together), as one
     process would sample it, and every rank receives all groups in task order."""
     config, dist = trainer.config, trainer.dist
-    if (
-        config.distributed.engine == "ray"
-    ):  # rollout workers own the envs (distributed/ray_rollouts.py); rank 0 asks them
+    if config.distributed.engine == "ray":  # workers own the envs (distributed/ray_rollouts.py); rank 0 asks
         return dist.broadcast_object(
             trainer.backend.rollout(
                 task_indices, group_size=config.rl.group_size, seed=seed, training_step=trainer.step_index
@@ -94,15 +92,15 @@ def _sample_groups(
         seed=seed,
         task_positions=positions,
         training_step=trainer.step_index,
+        on_finish=trainer.on_trajectory,
     )
     if config.algorithm.advantage.name == "remax":
         _add_greedy_baselines(trainer, groups, [task_indices[i] for i in mine], seed, positions)
     if dist.distributed:
         groups = dist.gather_by_position(mine, groups, len(task_indices))
-    metrics = {}
-    if config.algorithm.advantage.name == "remax":
-        metrics["remax_baseline_reward"] = sum(g.baseline.reward for g in groups) / max(len(groups), 1)
-    return groups, metrics
+    if config.algorithm.advantage.name != "remax":
+        return groups, {}
+    return groups, {"remax_baseline_reward": sum(g.baseline.reward for g in groups) / max(len(groups), 1)}
 
 
 def _add_greedy_baselines(
@@ -166,6 +164,8 @@ ROLLOUT_MODES = {"group": _sample_groups, "arpo": _sample_arpo}
 
 class RLTrainer:
     """Owns the policy, its optimizer and the task schedule; ``step()`` runs one RL step."""
+
+    on_trajectory: Callable[[Trajectory], None] | None = None  # each finished rollout (a progress display)
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ from agentic_rl.distributed import DistContext
 from agentic_rl.evaluation.harness import EvalResult, prepare
 from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.jsonl import JsonlWriter
+from agentic_rl.training.run_checkpoints import TrainingStopped, checkpoint_run, resume_trainer
 from agentic_rl.training.run_dir import RunDirectory
 
 
@@ -28,16 +29,17 @@ class RunEvents:
     on_stage: Callable[[str], None] = lambda message: None
     on_step: Callable[[dict[str, float]], None] = lambda metrics: None
     on_eval: Callable[[str, EvalResult], None] = lambda name, result: None
-    progress: Callable[[int, str], Any] | None = None
-    """``progress(total, description)`` -> a context manager yielding a per-trajectory callback."""
+    progress: Callable[..., Any] | None = None
+    """``progress(total, description, transient=False)`` -> a context manager yielding a callback
+    per finished item: a trajectory, or a training step's metrics dict (SFT, DPO)."""
 
-    def progress_bar(self, total: int, description: str):
-        return self.progress(total, description) if self.progress else _NoProgress()
+    def progress_bar(self, total: int, description: str, *, transient: bool = False):
+        return self.progress(total, description, transient=transient) if self.progress else _NoProgress()
 
 
 class _NoProgress:
     def __enter__(self):
-        return None
+        return lambda item: None
 
     def __exit__(self, *exc) -> None:
         return None
@@ -136,7 +138,9 @@ def evaluation(label: str) -> tuple[Callable[[RunState], None], Callable[[RunSta
 # --- SFT cold start, difficulty filter, DPO -------------------------------------------
 
 
-def run_sft(state: RunState) -> None:
+def _sft_examples(state: RunState) -> list[dict]:
+    """The cold start's conversations: read from ``sft.data``, played by the env's expert,
+    or the policy's own successful samples (written to the run's ``sft_data.jsonl``)."""
     from agentic_rl.chat import ChatRenderer
     from agentic_rl.data import read_jsonl, write_jsonl
     from agentic_rl.training.collect import (
@@ -147,21 +151,22 @@ def run_sft(state: RunState) -> None:
         collect_successful_mix,
         mix_shares,
     )
-    from agentic_rl.training.sft import train_sft
 
     config, events = state.config, state.events
-    parser = sft_parser(config)  # before collecting: a mix whose entries disagree fails first
     if config.sft.data:
         examples = read_jsonl(config.sft.data)
         events.on_stage(f"SFT data: {len(examples)} conversations from {config.sft.data}")
     elif config.sft.collect.source == "expert":
         collect = config.sft.collect
         events.on_stage(f"collecting cold-start data: the env's expert on {collect.num_tasks} tasks")
-        settings = dict(renderer=ChatRenderer(state.tokenizer), rollout_config=config.rollout)
-        if config.env.is_mix:  # num_tasks split by the weights
-            result = collect_expert_mix(sft_env_options(config)["mix"], collect, **settings)
-        else:
-            result = collect_expert(config.env.name, sft_env_options(config), collect, **settings)
+        with events.progress_bar(collect.num_tasks, "expert") as on_finish:
+            settings = dict(
+                renderer=ChatRenderer(state.tokenizer), rollout_config=config.rollout, on_trajectory=on_finish
+            )
+            if config.env.is_mix:  # num_tasks split by the weights
+                result = collect_expert_mix(sft_env_options(config)["mix"], collect, **settings)
+            else:
+                result = collect_expert(config.env.name, sft_env_options(config), collect, **settings)
         examples = result.examples
         write_jsonl(state.run.file("sft_data.jsonl"), examples)
         events.on_stage(
@@ -194,9 +199,19 @@ def run_sft(state: RunState) -> None:
         events.on_stage(
             f"kept {result.successful} correct of {result.attempted} ({result.tasks_with_success} tasks) -> {len(examples)} conversations"
         )
+    return examples
+
+
+def run_sft(state: RunState) -> None:
+    from agentic_rl.training.sft import train_sft
+
+    config, events = state.config, state.events
+    parser = sft_parser(config)  # before collecting: a mix whose entries disagree fails first
+    examples = _sft_examples(state)
     if not examples:
         raise ConfigError("sft: no successful trajectories to fine-tune on; raise sft.collect.num_tasks or few_shot")
-    with JsonlWriter(state.run.file("sft_metrics.jsonl")) as log:
+    steps = config.sft.train.epochs * -(-len(examples) // config.sft.train.batch_size)  # fewer if some are too long
+    with JsonlWriter(state.run.file("sft_metrics.jsonl")) as log, events.progress_bar(steps, "SFT") as advance:
         try:
             result = train_sft(
                 state.model,
@@ -204,7 +219,7 @@ def run_sft(state: RunState) -> None:
                 examples,
                 config.sft.train,
                 parser=parser,
-                on_step=log.write,
+                on_step=lambda record: (log.write(record), advance(record)),
                 dist=state.dist,
             )
         except ValueError as error:
@@ -300,9 +315,11 @@ def run_dpo(state: RunState) -> None:
         raise ConfigError(
             "dpo: no preference pairs (every group had equal rewards); raise dpo.collect.num_tasks or samples_per_task"
         )
-    with JsonlWriter(state.run.file("dpo_metrics.jsonl")) as log:
+    steps = stage.train.epochs * -(-len(pairs) // stage.train.batch_size)
+    with JsonlWriter(state.run.file("dpo_metrics.jsonl")) as log, events.progress_bar(steps, "DPO") as advance:
+        on_step = lambda record: (log.write(record), advance(record))  # noqa: E731
         result = train_dpo(
-            state.model, state.tokenizer, pairs, stage.train, parser=parser, on_step=log.write, dist=state.dist
+            state.model, state.tokenizer, pairs, stage.train, parser=parser, on_step=on_step, dist=state.dist
         )
     state.backend.sync_weights(state.model)
     events.on_stage(
@@ -311,117 +328,6 @@ def run_dpo(state: RunState) -> None:
 
 
 # --- RL ------------------------------------------------------------------------------
-
-LOGS = ("metrics.jsonl", "rollouts.jsonl")
-
-
-class TrainingStopped(RuntimeError):
-    """The run stopped on purpose (e.g. diverged); a valid checkpoint was written."""
-
-
-def _checkpoint(state: RunState) -> None:
-    from agentic_rl.training.checkpoint import CheckpointError
-
-    try:
-        _write_checkpoint(state)
-    except CheckpointError as error:  # e.g. a full disk: one line, the previous checkpoint kept
-        raise TrainingStopped(str(error)) from None
-
-
-def _write_checkpoint(state: RunState) -> None:
-    from agentic_rl.tools.memory import shared_stores_state
-    from agentic_rl.training.checkpoint import save_checkpoint
-
-    trainer = state.trainer
-    info = {"tracking": {name: state.run.count_lines(name) for name in LOGS}, "stages": state.run.completed_stages()}
-    if memory := shared_stores_state():  # env.memory: shared: the notes the agents keep across episodes
-        info["memory"] = memory
-    workers = getattr(trainer.backend, "memory_state", None)  # Ray rollout workers keep their own stores
-    if workers is not None and any(worker_memory := workers()):
-        info["worker_memory"] = worker_memory
-    if trainer.strategy.sharded:  # every rank writes its shards
-        from agentic_rl.training.sharded_checkpoint import save_sharded_checkpoint
-
-        trainer_state = {
-            key: value for key, value in trainer.state_dict().items() if key not in ("optimizer", "critic_optimizer")
-        }
-        save_sharded_checkpoint(
-            state.checkpoints_root or state.run.checkpoints,
-            trainer.steps_done,
-            model=trainer.model,
-            optimizer=trainer.optimizer,
-            trainer_state=trainer_state,
-            info=info,
-            keep=state.config.keep_checkpoints,
-            dist=state.dist,
-            critic=trainer.critic,
-        )
-        return
-    if not state.dist.is_main:  # every rank holds the same trainer state (DDP); rank 0 writes it
-        return
-    save_checkpoint(
-        state.run.checkpoints,
-        trainer.steps_done,
-        model=trainer.model,
-        critic_module=trainer.critic.module if trainer.critic is not None else None,
-        trainer_state=trainer.state_dict(),
-        keep=state.config.keep_checkpoints,
-        info=info,
-    )
-
-
-def _resume_trainer(state: RunState) -> None:
-    """Load the checkpoint into the trainer and drop log lines written after it."""
-    from agentic_rl.training.checkpoint import CheckpointError, load_checkpoint
-    from agentic_rl.training.sharded_checkpoint import is_sharded, load_sharded_weights
-
-    trainer = state.trainer
-    sharded = is_sharded(state.checkpoint)
-    if sharded:
-        load_sharded_weights(state.checkpoint, model=trainer.model, optimizer=trainer.optimizer, critic=trainer.critic)
-    elif trainer.strategy.sharded:
-        raise ConfigError(
-            f"--resume: {state.checkpoint} was written by one process or DDP; resume it with trainer.strategy ddp or single"
-        )
-    critic_module = trainer.critic.module if trainer.critic is not None and not sharded else None
-    try:
-        trainer_state, info = load_checkpoint(
-            state.checkpoint, model=None if sharded else trainer.model, critic_module=critic_module
-        )
-    except CheckpointError as error:
-        raise ConfigError(f"--resume: {error}") from None
-    trainer.backend.sync_weights(
-        trainer.strategy.full_weights(trainer.model)
-    )  # an engine with its own copy must see the loaded weights
-    trainer.load_state_dict(trainer_state)  # after the sync: restores the engine's weight version too
-    for name in LOGS:
-        state.run.truncate_lines(name, info["tracking"][name])
-    try:
-        restore_memory(trainer.backend, info, ray_workers=state.config.distributed.engine == "ray")
-    except (KeyError, TypeError, ValueError) as error:
-        raise ConfigError(f"--resume: {state.checkpoint}/state.json: memory: {error}") from None
-    state.events.on_stage(
-        f"resumed from {state.checkpoint.name} (step {trainer.steps_done} of {state.config.rl.steps})"
-    )
-
-
-def restore_memory(backend, info: dict, *, ray_workers: bool) -> None:
-    """Put the checkpoint's shared memory stores back where the episodes run: this process,
-    or each Ray rollout worker (``worker_memory``: one list of stores per worker)."""
-    from agentic_rl.tools.memory import load_shared_stores
-
-    load_shared_stores(info.get("memory") or [])
-    saved = info.get("worker_memory")
-    if ray_workers:
-        if hasattr(backend, "load_memory"):  # rank 0 holds the workers; other ranks run no episodes
-            # From a checkpoint of an in-process run every worker starts with the notes it had.
-            backend.load_memory(saved if saved else [info.get("memory") or []] * len(backend.workers))
-    elif saved:
-        if len(saved) != 1:
-            raise ValueError(
-                f"it holds the memory stores of {len(saved)} Ray rollout workers; resume with distributed.engine: ray and rollout_workers: {len(saved)}"
-            )
-        load_shared_stores(saved[0])
 
 
 def run_rl(state: RunState) -> None:
@@ -482,9 +388,9 @@ def _ray_rollouts(state: RunState):
 def _run_rl_steps(state: RunState) -> None:
     config, rl = state.config, state.config.rl
     if state.checkpoint is not None:
-        _resume_trainer(state)
+        resume_trainer(state)
     elif config.checkpoint_every and (config.sft.enabled or config.filter.enabled or config.dpo.enabled):
-        _checkpoint(state)  # so a resume never repeats collection, SFT, filtering or DPO
+        checkpoint_run(state)  # so a resume never repeats collection, SFT, filtering or DPO
     state.steps = state.run.read_lines("metrics.jsonl")
     if (left := rl.steps - state.trainer.steps_done) > 0:
         state.events.on_stage(
@@ -506,13 +412,19 @@ def _rl_loop(state: RunState) -> None:
         make_sinks(state.run.path, names, start_step=trainer.steps_done if state.checkpoint is not None else None),
         on_error=events.on_stage,
     )
+    # A step's rollouts on a terminal, where this process runs them group by group (not Ray, async or ARPO).
+    local = config.distributed.engine != "ray" and config.distributed.max_staleness is None
+    local = local and trainer.sampler is None and config.rl.sampling == "group"
+    shown = config.rl.tasks_per_step * config.rl.group_size if local else 0
     with sinks, JsonlWriter(state.run.file("rollouts.jsonl")) as rollout_log:
         while trainer.steps_done < config.rl.steps:
             try:
-                metrics, groups = trainer.step()
+                with events.progress_bar(shown, "rollouts", transient=True) if shown else _NoProgress() as bar:
+                    trainer.on_trajectory = bar
+                    metrics, groups = trainer.step()
             except NonFiniteError as error:
                 if config.checkpoint_every:
-                    _checkpoint(state)
+                    checkpoint_run(state)
                 raise TrainingStopped(
                     f"training stopped at step {trainer.steps_done}: {error}; checkpoint kept in {state.run.checkpoints}"
                 ) from None
@@ -533,7 +445,7 @@ def _rl_loop(state: RunState) -> None:
                 and trainer.steps_done % config.checkpoint_every == 0
                 and trainer.steps_done < config.rl.steps
             ):
-                _checkpoint(state)
+                checkpoint_run(state)
 
 
 # --- outputs -------------------------------------------------------------------------
