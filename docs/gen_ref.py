@@ -484,10 +484,10 @@ def envs_page() -> str:
         body = text[len(entry.description) :].strip() if text.startswith(entry.description) else text
         if body:
             lines += [_text(body), ""]
-        lines += ["| option | type | default |", "|---|---|---|"]
+        lines += ["| option | type | default | what it does |", "|---|---|---|---|"]
         lines += [
-            f"| `{name}` | {_cell(_code(kind)) if kind else ''} | {_cell(_code(default))} |"
-            for name, kind, default in options(entry.name)
+            f"| `{name}` | {_cell(_code(kind)) if kind else ''} | {_cell(_code(default))} | {_cell(_text(doc))} |"
+            for name, kind, default, doc in options(entry.name)
         ]
         lines.append("")
     return "\n".join(lines)

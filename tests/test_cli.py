@@ -31,20 +31,27 @@ def test_listing_on_a_terminal_is_a_table_on_stdout(capsys, monkeypatch) -> None
     assert err == "" and "recipe" in out and "description" in out and "smoke" in out
 
 
-def test_envs_name_shows_the_options_with_types_and_defaults(capsys, tmp_path, monkeypatch) -> None:
+def test_envs_name_shows_the_options_with_types_defaults_and_docs(capsys, tmp_path, monkeypatch) -> None:
     assert main(["envs", "frozenlake"]) == 0
     out, err = capsys.readouterr()
-    rows = {line.split("\t")[0]: line.split("\t")[1:] for line in out.splitlines() if line.count("\t") == 2}
-    assert err == "" and "FrozenLake" in out and rows["size"] == ["int", "4"] and rows["view"] == ["str", "'grid'"]
-    # Your own env by import path, from the working directory.
-    (tmp_path / "listed_env.py").write_text("def make_env(*, level: int = 2, name: str = 'x'):\n    'My env.'\n")
+    rows = {line.split("\t")[0]: line.split("\t")[1:] for line in out.splitlines() if line.count("\t") == 3}
+    assert (
+        err == "" and "FrozenLake" in out and rows["size"][:2] == ["int", "4"] and rows["view"][:2] == ["str", "'grid'"]
+    )
+    assert all(row[2] for row in rows.values())  # every option says what it does
+    assert "Args:" not in out  # the docstring's entries are the table's last column, not repeated above it
+    # Your own env by import path, from the working directory, its options documented Google-style.
+    (tmp_path / "listed_env.py").write_text(
+        "def make_env(*, level: int = 2, name: str = 'x'):\n"
+        '    """My env.\n\n    Args:\n        level: How hard,\n            1 to 3.\n    """\n'
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])
     monkeypatch.setitem(sys.modules, "listed_env", None)  # imported fresh, and forgotten afterwards
     del sys.modules["listed_env"]
     assert main(["envs", "listed_env:make_env"]) == 0
     out, _ = capsys.readouterr()
-    assert out.startswith("My env.") and "level\tint\t2" in out
+    assert out.startswith("My env.") and "level\tint\t2\tHow hard, 1 to 3." in out and "name\tstr\t'x'\t\n" in out
 
 
 def test_a_mistyped_env_or_option_is_one_line_with_a_suggestion(capsys) -> None:

@@ -20,7 +20,7 @@ def _envs(args: argparse.Namespace) -> int:
         print(f"agentic-rl envs: {error}", file=sys.stderr)
         return 2
     print(describe(args.name), end="\n\n")
-    print_listing(("option", "type", "default"), rows)
+    print_listing(("option", "type", "default", "what it does"), rows)
     return 0
 
 

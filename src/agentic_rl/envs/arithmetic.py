@@ -187,17 +187,28 @@ def make_arithmetic_env(
 ) -> ArithmeticEnv:
     """Build the arithmetic env.
 
-    ``phrasing="words"`` states each problem as steps on a running value ("Start with
-    347, multiply it by 28, then subtract it from 900"), so the model has to turn words
-    into one parenthesized expression rather than copy it; ``reversed_steps`` is the share
-    of its subtraction steps that reverse the operand order (default half; 1.0 for RL on
-    the hard case only, 0.0 for forward steps only).
-    ``few_shot`` solved demonstrations (from the ``demo`` split) precede the question;
-    ``demo_style`` defaults to "tool" when a tool is available, else "answer".
-    ``tools=[]`` removes the calculator (to measure what the model does in its head).
-    ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``
-    (``episode`` or ``shared`` memory tools; hermes format only), ``plan_first`` /
-    ``plan_reward`` (a plan as the first turn): see :class:`ToolEnv`.
+    Args:
+        digits: How many digits each operand has, from 1 to 12; every operand is drawn
+            uniformly from the numbers with exactly that many digits.
+        num_operands: How many numbers each problem combines, from 2 to 8.
+        operators: The operations to draw from, a non-empty string of ``+``, ``-`` and ``*``
+            (e.g. ``"+-"``); each operation is drawn uniformly from the distinct ones given.
+        phrasing: ``symbols`` asks "What is 347 * 28 - 900?". ``words`` states the problem as
+            steps on a running value ("Start with 347, multiply it by 28, then subtract it from
+            900"), so the model has to turn words into one parenthesized expression rather than
+            copy it; its tasks come from their own seed stream and have their own ids.
+        reversed_steps: With ``phrasing="words"``, the share of subtraction steps phrased in
+            reverse operand order ("subtract it from N"), from 0 to 1: 1.0 for RL on the hard
+            case only, 0.0 for forward steps only; the default half keeps the tasks each seed
+            always had. Any other value needs ``phrasing="words"`` and ``-`` in ``operators``.
+        tools: The tools offered: ``["calculator"]``, or ``[]`` to remove the calculator (to
+            measure what the model does in its head); without it the default system prompt
+            drops the calculator instruction.
+        few_shot: How many solved demonstrations precede the question, from 0 to 16; they come
+            from the ``demo`` split (same knobs), so they never repeat a train or test task.
+        demo_style: How the demonstrations are solved: ``tool`` (a calculator call, its result,
+            then the answer; needs the calculator in ``tools``) or ``answer`` (the answer
+            alone). Unset: ``tool`` when a tool is offered, else ``answer``.
     """
     if few_shot < 0 or few_shot > DEFAULT_NUM_TASKS["demo"]:
         raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")

@@ -198,14 +198,28 @@ def make_code_env(
 ) -> CodeEnv:
     """Function-writing tasks scored by unit tests in the sandbox; optional python tool.
 
-    ``dataset``: ``procedural`` (seeded generated tasks; the default, except for split
-    test) or ``humaneval`` (the 164 HumanEval problems, needs the ``[code]`` extra; the
-    default for split test); ``path``: a JSONL file in HumanEval's shape instead.
-    ``timeout_s`` bounds each tool call, ``test_timeout_s`` the whole test run.
-    ``test_progress_reward``: the per-turn process reward for tests newly passed by the
-    code the python tool ran (see the module docstring).
-    ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``: see
-    :class:`~agentic_rl.envs.tool_env.ToolEnv`.
+    Args:
+        dataset: ``procedural`` (seeded generated tasks; the default, except for split test)
+            or ``humaneval`` (the 164 HumanEval problems, needs the ``[code]`` extra; the
+            default for split test). Not together with ``path``.
+        path: A JSONL file of tasks in HumanEval's shape to use instead of ``dataset``: each row
+            has ``prompt``, ``test`` and ``entry_point``, optionally ``task_id`` and
+            ``canonical_solution`` (what the scripted expert answers with).
+        split: Not a split of the data: ``test`` makes ``humaneval`` the default ``dataset`` and
+            draws procedural tasks from a seed stream other than train's (same ``seed``, which
+            only procedural tasks use); any other value (or unset) is train. ``path`` ignores it.
+        partial_credit: When the final answer fails some tests, reward the fraction of tests
+            passed instead of 0.
+        test_progress_reward: The weight of the process reward for tests newly passed by the
+            code the python tool ran (see the module docstring), at least 0; 0 turns it off,
+            and the whole episode earns at most the weight.
+        tools: ``["python"]`` (the sandboxed python tool, to try code before answering) or
+            ``[]`` (no tool: the first reply is the answer); no other tool is offered.
+        parser: The tool-call format: ``hermes`` (up to 4 python calls per turn) or ``retool``
+            (code in ``<code>```python ...```</code>`` tags, one block per turn).
+        test_timeout_s: Wall-time limit in seconds (above 0) for one run of the task's tests,
+            on the final answer or for ``test_progress_reward``; ``timeout_s`` bounds each
+            python tool call instead.
     """
     if dataset is not None and dataset not in DATASETS:
         raise ValueError(f"dataset: expected one of {', '.join(DATASETS)}, got {dataset!r}")

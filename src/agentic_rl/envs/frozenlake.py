@@ -195,10 +195,19 @@ def make_frozenlake_env(
     view: str = "grid",
     system_prompt: str | None = None,
 ) -> FrozenLakeEnv:
-    """Build the frozenlake env: a ``size`` x ``size`` lake with ``num_holes`` holes and a
-    guaranteed path of at least ``size - 1`` moves; level i of each split is the same on every
-    machine, whatever the ``view`` (``grid`` or ``relative``). ``system_prompt``: None is the
-    view's own."""
+    """Build the frozenlake env: a square lake with holes and a guaranteed hole-free path of at
+    least ``size - 1`` moves (for size > 2) from the start to the goal; level i of each split is
+    the same on every machine, whatever the ``view``.
+
+    Args:
+        size: Side of the lake, in cells: an int in [2, 16].
+        num_holes: Holes on the lake: an int in [0, size * size // 2]. Falling into one ends the
+            episode with outcome reward 0.
+        view: What the model is shown of the lake each turn: ``grid`` (RAGEN's symbols, row by
+            row) or ``relative`` (the goal's and each hole's offset from the player in words, and
+            what is on each side of it). Both show the same levels; the default system prompt
+            follows the view.
+    """
     if not 2 <= size <= 16:
         raise ValueError(f"size: expected an int in [2, 16], got {size}")
     if not 0 <= num_holes <= size * size // 2:

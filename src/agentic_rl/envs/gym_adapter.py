@@ -97,9 +97,23 @@ def make_gymnasium_env(
     max_turns: int = 100,
     invalid_penalty: float = 0.1,
 ) -> GymnasiumEnv:
-    """Any Gymnasium env with a Discrete action space as a text env (``env_id``, ``env_kwargs``);
-    ``actions`` names the actions in order (e.g. ["Left", "Down", "Right", "Up"] for
-    FrozenLake-v1), ``observation_formatter`` ('module:function') replaces the ansi rendering."""
+    """Any Gymnasium env with a Discrete action space as a text env (the ``[gym]`` extra): one
+    named action per turn; reward, terminated and truncated are the env's, and a step that
+    terminates with a positive reward counts as solved.
+
+    Args:
+        env_id: The Gymnasium id to make (``gymnasium.make``), e.g. ``FrozenLake-v1``; its action
+            space must be Discrete.
+        env_kwargs: Keyword arguments for ``gymnasium.make``; ``render_mode`` is ``ansi`` unless
+            they set it or an ``observation_formatter`` is given.
+        actions: The actions' names, one per action of the space in order (distinct, ignoring
+            case), e.g. ["Left", "Down", "Right", "Up"] for FrozenLake-v1; the model answers with
+            one. None: the action numbers 0 .. n-1.
+        observation_formatter: Import path ``module:function`` of a ``function(observation, env)
+            -> str`` that renders what the model sees. None: the env's ``ansi`` rendering without
+            colours (a highlighted cell, such as the agent's, shown as ``[text]``).
+        split: ``train`` or ``test``: task i resets the env with seed i, or 1,000,000 + i for test.
+    """
     from agentic_rl.optional import require
 
     gymnasium = require("gymnasium", INSTALL_HINT, "the gymnasium env")

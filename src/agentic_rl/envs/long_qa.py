@@ -1,25 +1,20 @@
 """``long-qa``: read a long generated document chunk by chunk, keep a bounded memory,
 answer questions at the end (MemAgent style).
 
-Each task is a document of invented places generated from a seed: ``num_chunks`` chunks
-of ``chunk_sentences`` sentences, most of them filler about the same places, and
-``num_facts`` fact sentences (``The vault code of Kelmore is 4821.``) placed in chunks
+Each task is a document of invented places generated from a seed: chunks of filler sentences
+about the same places, with fact sentences (``The vault code of Kelmore is 4821.``) in chunks
 2..N. The opening message holds the instructions and chunk 1 (which every context policy
-keeps, so it holds no fact); each later chunk is the observation after the agent's reply
-to the one before, and after the last chunk come ``num_questions`` questions about the
-facts (``What is the vault code of Kelmore?``). The agent answers them in order in one
-``<answer>A1; A2</answer>``; the reward is the fraction answered right (exact match),
-``correct`` means all of them.
+keeps, so it holds no fact); each later chunk is the observation after the agent's reply to
+the one before, and after the last come questions about the facts (``What is the vault code
+of Kelmore?``), answered in order in one ``<answer>A1; A2</answer>``; the reward is the
+fraction answered right (exact match), ``correct`` means all of them.
 
-The agent keeps what it needs with the memory tools (``memory``, default a scratch store
-per episode with the store's caps: a bounded memory that lives outside the context), so
-the document may be many times longer than the context: with ``rollout.context`` window
-or summarize the chunks leave the context, the notes stay. With ``memory: none`` the
-agent has no tools and its context (its replies, or its summaries under ``summarize``)
-is its only memory. Why tools rather than a memory block the env re-shows: the store
-already is bounded, evicts, is hostile-input safe and counted (``memory/*`` metrics), and
-works unchanged under every context policy; a re-shown block would be a second memory
-mechanism beside it and the ``summarize`` policy.
+The agent keeps what it needs with the memory tools (a bounded memory outside the context),
+so the document may be many times longer than the context: with ``rollout.context`` window
+or summarize the chunks leave the context, the notes stay. Why tools rather than a memory
+block the env re-shows: the store already is bounded, evicts, is hostile-input safe and
+counted (``memory/*`` metrics), and works unchanged under every context policy; a re-shown
+block would be a second memory mechanism beside it and the ``summarize`` policy.
 
 :meth:`LongQAEnv.expert_reply` is a scripted oracle: it saves each fact sentence it reads
 (one ``memory_write`` per fact), reads the notes for the questions and answers from what
@@ -370,12 +365,17 @@ def make_long_qa_env(
     attempt_discount: float = 1.0,
     self_critique: bool = False,
 ) -> LongQAEnv:
-    """Long-document QA (MemAgent style). ``num_chunks`` x ``chunk_sentences`` sentences
-    holding ``num_facts`` facts, ``num_questions`` of them asked at the end. ``memory``: the
-    memory tools (``episode``, ``shared``, a mapping with the store's caps, or ``none`` for
-    no tools). ``max_turns`` defaults to ``num_chunks + 3`` (one reply per chunk, one turn
-    to look notes up, the answer, one to spare). ``attempts`` / ``attempt_discount`` /
-    ``self_critique``: reflection, see :class:`ToolEnv`."""
+    """Long-document QA (MemAgent style): a generated document streamed chunk by chunk, questions at the end.
+
+    Args:
+        num_chunks: Chunks the document is streamed in, at least 2; the first holds no fact.
+        chunk_sentences: Sentences per chunk, at least 3: filler, with a chunk's fact sentences in place of some.
+        num_facts: Fact sentences in the document, at least 1 and at most 2 per chunk after the first.
+        num_questions: Questions about the facts asked after the last chunk, from 1 to min(num_facts, 4).
+        memory: The memory tools (``episode``: a scratch store per episode, ``shared``, or a mapping with the store's
+            caps; they must offer ``memory_write`` and ``memory_read``), or ``none``: no tools, and the agent's
+            context (its replies, or its summaries under ``summarize``) is its only memory.
+        max_turns: Turn limit; None: num_chunks + 3 (a reply per chunk, a note lookup, the answer, one to spare)."""
     tasks = LongQATasks(
         split=split,
         seed=seed,

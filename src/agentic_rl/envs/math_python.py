@@ -140,19 +140,32 @@ def make_math_python_env(
 ) -> ToolEnv:
     """Math word problems from a JSONL file, with a sandboxed stateful ``python`` tool.
 
-    ``parser``: ``hermes`` (a ``python(code)`` tool call) or ``retool`` (code in
-    ``<code>```python ...```</code>``, output in ``<interpreter>``; one block per turn
-    unless ``max_calls_per_turn`` says otherwise). Interpreter output longer than
-    ``max_output_chars`` keeps its head and tail around a visible truncation marker.
-    ``few_shot`` (at most 4) solved demonstrations precede the question, with real tool
-    calls and outputs of the first tool among python / calculator (or, without tools,
-    the reasoning alone). ``path``: JSONL, Parquet, Arrow or a ``save_to_disk`` folder (the
-    last three through Hugging Face ``datasets``, the ``[data]`` extra); ``dataset``: a
-    ``datasets.Dataset`` or ``DatasetDict`` object instead (Python only). ``split`` picks a
-    DatasetDict's split and fills ``{split}`` in ``path``; a single file is the split
-    itself. Columns: ``question_field``, ``answer_field``, ``id_field`` (default
-    ``{name}-{row}``) and ``metadata_fields`` (kept in ``Task.metadata``). ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and
-    ``memory`` (memory tools; hermes format only): see :class:`ToolEnv`.
+    Args:
+        path: The data file: JSONL (read directly), or Parquet, Arrow or a ``save_to_disk``
+            folder (read through Hugging Face ``datasets``, the ``[data]`` extra). Give ``path``
+            or ``dataset``, exactly one: the package ships no data.
+        dataset: A ``datasets.Dataset`` or ``DatasetDict`` object to read instead of ``path``
+            (Python only).
+        question_field: The column holding the question (the prompt).
+        answer_field: The column holding the gold answer; in GSM8K's form (reasoning, then
+            ``#### N``) the gold answer is the part after ``####``, and ``Task.metadata["solution"]``
+            keeps the whole text.
+        id_field: The column holding task ids. Unset: ids are ``{name}-{row}``.
+        metadata_fields: Columns kept in ``Task.metadata`` (beside ``solution``).
+        split: Picks a ``DatasetDict``'s split and fills ``{split}`` in ``path``; a single file is
+            the split itself.
+        tools: ``python`` (a sandboxed, stateful interpreter), ``calculator``, or ``[]`` for none.
+            The first of python / calculator picks the default system prompt and the
+            demonstrations' tool; without tools the model is told to reason step by step.
+        parser: The tool-call format, e.g. ``hermes`` (a ``python(code)`` tool call) or ``retool``
+            (code in ``<code>```python ...```</code>``, output in ``<interpreter>``; any
+            ``tools`` must include ``python``). The answer is always ``<answer>...</answer>``.
+        few_shot: How many solved demonstrations precede the question, from 0 to 4: built-in
+            problems (not GSM8K items) converted by :mod:`agentic_rl.data.gsm8k`, with real calls
+            to and outputs of the demonstrations' tool (see ``tools``), or the reasoning alone
+            without tools.
+        name: The prefix of task ids when ``id_field`` is unset (``{name}-{row}``), and the env's
+            name in the error for a missing ``path``.
     """
     if not path and dataset is None:
         raise ValueError(
@@ -276,7 +289,29 @@ def make_gsm8k_env(
     self_critique: bool = False,
     memory: str | dict | bool | None = None,
 ) -> ToolEnv:
-    """GSM8K (``question`` / ``answer`` with ``#### N``) from a path or dataset you give, with the python tool."""
+    """GSM8K (``question`` / ``answer`` with ``#### N``) from a path or dataset you give, with the python tool.
+
+    Task ids are ``gsm8k-{row}``; the gold answer is the part after ``####``.
+
+    Args:
+        path: The data file: JSONL (read directly), or Parquet, Arrow or a ``save_to_disk``
+            folder (read through Hugging Face ``datasets``, the ``[data]`` extra). Give ``path``
+            or ``dataset``, exactly one: the package ships no data.
+        dataset: A ``datasets.Dataset`` or ``DatasetDict`` object to read instead of ``path``
+            (Python only).
+        split: Picks a ``DatasetDict``'s split and fills ``{split}`` in ``path``; a single file is
+            the split itself.
+        tools: ``python`` (a sandboxed, stateful interpreter), ``calculator``, or ``[]`` for none.
+            The first of python / calculator picks the default system prompt and the
+            demonstrations' tool; without tools the model is told to reason step by step.
+        parser: The tool-call format, e.g. ``hermes`` (a ``python(code)`` tool call) or ``retool``
+            (code in ``<code>```python ...```</code>``, output in ``<interpreter>``; any
+            ``tools`` must include ``python``). The answer is always ``<answer>...</answer>``.
+        few_shot: How many solved demonstrations precede the question, from 0 to 4: built-in
+            problems (not GSM8K items) converted by :mod:`agentic_rl.data.gsm8k`, with real calls
+            to and outputs of the demonstrations' tool (see ``tools``), or the reasoning alone
+            without tools.
+    """
     return make_math_python_env(
         path=path,
         dataset=dataset,

@@ -226,9 +226,19 @@ class MixedEnv:
 
 
 def make_mixed_env(*, mix: list[dict[str, Any]], split: str | None = None) -> MixedEnv:
-    """Several envs in one: ``mix`` = ``[{name, weight, label?, **options}]`` (each entry's
-    env is built through the registry with its options; ``split`` goes to entries that
-    take one, unless their options set it). Tasks of entry k follow entry k-1's."""
+    """Several envs in one: the entries' tasks laid end to end (entry k's follow entry
+    k-1's); each episode builds the env of its task's entry through the registry.
+
+    Args:
+        mix: The entries, a non-empty list of mappings ``{name, weight, label, **options}``:
+            ``name`` a registered env (not ``mix``) or an import path; ``weight`` a finite
+            number > 0 (1 if left out), the entry's share of training draws (the task
+            schedule's); ``label`` names the entry in metrics and task ids (the env name if left
+            out; no ``@``, ``/``, spaces or ``weighted``; two entries of one env need their
+            own); every other key is an option of that env.
+        split: Passed to every entry whose env takes a ``split``, unless its own options set
+            one. None: each entry's own default.
+    """
     return MixedEnv(mix_spec(mix, split))
 
 

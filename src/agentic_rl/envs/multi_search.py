@@ -127,9 +127,15 @@ def make_multi_search_env(
     plan_reward: float = 0.0,
 ) -> MultiSearchEnv:
     """Several search-qa questions in one episode, answered with the ``search`` tool (hermes
-    format) in one ``<answer>A1; A2; ...</answer>``. ``max_turns`` defaults to 3 per question
-    plus one (a 3-hop question needs 3 searches). ``memory``, ``plan_first``, ``plan_reward``:
-    see :class:`ToolEnv`."""
+    format) in one ``<answer>A1; A2; ...</answer>``.
+
+    Args:
+        num_questions: Questions per episode, 2 to 8: consecutive questions of the built-in search-qa split,
+            answered in order in one answer; the reward is the fraction right.
+        types: The built-in search-qa question templates to draw from (names in ``search_data.QUESTION_TYPES``).
+        hops: Only questions of 1 (lookup), 2 or 3 hops (bridge, comparison), or of a list of them, e.g. ``[1, 2]``.
+        max_turns: Turn limit; None: 3 per question plus one (a 3-hop question needs 3 searches).
+    """
     if top_k < 1:
         raise ValueError(f"top_k: expected a positive int, got {top_k}")
     if max_doc_chars is not None and max_doc_chars < 1:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_rl.envs.base import Env
+from agentic_rl.envs.option_docs import option_docs, parse_args_section
 from agentic_rl.envs.options import check_option_types
 from agentic_rl.errors import ConfigError, closest
 from agentic_rl.imports import ImportPathError, import_object
@@ -85,24 +86,28 @@ def _factory(name: str) -> Callable[..., Env]:
     )
 
 
-def options(name: str) -> list[tuple[str, str, str]]:
-    """Env ``name``'s options as (option, type, default), from its factory's signature."""
+def options(name: str) -> list[tuple[str, str, str, str]]:
+    """Env ``name``'s options as (option, type, default, what it does), from its factory's
+    signature and docstring (envs/option_docs.py; "" where undocumented)."""
+    factory = _factory(name)
+    docs = option_docs(factory)
     rows = []
-    for parameter in inspect.signature(_factory(name)).parameters.values():
+    for parameter in inspect.signature(factory).parameters.values():
         if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             continue
         annotation = parameter.annotation
         kind = "" if annotation is inspect.Parameter.empty else getattr(annotation, "__name__", str(annotation))
         default = "(required)" if parameter.default is inspect.Parameter.empty else repr(parameter.default)
-        rows.append((parameter.name, str(kind).replace("typing.", ""), default))
+        rows.append((parameter.name, str(kind).replace("typing.", ""), default, docs.get(parameter.name, "")))
     return rows
 
 
 def describe(name: str) -> str:
-    """What env ``name`` is: its registered description and its factory's docstring."""
+    """What env ``name`` is: its registered description and its factory's docstring (the
+    options' own entries left to ``options``)."""
     factory = _factory(name)
     entry = _REGISTRY.get(name)
-    text = inspect.getdoc(factory) or ""
+    text, _ = parse_args_section(inspect.getdoc(factory) or "")
     return "\n\n".join(part for part in (entry.description if entry else "", text) if part)
 
 

@@ -31,11 +31,11 @@ dropped the second search. The ``em`` / ``f1`` metrics and ``correct`` stay the 
 answer scores, so held-out accuracy means the same with and without it.
 
 By default the questions and corpus are the built-in generated ones
-(:mod:`agentic_rl.envs.search_data`); any QA JSONL (``question``, ``answers``) plugs in
-with ``qa_path`` and any corpus with ``corpus_path`` (JSONL, indexed in memory),
-``index_path`` (an ``agentic-rl index build`` folder) or ``server_url`` (a retrieval
-server); ``retriever: {kind: simulated, ...}`` replaces the corpus with ZeroSearch's
-simulated search engine (:mod:`agentic_rl.retrieval.simulated`).
+(:mod:`agentic_rl.envs.search_data`); ``few_shot`` oracle demonstrations need the built-in
+questions and a real corpus. ``qa_path`` replaces the questions, ``corpus_path`` /
+``index_path`` / ``server_url`` the corpus, and ``retriever`` (fields of
+:class:`~agentic_rl.retrieval.simulated.SimulationConfig`) replaces it with ZeroSearch's
+LLM-simulated search engine (:mod:`agentic_rl.retrieval.simulated`) and its noise curriculum.
 """
 
 from __future__ import annotations
@@ -449,22 +449,22 @@ def make_search_qa_env(
 ) -> SearchQAEnv:
     """Multi-hop QA with a search tool (hermes ``search(query)`` or Search-R1 ``<search>`` tags).
 
-    ``qa_path`` (JSONL of ``question``/``answers``; ``{split}`` in the path is replaced by the
-    split) replaces the built-in questions; ``corpus_path`` / ``index_path`` / ``server_url``
-    replace the built-in corpus, and so does ``retriever``: ``{kind: simulated, model, ...}``
-    (:class:`~agentic_rl.retrieval.simulated.SimulationConfig`: ZeroSearch's LLM-simulated
-    search with a noise curriculum) or, in Python, a ``SimulatedSearchEngine``. ``top_k`` documents per search, each cut to
-    ``max_doc_chars`` characters. ``question_weights`` (question type -> weight, e.g.
-    ``{bridge: 3}``) draws the built-in questions' types in those proportions. ``few_shot`` oracle demonstrations (built-in questions only).
-    ``attempts`` / ``attempt_discount`` / ``self_critique`` (reflection) and ``memory``
-    (``episode`` or ``shared`` memory tools; hermes format only), ``plan_first`` /
-    ``plan_reward`` (a plan as the first turn): see :class:`ToolEnv`.
-    ``reward: judge`` scores answers with an LLM judge built from ``judge`` (options of
-    :func:`agentic_rl.rewards.judge.make_judge`). ``info_gain_reward`` / ``repeat_penalty``:
-    StepSearch's per-turn process rewards; ``require_evidence``: the answer pays only after
-    every gold-supporting document was retrieved; ``evidence_reward``: the share of the
-    reward paid for the gold documents retrieved (both: see the module docstring).
-    """
+    Args:
+        types: The built-in question templates to draw from (names in ``search_data.QUESTION_TYPES``).
+        hops: Only built-in questions of 1 (lookup), 2 or 3 hops (bridge, comparison), or of a list of them.
+        question_weights: Question type (lookup, bridge, comparison) -> draw weight, e.g. ``{bridge: 3}``; others 1.
+        qa_path: QA JSONL (``question``, ``answers``) replacing the built-in questions; ``{split}`` becomes the split.
+        corpus_path: A JSONL corpus (``id``, ``title``, ``text``) replacing the built-in one, indexed (BM25) in memory.
+        index_path: An ``agentic-rl index build`` folder replacing the built-in corpus.
+        server_url: A retrieval server's URL replacing the built-in corpus; give at most one of these three sources.
+        retriever: {kind: simulated, model, ...} or a SimulatedSearchEngine: ZeroSearch's simulated search, no corpus.
+        reward: ``em`` (exact match) or ``f1`` (token F1) against the gold answers, or ``judge`` (an LLM judge's score).
+        judge: LLM judge options (``model``, ``base_url``, ``rubric``, ...: see ``make_judge``) for ``reward: judge``.
+        info_gain_reward: Per search turn (StepSearch): this x the fraction of gold documents its searches found first.
+        repeat_penalty: Per search turn: minus this per query the episode already searched (case and spacing ignored).
+        require_evidence: The answer's score pays only once the searches retrieved every gold-supporting document.
+        evidence_reward: Reward share (at most 1 - format_reward) paid, with a well-formed answer, for the fraction
+            of gold documents found; the answer's share shrinks by as much."""
     if top_k < 1:
         raise ValueError(f"top_k: expected a positive int, got {top_k}")
     if max_doc_chars is not None and max_doc_chars < 1:

@@ -261,10 +261,21 @@ def make_sokoban_env(
     success_reward: float = 1.0,
     system_prompt: str = SYSTEM_PROMPT,
 ) -> SokobanEnv:
-    """Build the sokoban env: a ``height`` x ``width`` room (walls included) with
-    ``num_boxes`` boxes, solvable by construction in at most ``max_solution_steps`` moves
-    (and at least half as many); level i of each split is the same on
-    every machine."""
+    """Build the sokoban env: a generated room with boxes to push onto as many targets,
+    solvable by construction; level i of each split is the same on every machine.
+
+    Args:
+        height: Rows of the room, walls included: an int in [5, 12].
+        width: Columns of the room, walls included: an int in [5, 12].
+        num_boxes: Boxes in the room (and as many targets): an int in [1, 4].
+        max_solution_steps: Longest shortest solution, in moves: every level is solvable in at
+            most this many and needs at least half as many (rounded down, at least 1). An int
+            in [1, 100].
+        box_reward: Process reward (``info["turn_reward"]``) for each box a move pushes onto a
+            target, and its negative for each box pushed off one: a number >= 0.
+        success_reward: Outcome reward of the move that puts the last box on a target; the
+            episode ends there.
+    """
     for option, value in (("height", height), ("width", width)):
         if not 5 <= value <= 12:
             raise ValueError(f"{option}: expected an int in [5, 12], got {value}")

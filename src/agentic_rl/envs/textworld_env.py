@@ -143,10 +143,27 @@ def make_textworld_env(
     cache_dir: str | None = None,
     system_prompt: str = SYSTEM_PROMPT,
 ) -> TextWorldEnv:
-    """Build the textworld env: task i is the game ``tw-make custom --world-size
-    {world_size} --nb-objects {num_objects} --quest-length {quest_length}`` makes from the
-    task's seed, compiled on first use into ``cache_dir`` (default
-    ``~/.cache/agentic-rl/textworld``); train and test games have disjoint seeds."""
+    """Build the textworld env (the ``[textworld]`` extra): task i is the game ``tw-make
+    custom --world-size {world_size} --nb-objects {num_objects} --quest-length
+    {quest_length}`` makes from the task's seed, compiled on first use; train and test games
+    have disjoint seeds.
+
+    Args:
+        world_size: Rooms in each game (``--world-size``): an int in [1, 20].
+        num_objects: Objects in each game (``--nb-objects``): an int in [0, 50].
+        quest_length: Length of each game's quest, in commands (``--quest-length``): an int in
+            [1, 20]. A quest too long for the world fails when the game is made.
+        score_reward: Outcome reward for the game's points: each step pays the points it gained,
+            divided by the game's maximum, times this (a number >= 0).
+        win_reward: Outcome reward added on the step that wins the game (a number >= 0); losing
+            ends the episode without it.
+        show_commands: Whether each turn lists the admissible commands (TextWorld's commands
+            that make sense in the current state). Either way a reply must be one of them, else
+            it is an invalid move.
+        cache_dir: Folder the compiled games are kept in and reused from (a subfolder per
+            generation options and TextWorld version). None: ``textworld`` in the package cache
+            (``~/.cache/agentic-rl``, or ``$AGENTIC_RL_CACHE``).
+    """
     if not 1 <= world_size <= 20:
         raise ValueError(f"world_size: expected an int in [1, 20], got {world_size}")
     if not 0 <= num_objects <= 50:

@@ -3,10 +3,8 @@ setting) with ``web_search(query)`` and ``browse(url)``.
 
 Questions and gold answers come from a QA JSONL (``question``, ``answers``); the answer
 goes inside ``<answer></answer>`` and is scored by exact match or token F1 (SQuAD
-normalization), optionally mixed with a format reward, as in ``search-qa``. The ``web``
-option configures the search API, caching, timeouts, size caps and the domain allow/deny
-list (:class:`~agentic_rl.tools.web.WebConfig`). Page text and search results are
-observations (loss_mask 0).
+normalization), optionally mixed with a format reward, as in ``search-qa``. Page text and
+search results are observations (loss_mask 0).
 """
 
 from __future__ import annotations
@@ -75,13 +73,15 @@ def make_web_qa_env(
     self_critique: bool = False,
     memory: str | dict | bool | None = None,
 ) -> WebQAEnv:
-    """Questions from ``qa_path`` (JSONL of ``question``/``answers``; ``{split}`` in the path
-    is replaced by the split) answered with the web tools (hermes tool calls).
+    """Questions from a QA JSONL answered with the web tools (hermes tool calls).
 
-    ``web``: the search provider name (``brave``, ``tavily``), a mapping of
-    :class:`~agentic_rl.tools.web.WebConfig` fields, or a :class:`WebTools`; the API key is
-    read from the environment. ``reward`` / ``format_reward`` / ``attempts`` / ``memory``:
-    as in ``search-qa``.
+    Args:
+        qa_path: The QA JSONL (``question``, ``answers``; optional ``id``); ``{split}`` in the path is replaced by
+            the split.
+        web: The search provider name (``brave``, ``tavily``; None: brave), a mapping of
+            :class:`~agentic_rl.tools.web.WebConfig` fields (search API, caching, timeouts, size caps, domain
+            allow/deny lists), or a :class:`WebTools`; the API key is read from the environment.
+        reward: ``em`` (exact match) or ``f1`` (token F1) against the gold answers, as in ``search-qa``.
     """
     tasks: Sequence = QATasks(qa_path.replace("{split}", split), num_tasks=num_tasks)
     tools = web if isinstance(web, WebTools) else web_tools(web)
