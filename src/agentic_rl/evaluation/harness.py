@@ -128,6 +128,7 @@ WEIGHTED_METRICS = (
     "mean_turns",
     "mean_response_tokens",
     "infra_error_rate",
+    "template_drift_tokens",
 )
 """Besides avg/pass/maj@k, the per-episode rates and means a mix also reports weighted (counts are not)."""
 
