@@ -106,10 +106,13 @@ def test_long_qa_expert_summary_carries_what_leaves_the_context() -> None:
 
 def test_long_qa_document_does_not_fit_the_recipe_budget(tokenizer) -> None:
     """MemAgent's setting: the document does not fit in the context beside the opening."""
+    from pathlib import Path
+
     from agentic_rl.config import TrainConfig, build
     from agentic_rl.recipes import load_recipe
 
-    config = build(TrainConfig, load_recipe("long-qa")[1])
+    recipe = Path(__file__).parents[2] / "examples" / "configs" / "long-qa.yaml"
+    config = build(TrainConfig, load_recipe(str(recipe))[1])
     env = make(config.env.name, **config.env.model_extra)
     assert config.rollout.context == "summarize" and env.memory is not None
     for index in range(5):

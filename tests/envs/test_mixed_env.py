@@ -127,10 +127,13 @@ def test_mix_is_listed() -> None:
 
 
 def test_the_mixed_recipe_builds_its_train_and_eval_envs() -> None:
+    from pathlib import Path
+
     from agentic_rl.recipes import load_recipe
     from agentic_rl.training.stages import eval_env_options
 
-    config = build(TrainConfig, load_recipe("mixed")[1])
+    recipe = Path(__file__).parents[2] / "examples" / "configs" / "mixed.yaml"
+    config = build(TrainConfig, load_recipe(str(recipe))[1])
     assert config.env.is_mix and config.curriculum.enabled and config.curriculum.by == "env"
     train = env_factory(config.env.name, config.env.options, split="train")()
     test = env_factory(config.env.name, eval_env_options(config), split="test")()

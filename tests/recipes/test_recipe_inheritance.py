@@ -55,7 +55,6 @@ def test_shipped_recipes_inherit_from_default() -> None:
         "rloo",
         "search-qa",
         "starpo-s",
-        "textworld",
     ):
         text = (resources.files("agentic_rl.recipes") / f"{name}.yaml").read_text()
         assert "\nbase: default\n" in text, name
