@@ -31,7 +31,6 @@ OVERSIZED_FUNCTIONS = {
     "training/rl.py:__init__": 103,
     "rollout/schedulers.py:run_continuous": 94,
     "rollout/arpo.py:arpo_rollout": 86,
-    "cli/finetune.py:register": 81,
 }
 
 

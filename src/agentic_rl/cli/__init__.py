@@ -11,6 +11,7 @@ import threading
 from agentic_rl import __version__
 from agentic_rl.cli import (
     agents,
+    data,
     doctor,
     evaluate,
     finetune,
@@ -23,7 +24,7 @@ from agentic_rl.cli import (
     train,
 )
 
-COMMANDS = (evaluate, listings, train, show_config, plan, doctor, finetune, report, retrieval, serve, agents)
+COMMANDS = (evaluate, listings, train, show_config, plan, doctor, finetune, data, report, retrieval, serve, agents)
 """The modules that register subcommands, in the order ``--help`` lists them."""
 
 

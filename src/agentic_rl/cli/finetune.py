@@ -1,11 +1,11 @@
-"""``agentic-rl collect``, ``sft``, ``dpo`` and ``data``: cold-start data and supervised fine-tuning."""
+"""``agentic-rl collect``, ``sft`` and ``dpo``: cold-start data and supervised fine-tuning."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from agentic_rl.cli.aliases import DeprecatedAlias, output_flag
+from agentic_rl.cli.aliases import DeprecatedAlias
 
 PRECISIONS = ("auto", "fp32", "bf16-mixed")
 PRECISION_HELP = "precision=fp32 or bf16-mixed (float32 master weights, bf16 compute); auto picks by device (default)"
@@ -165,33 +165,6 @@ def _dpo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _data_gsm8k_to_sft(args: argparse.Namespace) -> int:
-    from agentic_rl.config import ConfigError
-    from agentic_rl.envs.math_python import gsm8k_to_sft
-    from agentic_rl.tracking.display import console
-
-    if not Path(args.input).is_file():
-        raise ConfigError(f"input {args.input!r} does not exist (GSM8K JSONL with question and answer per line)")
-    try:
-        stats = gsm8k_to_sft(
-            args.input,
-            args.output,
-            tool=args.tool,
-            parser=args.parser,
-            keep_mismatches=args.keep_mismatches,
-            limit=args.limit,
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    flagged = f"{stats.flagged} flagged ({stats.mismatched_calls} calls failed or differ from the annotation; {'kept' if args.keep_mismatches else 'left out'})"
-    console.print(
-        f"{stats.rows} rows -> {stats.written} conversations with {stats.calls} {args.tool} calls; {flagged}; {len(stats.skipped)} skipped -> {args.output}"
-    )
-    for line in stats.skipped[:5]:
-        console.print(f"  skipped {line}")
-    return 0
-
-
 def register(commands) -> None:
     collect = commands.add_parser(
         "collect", help="build SFT data from the model's own correct rollouts (or an env's expert)"
@@ -247,29 +220,3 @@ def register(commands) -> None:
     )
     dpo.add_argument("--precision", action=DeprecatedAlias, use="--set precision=...", choices=PRECISIONS)
     dpo.set_defaults(run=_dpo)
-
-    data = commands.add_parser("data", help="dataset conversion").add_subparsers(dest="data_command", required=True)
-    gsm8k = data.add_parser(
-        "gsm8k-to-sft", help="turn GSM8K's <<expr=result>> annotations into tool-use SFT conversations"
-    )
-    gsm8k.add_argument("input", metavar="IN.jsonl", help="GSM8K JSONL (question, answer with #### N)")
-    output_flag(gsm8k, "--output", "--out", "JSONL of OpenAI messages with tool calls, for `agentic-rl sft --data`")
-    gsm8k.add_argument(
-        "--tool",
-        choices=("calculator", "python"),
-        default="calculator",
-        help="tool that runs each expression (default calculator)",
-    )
-    gsm8k.add_argument(
-        "--parser",
-        choices=("hermes", "retool"),
-        default="hermes",
-        help="the env format whose system prompt the conversations carry (default hermes)",
-    )
-    gsm8k.add_argument(
-        "--keep-mismatches",
-        action="store_true",
-        help="keep conversations where a tool output differs from the annotation (flagged in metadata)",
-    )
-    gsm8k.add_argument("--limit", type=int, help="convert only the first N rows")
-    gsm8k.set_defaults(run=_data_gsm8k_to_sft)
