@@ -101,7 +101,7 @@ def test_the_starting_points_for_larger_models_resolve(tmp_path) -> None:
     "setting, key",
     [
         ("backend.kind=vllm", "backend.kind"),
-        ("lora.enabled=true", "lora.enabled"),
+        ("curriculum.enabled=true", "curriculum.enabled"),
         ("distributed.rollout_workers=2", "distributed.rollout_workers"),
         ("rl.sampling=arpo", "rl.sampling"),
         ("env.name=sokoban", "env.name"),

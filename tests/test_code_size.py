@@ -13,7 +13,7 @@ MAX_FUNCTION_LINES = 80
 
 OVERSIZED_FILES = {
     "envs/search_data.py": 786,  # generated task templates, mostly data
-    "training/rl.py": 802,
+    "training/rl.py": 719,
     "training/stages.py": 506,
     "envs/search_qa.py": 586,
     "tools/memory.py": 532,

@@ -73,13 +73,14 @@ def _load(config: TrainConfig, loaded):
     import torch
 
     from agentic_rl.models import load
+    from agentic_rl.models.lora import add_role_adapters, apply_lora
     from agentic_rl.models.precision import apply_precision
 
     torch.manual_seed(config.seed)
     model, tokenizer = loaded or load(config.model.name, device=config.model.device)
     model = model.float()
     apply_precision(model, config.precision)
-    return model, tokenizer
+    return add_role_adapters(apply_lora(model, config.lora), config.lora), tokenizer
 
 
 @contextmanager
@@ -87,13 +88,16 @@ def _gateway(model, tokenizer, config: TrainConfig) -> Iterator[tuple[Any, Any]]
     """An in-process gateway over ``model`` -> (server, backend)."""
     from agentic_rl.engines.hf import HFBackend
     from agentic_rl.gateway.server import GatewayServer
+    from agentic_rl.models.lora import adapter_for_role
 
     backend = HFBackend(
         model, tokenizer, batch_size=config.backend.batch_size
     )  # shares the trainer's weights: no sync copy
+    roles = config.lora.roles
     server = GatewayServer(
         backend,
         model_name=config.model.name,
+        adapter_for=(lambda role: adapter_for_role(roles, role)) if roles else None,
         port=0,
         max_context=config.rollout.max_total_tokens,
         default_max_tokens=config.rollout.max_new_tokens,
@@ -125,6 +129,8 @@ def _held_out(
     on_agent_error: str,
     concurrency: int,
 ) -> dict[str, float]:
+    from agentic_rl.models.lora import frozen
+
     sampler = AgentSampler(
         server,
         agent,
@@ -133,6 +139,7 @@ def _held_out(
         concurrency=concurrency,
         on_agent_error=on_agent_error,
         timeout_s=config.rollout.timeout_s,
+        frozen_roles=frozen(config.lora),
     )
     try:
         groups, agent_metrics = sampler.sample(list(range(len(tasks))), k, config.seed + EVAL_SEED_OFFSET)
@@ -196,6 +203,7 @@ def train(
     run continues from its newest complete checkpoint with its saved config, ``config``
     (a dict) then holds only the changes allowed mid-run (steps, optim.lr, ...).
     ``loaded``: an already loaded ``(model, tokenizer)``."""
+    from agentic_rl.models.lora import adapter_for_role, frozen
     from agentic_rl.training.rl import RLTrainer
 
     say = on_stage or (lambda _message: None)
@@ -215,9 +223,12 @@ def train(
             concurrency=concurrency,
             on_agent_error=on_agent_error,
             timeout_s=config.rollout.timeout_s,
+            frozen_roles=frozen(config.lora),
         )
         try:
             trainer = RLTrainer(config, model, tokenizer, backend, None, list(range(len(tasks))), sampler=sampler)
+            if config.lora.roles:  # each role's samples train (and are scored by) its own adapter
+                trainer.adapter_of = lambda t: adapter_for_role(config.lora.roles, t.info.get("role"))
             if checkpoint is not None:
                 _restore(run, trainer, checkpoint)
                 say(f"resumed from {checkpoint.name} (step {trainer.steps_done} of {config.rl.steps})")
@@ -249,8 +260,10 @@ def train(
         finally:
             sampler.close()
     if run is not None:
+        from agentic_rl.models.lora import save_role_adapters
         from agentic_rl.training.checkpoint import save_final
 
+        save_role_adapters(model, config.lora, run.file("final") / "adapters")
         save_final(model, tokenizer, run.file("final"))
     return result
 

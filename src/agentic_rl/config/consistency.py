@@ -12,8 +12,18 @@ TrainConfig = Any
 
 def check_consistent(config: TrainConfig) -> None:
     """ValueError (one line naming the key) for the first combination that cannot run."""
-    for check in (_engines, _ray, _context, _stages, _rl):
+    for check in (_engines, _ray, _context, _stages, _rl, _roles):
         check(config)
+
+
+def _roles(config: TrainConfig) -> None:
+    """Roles with their own adapters live on a LoRA model, served by the in-process engine."""
+    if not config.lora.roles:
+        return
+    if not config.lora.enabled:
+        raise ValueError("lora.roles: the roles' adapters (and the frozen base) need lora.enabled: true")
+    if config.backend.kind != "hf":
+        raise ValueError(f"lora.roles: backend.kind {config.backend.kind} serves one adapter; use hf for now")
 
 
 def _engines(config: TrainConfig) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -198,6 +199,12 @@ class OptimConfig(Section):
     max_grad_norm: MaxGradNorm = 1.0
 
 
+ROLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+"""A role with its own adapter names the adapter: no dots (peft's module paths)."""
+RESERVED_ADAPTERS = ("default", "frozen")
+"""Adapter names the library uses: the shared policy's and the frozen roles' (a zero one)."""
+
+
 class LoraConfig(Section):
     enabled: bool = False
     """Train LoRA adapters (peft) instead of all weights; the reference policy is the base with adapters off."""
@@ -211,6 +218,18 @@ class LoraConfig(Section):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     """Module names that get adapters."""
+    roles: dict[str, Literal["own", "frozen"]] = Field(default_factory=dict)
+    """Agent programs' roles (the ``model`` each call names) with a policy of their own: ``own`` = an adapter of its own on the shared base, trained on that role's samples only; ``frozen`` = the base model with no adapter, served and never trained (an opponent, a fixed tool agent). Roles not named share the ``default`` adapter."""
+
+    @field_validator("roles")
+    @classmethod
+    def _role_names(cls, roles: dict[str, str]) -> dict[str, str]:
+        for role in roles:
+            if not ROLE_NAME.fullmatch(role) or role in RESERVED_ADAPTERS:
+                raise ValueError(
+                    f"role {role!r}: expected letters, digits, '_' or '-' (it names an adapter), not {' or '.join(RESERVED_ADAPTERS)}"
+                )
+        return roles
 
 
 class TrackingConfig(Section):

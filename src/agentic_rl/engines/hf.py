@@ -18,6 +18,7 @@ from agentic_rl.engines.base import Completion, SamplingParams, SharedWeights
 from agentic_rl.engines.decode_session import DecodeSession
 from agentic_rl.engines.staged import StagedWeights
 from agentic_rl.models.copies import frozen_copy
+from agentic_rl.models.lora import select_adapter
 
 
 class HFBackend(SharedWeights):
@@ -104,6 +105,10 @@ class HFBackend(SharedWeights):
             else:
                 for target, value in zip(self.model.parameters(), source.parameters(), strict=True):
                     target.copy_(value)
+
+    def select_adapter(self, name: str) -> None:
+        """Sample with LoRA adapter ``name`` of the engine's (peft) model from now on (a role's policy)."""
+        select_adapter(self.model, name)
 
     @property
     def device(self) -> torch.device:

@@ -10,6 +10,7 @@ from agentic_rl.config import ConfigError, TrainConfig
 _ROLLOUT_KEYS = ("max_new_tokens", "max_total_tokens", "timeout_s", "temperature", "top_p")
 _HONOURED = (
     *("description", "model.name", "model.device", "algorithm.", "reward.", "optim.", "trainer.", "tracking.sinks"),
+    "lora.",
     *("rl.steps", "rl.tasks_per_step", "rl.group_size", "rl.epochs", "rl.mini_batches", "rl.micro_batch_tokens"),
     *("rl.skip_zero_advantage", "rl.max_generation_rounds", "rl.max_failed_fraction", "rl.max_nonfinite_steps"),
     *("precision", "gradient_checkpointing", "compile", "seed", "checkpoint_every", "keep_checkpoints", "output_dir"),
@@ -23,7 +24,6 @@ _WHY = {
     "distributed": "train-agent runs in one process",
     "env": "an agent program has no env: its tasks come from --tasks",
     "eval": "held-out tasks come from --eval-tasks",
-    "lora": "LoRA is not supported for agent programs yet: the full model trains",
     "rollout": "the agent program runs its own turns; max_new_tokens, max_total_tokens, timeout_s, temperature, top_p apply",
 }
 

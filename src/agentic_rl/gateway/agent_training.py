@@ -111,6 +111,7 @@ class AgentSampler:
         concurrency: int = 16,
         on_agent_error: str = "infra",
         timeout_s: float = 600.0,
+        frozen_roles: Sequence[str] = (),
     ) -> None:
         if reward is not None:
             check_reward_order(reward)
@@ -118,6 +119,8 @@ class AgentSampler:
             raise ValueError(f"on_agent_error: expected one of {', '.join(ON_AGENT_ERROR)}, got {on_agent_error!r}")
         self.server, self.agent, self.tasks, self.reward = server, agent, tasks, reward
         self.on_agent_error, self.timeout_s = on_agent_error, timeout_s
+        self.frozen_roles = frozenset(frozen_roles)
+        """Roles served but not trained (``lora.roles`` frozen): their calls make no samples and need no reward."""
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent")
 
     def __call__(self, trainer, task_indices: list[int], seed: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
@@ -175,6 +178,7 @@ class AgentSampler:
         trace = self.server.store.pop(episode_id)
         by_role = calls_by_role(trace.calls if trace else [])
         calls = {role: len(made) for role, made in by_role.items()}
+        by_role = {role: made for role, made in by_role.items() if role not in self.frozen_roles}
         task_id = str(task.get("id", index)) if isinstance(task, dict) else str(index)
         if error is not None and self.on_agent_error == "infra":
             return _Episode({None: _failed(task_id, group_id, error)}, 1, calls)
@@ -182,10 +186,9 @@ class AgentSampler:
             reward = 0.0 if error is not None else self._reward(task, result, trace)
         except Exception as exc:  # a reward function that fails is infrastructure too
             return _Episode({None: _failed(task_id, group_id, f"reward raised {type(exc).__name__}: {exc}")}, 1, calls)
-        if not by_role:  # the agent never called the model: nothing to learn from
-            return _Episode(
-                {None: _failed(task_id, group_id, "the agent made no model call")}, int(error is not None), {}
-            )
+        if not by_role:  # the agent never called the model (or only frozen roles): nothing to learn from
+            why = "the agent made no model call" + (" of a trained role" if calls else "")
+            return _Episode({None: _failed(task_id, group_id, why)}, int(error is not None), calls)
         posted = trace is not None and trace.reward is not None
         rewards = role_rewards(reward, list(by_role), source="the posted reward" if posted else "reward(result, task)")
         episode: dict[str | None, Trajectory] = {}

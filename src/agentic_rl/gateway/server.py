@@ -4,6 +4,7 @@ token beyond it), over any token engine."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agentic_rl.chat import ChatRenderer
@@ -26,7 +27,8 @@ class GatewayServer(ASGIServer):
     ``keep_idle_s``: see ``CompletionService`` (0 when a trainer shares the weights);
     ``max_concurrency``: requests served at once (more get 503); ``max_episode_calls``,
     ``max_episode_bytes``: what one episode may keep (gateway/traces.py); ``limits``: the
-    connections' deadlines and cap (``http_connections.ConnectionLimits``).
+    connections' deadlines and cap (``http_connections.ConnectionLimits``); ``adapter_for``:
+    a call's role (its ``model``) -> the LoRA adapter that samples it (``lora.roles``).
 
     ``write_token``: what ``POST /episodes/{id}/reward`` needs as its bearer token: ``token``
     when one is set, else a random secret made here, known only to this process (an agent
@@ -51,11 +53,14 @@ class GatewayServer(ASGIServer):
         max_episode_calls: int = MAX_EPISODE_CALLS,
         max_episode_bytes: int = MAX_EPISODE_BYTES,
         limits: ConnectionLimits | None = None,
+        adapter_for: Callable[[str | None], str] | None = None,
     ) -> None:
         from agentic_rl.gateway.app import create_app
 
         renderer = ChatRenderer(backend.tokenizer)
-        self.service = CompletionService(backend, stop_token_ids=renderer.stop_token_ids, keep_idle_s=keep_idle_s)
+        self.service = CompletionService(
+            backend, stop_token_ids=renderer.stop_token_ids, keep_idle_s=keep_idle_s, adapter_for=adapter_for
+        )
         self.store = EpisodeStore(max_episode_calls=max_episode_calls, max_episode_bytes=max_episode_bytes)
         self.write_token = token or secrets.token_urlsafe(32)
         tool_parser = get_parser(parser)

@@ -34,6 +34,8 @@ class _Request:
     top_logprobs: int
     future: Future
     on_tokens: Callable[[list[int]], None] | None = None
+    adapter: str | None = None
+    """The LoRA adapter that samples it (its role's; None: the engine's model as it is)."""
     sent: int = 0
     """Tokens already handed to ``on_tokens``."""
 
@@ -51,7 +53,14 @@ class CompletionService:
 
     IDLE_WAIT_S = 0.05
 
-    def __init__(self, backend, *, stop_token_ids: Sequence[int], keep_idle_s: float = KEEP_IDLE_S) -> None:
+    def __init__(
+        self,
+        backend,
+        *,
+        stop_token_ids: Sequence[int],
+        keep_idle_s: float = KEEP_IDLE_S,
+        adapter_for: Callable[[str | None], str] | None = None,
+    ) -> None:
         if backend.interface != "tokens" or not callable(getattr(backend, "session", None)):
             raise ValueError("the gateway needs a token engine with decode sessions (backend.kind hf or vllm)")
         self.backend = backend
@@ -59,6 +68,9 @@ class CompletionService:
         """Whether completions can carry the most likely alternatives per token (``top_logprobs``)."""
         self.stop_token_ids = list(stop_token_ids)
         self.keep_idle_s = float(keep_idle_s)
+        self.adapter_for = adapter_for
+        """A request's role (its ``model``) -> the LoRA adapter that samples it (``lora.roles``;
+        the engine's ``select_adapter`` switches); None: one policy for every role."""
         self._incoming: queue.Queue[_Request] = queue.Queue()
         self._stop = threading.Event()
         self._keys = itertools.count()
@@ -77,13 +89,15 @@ class CompletionService:
         top_p: float = 1.0,
         top_logprobs: int = 0,
         on_tokens: Callable[[list[int]], None] | None = None,
+        role: str | None = None,
     ) -> Future:
         """One completion of ``prompt``; draws depend only on ``seed`` and the position.
         ``top_logprobs``: also the this-many most likely tokens per position (engines with
         ``supports_top_logprobs``; such requests decode in a session of their own).
         ``on_tokens(new_ids)`` (called on the service thread) streams the tokens as they are
         sampled (the in-process engine; vLLM's streamed answers; other servers' turns come whole).
-        Cancelling the future stops the sequence and frees its slot."""
+        Cancelling the future stops the sequence and frees its slot. ``role``: the request's
+        ``model``, which picks the adapter that samples it (``adapter_for``)."""
         future: Future = Future()
         if self._failure is not None or not self._thread.is_alive():
             future.set_exception(RuntimeError(f"the gateway's engine stopped: {self._failure!r}"))
@@ -100,6 +114,7 @@ class CompletionService:
                 int(top_logprobs),
                 future,
                 on_tokens,
+                self.adapter_for(role) if self.adapter_for is not None else None,
             )
         )
         return future
@@ -118,8 +133,8 @@ class CompletionService:
         return self.backend.weight_version
 
     def _serve(self) -> None:
-        sessions: dict[tuple[float, float, int], tuple[object, dict[int, _Request]]] = {}
-        idle_since: dict[tuple[float, float, int], float] = {}
+        sessions: dict[tuple[float, float, int, str | None], tuple[object, dict[int, _Request]]] = {}
+        idle_since: dict[tuple[float, float, int, str | None], float] = {}
         try:
             while not self._stop.is_set():
                 self._close_idle(sessions, idle_since)
@@ -131,6 +146,7 @@ class CompletionService:
                             session.cancel(key)
                             del requests[key]
                     if session.busy:
+                        self._use(setting[-1])
                         for key, completion in session.step():
                             session.release(key)
                             request = requests.pop(key)
@@ -185,7 +201,7 @@ class CompletionService:
             block = False
             if request.future.cancelled():
                 continue
-            setting = (request.temperature, request.top_p, request.top_logprobs)
+            setting = (request.temperature, request.top_p, request.top_logprobs, request.adapter)
             if setting in idle_since and self._stale(sessions[setting][0]):  # new weights came while it waited
                 sessions.pop(setting)[0].__exit__(None, None, None)
                 del idle_since[setting]
@@ -202,12 +218,18 @@ class CompletionService:
                 sessions[setting] = (session.__enter__(), {})
             session, requests = sessions[setting]
             key = next(self._keys)
+            self._use(request.adapter)  # a submit may run the prompt's forward
             try:
                 session.submit(key, request.prompt, request.max_tokens, request.seed)
             except ValueError as error:  # this request's own fault (an empty prompt): it alone fails
                 request.future.set_exception(error)
                 continue
             requests[key] = request
+
+    def _use(self, adapter: str | None) -> None:
+        """Switch the engine's model to ``adapter`` before it forwards for a session of it."""
+        if adapter is not None:
+            self.backend.select_adapter(adapter)
 
     def close(self) -> None:
         self._stop.set()

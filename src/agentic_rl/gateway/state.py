@@ -59,6 +59,7 @@ class GatewayState:
                 "temperature": temperature,
                 "top_p": top_p,
                 "top_logprobs": top_logprobs,
+                "role": body["model"] if isinstance(body.get("model"), str) else None,  # picks the role's adapter
             }
             for i in range(count)
         ]

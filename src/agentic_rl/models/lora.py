@@ -22,3 +22,62 @@ def apply_lora(model, lora: LoraConfig):
             task_type="CAUSAL_LM",
         ),
     )
+
+
+SHARED_ADAPTER = "default"
+"""peft's first adapter: the policy every role plays unless ``lora.roles`` gives it its own."""
+FROZEN_ADAPTER = "frozen"
+"""One adapter for every frozen role, never trained: LoRA's B starts at zero, so it is the base model exactly."""
+
+
+def add_role_adapters(model, lora: LoraConfig):
+    """``model`` (a peft model from :func:`apply_lora`) with one more adapter per ``own``
+    role of ``lora.roles`` and one for the frozen roles, all trainable (an optimizer built
+    now holds every adapter; an adapter's parameters get gradients only from its role's
+    samples), the shared one active."""
+    if not lora.roles:
+        return model
+    config = model.peft_config[SHARED_ADAPTER]
+    for name in sorted({adapter_for_role(lora.roles, role) for role in lora.roles}):
+        model.add_adapter(name, config)  # peft leaves a new adapter frozen
+    model.set_adapter(SHARED_ADAPTER)
+    _all_trainable(model)
+    return model
+
+
+def adapter_for_role(roles: dict[str, str], role: str | None) -> str:
+    """The adapter that plays ``role`` (None: a sample without a role plays the shared one)."""
+    kind = roles.get(role) if role is not None else None
+    return role if kind == "own" else FROZEN_ADAPTER if kind == "frozen" else SHARED_ADAPTER
+
+
+def select_adapter(model, name: str) -> None:
+    """Make adapter ``name`` the one forwards use. peft's ``set_adapter`` also freezes the
+    other adapters' parameters; they stay trainable here, so that checkpoints and the
+    optimizer keep seeing every adapter (unused ones simply get no gradient)."""
+    if getattr(model, "active_adapter", None) == name:
+        return
+    model.set_adapter(name)
+    _all_trainable(model)
+
+
+def _all_trainable(model) -> None:
+    for key, parameter in model.named_parameters():
+        if ".lora_" in key:
+            parameter.requires_grad_(True)
+
+
+def save_role_adapters(model, lora: LoraConfig, folder) -> None:
+    """Every role's adapter in peft's folder format (``folder`` holds the shared one,
+    ``folder/<role>`` each ``own`` role's: ``PeftModel.from_pretrained(base, folder /
+    role)``), then the shared adapter active again (what a merged export writes); nothing
+    without ``lora.roles``."""
+    if not lora.roles:
+        return
+    model.save_pretrained(str(folder), selected_adapters=[SHARED_ADAPTER, *sorted(set(lora.roles) - set(frozen(lora)))])
+    select_adapter(model, SHARED_ADAPTER)
+
+
+def frozen(lora: LoraConfig) -> list[str]:
+    """The roles ``lora.roles`` freezes: served by the base model, never trained."""
+    return [role for role, kind in lora.roles.items() if kind == "frozen"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -108,3 +108,18 @@ def length_buckets(
         buckets.append(order[start[end] : end])
         end = start[end]
     return buckets[::-1]
+
+
+def keyed_length_buckets(
+    keys: Sequence[Hashable], lengths: Sequence[int], max_tokens: int, max_sequences: int
+) -> list[tuple[Hashable, list[int]]]:
+    """``(key, bucket)``: :func:`length_buckets` within each key's indices (keys in the
+    order first seen), so that no micro-batch mixes keys (e.g. the LoRA adapters of roles)."""
+    groups: dict[Hashable, list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+    return [
+        (key, [members[j] for j in bucket])
+        for key, members in groups.items()
+        for bucket in length_buckets([lengths[i] for i in members], max_tokens, max_sequences)
+    ]

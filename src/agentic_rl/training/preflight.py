@@ -39,6 +39,11 @@ def preflight(config: TrainConfig, *, check_model: bool = True) -> Preflight:
     """Run every check (see the module docstring); raises ``ConfigError`` on the first failure."""
     from agentic_rl.tools.python_tool import check_sandbox_for
 
+    if config.lora.roles:
+        raise ConfigError(
+            "lora.roles: an env's episodes have one role; roles with adapters of their own train agent "
+            "programs (agents.train, agentic-rl train-agent)"
+        )
     train_env = env_factory(config.env.name, config.env.options, split="train")
     env_factory(config.env.name, eval_env_options(config), split="test")
     if config.sft.enabled and config.sft.env:

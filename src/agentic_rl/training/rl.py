@@ -27,12 +27,11 @@ from agentic_rl.anatomy import split_model
 from agentic_rl.config import TrainConfig, check_world_size
 from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.envs.base import Env
+from agentic_rl.models.lora import select_adapter
 from agentic_rl.models.precision import compute_precision
-from agentic_rl.rollout.arpo import ARPOStats, arpo_rollout
-from agentic_rl.rollout.engine import rollout
 from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.diagnostics import step_diagnostics
-from agentic_rl.training.batch import TokenBatch, collate, length_buckets, padding_batch
+from agentic_rl.training.batch import TokenBatch, collate, keyed_length_buckets, padding_batch
 from agentic_rl.training.curriculum import Curriculum
 from agentic_rl.training.logprobs import PolicyLogprobs
 from agentic_rl.training.optim import (
@@ -47,6 +46,7 @@ from agentic_rl.training.optim import (
 )
 from agentic_rl.training.reference import ReferencePolicy, resolve_kl_reference
 from agentic_rl.training.rl_metrics import UpdateTally, forward_only_metrics, per_env_metrics, rollout_metrics
+from agentic_rl.training.rl_sampling import ROLLOUT_MODES
 from agentic_rl.training.scoring import (
     ScoredBatch,
     first_tasks,
@@ -66,106 +66,13 @@ RELEASE_MEMORY_ABOVE = 0.5
 __all__ = ["ROLLOUT_MODES", "NonFiniteError", "RLTrainer"]
 
 
-def _sample_groups(
-    trainer: RLTrainer, task_indices: list[int], seed: int
-) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-    """``group_size`` independent samples per task. With several ranks each rolls out every
-    world-size-th task (whole groups: the group advantage needs them together), as one
-    process would sample it, and every rank receives all groups in task order."""
-    config, dist = trainer.config, trainer.dist
-    if config.distributed.engine == "ray":  # workers own the envs (distributed/ray_rollouts.py); rank 0 asks
-        return dist.broadcast_object(
-            trainer.backend.rollout(
-                task_indices, group_size=config.rl.group_size, seed=seed, training_step=trainer.step_index
-            )
-            if dist.is_main
-            else None
-        ), {}
-    mine = list(range(dist.rank, len(task_indices), dist.world_size))
-    positions = mine if dist.distributed else None
-    groups = rollout(
-        trainer.backend,
-        trainer.make_env,
-        [task_indices[i] for i in mine],
-        group_size=config.rl.group_size,
-        config=config.rollout,
-        seed=seed,
-        task_positions=positions,
-        training_step=trainer.step_index,
-        on_finish=trainer.on_trajectory,
-    )
-    if config.algorithm.advantage.name == "remax":
-        _add_greedy_baselines(trainer, groups, [task_indices[i] for i in mine], seed, positions)
-    if dist.distributed:
-        groups = dist.gather_by_position(mine, groups, len(task_indices))
-    if config.algorithm.advantage.name != "remax":
-        return groups, {}
-    return groups, {"remax_baseline_reward": sum(g.baseline.reward for g in groups) / max(len(groups), 1)}
-
-
-def _add_greedy_baselines(
-    trainer: RLTrainer,
-    groups: list[TrajectoryGroup],
-    task_indices: list[int],
-    seed: int,
-    positions: list[int] | None,
-) -> None:
-    """ReMax: each group's task rolled out once more, greedily (temperature 0, the policy's
-    most likely answer), as its baseline. A baseline that failed for infrastructure reasons
-    leaves its group unscorable: the group's samples leave the loss as infra failures."""
-    greedy = trainer.config.rollout.model_copy(update={"temperature": 0.0})
-    baselines = rollout(
-        trainer.backend,
-        trainer.make_env,
-        task_indices,
-        group_size=1,
-        config=greedy,
-        seed=seed,  # greedy: no randomness to draw
-        task_positions=positions,
-        training_step=trainer.step_index,
-    )
-    for group, baseline in zip(groups, baselines, strict=True):
-        group.baseline = baseline.trajectories[0]
-        if group.baseline.infra_error is not None:
-            for trajectory in group.trajectories:
-                trajectory.infra_error = trajectory.infra_error or f"remax baseline: {group.baseline.infra_error}"
-
-
-def _sample_arpo(
-    trainer: RLTrainer, task_indices: list[int], seed: int
-) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-    """ARPO's entropy-based branching with a budget of ``group_size`` per task. With several
-    ranks each branches on every world-size-th task (a group's branches stay on the rank
-    that sampled its prefixes) from a seed of its own, so the samples differ from one
-    process's; every rank receives all groups in task order and the summed statistics."""
-    config, dist = trainer.config, trainer.dist
-    mine = list(range(dist.rank, len(task_indices), dist.world_size))
-    rank_seed = seed if not dist.distributed else derive_seed(seed, "arpo-rank", dist.rank)
-    groups, stats = arpo_rollout(
-        trainer.backend,
-        trainer.make_env,
-        [task_indices[i] for i in mine],
-        budget=config.rl.group_size,
-        params=config.rl.arpo,
-        config=config.rollout,
-        seed=rank_seed,
-        training_step=trainer.step_index,
-    )
-    if not dist.distributed:
-        return groups, stats.metrics()
-    return dist.gather_by_position(mine, groups, len(task_indices)), ARPOStats.total(
-        dist.all_gather_objects(stats)
-    ).metrics()
-
-
-ROLLOUT_MODES = {"group": _sample_groups, "arpo": _sample_arpo}
-"""How a step samples its groups, by ``rl.sampling``: ``fn(trainer, task_indices, seed) -> (groups, metrics)``."""
-
-
 class RLTrainer:
     """Owns the policy, its optimizer and the task schedule; ``step()`` runs one RL step."""
 
     on_trajectory: Callable[[Trajectory], None] | None = None  # each finished rollout (a progress display)
+    adapter_of: Callable[[Trajectory], str] | None = None
+    """The LoRA adapter that plays a trajectory's role (``lora.roles``): micro-batches never
+    mix adapters, and each forward runs its own (None: one policy)."""
 
     def __init__(
         self,
@@ -495,17 +402,16 @@ class RLTrainer:
         ``lockstep``: ``compute`` runs the strategy's wrapped policy, whose forwards are
         collective: every rank runs as many micro-batches (padding ones are discarded)."""
         lengths = [len(t.token_ids) for t in trajectories]
-        buckets: list[list[int] | None] = list(
-            length_buckets(lengths, self.config.rl.micro_batch_tokens, len(trajectories))
-        )
+        buckets: list[tuple[str | None, list[int]] | None] = list(self._buckets(trajectories, lengths))
         if lockstep:
             buckets += [None] * self.dist.lockstep_padding(len(buckets))
         rows: dict[int, list[float]] = {}
         with torch.no_grad():
-            for bucket in buckets:
-                if bucket is None:
+            for keyed in buckets:
+                if keyed is None:
                     compute(self._padding_batch((extra,) if extra else ()))
                     continue
+                bucket = self._use_adapter(*keyed)
                 members = [trajectories[i] for i in bucket]
                 values = {extra: [getattr(t, extra) for t in members]} if extra else None
                 batch = collate(
@@ -518,6 +424,16 @@ class RLTrainer:
                 for row, i in enumerate(bucket):
                     rows[i] = out[row, : lengths[i]].tolist()
         return [rows[i] for i in range(len(trajectories))]
+
+    def _buckets(self, trajectories: list[Trajectory], lengths: list[int]) -> list[tuple[str | None, list[int]]]:
+        """Length-bucketed micro-batches of ``trajectories``, each of one adapter (``adapter_of``)."""
+        keys = [self.adapter_of(t) if self.adapter_of else None for t in trajectories]
+        return keyed_length_buckets(keys, lengths, self.config.rl.micro_batch_tokens, len(trajectories))
+
+    def _use_adapter(self, adapter: str | None, bucket: list[int]) -> list[int]:
+        if adapter is not None:
+            select_adapter(self.model, adapter)
+        return bucket
 
     def _padding_batch(self, rows: tuple[str, ...] = ()) -> TokenBatch:
         return padding_batch(self.tokenizer.pad_token_id, rows).to(self.device)
@@ -701,14 +617,14 @@ class RLTrainer:
         }
         # Nothing to train on (every trajectory skipped): one padding micro-batch still gives
         # zero gradients, so the optimizer steps exactly as it would on the full batch.
-        buckets: list[list[int] | None] = (
-            list(length_buckets(lengths, self.config.rl.micro_batch_tokens, len(share))) if share else [None]
+        buckets: list[tuple[str | None, list[int]] | None] = (
+            list(self._buckets([trajectories[i] for i in share], lengths)) if share else [None]
         )
         buckets += [None] * self.dist.lockstep_padding(len(buckets))
-        for index, bucket in enumerate(buckets):
+        for index, keyed in enumerate(buckets):
             last = index == len(buckets) - 1
             with nullcontext() if last else self.strategy.accumulating(self.policy):
-                if bucket is None:
+                if keyed is None:
                     rows = (
                         "advantages",
                         "sampler_logprobs",
@@ -718,6 +634,7 @@ class RLTrainer:
                     loss, *_ = self._micro_batch_loss(self._padding_batch(rows), normalisers)
                     yield loss * 0.0
                     continue
+                bucket = self._use_adapter(*keyed)
                 members = [share[j] for j in bucket]
                 batch = self._collate(scored, members, old_logprobs).to(self.device)
                 loss, entropy, sums, maxima = self._micro_batch_loss(batch, normalisers)
