@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from agentic_rl.training.batch import length_buckets
+from agentic_rl.training.batch import keyed_length_buckets, length_buckets
 
 
 def _cost(lengths, buckets, overhead):
@@ -60,3 +60,13 @@ def test_optimal_against_brute_force():
         max_tokens, max_sequences, overhead = rng.randint(100, 600), rng.randint(1, 5), rng.randint(0, 80)
         buckets = length_buckets(lengths, max_tokens, max_sequences, overhead_tokens=overhead)
         assert _cost(lengths, buckets, overhead) == _brute_force(lengths, max_tokens, max_sequences, overhead)
+
+
+def test_keyed_buckets_never_mix_keys_and_match_the_plain_split_for_one_key() -> None:
+    lengths = [10, 300, 12, 290, 11, 305]
+    assert keyed_length_buckets([None] * 6, lengths, 1024, 6) == [(None, b) for b in length_buckets(lengths, 1024, 6)]
+    keys = ["a", "b", "a", "b", "a", "b"]
+    keyed = keyed_length_buckets(keys, lengths, 1024, 6)
+    assert [key for key, _ in keyed] == ["a", "b"]  # keys in first-seen order
+    assert all({keys[i] for i in bucket} == {key} for key, bucket in keyed)
+    assert sorted(i for _, bucket in keyed for i in bucket) == list(range(6))
