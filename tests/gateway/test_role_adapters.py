@@ -102,8 +102,9 @@ def reward(n, task):  # varies within each group (episodes run in order): every 
     return {"planner": float(n % 2), "solver": float((n // 2) % 2 == n % 2)}
 
 
-def test_each_role_trains_and_serves_its_own_adapter(tmp_path) -> None:
-    config = {
+def _train_config(tmp_path) -> dict:
+    """Two steps on the tiny model, checkpointed after the first (updates on every step)."""
+    return {
         "model": {"name": "tiny-random", "device": "cpu"},
         "precision": "fp32",
         "lora": {"enabled": True, "r": 4, "alpha": 8, "roles": ROLES},
@@ -114,6 +115,10 @@ def test_each_role_trains_and_serves_its_own_adapter(tmp_path) -> None:
         "checkpoint_every": 1,
         "tracking": {"sinks": []},
     }
+
+
+def test_each_role_trains_and_serves_its_own_adapter(tmp_path) -> None:
+    config = _train_config(tmp_path)
     result = agents.train(three_roles(), TASKS, reward, config, concurrency=1, loaded=load("tiny-random", device="cpu"))
     for step in result.steps:
         # Each role's calls were sampled by the adapter that scores them: the trainer's
@@ -138,17 +143,7 @@ def test_each_role_trains_and_serves_its_own_adapter(tmp_path) -> None:
 def test_a_resumed_run_goes_on_with_every_adapter(tmp_path) -> None:
     from safetensors.torch import load_file
 
-    config = {
-        "model": {"name": "tiny-random", "device": "cpu"},
-        "precision": "fp32",
-        "lora": {"enabled": True, "r": 4, "alpha": 8, "roles": ROLES},
-        "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 2, "skip_zero_advantage": False},
-        "rollout": {"max_new_tokens": 4, "max_total_tokens": 512},
-        "optim": {"lr": 5e-2},
-        "output_dir": str(tmp_path),
-        "checkpoint_every": 1,
-        "tracking": {"sinks": []},
-    }
+    config = _train_config(tmp_path)
     first = agents.train(three_roles(), TASKS, reward, config, concurrency=1, loaded=load("tiny-random", device="cpu"))
     saved = load_file(str(next(first.output_dir.rglob("step-000001/model.safetensors"))))
     resumed = agents.train(

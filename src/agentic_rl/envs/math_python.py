@@ -291,26 +291,8 @@ def make_gsm8k_env(
 ) -> ToolEnv:
     """GSM8K (``question`` / ``answer`` with ``#### N``) from a path or dataset you give, with the python tool.
 
-    Task ids are ``gsm8k-{row}``; the gold answer is the part after ``####``.
-
-    Args:
-        path: The data file: JSONL (read directly), or Parquet, Arrow or a ``save_to_disk``
-            folder (read through Hugging Face ``datasets``, the ``[data]`` extra). Give ``path``
-            or ``dataset``, exactly one: the package ships no data.
-        dataset: A ``datasets.Dataset`` or ``DatasetDict`` object to read instead of ``path``
-            (Python only).
-        split: Picks a ``DatasetDict``'s split and fills ``{split}`` in ``path``; a single file is
-            the split itself.
-        tools: ``python`` (a sandboxed, stateful interpreter), ``calculator``, or ``[]`` for none.
-            The first of python / calculator picks the default system prompt and the
-            demonstrations' tool; without tools the model is told to reason step by step.
-        parser: The tool-call format, e.g. ``hermes`` (a ``python(code)`` tool call) or ``retool``
-            (code in ``<code>```python ...```</code>``, output in ``<interpreter>``; any
-            ``tools`` must include ``python``). The answer is always ``<answer>...</answer>``.
-        few_shot: How many solved demonstrations precede the question, from 0 to 4: built-in
-            problems (not GSM8K items) converted by :mod:`agentic_rl.data.gsm8k`, with real calls
-            to and outputs of the demonstrations' tool (see ``tools``), or the reasoning alone
-            without tools.
+    Task ids are ``gsm8k-{row}``; the gold answer is the part after ``####``. Every option
+    means what it means for :func:`make_math_python_env` (``options_from`` below).
     """
     return make_math_python_env(
         path=path,
@@ -364,3 +346,6 @@ def gsm8k_to_sft(
     finally:
         env.close()
     return stats
+
+
+make_gsm8k_env.options_from = make_math_python_env  # envs/option_docs.py reads its Args

@@ -3,7 +3,8 @@
 An env factory documents its options in a Google-style ``Args:`` section of its
 docstring (``name: text``, continuation lines indented further). Options many envs share
 with one meaning are documented once, in ``COMMON``; a factory's own entry wins (its
-meaning or default differs there)."""
+meaning or default differs there). A factory that hands its options to another names it
+as ``factory.options_from`` and takes that one's entries."""
 
 from __future__ import annotations
 
@@ -103,6 +104,9 @@ def option_docs(factory: Callable[..., Any]) -> dict[str, str]:
     """Option -> what it does, for every option of ``factory`` that has a doc (its own
     ``Args:`` entry, else ``COMMON``'s)."""
     _, own = parse_args_section(inspect.getdoc(factory) or "")
+    source = getattr(factory, "options_from", None)  # a factory that passes its options on
+    if source is not None:
+        own = {**parse_args_section(inspect.getdoc(source) or "")[1], **own}
     names = [
         p.name
         for p in inspect.signature(factory).parameters.values()
