@@ -48,6 +48,7 @@ import time
 from collections.abc import Iterator
 
 import torch
+from machine import cpu_description
 
 PROMPTS = [
     "What is 17 * 23? Show your steps, then give the answer.",
@@ -236,6 +237,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from agentic_rl.models.precision import bf16_matmul_speedup
 
+    print(f"CPU: {cpu_description()}; torch {torch.__version__}", flush=True)
     speedup = bf16_matmul_speedup()
     kind = (
         "native bf16 (avx512_bf16 / AMX class)" if speedup >= 1.0 else "bf16 emulated: slower than float32 on this CPU"
@@ -265,6 +267,7 @@ def main() -> None:
     medians = {name: statistics.median(times) for name, times in sides.items()}
     result: dict = {
         "model": args.model,
+        "cpu": cpu_description(),
         "threads": torch.get_num_threads(),
         "steps": args.steps,
         "max_new_tokens": args.max_new_tokens,

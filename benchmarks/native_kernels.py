@@ -1,13 +1,15 @@
-"""Decode-sized float32 products: the native kernel (accel/native.cpp) against oneDNN (packed weights) and
-torch's default ``F.linear``, over every projection of a model's layers plus its head.
+"""Decode-sized float32 products: the native kernel (accel/native.cpp, with float32 and with
+bf16 weights) against oneDNN (packed weights) and torch's default ``F.linear``, over every
+projection of a model's layers plus its head.
 
     python benchmarks/native_kernels.py [--rows 1 4 16 32 64 256] [--repeats 5] [--json out.json]
 
 Shapes default to SmolLM2-135M's (30 layers: q/k/v fused 576->960, o 576->576, gate and
 up 576->1536, down 1536->576; head 576->49152), about 540 MB of float32 weights, more than
 the last-level cache, so each pass streams them from memory as a decode step does.
-Reported per row count: milliseconds per pass, weights streamed (GB/s) and GFLOP/s;
-best of ``--repeats`` rounds, the kernels alternating inside each round.
+Reported per row count: milliseconds per pass, weights streamed (GB/s: bf16 weights are
+half the bytes) and GFLOP/s; best of ``--repeats`` rounds, the kernels alternating inside
+each round.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from machine import cpu_description
 
 
 def shapes(layers: int, hidden: int, qkv: int, intermediate: int, vocab: int) -> list[tuple[int, int]]:
@@ -55,15 +58,21 @@ def main() -> None:
     ]
     gigabytes = sum(w.numel() for w in weights) * 4 / 1e9
     ours = [native.PackedLinear(w) for w in weights]
-    kernels = {"native": lambda x: [p(x[p.in_features]) for p in ours]}
+    ours_bf16 = [native.PackedLinear(w.to(torch.bfloat16)) for w in weights]
+    kernels = {
+        "native": lambda x: [p(x[p.in_features]) for p in ours],
+        "native-bf16": lambda x: [p(x[p.in_features]) for p in ours_bf16],
+    }
+    streamed = {"native-bf16": gigabytes / 2}
     if onednn_available():
         packed = [pack_weight(w) for w in weights]
         kernels["onednn"] = lambda x: [onednn_linear(x[w.shape[1]], p, None) for w, p in zip(weights, packed)]
     kernels["torch"] = lambda x: [F.linear(x[w.shape[1]], w) for w in weights]
 
-    print(f"{len(weights)} products, {gigabytes * 1000:.0f} MB of weights, {torch.get_num_threads()} threads")
+    print(f"CPU: {cpu_description()}; torch {torch.__version__}")
+    print(f"{len(weights)} products, {gigabytes * 1000:.0f} MB of float32 weights, {torch.get_num_threads()} threads")
     print(f"{'rows':>5} " + " ".join(f"{name + ' ms':>14} {'GB/s':>6} {'GFLOP/s':>7}" for name in kernels))
-    results = {"threads": torch.get_num_threads(), "weights_gb": gigabytes, "rows": []}
+    results = {"cpu": cpu_description(), "threads": torch.get_num_threads(), "weights_gb": gigabytes, "rows": []}
     for rows in args.rows:
         inputs = {width: torch.randn(rows, width, generator=generator) for width in {w.shape[1] for w in weights}}
         best = dict.fromkeys(kernels, float("inf"))
@@ -78,7 +87,11 @@ def main() -> None:
         row = {
             "rows": rows,
             **{
-                name: {"ms": seconds * 1e3, "gb_per_s": gigabytes / seconds, "gflop_per_s": flops / seconds / 1e9}
+                name: {
+                    "ms": seconds * 1e3,
+                    "gb_per_s": streamed.get(name, gigabytes) / seconds,
+                    "gflop_per_s": flops / seconds / 1e9,
+                }
                 for name, seconds in best.items()
             },
         }

@@ -40,6 +40,7 @@ import json
 import time
 
 import torch
+from machine import cpu_description
 
 
 def prompts_for(tokenizer, batch: int) -> list[list[int]]:
@@ -193,6 +194,7 @@ def main() -> None:
     from agentic_rl.models import load
     from agentic_rl.models.precision import bf16_matmul_speedup
 
+    print(f"CPU: {cpu_description()}; torch {torch.__version__}", flush=True)
     speedup = bf16_matmul_speedup()
     kind = (
         "native bf16 (avx512_bf16 / AMX class)" if speedup >= 1.0 else "bf16 emulated: slower than float32 on this CPU"
@@ -208,6 +210,7 @@ def main() -> None:
     }
     results: dict = {
         "model": args.model,
+        "cpu": cpu_description(),
         "threads": torch.get_num_threads(),
         "new_tokens": args.new_tokens,
         "bf16_matmul_speedup": speedup,

@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from grpo_step import our_trainer  # noqa: E402 -- the same workload
+from machine import cpu_description  # noqa: E402
 
 GROUPS = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "packed", "mkldnn"),
@@ -34,21 +35,6 @@ GROUPS = {
     "optimizer": ("adam", "_foreach", "optimizer"),
     "elementwise/norm": ("aten::mul", "aten::add", "aten::silu", "rms", "aten::pow", "aten::rsqrt", "aten::mean"),
 }
-
-
-def cpu_description() -> str:
-    model, flags = "unknown CPU", set()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name") and model == "unknown CPU":
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    return f"{model} ({os.cpu_count()} CPUs; {', '.join(f for f in wanted if f in flags) or 'no avx2'})"
 
 
 def group_of(name: str) -> str:

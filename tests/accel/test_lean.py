@@ -16,8 +16,10 @@ from agentic_rl.engines.base import SamplingParams
 from agentic_rl.engines.hf import HFBackend
 from agentic_rl.engines.kv_cache import SlotCache
 from agentic_rl.engines.sampling import inverse_cdf
+from agentic_rl.models.copies import frozen_copy
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
+needs_native = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.unavailable_reason()}")
 # The lean forward's products run on the native kernels where it builds, else on oneDNN: test both.
 KERNELS = [
     pytest.param(False, id="onednn"),
@@ -203,6 +205,120 @@ def test_rollouts_equal_with_and_without_the_lean_forward(tiny, monkeypatch) -> 
     assert [c.token_ids for c in fast] == [c.token_ids for c in slow]
     for a, b in zip(fast, slow):
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-4)
+
+
+def _bf16_products(model):
+    """A float32 copy of ``model`` that computes what the lean forward of its bf16 copy
+    does: weights holding the bf16 values, each linear layer's input rounded to bf16, all
+    else float32 (the reference for decoding bf16 weights)."""
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in rounded.parameters():
+            parameter.copy_(parameter.to(torch.bfloat16).float())
+    for module in rounded.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_pre_hook(lambda _, args: (args[0].to(torch.bfloat16).float(),))
+    return rounded
+
+
+def _qwen2(head_dim: int, kv_heads: int):
+    """A tiny Qwen2 (q/k/v biases, grouped-query heads) with float32 weights on oneDNN."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=300,
+        hidden_size=3 * head_dim,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_(0, 0.5)
+    set_linear_kernel(model, "onednn")
+    return model
+
+
+@needs_onednn
+@needs_native
+@pytest.mark.parametrize(
+    "shape",
+    [
+        pytest.param("tiny", id="llama-scaling-exact"),
+        pytest.param((32, 1), id="qwen2-biases-scaling-inexact"),  # 1/sqrt(32): the forward scales the queries
+    ],
+)
+def test_bf16_weights_decode_as_bf16_products_in_a_float32_forward(tiny, shape) -> None:
+    """A bf16 rollout copy runs the lean forward with bf16 products and float32 everything
+    else: its hidden states and logits are those of a float32 model holding the bf16
+    weights' values whose linear layers round their inputs to bf16."""
+    model = tiny[0] if shape == "tiny" else _qwen2(*shape)
+    bf16 = frozen_copy(model, dtype=torch.bfloat16)
+    reference_model = _bf16_products(model)
+    backbone, lm_head = split_model(bf16)
+    reference_backbone, reference_head = split_model(reference_model)
+    lean = lean_decoder(backbone, lm_head)
+    assert lean is not None and lean.native and lean.cache_dtype == torch.float32
+    assert (lean.layers[0].query_scale is None) == (shape == "tiny")
+
+    def reference(ids, positions, mask, cache):
+        return reference_backbone(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        ).last_hidden_state
+
+    prompts = torch.randint(3, 300, (3, 7), generator=torch.Generator().manual_seed(4))
+    unrounded = copy.deepcopy(reference_model)  # the same weights, inputs not rounded: a negative control
+    for module in unrounded.modules():
+        module._forward_pre_hooks.clear()
+    unrounded_backbone = split_model(unrounded)[0]
+
+    def control(ids, positions, mask, cache):
+        return unrounded_backbone(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        ).last_hidden_state
+
+    with torch.no_grad():
+        got = _run(backbone, lean.forward, prompts, steps=3, ragged=True)
+        expected = _run(reference_backbone, reference, prompts, steps=3, ragged=True)
+        controls = _run(unrounded_backbone, control, prompts, steps=3, ragged=True)
+        # Equal up to float32 rounding, except where that rounding flips an input's bf16
+        # rounding (an ulp of bf16, rare: the mean stays two orders below the control's).
+        for g, e, c in zip(got, expected, controls):
+            assert g.dtype == torch.float32
+            torch.testing.assert_close(g, e, rtol=0, atol=5e-3)
+            assert (g - e).abs().mean() < 1e-4 < 5e-4 < (g - c).abs().mean()
+        torch.testing.assert_close(lean.logits(got[-1]), reference_head(expected[-1]), rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+@needs_native
+def test_bf16_rollouts_equal_the_reference_forward_of_their_products(tiny, monkeypatch) -> None:
+    """Sampling from a bf16 copy (HFBackend weights_dtype) decodes on the lean forward with a
+    float32 cache: the same tokens and log-probs as transformers' forward of the reference."""
+    model, tokenizer = tiny
+    prompts = [[1, 5, 9, 200, 17], [1, 5, 301, 44], [1, 5, 9, 200, 17]]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
+    backend = HFBackend(model, tokenizer, weights_dtype=torch.bfloat16)
+    got = backend.generate(prompts, sampling, stop_token_ids=[])
+    assert backend.model.dtype == torch.bfloat16
+    monkeypatch.setattr("agentic_rl.engines.decode_session.decoder_for", lambda model: None)  # hooks run
+    expected = HFBackend(_bf16_products(model), tokenizer).generate(prompts, sampling, stop_token_ids=[])
+    assert [c.token_ids for c in got] == [c.token_ids for c in expected]
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-4)
+
+
+@needs_onednn
+def test_bf16_weights_need_the_native_kernels_and_a_plain_head(tiny) -> None:
+    backbone, lm_head = split_model(frozen_copy(tiny[0], dtype=torch.bfloat16))
+    assert lean_decoder(backbone, lm_head, native=False) is None  # oneDNN would round the activations too
+    assert lean_decoder(backbone, torch.nn.Sequential(lm_head)) is None  # a head the kernel cannot take
+    assert lean_decoder(backbone, lm_head) is not None or not native.available()
 
 
 @pytest.mark.parametrize("vocab", [1000, 1024])  # padded to the block size, or whole blocks

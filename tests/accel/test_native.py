@@ -113,10 +113,58 @@ def test_bad_input_names_the_problem() -> None:
         packed(torch.randn(2, 3), "gelu")
     with pytest.raises(ValueError, match=r"op 'add' needs other, float32 on CPU of shape \(2, 4\)"):
         packed(torch.randn(2, 3), "add", torch.randn(2, 3))
-    with pytest.raises(ValueError, match="non-empty 2-D float32"):
+    with pytest.raises(ValueError, match="non-empty 2-D float32 or bfloat16"):
         native.PackedLinear(torch.randn(4))
-    with pytest.raises(ValueError, match=r"bias must be float32 on CPU of shape \(4,\)"):
+    with pytest.raises(ValueError, match="non-empty 2-D float32 or bfloat16 CPU tensor, got \\(4, 3\\) torch.float16"):
+        native.PackedLinear(torch.randn(4, 3, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"bias must be float32 or bfloat16 on CPU of shape \(4,\)"):
         native.PackedLinear(torch.randn(4, 3), torch.randn(3))
+
+
+@pytest.mark.parametrize("in_features", [53, 64])  # odd: the last k pair is padded
+@pytest.mark.parametrize("rows", [1, 9, 40])
+@pytest.mark.parametrize("op", ["none", "add", "swish"])
+def test_bf16_weights_are_bf16_products_with_float32_sums(rows, op, in_features) -> None:
+    """bf16 weights: each row (after its norm) is rounded to bf16 and the products summed
+    in float32, as a plain loop over the rounded values computes them."""
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(70, in_features, generator=generator).to(torch.bfloat16)
+    bias, norm = torch.randn(70, generator=generator), torch.rand(in_features, generator=generator).to(torch.bfloat16)
+    x, other = torch.randn(rows, in_features, generator=generator), torch.randn(rows, 70, generator=generator)
+    extra = {"other": other} if op == "add" else {}
+    got = native.PackedLinear(weight, bias, norm_weight=norm)(x, op, **extra)
+    assert got.dtype == torch.float32
+    normed = F.rms_norm(x, (in_features,), norm.float(), 1e-6).to(torch.bfloat16).double()
+    expected = torch.zeros(rows, 70, dtype=torch.float64)
+    for i in range(rows):
+        for j in range(70):
+            expected[i, j] = bias[j].double() + sum(normed[i, k] * weight[j, k].double() for k in range(in_features))
+    expected = {"none": expected, "add": expected + other, "swish": F.silu(expected)}[op]
+    torch.testing.assert_close(got, expected.float(), rtol=1e-5, atol=1e-5)
+    # Without a norm the rows are rounded as given; the rounding is torch's (to nearest even).
+    plain = native.PackedLinear(weight)(x)
+    torch.testing.assert_close(plain, F.linear(x.to(torch.bfloat16).float(), weight.float()), rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+@pytest.mark.skipif(
+    "avx512_bf16" not in native._cpu_flags(), reason="the CPU has no avx512_bf16: the FMA path is the default"
+)
+def test_bf16_products_without_avx512_bf16_take_the_widening_path(monkeypatch, tmp_path) -> None:
+    """Built for a CPU without avx512_bf16 (-mno-avx512bf16), the bf16 kernel widens each pair
+    and sums it in FMAs: the same products as vdpbf16ps, up to float32 summation order."""
+    generator = torch.Generator().manual_seed(5)
+    weight = torch.randn(70, 53, generator=generator).to(torch.bfloat16)
+    bias, x = torch.randn(70, generator=generator), torch.randn(9, 53, generator=generator)
+    with_dot = native.PackedLinear(weight, bias)(x, "swish")
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setenv("AGENTIC_RL_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "FLAGS", (*native.FLAGS, "-mno-avx512bf16"))
+    assert native.available()
+    widened = native.PackedLinear(weight, bias)(x, "swish")
+    torch.testing.assert_close(widened, with_dot, rtol=1e-5, atol=1e-5)
+    expected = F.silu(F.linear(x.to(torch.bfloat16).float(), weight.float(), bias))
+    torch.testing.assert_close(widened, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_turned_off_or_unbuildable_says_why(monkeypatch, tmp_path) -> None:

@@ -19,8 +19,14 @@ It reads the model's own modules (embedding, rotary tables, norms, head), so a
 supported model needs nothing converted.
 
 Supported: ``model_type`` llama, qwen2 and mistral without a sliding window, SiLU MLPs,
-float32 on CPU, projections on the oneDNN kernel (accel/onednn.py; a model kept on
-torch's kernels, or with adapters wrapping its projections, is not touched).
+on CPU: float32 weights with projections on the oneDNN kernel (accel/onednn.py; a model
+kept on torch's kernels, or with adapters wrapping its projections, is not touched), or
+bfloat16 weights (a bf16 rollout copy) with plain linear projections and head where the
+native kernels run. With bf16 weights the products are bf16 with float32 sums, as under
+bf16 autocast, and everything between them (the residual stream, norms, rotary
+embedding, attention, the KV cache: :attr:`LeanDecoder.cache_dtype`) stays float32: about
+twice as fast as float32 weights where a step streams them, and nearer the float32
+master than transformers' bf16 forward, which rounds every activation to bf16.
 :func:`decoder_for` (and :func:`lean_decoder`) return None for anything else and the
 caller keeps the transformers forward. Numerics match that forward to float32 rounding
 (tests/accel/test_lean.py).
@@ -39,11 +45,10 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 
 
 def _bias(*modules) -> torch.Tensor | None:
+    """The modules' biases concatenated, in float32 (zeros for a module without one)."""
     if all(m.bias is None for m in modules):
         return None
-    return torch.cat(
-        [m.bias.detach() if m.bias is not None else torch.zeros(m.out_features, dtype=m.weight.dtype) for m in modules]
-    )
+    return torch.cat([m.bias.detach().float() if m.bias is not None else torch.zeros(m.out_features) for m in modules])
 
 
 class _OneDNNProjection:
@@ -83,15 +88,24 @@ class _Layer:
         # Fused q/k/v rows, with two changes the attention cannot see: q and k rows in rotary
         # pair order, and the attention scaling folded into q (rotation is linear).
         projections = (attention.q_proj, attention.k_proj, attention.v_proj)
-        weight = torch.cat([m.weight.detach() for m in projections])
-        bias = _bias(*projections)
         order = torch.cat(
-            [_pair_rows(heads + kv_heads, head_dim), torch.arange((heads + kv_heads) * head_dim, weight.shape[0])]
+            [
+                _pair_rows(heads + kv_heads, head_dim),
+                torch.arange((heads + kv_heads) * head_dim, sum(m.out_features for m in projections)),
+            ]
         )
-        scale = torch.ones(weight.shape[0], dtype=weight.dtype)
+        weight = torch.cat([m.weight.detach() for m in projections])[order]
+        bias = _bias(*projections)
+        scale = torch.ones(weight.shape[0])
         scale[: heads * head_dim] = attention.scaling
+        scaled = weight.float() * scale[:, None]
+        # bf16 weights keep their exact values: the scaling is folded in only where that
+        # rounds nothing (a power of two), else the forward scales the queries.
+        self.query_scale = None
+        if weight.dtype != torch.float32 and not torch.equal(scaled.to(weight.dtype).float(), scaled):
+            self.query_scale, scaled, scale = attention.scaling, weight, torch.ones_like(scale)
         self.qkv_bias = None if bias is None else bias[order] * scale
-        self.qkv = projection(weight[order] * scale[:, None], self.qkv_bias, **norm(self.input_norm))
+        self.qkv = projection(scaled.to(weight.dtype), self.qkv_bias, **norm(self.input_norm))
         self.o = projection(attention.o_proj.weight, _bias(attention.o_proj))
         # Gate and up stay separate products: each then carries its post-op (SiLU; times the gate).
         post_norm = norm(self.post_norm)
@@ -101,7 +115,7 @@ class _Layer:
 
 
 def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
-    return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
+    return F.rms_norm(x, (x.shape[-1],), norm.weight.to(x.dtype), norm.variance_epsilon)
 
 
 class LeanDecoder:
@@ -112,6 +126,8 @@ class LeanDecoder:
     def __init__(self, backbone, lm_head=None, *, native: bool | None = None) -> None:
         config = backbone.config
         self.backbone = backbone
+        self.cache_dtype = torch.float32
+        """The dtype of the KV cache this forward reads and writes (float32, whatever the weights)."""
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -139,7 +155,7 @@ class LeanDecoder:
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache) -> torch.Tensor:
         backbone = self.backbone
         batch, q = input_ids.shape
-        hidden = backbone.embed_tokens(input_ids)
+        hidden = backbone.embed_tokens(input_ids).float()
         cos, sin = backbone.rotary_emb(hidden, positions)
         half = self.head_dim // 2
         # The tables repeat their first half (checked in lean_decoder): one complex factor per pair.
@@ -160,6 +176,8 @@ class LeanDecoder:
             decode_bias = decode_bias.view(batch * self.kv_heads, groups, -1)
         for index, layer in enumerate(self.layers):
             qkv = layer.qkv(hidden if layer.fold_norms else _rms_norm(hidden, layer.input_norm))
+            if layer.query_scale is not None:
+                qkv[..., :q_width].mul_(layer.query_scale)
             # Queries and keys rotate in place, in one complex product (each pair is two adjacent rows).
             torch.view_as_complex(
                 qkv[..., : q_width + kv_width].view(batch, q, self.heads + self.kv_heads, half, 2)
@@ -187,14 +205,12 @@ class LeanDecoder:
         return _rms_norm(hidden, backbone.norm)
 
 
-def _plain_projections(layer) -> bool:
-    """Only plain linear layers: an adapter (e.g. peft LoRA) wrapping one would be skipped."""
+def _plain_projections(layer, kinds: tuple[type, ...]) -> bool:
+    """Only plain linear layers of ``kinds``: an adapter (e.g. peft LoRA) wrapping one would be skipped."""
     attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     names = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
     return all(
-        type(getattr(owner, name, None)) is OneDNNLinear
-        for owner, group in zip((attention, mlp), names)
-        for name in group
+        type(getattr(owner, name, None)) in kinds for owner, group in zip((attention, mlp), names) for name in group
     )
 
 
@@ -218,17 +234,26 @@ def lean_decoder(backbone, lm_head=None, *, native: bool | None = None) -> LeanD
     where available)."""
     config = backbone.config
     parameter = next(backbone.parameters(), None)
+    if parameter is None or parameter.device.type != "cpu":
+        return None
+    if parameter.dtype == torch.bfloat16:
+        # bf16 weights decode on the native kernels only (oneDNN would round the activations too).
+        covered = (native is not False and native_kernels.available()) and type(lm_head) in (
+            OneDNNLinear,
+            torch.nn.Linear,
+        )
+        kinds: tuple[type, ...] = (OneDNNLinear, torch.nn.Linear)
+        native = True if covered else native
+    else:
+        covered, kinds = parameter.dtype == torch.float32 and onednn_available(), (OneDNNLinear,)
     if (
-        config.model_type not in SUPPORTED_MODEL_TYPES
+        not covered
+        or config.model_type not in SUPPORTED_MODEL_TYPES
         or getattr(config, "hidden_act", "silu") != "silu"
         or (getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True))
-        or parameter is None
-        or parameter.device.type != "cpu"
-        or parameter.dtype != torch.float32
-        or not onednn_available()
         or not all(hasattr(backbone, name) for name in ("embed_tokens", "rotary_emb", "layers", "norm"))
-        or not all(_plain_projections(layer) for layer in backbone.layers)
-        or not _rotary_halves_repeat(backbone, parameter.dtype)
+        or not all(_plain_projections(layer, kinds) for layer in backbone.layers)
+        or not _rotary_halves_repeat(backbone, torch.float32)
     ):
         return None
     return LeanDecoder(backbone, lm_head, native=native)

@@ -4,7 +4,12 @@ A decode step multiplies one row per sequence by every weight matrix: it streams
 weights from memory and does little arithmetic on each. oneDNN's kernels reach about
 24 GB/s of weights at 16 rows on our 2-core EPYC machines; :class:`PackedLinear` reaches
 about 27-29 GB/s, matches oneDNN at prefill sizes (``benchmarks/native_kernels.py``
-measures both), and can RMS-normalise its input rows as it reads them.
+measures both), and can RMS-normalise its input rows as it reads them. It also takes
+bfloat16 weights: a decode step then streams half the bytes, and the products are bf16
+(each row rounded to bf16 after its norm, as torch's bf16 products round their inputs)
+with float32 sums and outputs, on ``vdpbf16ps`` where the CPU has avx512_bf16 (two
+products per lane and instruction) and on widened float32 FMAs otherwise (the same
+values, summed in another order).
 :func:`decode_attention` attends one new token per row over a slot cache's keys and
 values in place (one call per layer instead of three batched products). The lean rollout
 forward (accel/lean.py) uses both where they are available and oneDNN otherwise.
@@ -44,9 +49,11 @@ logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("native.cpp")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
-ABI = 2
+ABI = 3
 OPS = {"none": 0, "add": 1, "mul": 2, "swish": 3}
 """Epilogues applied to x W^T + b before the store: add / multiply by ``other``, or SiLU."""
+WEIGHT_DTYPES = {torch.float32: "", torch.bfloat16: "_bf16"}
+"""The weight dtypes :class:`PackedLinear` takes, and their kernels' name suffix."""
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -144,7 +151,12 @@ def _load():
             ctypes.c_int,
             [pointer, size, size, pointer, size, pointer, integer, pointer, pointer, pointer, ctypes.c_float],
         ),
+        "gemm_bf16": (
+            ctypes.c_int,
+            [pointer, size, size, pointer, size, pointer, integer, pointer, pointer, pointer, ctypes.c_float],
+        ),
         "pack": (None, [pointer, size, size, size, pointer]),
+        "pack_bf16": (None, [pointer, size, size, size, pointer]),
         "decode_attention": (
             ctypes.c_int,
             [pointer, size, pointer, pointer, size, size, pointer, size, size, size, size, size, pointer],
@@ -193,6 +205,10 @@ def _self_check() -> str | None:
     x, weight, bias = (torch.randn(shape, generator=generator) for shape in ((11, 70), (53, 70), (53,)))
     if not torch.allclose(PackedLinear(weight, bias)(x), F.linear(x, weight, bias), rtol=1e-4, atol=1e-4):
         return "the compiled product kernel disagrees with torch on a self-check"
+    rounded = weight.to(torch.bfloat16)
+    expected = F.linear(x.to(torch.bfloat16).float(), rounded.float(), bias)
+    if not torch.allclose(PackedLinear(rounded, bias)(x), expected, rtol=1e-4, atol=1e-4):
+        return "the compiled bf16-weight product kernel disagrees with torch on a self-check"
     queries, keys, values = (
         torch.randn(shape, generator=generator) for shape in ((2, 4 * 16), (2, 2, 5, 16), (2, 2, 5, 16))
     )
@@ -231,8 +247,10 @@ def unavailable_reason() -> str | None:
 
 
 class PackedLinear:
-    """``op``(x W^T + b) for float32 CPU rows, with ``weight`` [out, in] (and ``bias``) copied
+    """``op``(x W^T + b) for float32 CPU rows, with ``weight`` [out, in] and ``bias`` copied
     into the kernel's layout: valid while they do not change. No autograd (inference only).
+    With a bfloat16 ``weight`` the rows are rounded to bf16 for the products (after the
+    norm below); sums, epilogues and outputs are float32 either way.
 
     ``packed(x, op="none", other=None)``: ``x`` [..., in] -> [..., out]; ``op`` one of
     :data:`OPS` ("add" and "mul" take ``other`` of the output's shape). With ``norm_weight``
@@ -248,22 +266,27 @@ class PackedLinear:
         norm_eps: float = 1e-6,
     ) -> None:
         kernels = _required()
-        if weight.dim() != 2 or weight.dtype != torch.float32 or weight.device.type != "cpu" or 0 in weight.shape:
+        if weight.dim() != 2 or weight.dtype not in WEIGHT_DTYPES or weight.device.type != "cpu" or 0 in weight.shape:
             raise ValueError(
-                f"PackedLinear: weight must be a non-empty 2-D float32 CPU tensor, got {tuple(weight.shape)} {weight.dtype} on {weight.device}"
+                f"PackedLinear: weight must be a non-empty 2-D float32 or bfloat16 CPU tensor, got {tuple(weight.shape)} {weight.dtype} on {weight.device}"
             )
         weight = weight.detach()
         if weight.stride(1) != 1:
             weight = weight.contiguous()
         self.out_features, self.in_features = weight.shape
         block = kernels["block"]
-        self.data = torch.empty(-(-self.out_features // block), self.in_features, block)
-        kernels["pack"](weight.data_ptr(), self.out_features, self.in_features, weight.stride(0), self.data.data_ptr())
+        suffix = WEIGHT_DTYPES[weight.dtype]
+        step = 2 if weight.dtype == torch.bfloat16 else 1  # bf16 weights are packed in pairs along k
+        depth = -(-self.in_features // step) * step
+        self.data = torch.empty(-(-self.out_features // block), depth, block, dtype=weight.dtype)
+        kernels[f"pack{suffix}"](
+            weight.data_ptr(), self.out_features, self.in_features, weight.stride(0), self.data.data_ptr()
+        )
         self.bias = _vector(bias, self.out_features, "bias")
         self.norm_weight = _vector(norm_weight, self.in_features, "norm_weight")
         self.norm_eps = float(norm_eps)
         # Fixed arguments of every call (a decode step makes ~150 calls: keep them cheap).
-        self._gemm = kernels["gemm"]
+        self._gemm = kernels[f"gemm{suffix}"]
         self._fixed = (self.data.data_ptr(), self.out_features, None if self.bias is None else self.bias.data_ptr())
         self._norm = (None if self.norm_weight is None else self.norm_weight.data_ptr(), self.norm_eps)
 
@@ -316,13 +339,14 @@ class PackedLinear:
 
 
 def _vector(value: torch.Tensor | None, size: int, name: str) -> torch.Tensor | None:
+    """A float32 copy of a bias or norm weight (bf16 ones widen exactly)."""
     if value is None:
         return None
-    if value.shape != (size,) or value.dtype != torch.float32 or value.device.type != "cpu":
+    if value.shape != (size,) or value.dtype not in WEIGHT_DTYPES or value.device.type != "cpu":
         raise ValueError(
-            f"PackedLinear: {name} must be float32 on CPU of shape ({size},), got {tuple(value.shape)} {value.dtype}"
+            f"PackedLinear: {name} must be float32 or bfloat16 on CPU of shape ({size},), got {tuple(value.shape)} {value.dtype}"
         )
-    return value.detach().contiguous().clone()
+    return value.detach().to(torch.float32, copy=True).contiguous()
 
 
 def decode_attention(

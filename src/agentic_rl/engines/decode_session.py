@@ -222,8 +222,10 @@ class DecodeSession:
 
     def _ensure_storage(self, slots: int, capacity: int, width: int) -> None:
         if self.cache is None:
+            # The lean forward keeps its cache in float32 whatever the weights' dtype.
+            dtype = self._lean.cache_dtype if self._lean is not None else self.dtype
             self.cache = SlotCache(
-                self.backbone.config, slots=slots, capacity=capacity, dtype=self.dtype, device=self.device
+                self.backbone.config, slots=slots, capacity=capacity, dtype=dtype, device=self.device
             )
         else:
             self.cache.reserve(slots, capacity)
