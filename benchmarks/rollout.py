@@ -243,7 +243,7 @@ def main() -> None:
     print(
         header
         + (f" {'bf16/fp32':>9}" if len(precisions) == 2 else "")
-        + (f" {'vllm tok/s':>11} {'fp32/vllm':>9}" if vllm else "")
+        + (f" {'vllm tok/s':>11}" + "".join(f" {p.split('-')[0] + '/vllm':>9}" for p in precisions) if vllm else "")
     )
     for batch in args.batch_sizes:
         prompts = prompts_for(tokenizer, batch)
@@ -270,7 +270,10 @@ def main() -> None:
             line += f" {row['bf16_over_fp32']:>8.2f}x"
         if vllm:
             row["vllm_tokens_per_s"] = tokens / best["vllm"]
-            line += f" {row['vllm_tokens_per_s']:>11.1f} {fast[precisions[0]] / row['vllm_tokens_per_s']:>8.2f}x"
+            row["over_vllm"] = {p: fast[p] / row["vllm_tokens_per_s"] for p in precisions}
+            line += f" {row['vllm_tokens_per_s']:>11.1f}" + "".join(
+                f" {row['over_vllm'][p]:>8.2f}x" for p in precisions
+            )
         results["throughput"].append(row)
         print(line, flush=True)
 

@@ -139,6 +139,6 @@ def test_an_env_in_the_working_directory_is_found_by_import_path(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     argv = ["eval", "--model", "tiny-random", "--env", "my_env:make_env", "--num-tasks", "1", "--k", "1"]
-    assert main([*argv, "--set", "rollout.max_new_tokens=4", "--set", "rollout.max_turns=1"]) == 0
+    assert main([*argv, "--set", "rollout.max_new_tokens=4", "--set", "env.max_turns=1"]) == 0
     assert json.loads(capsys.readouterr().out)["avg@1"] == 0.0
     assert sys.path[-1] == str(tmp_path)  # appended: never shadows an installed package

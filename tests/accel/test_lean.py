@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from agentic_rl.accel import decoder_for, native
+from agentic_rl.accel import decoder_for, native, native_build
 from agentic_rl.accel.lean import lean_decoder
 from agentic_rl.accel.onednn import onednn_available, packed_weights, set_linear_kernel
 from agentic_rl.anatomy import split_model
@@ -166,7 +166,7 @@ def test_missing_compiler_falls_back_to_onednn_with_one_warning(tiny, monkeypatc
     monkeypatch.delenv("AGENTIC_RL_NATIVE", raising=False)
     monkeypatch.setenv("AGENTIC_RL_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setattr(native, "_load_checks", lambda: None)  # reach the compiler on any CPU
+    monkeypatch.setattr(native_build, "check_machine", lambda: None)  # reach the compiler on any CPU
     prompts = torch.randint(3, 500, (2, 7), generator=torch.Generator().manual_seed(2))
 
     def reference(ids, positions, mask, cache):

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agentic_rl.accel import native
+from agentic_rl.accel import native, native_build
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.unavailable_reason()}")
 
@@ -148,7 +148,7 @@ def test_bf16_weights_are_bf16_products_with_float32_sums(rows, op, in_features)
 
 @needs_kernel
 @pytest.mark.skipif(
-    "avx512_bf16" not in native._cpu_flags(), reason="the CPU has no avx512_bf16: the FMA path is the default"
+    "avx512_bf16" not in native_build.cpu_flags(), reason="the CPU has no avx512_bf16: the FMA path is the default"
 )
 def test_bf16_products_without_avx512_bf16_take_the_widening_path(monkeypatch, tmp_path) -> None:
     """Built for a CPU without avx512_bf16 (-mno-avx512bf16), the bf16 kernel widens each pair
@@ -159,7 +159,7 @@ def test_bf16_products_without_avx512_bf16_take_the_widening_path(monkeypatch, t
     with_dot = native.PackedLinear(weight, bias)(x, "swish")
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.setenv("AGENTIC_RL_CACHE", str(tmp_path))
-    monkeypatch.setattr(native, "FLAGS", (*native.FLAGS, "-mno-avx512bf16"))
+    monkeypatch.setattr(native_build, "FLAGS", (*native_build.FLAGS, "-mno-avx512bf16"))
     assert native.available()
     widened = native.PackedLinear(weight, bias)(x, "swish")
     torch.testing.assert_close(widened, with_dot, rtol=1e-5, atol=1e-5)
@@ -174,13 +174,13 @@ def test_turned_off_or_unbuildable_says_why(monkeypatch, tmp_path) -> None:
     assert native.unavailable_reason() == "turned off by AGENTIC_RL_NATIVE=0"
     with pytest.raises(RuntimeError, match="not available: turned off"):
         native.PackedLinear(torch.randn(2, 2))
-    if not native._cpu_flags():
+    if not native_build.cpu_flags():
         return  # not Linux: the compiler is never reached
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.delenv("AGENTIC_RL_NATIVE")
     monkeypatch.setenv("AGENTIC_RL_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
-    monkeypatch.setattr(native, "_load_checks", lambda: None)  # reach the build on any CPU
+    monkeypatch.setattr(native_build, "check_machine", lambda: None)  # reach the build on any CPU
     assert not native.available()
     assert native.unavailable_reason() == "false failed: no output"
     assert not list((tmp_path / "kernels").glob("*.so*"))  # no partial library left behind
@@ -189,10 +189,10 @@ def test_turned_off_or_unbuildable_says_why(monkeypatch, tmp_path) -> None:
 @needs_kernel
 def test_the_build_is_cached_per_source(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("AGENTIC_RL_CACHE", str(tmp_path))
-    first = native._build(native._compiler())
+    first = native_build.build(native_build.compiler())
     assert first.parent == tmp_path / "kernels" and first.name.startswith("native-") and first.suffix == ".so"
     stamp = first.stat().st_mtime_ns
-    assert native._build(native._compiler()) == first and first.stat().st_mtime_ns == stamp  # not rebuilt
+    assert native_build.build(native_build.compiler()) == first and first.stat().st_mtime_ns == stamp  # not rebuilt
     assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.name]
 
 
@@ -206,20 +206,20 @@ def test_library_key_follows_source_flags_compiler_and_cpu(monkeypatch, tmp_path
         compilers.append(str(script))
     source = tmp_path / "kernel.cpp"
     source.write_text("int f() { return 1; }\n")
-    monkeypatch.setattr(native, "SOURCE", source)
-    monkeypatch.setattr(native, "_cpu_flags", lambda: "flags : avx512f\n")
-    base = native.library_key(compilers[0])
-    assert len(base) == 16 and native.library_key(compilers[0]) == base  # stable
-    assert native.library_key(compilers[1]) != base  # another compiler version
+    monkeypatch.setattr(native_build, "SOURCE", source)
+    monkeypatch.setattr(native_build, "cpu_flags", lambda: "flags : avx512f\n")
+    base = native_build.library_key(compilers[0])
+    assert len(base) == 16 and native_build.library_key(compilers[0]) == base  # stable
+    assert native_build.library_key(compilers[1]) != base  # another compiler version
     with monkeypatch.context() as patch:
-        patch.setattr(native, "FLAGS", (*native.FLAGS, "-DEXTRA"))
-        assert native.library_key(compilers[0]) != base  # other flags
+        patch.setattr(native_build, "FLAGS", (*native_build.FLAGS, "-DEXTRA"))
+        assert native_build.library_key(compilers[0]) != base  # other flags
     with monkeypatch.context() as patch:
-        patch.setattr(native, "_cpu_flags", lambda: "flags : avx512f avx512bw\n")
-        assert native.library_key(compilers[0]) != base  # another CPU
-    assert native.library_key(compilers[0]) == base
+        patch.setattr(native_build, "cpu_flags", lambda: "flags : avx512f avx512bw\n")
+        assert native_build.library_key(compilers[0]) != base  # another CPU
+    assert native_build.library_key(compilers[0]) == base
     source.write_text("int f() { return 2; }\n")
-    assert native.library_key(compilers[0]) != base  # edited source
+    assert native_build.library_key(compilers[0]) != base  # edited source
 
 
 @needs_kernel

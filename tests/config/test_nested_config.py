@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 import yaml
 
+from agentic_rl import envs
 from agentic_rl.algorithms import ADVANTAGES, GROUP_FILTERS, POLICY_LOSSES
 from agentic_rl.cli import main
 from agentic_rl.config import MOVED, RESUMABLE_KEYS, AlgorithmConfig, ConfigError, TrainConfig, build, resume_config
 from agentic_rl.config.algorithm import function_params
 from agentic_rl.config.base import apply_assignments
+from agentic_rl.config.renamed import RETIRED
 
 
 def _nested(dotted: str, value: Any) -> dict[str, Any]:
@@ -38,7 +40,8 @@ def _error(data: dict[str, Any]) -> str:
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_every_old_key_is_a_one_line_error_naming_its_new_home(old) -> None:
     value = {} if old == "arpo" else 1
-    assert _error(_nested(old, value)) == f"{old}: moved to {MOVED[old]} (the config is nested since agentic-rl 0.2)"
+    why = RETIRED[old][1] if old in RETIRED else "the config is nested since agentic-rl 0.2"
+    assert _error(_nested(old, value)) == f"{old}: moved to {MOVED[old]} ({why})"
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))
@@ -63,6 +66,9 @@ def test_moved_homes_exist_in_the_new_config() -> None:
             assert any(param in function_params(kind, name) for name in names), (old, new)
             continue
         assert not note, (old, new)
+        if parts[0] == "env":  # an env option: a parameter of the env factories
+            assert all(envs.accepts_option(name, parts[1]) for name in ("arithmetic", "search-qa", "frozenlake"))
+            continue
         model: Any = TrainConfig
         for part in parts:
             assert part in model.model_fields, (old, new)
@@ -116,6 +122,31 @@ def test_resume_of_a_flat_run_is_refused_in_one_line() -> None:
     assert config.rl.steps == 8 and changed == ["rl.steps: 4 -> 8"]
     with pytest.raises(ConfigError, match=r"^--set on --resume: rl.group_size cannot change mid-run"):
         resume_config(saved, {"rl": {"group_size": 4}})
+
+
+def test_the_env_is_the_one_turn_limit_and_old_runs_resume() -> None:
+    """rollout.max_turns (an engine-side cap beside the env's) is gone: a config naming it is
+    an error; a run saved with it at its old default resumes without it (one line says so),
+    one that set it is refused in one line."""
+    assert _error({"rollout": {"max_turns": 3}}) == (
+        "rollout.max_turns: moved to env.max_turns (the env's max_turns is the one turn limit of an episode)"
+    )
+    saved = build(TrainConfig, {"rl": {"steps": 4}}).model_dump(mode="json")
+    assert "max_turns" not in saved["rollout"]
+    saved["rollout"]["max_turns"] = 16  # what every run written by 0.2 saved
+    config, changed = resume_config(saved, {"rl": {"steps": 8}})
+    assert config.rl.steps == 8
+    assert changed == [
+        "rollout.max_turns: 16 -> removed (the env's max_turns is the one turn limit of an episode)",
+        "rl.steps: 4 -> 8",
+    ]
+    saved["rollout"]["max_turns"] = 3
+    with pytest.raises(ConfigError) as info:
+        resume_config(saved, None)
+    assert str(info.value) == (
+        "--resume: the run set rollout.max_turns to 3 (the env's max_turns is the one turn limit of an episode now: "
+        "env.max_turns); this version cannot continue it: start a new run with env.max_turns"
+    )
 
 
 # ---------------------------------------------------------------- function parameters

@@ -376,7 +376,7 @@ def test_a_rollout_through_a_tool_parsing_server_runs_the_env_tools(server: Fake
 
     server.tool_reply = ("calculator", '{"expression": "2 + 3"}')
     with make_backend(server) as backend:
-        [group] = rollout(backend, lambda: envs.make("arithmetic"), [0], config=RolloutConfig(max_turns=3))
+        [group] = rollout(backend, lambda: envs.make("arithmetic", max_turns=3), [0], config=RolloutConfig())
     [trajectory] = group.trajectories
     calculator_schema = envs.make("arithmetic").tools.schemas()
     assert (

@@ -201,13 +201,6 @@ def test_max_turns_from_the_env(tokenizer) -> None:
     assert backend.calls == 2
 
 
-def test_max_turns_from_the_engine(tokenizer) -> None:
-    backend = ScriptedBackend(tokenizer, [call("1 + 1")])
-    [group] = rollout(backend, arithmetic(max_turns=10), [0], config=RolloutConfig(max_turns=3))
-    [trajectory] = group.trajectories
-    assert trajectory.termination_reason == "max_turns" and trajectory.num_turns == 3
-
-
 def test_max_tokens_when_the_observation_would_overflow(tokenizer) -> None:
     probe = ScriptedBackend(tokenizer, ["<answer>1</answer>"])
     [group] = rollout(probe, arithmetic(), [0])

@@ -139,7 +139,7 @@ def test_a_new_context_segment_is_rendered_with_the_tools(tools_tokenizer) -> No
         ScriptedBackend(tools_tokenizer, twice),
         lambda: envs.make("arithmetic"),
         [3],
-        config=RolloutConfig(context="window", context_turns=1, max_turns=4),
+        config=RolloutConfig(context="window", context_turns=1),
     )
     [trajectory] = group.trajectories
     [first] = trajectory.segments

@@ -117,7 +117,7 @@ def check_cell(family: Family, fmt: str, thinking: str, tokenizer) -> None:
         FamilyBackend(tokenizer, solver(family, fmt, tokenizer), family.end_token),
         lambda: envs.make("arithmetic", parser=family.parser),
         [5],
-        config=RolloutConfig(thinking=thinking, max_turns=4, max_new_tokens=400, max_total_tokens=8192),
+        config=RolloutConfig(thinking=thinking, max_new_tokens=400, max_total_tokens=8192),
     )
     [trajectory] = group.trajectories
     assert trajectory.correct and trajectory.num_turns == 3, trajectory.termination_reason

@@ -31,7 +31,7 @@ def test_eval_reports_template_drift(name: str, drifts: bool, tmp_path) -> None:
         "num_tasks": 2,
         "k": 1,
         "output": str(output),
-        "rollout": {"max_turns": 4, "max_new_tokens": 400, "max_total_tokens": 8192},
+        "rollout": {"max_new_tokens": 400, "max_total_tokens": 8192},
     }
     result = evaluate(config, backend=backend)
     assert result.metrics["avg@1"] == 1.0

@@ -253,10 +253,10 @@ def test_arithmetic_expert_calls_the_calculator_then_answers():
         (
             "long-qa",
             {"num_chunks": 6, "chunk_sentences": 8, "num_facts": 2, "num_questions": 1},
-            {"context": "summarize", "context_tokens": 896, "max_total_tokens": 1536, "max_turns": 12},
+            {"context": "summarize", "context_tokens": 896, "max_total_tokens": 1536},
         ),
         # RAGEN-style window of the last turn: every move after the first starts a segment.
-        ("frozenlake", {"size": 4, "num_holes": 2}, {"context": "window", "context_turns": 1, "max_turns": 12}),
+        ("frozenlake", {"size": 4, "num_holes": 2}, {"context": "window", "context_turns": 1}),
     ],
 )
 def test_expert_examples_under_a_context_policy_are_the_rollout_segments(tokenizer, name, options, limits):

@@ -13,7 +13,7 @@ The rest of the package calls only these names:
 Each falls back to plain torch where its fast path does not apply (other devices or
 dtypes, adapters, a machine without AVX-512 or a compiler), with the same numerics up to
 float32 rounding. The modules: ``onednn`` (linear layers), ``native`` (+ native.cpp, the
-AVX-512 kernels), ``lean`` (decode forward), ``head`` (chunked head), ``allocator``.
+AVX-512 kernels; ``native_build`` compiles and loads them), ``lean`` (decode forward), ``head`` (chunked head), ``allocator``.
 """
 
 from agentic_rl.accel.allocator import device_peak_bytes, release_memory, reset_device_peak, resident_bytes, tune_malloc

@@ -57,8 +57,16 @@ MOVED: dict[str, str] = {
     "algorithm.clip_cov_ub": "algorithm.policy_loss.cov_ub (with policy_loss.name clip-cov)",
     "algorithm.kl_cov_ratio": "algorithm.policy_loss.cov_ratio (with policy_loss.name kl-cov)",
     "algorithm.kl_cov_coef": "algorithm.policy_loss.kl_coef (with policy_loss.name kl-cov)",
+    "rollout.max_turns": "env.max_turns",
 }
 """Old dotted key -> its new home (with what else it needs, where it is a function's parameter)."""
+
+RETIRED: dict[str, tuple[Any, str]] = {
+    "rollout.max_turns": (16, "the env's max_turns is the one turn limit of an episode"),
+}
+"""Moved keys of the nested layout that every run written before the move saved (each
+resolved config holds them): their old default and why they moved. ``--resume`` drops
+one left at that default (config/resume.py)."""
 
 
 def moved_key(data: dict[str, Any], prefix: str = "") -> str | None:
@@ -67,8 +75,9 @@ def moved_key(data: dict[str, Any], prefix: str = "") -> str | None:
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         if dotted in MOVED:
-            return f"{dotted}: moved to {MOVED[dotted]} (the config is nested since agentic-rl 0.2)"
-        if isinstance(value, dict) and dotted in ("algorithm",):
+            why = RETIRED[dotted][1] if dotted in RETIRED else "the config is nested since agentic-rl 0.2"
+            return f"{dotted}: moved to {MOVED[dotted]} ({why})"
+        if isinstance(value, dict) and dotted in ("algorithm", "rollout"):
             found = moved_key(value, f"{dotted}.")
             if found:
                 return found

@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 from agentic_rl.config.base import ConfigError, build
-from agentic_rl.config.renamed import moved_key
+from agentic_rl.config.renamed import MOVED, RETIRED, moved_key
 from agentic_rl.config.secrets import holds_redacted_url, is_secret_key, redact_secrets
 from agentic_rl.config.sections import TrainConfig
 
@@ -63,7 +63,14 @@ def resume_config(saved: dict[str, Any], overrides: dict[str, Any] | None) -> tu
     (nested, as ``apply_assignments`` builds them) on top, and one ``key: old -> new`` line
     per changed value. Raises ConfigError naming the first key that may not change mid-run
     (after unknown keys and bad values, which ``build`` reports as for a new run)."""
+    saved, retired = _drop_retired(saved)
     old = moved_key(saved)
+    if old and old.split(":")[0] in RETIRED:
+        key = old.split(":")[0]
+        raise ConfigError(
+            f"--resume: the run set {key} to {_dotted(saved)[key]} ({RETIRED[key][1]} now: "
+            f"{MOVED[key]}); this version cannot continue it: start a new run with {MOVED[key]}"
+        )
     if old:
         raise ConfigError(
             f"--resume: the run was written with the flat config of agentic-rl 0.1 ({old.split(' (')[0]}); "
@@ -84,7 +91,7 @@ def resume_config(saved: dict[str, Any], overrides: dict[str, Any] | None) -> tu
         )
     before = build(TrainConfig, saved)
     if not overrides:
-        return before, []
+        return before, retired
     config = build(TrainConfig, _merge(saved, overrides))
     for key in given:
         if key not in restored and holds_redacted_url(saved_flat.get(key)):
@@ -95,7 +102,20 @@ def resume_config(saved: dict[str, Any], overrides: dict[str, Any] | None) -> tu
             raise ConfigError(f"--set on --resume: {key} cannot change mid-run (allowed: {', '.join(RESUMABLE_KEYS)})")
     old, new = _dotted(before.model_dump()), _dotted(config.model_dump())
     changed = [_change(key, old.get(key), new[key]) for key in new if new[key] != old.get(key)]
-    return config, changed
+    return config, retired + changed
+
+
+def _drop_retired(saved: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``saved`` without the retired keys left at their old default (nothing the run set),
+    and one line per key dropped."""
+    saved, lines = copy.deepcopy(saved), []
+    for key, (default, why) in RETIRED.items():
+        section, name = key.split(".")
+        values = saved.get(section)
+        if isinstance(values, dict) and name in values and values[name] == default:
+            del values[name]
+            lines.append(f"{key}: {default} -> removed ({why})")
+    return saved, lines
 
 
 def _change(key: str, old: Any, new: Any) -> str:

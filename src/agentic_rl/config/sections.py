@@ -109,8 +109,6 @@ class RolloutConfig(Section):
     """Most tokens sampled in one assistant turn."""
     max_total_tokens: int = Field(4096, ge=16)
     """Most tokens in a whole trajectory; reaching it truncates (max_tokens)."""
-    max_turns: int = Field(16, ge=1)
-    """Engine-side cap on assistant turns (envs have their own max_turns too)."""
     timeout_s: float = Field(1800.0, gt=0)
     """Wall-clock limit per trajectory (checked between turns and while its env steps): a
     backstop for hung episodes. With continuous batching the clock starts when the episode
@@ -132,6 +130,15 @@ class RolloutConfig(Section):
     """summarize: the text that opens the user message carrying the summary into the new context (null: agentic_rl.rollout.context.SUMMARY_HEADER)."""
     continuous_batching: bool = True
     """With an engine that offers decode sessions (HF): each trajectory decodes on its own schedule and keeps its KV cache across turns; false: one batched generate per turn (the reference path, same tokens for the same seed)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        """rollout.max_turns (built on its own, e.g. ``RolloutConfig(max_turns=3)``): one line naming its home."""
+        moved = moved_key({"rollout": data}) if isinstance(data, dict) else None
+        if moved:
+            raise ValueError(moved)
+        return data
 
     @model_validator(mode="after")
     def _budget_below_limit(self) -> RolloutConfig:

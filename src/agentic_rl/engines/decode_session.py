@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agentic_rl.accel import decoder_for, packed_weights
+from agentic_rl.anatomy import cache_argument, split_model
 from agentic_rl.engines.base import Completion, SamplingParams
 from agentic_rl.engines.kv_cache import SlotCache
 from agentic_rl.engines.sampling import entropy as sampling_entropy
@@ -78,8 +79,6 @@ class DecodeSession:
         weight_version: int = 0,
         staged: StagedWeights | None = None,
     ) -> None:
-        from agentic_rl.anatomy import cache_argument, split_model
-
         self.model = model
         self.weight_version = weight_version
         self.staged = staged
@@ -222,8 +221,7 @@ class DecodeSession:
 
     def _ensure_storage(self, slots: int, capacity: int, width: int) -> None:
         if self.cache is None:
-            # The lean forward keeps its cache in float32 whatever the weights' dtype.
-            dtype = self._lean.cache_dtype if self._lean is not None else self.dtype
+            dtype = getattr(self._lean, "cache_dtype", self.dtype)  # the lean forward's: float32 for bf16 weights
             self.cache = SlotCache(
                 self.backbone.config, slots=slots, capacity=capacity, dtype=dtype, device=self.device
             )

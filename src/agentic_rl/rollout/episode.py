@@ -331,7 +331,7 @@ class Episode:
     def _termination(self, turn: Turn, terminated: bool, truncated: bool) -> str | None:
         if terminated:
             return "max_tokens" if turn.finish_reason == "length" else "answered"
-        if truncated or self.trajectory.num_turns >= self.limits.max_turns:
+        if truncated:  # the env's max_turns: the one turn limit
             return "max_turns"
         if self.hit_token_limit:
             return "max_tokens"
