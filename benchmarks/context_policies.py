@@ -65,7 +65,6 @@ def main() -> None:
         config = RolloutConfig(
             max_new_tokens=args.new_tokens,
             max_total_tokens=32768,
-            max_turns=args.turns,
             context=policy,
             context_turns=args.keep,
             context_tokens=args.budget,

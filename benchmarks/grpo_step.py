@@ -98,7 +98,6 @@ def our_trainer(model_name: str, precision: str, steps: int, max_new_tokens: int
                 "temperature": 1.0,
                 "top_p": 1.0,
                 "max_new_tokens": max_new_tokens,
-                "max_turns": 1,
                 "max_total_tokens": 1024,
             },
         }

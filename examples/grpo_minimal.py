@@ -111,9 +111,9 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
 
     # Arithmetic with a calculator tool: the reward is 1 for the right final answer.
-    train_env = lambda: envs.make("arithmetic", split="train", few_shot=args.few_shot)  # noqa: E731
-    test_env = lambda: envs.make("arithmetic", split="test", few_shot=args.few_shot)  # noqa: E731
-    limits = RolloutConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, max_total_tokens=2048, max_turns=3)
+    train_env = lambda: envs.make("arithmetic", split="train", few_shot=args.few_shot, max_turns=3)  # noqa: E731
+    test_env = lambda: envs.make("arithmetic", split="test", few_shot=args.few_shot, max_turns=3)  # noqa: E731
+    limits = RolloutConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, max_total_tokens=2048)
 
     before = accuracy(engine, test_env, args.eval_tasks, limits, args.seed)
     print(f"held-out accuracy before: {before:.3f}")

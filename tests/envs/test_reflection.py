@@ -360,14 +360,3 @@ def test_engine_eval_shows_attempt_one_and_final_accuracy(tokenizer):
     # An RL step logs the same env metrics, so attempt 1 vs the final attempt is a training curve too.
     step = rollout_metrics(groups, torch.tensor([t.reward for t in trajectories]), excluded=0)
     assert step["reflection/correct_at_1"] == 0.5 and step["reflection/correct_at_final"] == 0.75 == step["accuracy"]
-
-
-def test_engine_turn_limit_cuts_a_retry(tokenizer):
-    """The engine's own max_turns can end an episode after feedback: reward 0, not correct."""
-    backend = ScriptedBackend(tokenizer, ["<answer>1</answer>"])
-    [group] = rollout(
-        backend, lambda: make("arithmetic", attempts=5, max_turns=10), [0], config=RolloutConfig(max_turns=2)
-    )
-    [trajectory] = group.trajectories
-    assert trajectory.termination_reason == "max_turns" and trajectory.reward == 0.0 and trajectory.correct is False
-    assert trajectory.info["episode_metrics"]["reflection/attempts_used"] == 2.0
