@@ -96,19 +96,17 @@ def test_lean_forward_matches_transformers(tiny, ragged, native) -> None:
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
 
 
-@needs_onednn
-@pytest.mark.parametrize("native", KERNELS)
-def test_lean_forward_matches_transformers_with_projection_biases(native) -> None:
-    """Qwen2 has q/k/v biases: they follow the reordered, scaled q/k rows."""
+def _qwen2(head_dim: int, kv_heads: int, heads: int = 3):
+    """A tiny Qwen2 (q/k/v biases, grouped-query heads) with float32 weights on oneDNN."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
         vocab_size=300,
-        hidden_size=64,
+        hidden_size=heads * head_dim,
         intermediate_size=96,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=64,
     )
     torch.manual_seed(0)
@@ -118,6 +116,14 @@ def test_lean_forward_matches_transformers_with_projection_biases(native) -> Non
             if isinstance(module, torch.nn.Linear) and module.bias is not None:
                 module.bias.normal_(0, 0.5)
     set_linear_kernel(model, "onednn")
+    return model
+
+
+@needs_onednn
+@pytest.mark.parametrize("native", KERNELS)
+def test_lean_forward_matches_transformers_with_projection_biases(native) -> None:
+    """Qwen2 has q/k/v biases: they follow the reordered, scaled q/k rows."""
+    model = _qwen2(head_dim=16, kv_heads=2, heads=4)
     prompts = torch.randint(3, 300, (2, 6), generator=torch.Generator().manual_seed(1))
     lean, got, expected = _lean_and_reference(model, prompts, steps=3, ragged=True, native=native)
     assert lean.layers[0].qkv_bias is not None
@@ -219,29 +225,6 @@ def _bf16_products(model):
         if isinstance(module, torch.nn.Linear):
             module.register_forward_pre_hook(lambda _, args: (args[0].to(torch.bfloat16).float(),))
     return rounded
-
-
-def _qwen2(head_dim: int, kv_heads: int):
-    """A tiny Qwen2 (q/k/v biases, grouped-query heads) with float32 weights on oneDNN."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
-        vocab_size=300,
-        hidden_size=3 * head_dim,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=3,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).eval()
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.Linear) and module.bias is not None:
-                module.bias.normal_(0, 0.5)
-    set_linear_kernel(model, "onednn")
-    return model
 
 
 @needs_onednn
