@@ -23,7 +23,8 @@ from agentic_rl import agents  # noqa: E402
 from agentic_rl.config import AlgorithmConfig, TrainConfig  # noqa: E402
 from agentic_rl.gateway.agent_training import AgentSampler, RoleRewardError, evaluation_metrics  # noqa: E402
 from agentic_rl.gateway.traces import Call, calls_by_role, calls_to_trajectories  # noqa: E402
-from agentic_rl.training.scoring import first_tasks, score, task_key  # noqa: E402
+from agentic_rl.rollout.roles import task_key  # noqa: E402
+from agentic_rl.training.scoring import first_tasks, score  # noqa: E402
 from agentic_rl.types import TrajectoryGroup  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -58,12 +58,15 @@ def _train(args: argparse.Namespace) -> int:
         return 0  # rank 0 reports the run
     k = next(int(key.split("@")[1]) for key in result.evals["after"] if key.startswith("avg@"))
     summary = Table(title="held-out accuracy", header_style="bold")
-    for column in ("stage", f"avg@{k}", "tool_success_rate", "tool_calls_per_episode"):
+    # A mix's envs and an env's roles have their own avg@k (avg@1@solver): a column each.
+    parts = list(dict.fromkeys(key for m in result.evals.values() for key in m if key.startswith(f"avg@{k}@")))
+    for column in ("stage", f"avg@{k}", *parts, "tool_success_rate", "tool_calls_per_episode"):
         summary.add_column(column)
     for label, metrics in result.evals.items():
         summary.add_row(
             label,
             f"{metrics[f'avg@{k}']:.3f}",
+            *(f"{metrics[part]:.3f}" if part in metrics else "-" for part in parts),
             f"{metrics['tool_success_rate']:.3f}",
             f"{metrics['tool_calls_per_episode']:.2f}",
         )

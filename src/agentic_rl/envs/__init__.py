@@ -1,6 +1,7 @@
 """Environments: the Env contract, ``ToolEnv``, built-in task families and the registry."""
 
 from agentic_rl.envs.arithmetic import ArithmeticTasks, make_arithmetic_env
+from agentic_rl.envs.arithmetic_team import make_arithmetic_team_env
 from agentic_rl.envs.base import Env, EnvCheckError, Task, check_env
 from agentic_rl.envs.code import make_code_env
 from agentic_rl.envs.frozenlake import make_frozenlake_env
@@ -28,6 +29,12 @@ register(
     "arithmetic",
     make_arithmetic_env,
     "Multi-operand integer arithmetic solved with the calculator tool; answer in <answer></answer>.",
+)
+register(
+    "arithmetic-team",
+    make_arithmetic_team_env,
+    "Two roles: a planner rewrites a word problem as one expression, a solver computes it with the calculator; "
+    "credit per role or shared.",
 )
 register(
     "search-qa",
@@ -105,6 +112,7 @@ __all__ = [
     "env_factory",
     "make",
     "make_arithmetic_env",
+    "make_arithmetic_team_env",
     "make_mixed_env",
     "mixed_spec_of",
     "name_for",

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from agentic_rl.errors import ConfigError
 from agentic_rl.types import Message, Task
+
+OPENING_INFO = ("tools", "tools_prompt", "tool_output_template")
+"""The keys of a reset's info that describe a conversation's tools; an env with roles gives
+them in the info of the step that opens another role's conversation."""
 
 
 class GeneratedTasks(Sequence[Task]):
@@ -42,6 +47,14 @@ class Env(Protocol):
     from the outcome ``reward`` and used by turn-level credit assignment (MT-GRPO, GiGPO,
     per-turn returns for PPO / REINFORCE++); ``format_ok``: whether this step followed the
     env's format (the ``reward.format_weight`` term needs every step that says to say true).
+
+    Roles (multi-agent): an env may declare ``roles`` (distinct names). Each role has its own
+    conversation: ``reset`` opens the first role's (``info["role"]`` may name another) and
+    each ``step`` takes the message of the role whose turn it was; ``info["role"]`` names
+    whose turn comes next (default: the same role), and the observations go to that role's
+    conversation (opening it, with its ``OPENING_INFO`` keys, the first time).
+    ``info["role_rewards"]``: ``{role: number}`` for this step (roles it leaves out get the
+    step's reward). Each role's turns train as its own trajectory in its own group.
     """
 
     num_tasks: int
@@ -51,6 +64,18 @@ class Env(Protocol):
     ) -> tuple[list[Message], dict[str, Any]]: ...
 
     def step(self, assistant_message: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]: ...
+
+
+def env_roles(env: Env) -> tuple[str, ...]:
+    """The roles an env declares (``env.roles``: distinct names, the first opens an episode
+    unless the reset info names another); empty for an env with one role."""
+    roles = getattr(env, "roles", None)
+    if roles is None:
+        return ()
+    names = tuple(roles) if isinstance(roles, (list, tuple)) else None
+    if not names or not all(isinstance(r, str) and r and "@" not in r for r in names) or len(set(names)) < len(names):
+        raise ConfigError(f"env.roles: expected distinct non-empty names without '@', got {roles!r}")
+    return names
 
 
 class EnvCheckError(AssertionError):
@@ -107,3 +132,10 @@ def check_env(env: Env, *, seed: int = 0) -> None:
         raise EnvCheckError("step() terminated and truncated must both be bools")
     if not isinstance(step_info, dict):
         raise EnvCheckError("step() info must be a dict")
+    try:
+        roles = env_roles(env)
+    except ConfigError as error:
+        raise EnvCheckError(str(error)) from None
+    for where, named in (("reset()", info.get("role")), ("step()", step_info.get("role"))):
+        if named is not None and named not in roles:
+            raise EnvCheckError(f"{where} info role {named!r} is not one of env.roles {roles}")

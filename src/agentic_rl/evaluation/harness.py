@@ -17,6 +17,7 @@ from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.models.loading import resolve_auto_parser, resolve_device
 from agentic_rl.models.precision import resolve_precision
 from agentic_rl.rollout.engine import rollout
+from agentic_rl.rollout.roles import gather_task_groups, role_of, task_key
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 
@@ -84,10 +85,11 @@ class PreparedEval:
             task_positions=positions if dist.distributed else None,
         )
         if dist.distributed:
-            groups = dist.gather_by_position(positions, groups, len(every))
+            groups = gather_task_groups(dist, positions, groups, len(every))
         metrics = aggregate_metrics([g.trajectories for g in groups], k=config.k)
         if self.tasks is not None:
             metrics.update(per_env_eval_metrics(groups, self.tasks, self.weights or {}, k=config.k))
+        metrics.update(per_role_eval_metrics(groups, k=config.k))
         result = EvalResult(
             metrics=metrics, config=config.model_dump(), groups=groups, wall_time_s=time.monotonic() - started
         )
@@ -115,6 +117,20 @@ def per_env_eval_metrics(
     for key in (f"avg@{k}", f"pass@{k}", f"maj@{k}", *WEIGHTED_METRICS):
         if all(key in table for table in tables.values()):
             out[f"{key}@weighted"] = sum(weights[label] * tables[label][key] for label in tables) / total
+    return out
+
+
+def per_role_eval_metrics(groups: list[TrajectoryGroup], *, k: int) -> dict[str, float]:
+    """An env with roles: each role's ``aggregate_metrics`` with the role as suffix
+    (``avg@1@planner``), and ``num_tasks`` counting tasks (the unsuffixed metrics weigh every
+    (task, role) group the same). Nothing with one role."""
+    roles = list(dict.fromkeys(role for role in map(role_of, groups) if role is not None))
+    if len(roles) < 2:
+        return {}
+    out = {"num_tasks": float(len({task_key(group) for group in groups}))}
+    for role in roles:
+        table = aggregate_metrics([g.trajectories for g in groups if role_of(g) == role], k=k)
+        out.update({f"{key}@{role}": value for key, value in table.items()})
     return out
 
 

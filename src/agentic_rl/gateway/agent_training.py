@@ -14,7 +14,7 @@ infrastructure error by default (masked from the loss, counted); ``on_agent_erro
 Roles (a multi-agent program): each call's ``model`` names the role that made it. An
 episode's calls split by role and each role's calls become that role's samples
 (gateway/traces.py); a task's episodes make one group per role (``<id>@<role>``,
-``training.scoring.ROLE_SEPARATOR``), so group advantages compare a role's episode only
+``rollout/roles.py``), so group advantages compare a role's episode only
 with the same role's episodes of the same task. The reward (returned or posted) is one
 number, every role's (cooperative), or ``{role: number}``, each role its own (e.g.
 zero-sum); a role the dict leaves out is an error naming it. A program whose calls all
@@ -26,15 +26,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from agentic_rl.evaluation.metrics import aggregate_metrics, pass_at_k
 from agentic_rl.gateway.server import GatewayServer
 from agentic_rl.gateway.traces import calls_by_role, calls_to_trajectories
 from agentic_rl.rewards.signature import check_reward_order
+from agentic_rl.rollout.roles import ROLE_SEPARATOR, role_groups, role_metrics, role_of, task_key
 from agentic_rl.seeds import stream_seed
-from agentic_rl.training.scoring import ROLE_SEPARATOR, task_key
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 EVALUATION_FIELDS = (
@@ -146,7 +146,7 @@ class AgentSampler:
         for index, group_id, futures in zip(task_indices, ids, jobs):
             results = [future.result() for future in futures]
             episodes += results
-            groups += task_groups(index, group_id, results)
+            groups += role_groups(index, str(index), group_id, [e.by_role for e in results])
         count = max(len(episodes), 1)
         return groups, {
             "agent_errors": sum(e.failed for e in episodes) / count,
@@ -215,57 +215,6 @@ class AgentSampler:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def task_groups(index: int, group_id: str, episodes: list[_Episode]) -> list[TrajectoryGroup]:
-    """One task's episodes -> its groups: one (``group_id``) when they have one role, else
-    one per role (``group_id@role``, roles in the order they first called), each with that
-    role's trajectory of every episode where it acted; a failed episode is every role's failure."""
-    roles = list(dict.fromkeys(role for episode in episodes for role in episode.by_role if role is not None))
-    if len(roles) <= 1:
-        trajectories = [next(iter(episode.by_role.values())) for episode in episodes]
-        return [TrajectoryGroup(task_id=str(index), group_id=group_id, trajectories=trajectories, task_index=index)]
-    groups = []
-    for role in roles:
-        group = TrajectoryGroup(task_id=str(index), group_id=f"{group_id}{ROLE_SEPARATOR}{role}", task_index=index)
-        for episode in episodes:
-            trajectory = episode.by_role.get(role)
-            if trajectory is None and None in episode.by_role:
-                failed = episode.by_role[None]
-                trajectory = replace(failed, info={**failed.info, "role": role})
-            if trajectory is None:
-                continue  # the program did not call this role in this episode
-            for sample in trajectory.samples:
-                sample.group_id = group.group_id
-            group.trajectories.append(trajectory)
-        groups.append(group)
-    return groups
-
-
-def _role_of(group: TrajectoryGroup) -> str | None:
-    if ROLE_SEPARATOR in group.group_id:
-        return group.group_id.split(ROLE_SEPARATOR, 1)[1]
-    return next((t.info["role"] for t in group.trajectories if "role" in t.info), None)
-
-
-def role_metrics(groups: list[TrajectoryGroup], calls: list[dict[str, int]]) -> dict[str, float]:
-    """With several roles, per role: ``reward_mean@role`` (its usable trajectories' mean
-    reward), ``samples_per_episode@role``, ``calls_per_episode@role`` (over all episodes,
-    ``calls``: each episode's calls by role). Nothing with one role (its numbers are the step's)."""
-    by_role: dict[str, list[Trajectory]] = {}
-    for group in groups:
-        role = _role_of(group)
-        if role is not None:
-            by_role.setdefault(role, []).extend(group.trajectories)
-    if len(by_role) < 2:
-        return {}
-    count, out = max(len(calls), 1), {}
-    for role, trajectories in by_role.items():
-        rewards = [t.reward for t in trajectories if t.infra_error is None]
-        out[f"reward_mean@{role}"] = sum(rewards) / max(len(rewards), 1)
-        out[f"samples_per_episode@{role}"] = sum(len(t.samples) for t in trajectories) / count
-        out[f"calls_per_episode@{role}"] = sum(made.get(role, 0) for made in calls) / count
-    return out
-
-
 def evaluation_metrics(groups: list[TrajectoryGroup], agent_metrics: dict[str, float], k: int) -> dict[str, float]:
     """Held-out metrics of agent episodes, ``k`` per task: ``avg@k`` (the share of episodes
     with reward > 0, each task weighing the same), ``pass@k``, :data:`EVALUATION_FIELDS`
@@ -276,9 +225,9 @@ def evaluation_metrics(groups: list[TrajectoryGroup], agent_metrics: dict[str, f
     if not any(ROLE_SEPARATOR in group.group_id for group in groups):
         return {**_held_out(groups, k), **agent_metrics}
     metrics = {**_held_out(groups, k), "num_tasks": float(len({task_key(g) for g in groups}))}
-    roles = list(dict.fromkeys(role for role in map(_role_of, groups) if role is not None))
+    roles = list(dict.fromkeys(role for role in map(role_of, groups) if role is not None))
     for role in roles:
-        own = _held_out([g for g in groups if _role_of(g) == role], k)
+        own = _held_out([g for g in groups if role_of(g) == role], k)
         for name in (f"avg@{k}", f"pass@{k}", "mean_reward", "num_samples"):
             metrics[f"{name}@{role}"] = own[name]
     return {**metrics, **agent_metrics}

@@ -18,6 +18,7 @@ from agentic_rl.config import RolloutConfig
 from agentic_rl.engines.base import SamplingParams
 from agentic_rl.envs.base import Env
 from agentic_rl.rollout.episode import Episode, OnFinish
+from agentic_rl.rollout.roles import role_groups
 from agentic_rl.rollout.schedulers import scheduler_for
 from agentic_rl.seeds import stream_seed
 from agentic_rl.types import Trajectory, TrajectoryGroup
@@ -51,6 +52,8 @@ def rollout(
     (data-parallel ranks): episode j of the task at position p draws from stream
     ``p * group_size + j``, so a rank samples what one process sampling the whole batch would.
     ``training_step``: given to each env's reset as ``options["training_step"]``.
+    An env with roles gives one group per task and role (``rollout/roles.py``), a task's
+    groups next to each other (data-parallel ranks gather them with ``roles.per_task``).
     """
     config = config or RolloutConfig()
     renderer = ChatRenderer(backend.tokenizer) if backend.interface == "tokens" else None
@@ -75,7 +78,20 @@ def rollout(
         None if task_positions is None else [p * group_size + j for p in task_positions for j in range(group_size)]
     )
     run_episodes(episodes, backend, config, seed=seed, return_entropy=return_entropy, ordinals=ordinals)
-    return groups
+    if not any(episode.roles for episode in episodes):
+        return groups
+    roles = next(episode.roles for episode in episodes if episode.roles)
+    return [  # a multi-role env: one group per task and role
+        split
+        for position, group in enumerate(groups)
+        for split in role_groups(
+            group.task_index,
+            group.task_id,
+            group.group_id,
+            [e.by_role or {None: e.trajectory} for e in episodes[position * group_size : (position + 1) * group_size]],
+            roles,
+        )
+    ]
 
 
 def continue_rollouts(

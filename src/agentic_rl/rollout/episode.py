@@ -5,19 +5,26 @@ An episode starts from an env reset (prompt tokens rendered once), takes sampled
 outcome (reward, observation tokens with loss_mask 0, termination), and finishes once with
 a termination reason. The schedulers (rollout/schedulers.py) only decide *when* each
 episode samples and steps; what a turn or a step does to the trajectory lives here.
+
+An env with ``roles`` (multi-agent) plays several conversations in one episode: each role's
+turns and the observations addressed to it make that role's trajectory (token-exact, as a
+single role's), ``info["role"]`` names whose turn comes next, and ``info["role_rewards"]``
+gives each role its reward (else the step's reward is every role's).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import RolloutConfig
-from agentic_rl.envs.base import Env
+from agentic_rl.envs.base import OPENING_INFO, Env, env_roles
+from agentic_rl.errors import ConfigError
 from agentic_rl.rollout.context import summary_context, summary_request
 from agentic_rl.templates.drift import template_drift_tokens
 from agentic_rl.templates.thinking import thinking_context
@@ -27,6 +34,10 @@ OnFinish = Callable[[Trajectory], None]
 StepResult = Callable[[], tuple]
 """Returns an env step's ``(observations, reward, terminated, truncated, info)`` or raises
 (``concurrent.futures.TimeoutError`` when the step outlived the episode's deadline)."""
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < float("inf")
 
 
 def reset_options(task_index: int, renderer: ChatRenderer | None, training_step: int | None = None) -> dict:
@@ -73,6 +84,19 @@ class Episode:
     """The last step started a new segment (the scheduler re-submits instead of extending)."""
     summarizing: bool = False
     """The next sampled turn is the summary the context policy asked for (``summarize``)."""
+    by_role: dict[str, Trajectory] | None = None
+    """A multi-role env's episode: each role's trajectory once the role is addressed;
+    ``trajectory`` is the one whose turn is next. None: the episode has one role."""
+    roles: tuple[str, ...] = ()
+    """The env's roles (empty: one role)."""
+    role: str | None = None
+    """The role whose turn is next (None: one role)."""
+    outcome: tuple[str | None, bool, bool] = (None, False, False)
+    """A multi-role episode's (answer, correct, whether any step gave ``role_rewards``), whichever role's step said it."""
+    role_reward: dict[str, float] = field(default_factory=dict)
+    """Each role's reward so far (the step rewards credited to it)."""
+    role_stopped: dict[str, bool] = field(default_factory=dict)
+    """Whether each role's last turn ended on a stop token (how its next observation renders)."""
 
     @classmethod
     def reset(
@@ -114,9 +138,37 @@ class Episode:
         if limits.context in ("window", "fold") and renderer:
             episode.history = list(messages)
         episode.opening = len(messages)
+        roles = env_roles(env)
+        if roles:
+            if limits.context != "full":
+                raise ConfigError(
+                    f"rollout.context: {limits.context!r} does not apply to an env with roles "
+                    f"({', '.join(roles)}): each role's conversation grows in full"
+                )
+            episode.by_role, episode.roles, episode.role = {}, roles, roles[0]
+            trajectory.info["episode"] = uuid.uuid4().hex[:12]
+            if not episode._address(info.get("role", roles[0])):
+                return episode
+            trajectory.info["role"] = episode.role
+            episode.by_role[episode.role] = trajectory
         if renderer and len(trajectory.token_ids) >= limits.max_total_tokens:
             episode.finish("max_tokens")  # the prompt alone fills the budget: nothing to sample
         return episode
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        """Every role's trajectory (a single-role episode: its one trajectory)."""
+        return list(self.by_role.values()) if self.by_role else [self.trajectory]
+
+    def _address(self, role: object) -> bool:
+        """Make ``role`` the next to play; an env naming a role it did not declare is an
+        infrastructure error (the episode finishes). Returns whether the episode goes on."""
+        if role not in self.roles:
+            self.trajectory.infra_error = f"env named role {role!r}, not one of its roles ({', '.join(self.roles)})"
+            self.finish("error")
+            return False
+        self.role = str(role)
+        return True
 
     @property
     def finished(self) -> bool:
@@ -214,13 +266,23 @@ class Episode:
         turn.reward = float(reward)
         turn.turn_reward = float(info.get("turn_reward", 0.0))
         trajectory.turns.append(turn)
-        trajectory.reward += float(reward)
+        if self.roles and not self._credit(turn, info):
+            return False
+        trajectory.reward += turn.reward
         if "answer" in info:
             trajectory.answer = info["answer"]
         trajectory.correct = bool(info.get("correct", trajectory.correct))
         if "format_ok" in info:  # the env's format verdict: every step that gives one must pass
             trajectory.info["format_ok"] = bool(info["format_ok"]) and trajectory.info.get("format_ok", True)
         reason = self._termination(turn, terminated, truncated)
+        if reason is None and self.roles and info.get("role", self.role) != self.role:
+            return self._hand_over(info, observations)
+        return self._go_on(turn, observations, reason)
+
+    def _go_on(self, turn: Turn | None, observations: list[Message], reason: str | None) -> bool:
+        """Show ``observations`` to the current trajectory (``turn``: its last turn) unless
+        ``reason`` ends the episode; returns whether it goes on."""
+        trajectory = self.trajectory
         shown = self._next_context(observations) if reason is None else None
         if shown is not None:  # the policy cut what the model saw: a new segment, rendered afresh
             reason = self._start_segment(shown, observations)
@@ -235,8 +297,65 @@ class Episode:
                 self.history.extend(observations)
         return True
 
+    def _credit(self, turn: Turn, info: dict) -> bool:
+        """A multi-role step's rewards: ``info["role_rewards"][role]`` for the roles it names,
+        the step's reward for the others; the acting role's is its turn's. A malformed
+        ``role_rewards`` is the env's bug: an infrastructure error. Returns whether the episode goes on."""
+        answer, correct, scored = self.outcome
+        given = info.get("role_rewards", {})
+        bad = (
+            "a dict"
+            if not isinstance(given, dict)
+            else next((f"{r!r}: not one of its roles" for r in given if r not in self.roles), None)
+            or next((f"{r!r}: not a finite number" for r, v in given.items() if not _finite(v)), None)
+        )
+        if bad is not None:
+            self.trajectory.infra_error = f"env step info role_rewards: expected {{role: number}}, got {bad}"
+            self.finish("error")
+            return False
+        for role in self.roles:
+            self.role_reward[role] = self.role_reward.get(role, 0.0) + float(given.get(role, turn.reward))
+        turn.reward = float(given.get(self.role, turn.reward))
+        self.outcome = (info.get("answer", answer), bool(info.get("correct", correct)), scored or bool(given))
+        return True
+
+    def _hand_over(self, info: dict, observations: list[Message]) -> bool:
+        """The next turn is another role's: ``observations`` go to its conversation (they
+        open it when the role has not been addressed yet: with the step info's ``tools``,
+        ``tools_prompt`` and ``tool_output_template`` as a reset's would). Its sequence is a
+        different one: the scheduler re-submits it (``new_segment``)."""
+        self.role_stopped[self.role] = self.stopped_last_turn
+        if not self._address(info["role"]):
+            return False
+        self.new_segment = True
+        known = self.by_role.get(self.role)
+        if known is not None:
+            self.trajectory, self.stopped_last_turn = known, self.role_stopped.get(self.role, True)
+            self.hit_token_limit = len(known.token_ids) >= self.limits.max_total_tokens
+            return self._go_on(known.turns[-1] if known.turns else None, observations, None)
+        first = self.trajectory
+        opened = Trajectory(
+            task_id=first.task_id,
+            group_id=first.group_id,
+            messages=list(observations),
+            info={
+                "role": self.role,
+                "episode": first.info["episode"],
+                **{k: info[k] for k in OPENING_INFO if k in info},
+            },
+        )
+        self.by_role[self.role] = self.trajectory = opened
+        self.stopped_last_turn, self.hit_token_limit = True, False
+        if self.renderer:
+            opened.append(self.renderer.prompt_ids(observations, tools=opened.template_tools), 0)
+            opened.prompt_length = len(opened.token_ids)
+            if opened.prompt_length >= self.limits.max_total_tokens:
+                self.finish("max_tokens")
+                return False
+        return True
+
     def _append_observations(
-        self, turn: Turn, observations: list[Message]
+        self, turn: Turn | None, observations: list[Message]
     ) -> tuple[str | None, list[Message], list[Message] | None]:
         """Append the observations' tokens to the sequence (with ``summarize``, and the
         request for a summary when the next prompt would pass the budget). Where the grown
@@ -262,7 +381,8 @@ class Episode:
         if len(trajectory.token_ids) + len(obs_ids) >= self.limits.max_total_tokens:
             return "max_tokens", observations, None
         trajectory.append(obs_ids, 0)
-        turn.observation_end = len(trajectory.token_ids)
+        if turn is not None:
+            turn.observation_end = len(trajectory.token_ids)
         return None, observations, None
 
     def _apply_summary(self, turn: Turn) -> bool:
@@ -345,18 +465,26 @@ class Episode:
         self.finish("error")
 
     def finish(self, reason: str) -> None:
-        """End the episode: record why and how long, the env's episode metrics, release the
-        env, and report the trajectory."""
+        """End the episode: record why and how long (every role's trajectory: its own
+        reward, the episode's outcome), the env's episode metrics, release the env, and
+        report the trajectory (once per episode)."""
+        wall_time = time.monotonic() - self.started
+        error = self.trajectory.infra_error
+        answer, correct, scored = self.outcome
+        for trajectory in self.trajectories:
+            if self.by_role:
+                trajectory.reward = self.role_reward.get(trajectory.info["role"], 0.0)
+                trajectory.answer, trajectory.infra_error = answer, error
+                trajectory.correct = trajectory.reward > 0 if scored else correct
+            trajectory.termination_reason, trajectory.wall_time_s = reason, wall_time
+            for segment in trajectory.segments:  # every sample carries the episode's outcome
+                segment.reward, segment.correct, segment.answer = (
+                    trajectory.reward,
+                    trajectory.correct,
+                    trajectory.answer,
+                )
+                segment.termination_reason, segment.infra_error, segment.wall_time_s = reason, error, wall_time
         trajectory = self.trajectory
-        trajectory.termination_reason = reason
-        trajectory.wall_time_s = time.monotonic() - self.started
-        for segment in trajectory.segments:  # every sample carries the episode's outcome
-            segment.reward, segment.correct, segment.answer = trajectory.reward, trajectory.correct, trajectory.answer
-            segment.termination_reason, segment.infra_error, segment.wall_time_s = (
-                reason,
-                trajectory.infra_error,
-                trajectory.wall_time_s,
-            )
         self._record_episode_metrics()
         close = getattr(self.env, "close", None)
         if callable(close):  # release per-trajectory resources (sandbox sessions)

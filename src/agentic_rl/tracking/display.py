@@ -144,11 +144,14 @@ def env_table(metrics: dict[str, float], k: int, title: str = "per env") -> Tabl
     """A mix's evaluation: one row per headline metric, one column per env, then the
     mix-weighted and the overall (every task equal) values."""
     labels = env_labels(metrics, k)
-    table = Table(title=title, show_header=True, header_style="bold")
-    for column in ("metric", *labels, "weighted", "overall"):
+    mix = f"avg@{k}@weighted" in metrics  # else an env's roles: no weighted column
+    table = Table(title=title if mix else "per role", show_header=True, header_style="bold")
+    for column in ("metric", *labels, *(["weighted"] if mix else []), "overall"):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for key in (f"avg@{k}", f"pass@{k}", f"maj@{k}", *_HEADLINE):
-        cells = [metrics.get(f"{key}@{label}") for label in (*labels, "weighted")] + [metrics.get(key)]
+        cells = [metrics.get(f"{key}@{label}") for label in (*labels, *(["weighted"] if mix else []))] + [
+            metrics.get(key)
+        ]
         if any(cell is not None for cell in cells):
             table.add_row(key, *("-" if cell is None else f"{cell:.4f}" for cell in cells))
     return table
@@ -175,6 +178,9 @@ def print_step(metrics: dict[str, float], total_steps: int, eta: StepClock | Non
     for key, label in _STEP_KEYS:
         if key in metrics:
             parts.append(f"{label} {metrics[key]:.3g}")
+    parts += [
+        f"{key[len('reward_mean@') :]} {value:.3g}" for key, value in metrics.items() if key.startswith("reward_mean@")
+    ]
     if eta is not None:
         parts.append(eta.eta(metrics))
     console.print("  ".join(parts))
@@ -191,8 +197,10 @@ def print_eval(label: str, metrics: dict[str, float], k: int) -> None:
     )
     console.print(f"[bold]eval {label}[/]: " + "  ".join(f"{name} {metrics[key]:.3f}" for key, name in keys))
     labels = env_labels(metrics, k)
-    if labels:  # a mix: each env's accuracy and the mix-weighted one
-        console.print("  " + "  ".join(f"{name} {metrics[f'avg@{k}@{name}']:.3f}" for name in (*labels, "weighted")))
+    if labels:
+        # a mix: each env's accuracy and the mix-weighted one; an env with roles: each role's
+        names = (*labels, "weighted") if f"avg@{k}@weighted" in metrics else labels
+        console.print("  " + "  ".join(f"{name} {metrics[f'avg@{k}@{name}']:.3f}" for name in names))
 
 
 def print_listing(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:

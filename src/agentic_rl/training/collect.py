@@ -22,6 +22,7 @@ from agentic_rl.distributed import DistContext
 from agentic_rl.engines.base import Completion
 from agentic_rl.rollout.engine import rollout
 from agentic_rl.rollout.episode import Episode
+from agentic_rl.rollout.roles import gather_task_groups
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def collect_successful(
         task_positions=mine if dist.distributed else None,
     )
     if dist.distributed:
-        groups = dist.gather_by_position(mine, groups, config.num_tasks)
+        groups = gather_task_groups(dist, mine, groups, config.num_tasks)
 
     result = CollectResult()
     for group in groups:
@@ -154,26 +155,27 @@ def collect_expert(
     result = CollectResult()
     for position in range(config.num_tasks):
         index = config.task_offset + position
-        trajectory = play_expert(lambda: envs.make(env_name, **options), index, limits=limits, renderer=renderer)
+        played = play_expert(lambda: envs.make(env_name, **options), index, limits=limits, renderer=renderer)
         result.attempted += 1
         if on_trajectory is not None:
-            on_trajectory(trajectory)
-        if trajectory.correct:
+            on_trajectory(played[0])
+        if all(trajectory.correct for trajectory in played):  # an env with roles: every role's part succeeded
             result.successful += 1
             result.tasks_with_success += 1
-            result.examples += [trajectory_to_example(sample, parser) for sample in trajectory.samples]
+            result.examples += [trajectory_to_example(s, parser) for trajectory in played for s in trajectory.samples]
     result.wall_time_s = time.monotonic() - started
     return result
 
 
 def play_expert(
     make_env: Callable[[], object], task_index: int, *, limits: RolloutConfig, renderer: ChatRenderer | None
-) -> Trajectory:
+) -> list[Trajectory]:
     """One episode of ``task_index`` played by the env's scripted expert (``expert_reply``,
     and ``expert_summary`` for the summaries ``summarize`` asks for) through the rollout's
     ``Episode`` under ``limits``: its samples (``trajectory.samples``) hold exactly the
     tokens a rollout would, the expert's text standing in for sampled tokens (its
-    ``logprobs`` are 0). An env failure raises: the expert's own env must not fail."""
+    ``logprobs`` are 0). Returns every role's trajectory (an env with roles: the expert
+    plays whichever role's turn it is). An env failure raises: the expert's own env must not fail."""
     group = TrajectoryGroup(task_id=str(task_index), group_id=f"expert-{task_index}")
     episode = Episode.reset(make_env, task_index, group, limits=limits, renderer=renderer, on_finish=None)
     eot = end_of_turn_id(renderer) if renderer is not None else None
@@ -190,7 +192,7 @@ def play_expert(
         episode.apply_step(turn, episode.env_step(message))
     if episode.trajectory.infra_error:  # a bug to see, not data to drop
         raise RuntimeError(f"expert episode of task {task_index}: {episode.trajectory.infra_error}")
-    return episode.trajectory
+    return episode.trajectories
 
 
 def _close(env) -> None:

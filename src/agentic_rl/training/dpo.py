@@ -30,6 +30,7 @@ from agentic_rl.distributed import DistContext
 from agentic_rl.envs.base import Env
 from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.rollout.engine import rollout
+from agentic_rl.rollout.roles import gather_task_groups
 from agentic_rl.training.batch import collate, length_buckets
 from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.supervised import Forward, train_supervised
@@ -194,7 +195,7 @@ def collect_pairs(
         task_positions=mine if dist.distributed else None,
     )
     if dist.distributed:
-        groups = dist.gather_by_position(mine, groups, len(task_indices))
+        groups = gather_task_groups(dist, mine, groups, len(task_indices))
     pairs = pairs_from_groups(groups, parser)
     return PairCollection(pairs, len(groups), len(groups) - len(pairs), time.monotonic() - started)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from agentic_rl.config import ConfigError, TrainConfig
 from agentic_rl.envs import env_factory, mixed_spec_of
 from agentic_rl.models import MODEL_NAMES, resolve_auto_parser
+from agentic_rl.rollout.episode import env_roles
 from agentic_rl.training.stages import eval_env_options, sft_env_options
 
 HUB_TIMEOUT_S = 10.0
@@ -41,8 +42,8 @@ def preflight(config: TrainConfig, *, check_model: bool = True) -> Preflight:
 
     if config.lora.roles:
         raise ConfigError(
-            "lora.roles: an env's episodes have one role; roles with adapters of their own train agent "
-            "programs (agents.train, agentic-rl train-agent)"
+            "lora.roles: roles with adapters of their own train agent programs (agents.train, agentic-rl "
+            "train-agent); an env's roles share the policy"
         )
     train_env = env_factory(config.env.name, config.env.options, split="train")
     env_factory(config.env.name, eval_env_options(config), split="test")
@@ -56,6 +57,7 @@ def preflight(config: TrainConfig, *, check_model: bool = True) -> Preflight:
         task_indices = mix.task_indices(offset) if mix is not None else list(range(offset, probe.num_tasks))
         if not task_indices:
             raise ConfigError(f"rl.task_offset: {offset} leaves no training tasks (the env has {probe.num_tasks})")
+        check_roles(config, env_roles(probe))
         if _expert_cold_start(config) and mix is None and not callable(getattr(probe, "expert_reply", None)):
             raise ConfigError(
                 f"sft.collect.source: 'expert' needs an env with a scripted expert (expert_reply); "
@@ -67,6 +69,25 @@ def preflight(config: TrainConfig, *, check_model: bool = True) -> Preflight:
             close()
     model = model_source(config.model.name) if check_model else config.model.name
     return Preflight(train_env, task_indices, check_sandbox_for(train_env, config.sandbox.isolation), model)
+
+
+def check_roles(config: TrainConfig, roles: tuple[str, ...]) -> None:
+    """An env with roles trains with independent group samples on one engine per process:
+    the settings that assume one conversation per episode stop with one line."""
+    if not roles:
+        return
+    refused = {
+        "rl.sampling": (config.rl.sampling == "arpo", "ARPO branches one conversation"),
+        "algorithm.advantage.name": (
+            config.algorithm.advantage.name == "remax",
+            "ReMax's greedy baseline has one role",
+        ),
+        "rollout.context": (config.rollout.context != "full", "each role's conversation grows in full"),
+        "distributed.engine": (config.distributed.engine == "ray", "Ray rollout workers play one role"),
+    }
+    for key, (bad, why) in refused.items():
+        if bad:
+            raise ConfigError(f"{key}: not with an env with roles ({', '.join(roles)}): {why}")
 
 
 def resolve_parser(config: TrainConfig, loaded=None) -> None:

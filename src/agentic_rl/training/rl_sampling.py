@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from agentic_rl.rollout.arpo import ARPOStats, arpo_rollout
 from agentic_rl.rollout.engine import rollout
+from agentic_rl.rollout.roles import episode_turns, gather_task_groups, role_metrics
 from agentic_rl.seeds import derive_seed
 from agentic_rl.types import TrajectoryGroup
 
@@ -41,9 +42,9 @@ def sample_groups(trainer, task_indices: list[int], seed: int) -> tuple[list[Tra
     if config.algorithm.advantage.name == "remax":
         add_greedy_baselines(trainer, groups, [task_indices[i] for i in mine], seed, positions)
     if dist.distributed:
-        groups = dist.gather_by_position(mine, groups, len(task_indices))
+        groups = gather_task_groups(dist, mine, groups, len(task_indices))
     if config.algorithm.advantage.name != "remax":
-        return groups, {}
+        return groups, role_metrics(groups, episode_turns(groups))  # an env with roles: per-role figures
     return groups, {"remax_baseline_reward": sum(g.baseline.reward for g in groups) / max(len(groups), 1)}
 
 

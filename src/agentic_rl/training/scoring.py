@@ -13,6 +13,7 @@ from agentic_rl.algorithms.arpo import hard_attribution
 from agentic_rl.config import AlgorithmConfig, RewardConfig
 from agentic_rl.rewards.episode import format_ok, retrieval_calls, tool_cost, two_stage_reward
 from agentic_rl.rollout.arpo import branch_common_prefix
+from agentic_rl.rollout.roles import task_key
 from agentic_rl.training.credit import build_advantage_inputs
 from agentic_rl.types import Trajectory, TrajectoryGroup
 
@@ -201,16 +202,6 @@ def _score_with_segments(
     return ScoredBatch(
         samples, torch.tensor(sample_rewards), rows, excluded, zero_std_group_fraction(rewards, group_index)
     )
-
-
-ROLE_SEPARATOR = "@"
-"""A multi-role episode's groups are one per (task, role), named ``<task group id>@<role>``
-(gateway/agent_training.py): a step counts them as one task (:func:`first_tasks`)."""
-
-
-def task_key(group: TrajectoryGroup) -> str:
-    """What the groups sampled for one task share: their id before :data:`ROLE_SEPARATOR`."""
-    return group.group_id.split(ROLE_SEPARATOR, 1)[0]
 
 
 def first_tasks(groups: list[TrajectoryGroup], count: int) -> tuple[list[TrajectoryGroup], int]:
