@@ -79,7 +79,7 @@ def test_env_training_refuses_roles() -> None:
     from agentic_rl.training.preflight import preflight
 
     config = build(TrainConfig, {"model": {"name": "tiny-random"}, "lora": {"enabled": True, "roles": ROLES}})
-    with pytest.raises(ConfigError, match="lora.roles: an env's episodes have one role"):
+    with pytest.raises(ConfigError, match="lora.roles: roles with adapters of their own train agent programs"):
         preflight(config, check_model=False)
 
 

@@ -217,3 +217,15 @@ def test_preflight_refuses_what_assumes_one_conversation() -> None:
         config = TrainConfig.model_validate({section: {field: value}})
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             check_roles(config, ("planner", "solver"))
+
+
+def test_check_env_reads_the_roles() -> None:
+    from agentic_rl.envs.base import EnvCheckError, check_env
+
+    check_env(make("arithmetic-team"))
+    relay = Relay()
+    relay.roles = ("a", "a")
+    with pytest.raises(EnvCheckError, match="distinct"):
+        check_env(relay)
+    with pytest.raises(EnvCheckError, match="role 'referee' is not one of env.roles"):
+        check_env(Relay(bad="role"))

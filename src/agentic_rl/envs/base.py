@@ -78,6 +78,40 @@ def env_roles(env: Env) -> tuple[str, ...]:
     return names
 
 
+def reset_options(task_index: int, renderer: Any, training_step: int | None = None) -> dict:
+    """What an episode resets its env with: the task, and, where the chat template describes
+    tools itself, the request that the env leave its own description of them out (an env
+    that does says so in its reset info: ``Trajectory.template_tools``), and how the template
+    renders a tool message (an env whose format it matches leaves the framing of tool output
+    to it: ``ToolCallParser.framed_by``); during training,
+    the step (``training_step``: envs with schedules, such as ZeroSearch's noise, read it)."""
+    options: dict = {"task_index": task_index}
+    if training_step is not None:
+        options["training_step"] = training_step
+    if renderer is not None and renderer.template_tools:
+        options["tools_prompt"] = "template"
+        if (
+            renderer.tool_output_template
+        ):  # the env leaves the framing of tool output to the template where it matches its own
+            options["tool_output_template"] = renderer.tool_output_template
+    return options
+
+
+def recorded_episode_metrics(env: Any, trajectory: Any) -> dict[str, Any]:
+    """What an episode records of its env's optional ``episode_metrics(trajectory) ->
+    dict[str, float]`` hook: ``{"episode_metrics": numbers}`` (``aggregate_metrics`` averages
+    them by name), nothing for no hook or an empty dict, ``{"episode_metrics_error": ...}``
+    when the hook fails (a metrics bug must not fail the episode)."""
+    hook = getattr(env, "episode_metrics", None)
+    if not callable(hook):
+        return {}
+    try:
+        metrics = {str(key): float(value) for key, value in dict(hook(trajectory)).items()}
+    except Exception as exc:
+        return {"episode_metrics_error": f"{type(exc).__name__}: {exc}"}
+    return {"episode_metrics": metrics} if metrics else {}
+
+
 class EnvCheckError(AssertionError):
     pass
 

@@ -78,9 +78,9 @@ def rollout(
         None if task_positions is None else [p * group_size + j for p in task_positions for j in range(group_size)]
     )
     run_episodes(episodes, backend, config, seed=seed, return_entropy=return_entropy, ordinals=ordinals)
-    if not any(episode.roles for episode in episodes):
+    if not any(episode.cast for episode in episodes):
         return groups
-    roles = next(episode.roles for episode in episodes if episode.roles)
+    roles = next(episode.cast.roles for episode in episodes if episode.cast)
     return [  # a multi-role env: one group per task and role
         split
         for position, group in enumerate(groups)
@@ -88,7 +88,10 @@ def rollout(
             group.task_index,
             group.task_id,
             group.group_id,
-            [e.by_role or {None: e.trajectory} for e in episodes[position * group_size : (position + 1) * group_size]],
+            [
+                e.cast.by_role if e.cast and e.cast.by_role else {None: e.trajectory}
+                for e in episodes[position * group_size : (position + 1) * group_size]
+            ],
             roles,
         )
     ]

@@ -4,12 +4,8 @@ An episode starts from an env reset (prompt tokens rendered once), takes sampled
 (tokens kept exactly as sampled, loss_mask 1) or chat replies, applies each env step's
 outcome (reward, observation tokens with loss_mask 0, termination), and finishes once with
 a termination reason. The schedulers (rollout/schedulers.py) only decide *when* each
-episode samples and steps; what a turn or a step does to the trajectory lives here.
-
-An env with ``roles`` (multi-agent) plays several conversations in one episode: each role's
-turns and the observations addressed to it make that role's trajectory (token-exact, as a
-single role's), ``info["role"]`` names whose turn comes next, and ``info["role_rewards"]``
-gives each role its reward (else the step's reward is every role's).
+episode samples and steps; what a turn or a step does to the trajectory lives here. An env
+with ``roles`` plays one conversation per role (rollout/cast.py), each token-exact.
 """
 
 from __future__ import annotations
@@ -23,8 +19,8 @@ from dataclasses import dataclass, field
 
 from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import RolloutConfig
-from agentic_rl.envs.base import OPENING_INFO, Env, env_roles
-from agentic_rl.errors import ConfigError
+from agentic_rl.envs.base import Env, env_roles, recorded_episode_metrics, reset_options
+from agentic_rl.rollout.cast import Cast
 from agentic_rl.rollout.context import summary_context, summary_request
 from agentic_rl.templates.drift import template_drift_tokens
 from agentic_rl.templates.thinking import thinking_context
@@ -34,29 +30,6 @@ OnFinish = Callable[[Trajectory], None]
 StepResult = Callable[[], tuple]
 """Returns an env step's ``(observations, reward, terminated, truncated, info)`` or raises
 (``concurrent.futures.TimeoutError`` when the step outlived the episode's deadline)."""
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < float("inf")
-
-
-def reset_options(task_index: int, renderer: ChatRenderer | None, training_step: int | None = None) -> dict:
-    """What an episode resets its env with: the task, and, where the chat template describes
-    tools itself, the request that the env leave its own description of them out (an env
-    that does says so in its reset info: ``Trajectory.template_tools``), and how the template
-    renders a tool message (an env whose format it matches leaves the framing of tool output
-    to it: ``ToolCallParser.framed_by``); during training,
-    the step (``training_step``: envs with schedules, such as ZeroSearch's noise, read it)."""
-    options: dict = {"task_index": task_index}
-    if training_step is not None:
-        options["training_step"] = training_step
-    if renderer is not None and renderer.template_tools:
-        options["tools_prompt"] = "template"
-        if (
-            renderer.tool_output_template
-        ):  # the env leaves the framing of tool output to the template where it matches its own
-            options["tool_output_template"] = renderer.tool_output_template
-    return options
 
 
 @dataclass
@@ -84,19 +57,8 @@ class Episode:
     """The last step started a new segment (the scheduler re-submits instead of extending)."""
     summarizing: bool = False
     """The next sampled turn is the summary the context policy asked for (``summarize``)."""
-    by_role: dict[str, Trajectory] | None = None
-    """A multi-role env's episode: each role's trajectory once the role is addressed;
-    ``trajectory`` is the one whose turn is next. None: the episode has one role."""
-    roles: tuple[str, ...] = ()
-    """The env's roles (empty: one role)."""
-    role: str | None = None
-    """The role whose turn is next (None: one role)."""
-    outcome: tuple[str | None, bool, bool] = (None, False, False)
-    """A multi-role episode's (answer, correct, whether any step gave ``role_rewards``), whichever role's step said it."""
-    role_reward: dict[str, float] = field(default_factory=dict)
-    """Each role's reward so far (the step rewards credited to it)."""
-    role_stopped: dict[str, bool] = field(default_factory=dict)
-    """Whether each role's last turn ended on a stop token (how its next observation renders)."""
+    cast: Cast | None = None
+    """A multi-role env's roles (``trajectory`` is the role's whose turn is next); None: one role."""
 
     @classmethod
     def reset(
@@ -138,19 +100,13 @@ class Episode:
         if limits.context in ("window", "fold") and renderer:
             episode.history = list(messages)
         episode.opening = len(messages)
-        roles = env_roles(env)
-        if roles:
-            if limits.context != "full":
-                raise ConfigError(
-                    f"rollout.context: {limits.context!r} does not apply to an env with roles "
-                    f"({', '.join(roles)}): each role's conversation grows in full"
-                )
-            episode.by_role, episode.roles, episode.role = {}, roles, roles[0]
+        episode.cast = Cast.for_env(env_roles(env), limits.context)
+        if episode.cast is not None:
             trajectory.info["episode"] = uuid.uuid4().hex[:12]
-            if not episode._address(info.get("role", roles[0])):
+            if not episode._address(info.get("role", episode.cast.role)):
                 return episode
-            trajectory.info["role"] = episode.role
-            episode.by_role[episode.role] = trajectory
+            episode.cast.by_role[episode.cast.role] = trajectory
+            trajectory.info["role"] = episode.cast.role
         if renderer and len(trajectory.token_ids) >= limits.max_total_tokens:
             episode.finish("max_tokens")  # the prompt alone fills the budget: nothing to sample
         return episode
@@ -158,16 +114,15 @@ class Episode:
     @property
     def trajectories(self) -> list[Trajectory]:
         """Every role's trajectory (a single-role episode: its one trajectory)."""
-        return list(self.by_role.values()) if self.by_role else [self.trajectory]
+        return list(self.cast.by_role.values()) if self.cast and self.cast.by_role else [self.trajectory]
 
     def _address(self, role: object) -> bool:
-        """Make ``role`` the next to play; an env naming a role it did not declare is an
-        infrastructure error (the episode finishes). Returns whether the episode goes on."""
-        if role not in self.roles:
-            self.trajectory.infra_error = f"env named role {role!r}, not one of its roles ({', '.join(self.roles)})"
-            self.finish("error")
-            return False
-        self.role = str(role)
+        """Make ``role`` the next to play (an undeclared one finishes the episode with an
+        infrastructure error). Returns whether the episode goes on."""
+        error = self.cast.unknown(role)
+        if error:
+            return self.fail(error)
+        self.cast.role = str(role)
         return True
 
     @property
@@ -212,14 +167,8 @@ class Episode:
 
     def take_reply(self, text: str, finish_reason: str, weight_version: int = 0) -> tuple[Turn, Message]:
         """Append a chat-level reply (no token data); returns the turn and the assistant message."""
-        position = len(self.trajectory.token_ids)
-        turn = Turn(
-            assistant_text=text,
-            response_start=position,
-            response_end=position,
-            finish_reason=finish_reason,
-            weight_version=weight_version,
-        )
+        at = len(self.trajectory.token_ids)
+        turn = Turn(text, at, at, finish_reason=finish_reason, weight_version=weight_version)
         return turn, self._say(text)
 
     def _say(self, text: str) -> Message:
@@ -230,11 +179,9 @@ class Episode:
         return message
 
     def env_step(self, message: Message) -> Callable[[], tuple | None]:
-        """What the scheduler runs (in its thread pool) for the turn just taken: the env's
-        step, or nothing for a summary turn, which the env never sees. Decided here, in the
-        scheduler's thread: the summary's ``apply_step`` does not wait for the pool and
-        clears ``summarizing``, so a check inside the pooled call could see it cleared and
-        step the env with the summary."""
+        """What the scheduler runs (in its thread pool) for the turn just taken: the env's step,
+        or nothing for a summary turn. Decided here, in the scheduler's thread: the summary's
+        ``apply_step`` clears ``summarizing`` without waiting for the pool."""
         if self.summarizing:
             return lambda: None
         return lambda: self.env.step(message)
@@ -249,25 +196,23 @@ class Episode:
             return self._apply_summary(turn)
         try:
             observations, reward, terminated, truncated, info = result()
-        except FutureTimeout:
-            # The env (or a tool inside it) hung: infrastructure, not the policy's doing.
+        except FutureTimeout:  # the env (or a tool inside it) hung: infrastructure, not the policy's doing
             trajectory.turns.append(turn)
-            trajectory.infra_error = (
-                f"env step did not return within the {self.limits.timeout_s:g} s trajectory timeout"
+            return self.fail(
+                f"env step did not return within the {self.limits.timeout_s:g} s trajectory timeout", "timeout"
             )
-            self.finish("timeout")
-            return False
         except Exception as exc:  # an env or tool crash is infrastructure, not the policy's doing
             trajectory.turns.append(turn)
-            trajectory.infra_error = f"{type(exc).__name__}: {exc}"
-            self.finish("error")
-            return False
+            return self.fail(f"{type(exc).__name__}: {exc}")
         turn.tool_results = list(info.get("tool_results", []))
         turn.reward = float(reward)
         turn.turn_reward = float(info.get("turn_reward", 0.0))
         trajectory.turns.append(turn)
-        if self.roles and not self._credit(turn, info):
-            return False
+        if self.cast is not None:
+            credited = self.cast.credit(turn.reward, info)
+            if isinstance(credited, str):  # a malformed role_rewards: the env's bug
+                return self.fail(credited)
+            turn.reward = credited
         trajectory.reward += turn.reward
         if "answer" in info:
             trajectory.answer = info["answer"]
@@ -275,7 +220,7 @@ class Episode:
         if "format_ok" in info:  # the env's format verdict: every step that gives one must pass
             trajectory.info["format_ok"] = bool(info["format_ok"]) and trajectory.info.get("format_ok", True)
         reason = self._termination(turn, terminated, truncated)
-        if reason is None and self.roles and info.get("role", self.role) != self.role:
+        if reason is None and self.cast is not None and info.get("role", self.cast.role) != self.cast.role:
             return self._hand_over(info, observations)
         return self._go_on(turn, observations, reason)
 
@@ -297,61 +242,24 @@ class Episode:
                 self.history.extend(observations)
         return True
 
-    def _credit(self, turn: Turn, info: dict) -> bool:
-        """A multi-role step's rewards: ``info["role_rewards"][role]`` for the roles it names,
-        the step's reward for the others; the acting role's is its turn's. A malformed
-        ``role_rewards`` is the env's bug: an infrastructure error. Returns whether the episode goes on."""
-        answer, correct, scored = self.outcome
-        given = info.get("role_rewards", {})
-        bad = (
-            "a dict"
-            if not isinstance(given, dict)
-            else next((f"{r!r}: not one of its roles" for r in given if r not in self.roles), None)
-            or next((f"{r!r}: not a finite number" for r, v in given.items() if not _finite(v)), None)
-        )
-        if bad is not None:
-            self.trajectory.infra_error = f"env step info role_rewards: expected {{role: number}}, got {bad}"
-            self.finish("error")
-            return False
-        for role in self.roles:
-            self.role_reward[role] = self.role_reward.get(role, 0.0) + float(given.get(role, turn.reward))
-        turn.reward = float(given.get(self.role, turn.reward))
-        self.outcome = (info.get("answer", answer), bool(info.get("correct", correct)), scored or bool(given))
-        return True
-
     def _hand_over(self, info: dict, observations: list[Message]) -> bool:
-        """The next turn is another role's: ``observations`` go to its conversation (they
-        open it when the role has not been addressed yet: with the step info's ``tools``,
-        ``tools_prompt`` and ``tool_output_template`` as a reset's would). Its sequence is a
-        different one: the scheduler re-submits it (``new_segment``)."""
-        self.role_stopped[self.role] = self.stopped_last_turn
+        """The next turn is another role's: ``observations`` go to its conversation (opening it
+        the first time: ``Cast.opened``), a sequence the scheduler re-submits (``new_segment``)."""
+        cast = self.cast
+        cast.stopped[cast.role] = self.stopped_last_turn
         if not self._address(info["role"]):
             return False
         self.new_segment = True
-        known = self.by_role.get(self.role)
+        known = cast.by_role.get(cast.role)
         if known is not None:
-            self.trajectory, self.stopped_last_turn = known, self.role_stopped.get(self.role, True)
+            self.trajectory, self.stopped_last_turn = known, cast.stopped.get(cast.role, True)
             self.hit_token_limit = len(known.token_ids) >= self.limits.max_total_tokens
             return self._go_on(known.turns[-1] if known.turns else None, observations, None)
-        first = self.trajectory
-        opened = Trajectory(
-            task_id=first.task_id,
-            group_id=first.group_id,
-            messages=list(observations),
-            info={
-                "role": self.role,
-                "episode": first.info["episode"],
-                **{k: info[k] for k in OPENING_INFO if k in info},
-            },
-        )
-        self.by_role[self.role] = self.trajectory = opened
+        self.trajectory = cast.opened(self.trajectory, observations, info, self.renderer)
         self.stopped_last_turn, self.hit_token_limit = True, False
-        if self.renderer:
-            opened.append(self.renderer.prompt_ids(observations, tools=opened.template_tools), 0)
-            opened.prompt_length = len(opened.token_ids)
-            if opened.prompt_length >= self.limits.max_total_tokens:
-                self.finish("max_tokens")
-                return False
+        if len(self.trajectory.token_ids) >= self.limits.max_total_tokens:
+            self.finish("max_tokens")  # its opening alone fills the budget
+            return False
         return True
 
     def _append_observations(
@@ -459,10 +367,12 @@ class Episode:
             return "timeout"
         return None
 
-    def fail(self, error: str) -> None:
-        """End the episode because the engine could not sample its turn: infrastructure."""
+    def fail(self, error: str, reason: str = "error") -> bool:
+        """End the episode on an infrastructure error (the engine could not sample its turn,
+        the env failed or hung); returns False: the episode does not go on."""
         self.trajectory.infra_error = error
-        self.finish("error")
+        self.finish(reason)
+        return False
 
     def finish(self, reason: str) -> None:
         """End the episode: record why and how long (every role's trajectory: its own
@@ -470,22 +380,15 @@ class Episode:
         report the trajectory (once per episode)."""
         wall_time = time.monotonic() - self.started
         error = self.trajectory.infra_error
-        answer, correct, scored = self.outcome
-        for trajectory in self.trajectories:
-            if self.by_role:
-                trajectory.reward = self.role_reward.get(trajectory.info["role"], 0.0)
-                trajectory.answer, trajectory.infra_error = answer, error
-                trajectory.correct = trajectory.reward > 0 if scored else correct
-            trajectory.termination_reason, trajectory.wall_time_s = reason, wall_time
-            for segment in trajectory.segments:  # every sample carries the episode's outcome
-                segment.reward, segment.correct, segment.answer = (
-                    trajectory.reward,
-                    trajectory.correct,
-                    trajectory.answer,
-                )
-                segment.termination_reason, segment.infra_error, segment.wall_time_s = reason, error, wall_time
+        if self.cast is not None:
+            self.cast.close(error)
+        for t in self.trajectories:
+            t.termination_reason, t.wall_time_s = reason, wall_time
+            for s in t.segments:  # every sample carries the episode's outcome
+                s.reward, s.correct, s.answer, s.termination_reason = t.reward, t.correct, t.answer, reason
+                s.infra_error, s.wall_time_s = error, wall_time
         trajectory = self.trajectory
-        self._record_episode_metrics()
+        trajectory.info.update(recorded_episode_metrics(self.env, trajectory))
         close = getattr(self.env, "close", None)
         if callable(close):  # release per-trajectory resources (sandbox sessions)
             try:
@@ -494,17 +397,3 @@ class Episode:
                 trajectory.info["close_error"] = f"{type(exc).__name__}: {exc}"
         if self.on_finish:
             self.on_finish(trajectory)
-
-    def _record_episode_metrics(self) -> None:
-        """Envs may expose ``episode_metrics(trajectory) -> dict[str, float]``; the numbers go to
-        ``trajectory.info["episode_metrics"]`` (``aggregate_metrics`` averages them by name);
-        an empty dict (e.g. a ToolEnv without reflection or memory) records nothing."""
-        hook = getattr(self.env, "episode_metrics", None)
-        if not callable(hook):
-            return
-        try:
-            metrics = {str(key): float(value) for key, value in dict(hook(self.trajectory)).items()}
-            if metrics:
-                self.trajectory.info["episode_metrics"] = metrics
-        except Exception as exc:  # a metrics bug must not fail the episode
-            self.trajectory.info["episode_metrics_error"] = f"{type(exc).__name__}: {exc}"
