@@ -2,6 +2,7 @@
 
 from agentic_rl.envs.arithmetic import ArithmeticTasks, make_arithmetic_env
 from agentic_rl.envs.arithmetic_team import make_arithmetic_team_env
+from agentic_rl.envs.arithmetic_verify import make_arithmetic_verify_env
 from agentic_rl.envs.base import Env, EnvCheckError, Task, check_env
 from agentic_rl.envs.code import make_code_env
 from agentic_rl.envs.frozenlake import make_frozenlake_env
@@ -35,6 +36,12 @@ register(
     make_arithmetic_team_env,
     "Two roles: a planner rewrites a word problem as one expression, a solver computes it with the calculator; "
     "credit per role or shared.",
+)
+register(
+    "arithmetic-verify",
+    make_arithmetic_verify_env,
+    "Two roles: a solver answers a word problem with the calculator, a verifier judges a proposed answer "
+    "(sometimes corrupted); each rewarded for its own job.",
 )
 register(
     "search-qa",
@@ -113,6 +120,7 @@ __all__ = [
     "make",
     "make_arithmetic_env",
     "make_arithmetic_team_env",
+    "make_arithmetic_verify_env",
     "make_mixed_env",
     "mixed_spec_of",
     "name_for",

@@ -65,6 +65,8 @@ class ArithmeticTeamEnv:
         self.task: Task | None = None
         self.expression: str | None = None
         self.solver_options: dict[str, Any] = {}
+        self.team = 0.0
+        """The team's outcome: 1.0 once the solver answered the task right."""
 
     @property
     def num_tasks(self) -> int:
@@ -77,7 +79,7 @@ class ArithmeticTeamEnv:
         index = options.pop("task_index", None)
         self.task = self.tasks[random.Random(seed).randrange(len(self.tasks)) if index is None else index]
         options.pop("task", None)
-        self.solver_options, self.expression = options, None
+        self.solver_options, self.expression, self.team = options, None, 0.0
         messages = [{"role": "system", "content": self.planner_prompt}, {"role": "user", "content": self.task.prompt}]
         return messages, {"task_id": self.task.id, "role": "planner"}
 
@@ -90,7 +92,7 @@ class ArithmeticTeamEnv:
         info = {**info, "role": "solver"}
         if not (terminated or truncated):
             return observations, reward, False, False, info
-        team = numeric_reward(info.get("answer"), self.task)
+        team = self.team = numeric_reward(info.get("answer"), self.task)
         info.update(correct=team > 0, team_reward=team)
         if self.credit == "shared":
             return observations, team, terminated, truncated, info
@@ -126,7 +128,10 @@ class ArithmeticTeamEnv:
         return self.task.metadata["expression"] if self.expression is None else self.solver.expert_reply()
 
     def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
-        return self.solver.episode_metrics(trajectory) if self.expression is not None else {}
+        """``team_correct``: whether the team answered the task (whatever the credit), with
+        the solver's own episode metrics once it played."""
+        solver = self.solver.episode_metrics(trajectory) if self.expression is not None else {}
+        return {**solver, "team_correct": self.team}
 
     def close(self) -> None:
         self.solver.close()

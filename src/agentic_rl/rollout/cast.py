@@ -30,8 +30,10 @@ class Cast:
     """Each role's reward so far (the step rewards credited to it)."""
     stopped: dict[str, bool] = field(default_factory=dict)
     """Whether each role's last turn ended on a stop token (how its next observation renders)."""
-    answer: str | None = None
+    answers: dict[str, str | None] = field(default_factory=dict)
+    """Each role's answer: the ``answer`` of its own steps' info."""
     correct: bool = False
+    """The episode's ``correct``, whichever role's step said it."""
     scored: bool = False
     """Whether any step gave ``role_rewards`` (then a role's ``correct`` is its reward > 0)."""
 
@@ -70,7 +72,8 @@ class Cast:
             return f"env step info role_rewards: expected {{role: number}}, got {bad}"
         for role in self.roles:
             self.reward[role] = self.reward.get(role, 0.0) + float(given.get(role, step_reward))
-        self.answer = info.get("answer", self.answer)
+        if "answer" in info:
+            self.answers[self.role] = info["answer"]
         self.correct = bool(info.get("correct", self.correct))
         self.scored = self.scored or bool(given)
         return float(given.get(self.role, step_reward))
@@ -96,8 +99,8 @@ class Cast:
         return trajectory
 
     def close(self, error: str | None) -> None:
-        """Give every role's trajectory its reward and the episode's outcome."""
+        """Give every role's trajectory its reward, its answer and the episode's outcome."""
         for role, trajectory in self.by_role.items():
             trajectory.reward = self.reward.get(role, 0.0)
-            trajectory.answer, trajectory.infra_error = self.answer, error
+            trajectory.answer, trajectory.infra_error = self.answers.get(role), error
             trajectory.correct = trajectory.reward > 0 if self.scored else self.correct
