@@ -33,6 +33,8 @@ SIDES = {
     "adapters": {"lora": {"enabled": True, "roles": {"planner": "own", "solver": "own"}}},
 }
 TIMES = ("rollout_time_s", "update_time_s", "step_time_s")
+SAMPLED = ("reward_mean", "response_length", "calls_per_episode")
+"""What says the two sides' first steps sampled the same episodes."""
 
 
 def run_side(name: str, args: argparse.Namespace) -> list[dict[str, float]]:
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         started = time.monotonic()
         steps = run_side(side, args)
         results[side] = {
-            "steps": [{key: step[key] for key in (*TIMES, "reward_mean") if key in step} for step in steps],
+            "steps": [{key: step[key] for key in (*TIMES, *SAMPLED) if key in step} for step in steps],
             **{f"median_{key}": statistics.median(step[key] for step in steps) for key in TIMES},
             "wall_s": time.monotonic() - started,
         }

@@ -74,7 +74,7 @@ def test_envs_pipes_into_grep() -> None:
         [sys.executable, "-m", "agentic_rl", "envs"], capture_output=True, text=True, env=env, timeout=120
     )
     assert listed.returncode == 0 and listed.stderr == ""
-    [line] = [line for line in listed.stdout.splitlines() if "arithmetic" in line.split("\t")[0]]
+    [line] = [line for line in listed.stdout.splitlines() if line.split("\t")[0] == "arithmetic"]
     assert line.startswith("arithmetic\t") and "calculator" in line
 
 
