@@ -229,3 +229,49 @@ def test_check_env_reads_the_roles() -> None:
         check_env(relay)
     with pytest.raises(EnvCheckError, match="role 'referee' is not one of env.roles"):
         check_env(Relay(bad="role"))
+
+
+class Orchestra:
+    """An orchestrator whose tool is a worker: each call runs a fresh worker conversation
+    (``new_conversation``) whose answer comes back as the call's result; the outcome is shared."""
+
+    roles = ("orchestrator", "worker")
+    num_tasks = 1
+
+    def reset(self, *, seed=None, options=None):
+        self.calls = 0
+        return [{"role": "user", "content": "Ask the worker twice, then answer."}], {"role": "orchestrator"}
+
+    def step(self, message):
+        if message["content"].startswith("ASK"):
+            self.calls += 1
+            question = [{"role": "user", "content": f"Worker, question {self.calls}: {message['content'][4:]}"}]
+            return question, 0.0, False, False, {"role": "worker", "new_conversation": True}
+        if message["content"].startswith("WORK"):
+            result = {"role": "user", "content": f"The worker says: {message['content']}"}
+            return [result], 0.0, False, False, {"role": "orchestrator"}
+        return [], float(self.calls == 2), True, False, {}
+
+
+def test_a_sub_agent_called_again_starts_a_fresh_conversation(tokenizer) -> None:
+    def reply(prompt: list[int], _call: int) -> str:
+        text = tokenizer.decode(prompt)
+        if "Worker, question" in text:
+            return "WORK done " + text.split("question ")[-1][:1]
+        return "ASK something" if text.count("The worker says") < 2 else "FINAL"
+
+    groups = rollout(ScriptedBackend(tokenizer, reply), Orchestra, [0], group_size=1, config=RolloutConfig(), seed=0)
+    orchestrator, worker = (g.trajectories[0] for g in groups)
+    assert [g.group_id.split(ROLE_SEPARATOR)[1] for g in groups] == ["orchestrator", "worker"]
+    assert orchestrator.num_turns == 3 and not orchestrator.segments  # one growing conversation
+    assert [t.assistant_text for t in orchestrator.turns] == ["ASK something", "ASK something", "FINAL"]
+    assert len(worker.samples) == 2  # two calls, two conversations: each a sample of the worker
+    for number, sample in enumerate(worker.samples, 1):
+        assert [m["content"] for m in sample.messages] == [
+            f"Worker, question {number}: something",
+            f"WORK done {number}",
+        ]
+        assert sample.token_ids[: sample.prompt_length] == template_ids(
+            tokenizer, sample.messages[:1], add_generation_prompt=True
+        )
+        assert (sample.reward, sample.group_id, sample.info["role"]) == (1.0, groups[1].group_id, "worker")

@@ -52,7 +52,9 @@ class Env(Protocol):
     conversation: ``reset`` opens the first role's (``info["role"]`` may name another) and
     each ``step`` takes the message of the role whose turn it was; ``info["role"]`` names
     whose turn comes next (default: the same role), and the observations go to that role's
-    conversation (opening it, with its ``OPENING_INFO`` keys, the first time).
+    conversation (opening it, with its ``OPENING_INFO`` keys, the first time, or afresh with
+    ``info["new_conversation"]``: a sub-agent called again, its earlier conversation kept as
+    a sample of its own).
     ``info["role_rewards"]``: ``{role: number}`` for this step (roles it leaves out get the
     step's reward). Each role's turns train as its own trajectory in its own group.
     """

@@ -7,7 +7,7 @@ on a stop token, and the episode's outcome whichever role's step gave it. ``Epis
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentic_rl.envs.base import OPENING_INFO
@@ -81,7 +81,9 @@ class Cast:
     def opened(self, first: Trajectory, observations: list[Message], info: dict[str, Any], renderer) -> Trajectory:
         """The next role's trajectory, opened by ``observations`` (with the step info's
         ``OPENING_INFO`` keys, as a reset's info would give them), its prompt rendered once
-        (a token-level ``renderer``; None: chat level)."""
+        (a token-level ``renderer``; None: chat level). A role that already had a
+        conversation (a sub-agent called afresh: ``info["new_conversation"]``) keeps it as a
+        segment of the new one: a sample of the same role sharing its advantage."""
         trajectory = Trajectory(
             task_id=first.task_id,
             group_id=first.group_id,
@@ -92,6 +94,9 @@ class Cast:
                 **{k: info[k] for k in OPENING_INFO if k in info},
             },
         )
+        earlier = self.by_role.get(self.role)
+        if earlier is not None:
+            trajectory.segments = [*earlier.segments, replace(earlier, segments=[])]
         if renderer is not None:
             trajectory.append(renderer.prompt_ids(observations, tools=trajectory.template_tools), 0)
             trajectory.prompt_length = len(trajectory.token_ids)

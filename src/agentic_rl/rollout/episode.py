@@ -244,14 +244,15 @@ class Episode:
 
     def _hand_over(self, info: dict, observations: list[Message]) -> bool:
         """The next turn is another role's: ``observations`` go to its conversation (opening it
-        the first time: ``Cast.opened``), a sequence the scheduler re-submits (``new_segment``)."""
+        the first time or on ``info["new_conversation"]``: ``Cast.opened``), a sequence the
+        scheduler re-submits (``new_segment``)."""
         cast = self.cast
         cast.stopped[cast.role] = self.stopped_last_turn
         if not self._address(info["role"]):
             return False
         self.new_segment = True
         known = cast.by_role.get(cast.role)
-        if known is not None:
+        if known is not None and not info.get("new_conversation"):
             self.trajectory, self.stopped_last_turn = known, cast.stopped.get(cast.role, True)
             self.hit_token_limit = len(known.token_ids) >= self.limits.max_total_tokens
             return self._go_on(known.turns[-1] if known.turns else None, observations, None)
