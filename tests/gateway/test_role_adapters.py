@@ -175,3 +175,38 @@ def test_checkpoints_carry_every_adapter(tmp_path) -> None:
     for name in ROLE_ADAPTERS:
         mine, theirs = _adapter_state(model, name), _adapter_state(fresh, name)
         assert mine and all(torch.equal(mine[k], theirs[k]) for k in mine), name
+
+
+def test_a_snapshot_role_plays_the_shared_policy_as_of_its_last_copy(tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    from agentic_rl.models.lora import SNAPSHOT_ADAPTER, frozen, refresh_snapshot
+
+    roles = {"planner": "own", "judge": "snapshot"}
+    assert adapter_for_role(roles, "judge") == SNAPSHOT_ADAPTER
+    lora = LoraConfig(enabled=True, r=4, alpha=8, roles=roles)
+    model = add_role_adapters(apply_lora(load("tiny-random", device="cpu")[0], lora), lora)
+    with torch.no_grad():
+        for key, value in model.named_parameters():
+            if f"lora_B.{SHARED_ADAPTER}." in key:
+                value.fill_(0.25)
+    snapshot_b = [v for k, v in _adapter_state(model, SNAPSHOT_ADAPTER).items() if "lora_B" in k]
+    assert snapshot_b and all(v.abs().sum() == 0 for v in snapshot_b)  # B = 0: the base until copied
+    assert refresh_snapshot(model) > 0
+    shared, snapshot = _adapter_state(model, SHARED_ADAPTER), _adapter_state(model, SNAPSHOT_ADAPTER)
+    assert shared and all(
+        torch.equal(v, snapshot[k.replace(f".{SHARED_ADAPTER}.", f".{SNAPSHOT_ADAPTER}.")]) for k, v in shared.items()
+    )
+    assert refresh_snapshot(_lora_model()[0]) == 0  # no snapshot role: nothing to copy
+
+    config = _train_config(tmp_path)
+    config["lora"] = {**config["lora"], "roles": roles, "snapshot_every": 1}
+    assert frozen(build(TrainConfig, config).lora) == ["judge"]  # served, never trained: no samples, no reward
+    result = agents.train(three_roles(), TASKS, reward, config, concurrency=1, loaded=load("tiny-random", device="cpu"))
+    assert all("reward_mean@judge" not in step for step in result.steps)
+    saved = load_file(str(next(result.output_dir.rglob("step-000001/model.safetensors"))))
+    shared_b = {k: v for k, v in saved.items() if f"lora_B.{SHARED_ADAPTER}." in k}
+    assert any(v.abs().sum() > 0 for v in shared_b.values())  # trained at step 1, then copied: the judge plays it
+    assert all(
+        torch.equal(v, saved[k.replace(f".{SHARED_ADAPTER}.", f".{SNAPSHOT_ADAPTER}.")]) for k, v in shared_b.items()
+    )

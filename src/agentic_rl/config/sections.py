@@ -208,8 +208,9 @@ class OptimConfig(Section):
 
 ROLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 """A role with its own adapter names the adapter: no dots (peft's module paths)."""
-RESERVED_ADAPTERS = ("default", "frozen")
-"""Adapter names the library uses: the shared policy's and the frozen roles' (a zero one)."""
+RESERVED_ADAPTERS = ("default", "frozen", "snapshot")
+"""Adapter names the library uses: the shared policy's, the frozen roles' (a zero one) and
+the snapshot roles' (a copy of the shared one)."""
 
 
 class LoraConfig(Section):
@@ -225,8 +226,10 @@ class LoraConfig(Section):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     """Module names that get adapters."""
-    roles: dict[str, Literal["own", "frozen"]] = Field(default_factory=dict)
-    """Agent programs' roles (the ``model`` each call names) with a policy of their own: ``own`` = an adapter of its own on the shared base, trained on that role's samples only; ``frozen`` = the base model with no adapter, served and never trained (an opponent, a fixed tool agent). Roles not named share the ``default`` adapter."""
+    roles: dict[str, Literal["own", "frozen", "snapshot"]] = Field(default_factory=dict)
+    """Agent programs' roles (the ``model`` each call names) with a policy of their own: ``own`` = an adapter of its own on the shared base, trained on that role's samples only; ``frozen`` = the base model with no adapter, served and never trained (an opponent, a fixed tool agent); ``snapshot`` = the shared policy as of its last copy (every ``snapshot_every`` steps), served and never trained (self-play against a past self). Roles not named share the ``default`` adapter."""
+    snapshot_every: int = Field(10, ge=1)
+    """Steps between copies of the shared adapter into the one ``snapshot`` roles play (it starts as the shared one: the base)."""
 
     @field_validator("roles")
     @classmethod

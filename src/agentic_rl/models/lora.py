@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from agentic_rl.config import LoraConfig
 
 
@@ -28,6 +30,9 @@ SHARED_ADAPTER = "default"
 """peft's first adapter: the policy every role plays unless ``lora.roles`` gives it its own."""
 FROZEN_ADAPTER = "frozen"
 """One adapter for every frozen role, never trained: LoRA's B starts at zero, so it is the base model exactly."""
+SNAPSHOT_ADAPTER = "snapshot"
+"""One adapter for every snapshot role, never trained: a copy of the shared adapter, refreshed
+every ``lora.snapshot_every`` steps (:func:`refresh_snapshot`)."""
 
 
 def add_role_adapters(model, lora: LoraConfig):
@@ -48,7 +53,7 @@ def add_role_adapters(model, lora: LoraConfig):
 def adapter_for_role(roles: dict[str, str], role: str | None) -> str:
     """The adapter that plays ``role`` (None: a sample without a role plays the shared one)."""
     kind = roles.get(role) if role is not None else None
-    return role if kind == "own" else FROZEN_ADAPTER if kind == "frozen" else SHARED_ADAPTER
+    return {"own": role, "frozen": FROZEN_ADAPTER, "snapshot": SNAPSHOT_ADAPTER}.get(kind, SHARED_ADAPTER)
 
 
 def select_adapter(model, name: str) -> None:
@@ -79,5 +84,21 @@ def save_role_adapters(model, lora: LoraConfig, folder) -> None:
 
 
 def frozen(lora: LoraConfig) -> list[str]:
-    """The roles ``lora.roles`` freezes: served by the base model, never trained."""
-    return [role for role, kind in lora.roles.items() if kind == "frozen"]
+    """The roles ``lora.roles`` serves but never trains: ``frozen`` (the base) and ``snapshot``
+    (a past copy of the shared policy)."""
+    return [role for role, kind in lora.roles.items() if kind in ("frozen", "snapshot")]
+
+
+def refresh_snapshot(model) -> int:
+    """Copy the shared adapter's weights into the snapshot adapter (the policy ``snapshot``
+    roles play from now on); returns how many tensors were copied (0: no snapshot adapter)."""
+    parameters = dict(model.named_parameters())
+    copied = 0
+    for key, parameter in parameters.items():
+        if ".lora_" in key and f".{SHARED_ADAPTER}." in key:
+            target = parameters.get(key.replace(f".{SHARED_ADAPTER}.", f".{SNAPSHOT_ADAPTER}."))
+            if target is not None:
+                with torch.no_grad():
+                    target.copy_(parameter)
+                copied += 1
+    return copied
