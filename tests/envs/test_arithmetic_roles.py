@@ -91,7 +91,12 @@ def test_verify_rewards_each_role_for_its_own_job() -> None:
     _, _, _, _, _ = env.step(say(call(task.metadata["expression"])))
     _, reward, done, _, info = env.step(say("<answer>wrong</answer>"))  # caught
     assert (reward, done, info["role_rewards"]) == (1.0, True, {"solver": 0.0})
-    assert env.episode_metrics() == {"solver_correct": 0.0, "verdict_correct": 1.0, "shown_wrong": 1.0}
+    assert env.episode_metrics() == {
+        "solver_correct": 0.0,
+        "verdict_correct": 1.0,
+        "shown_wrong": 1.0,
+        "verdict_on_wrong": 1.0,
+    }
 
 
 def test_verify_corrupts_a_right_answer_the_same_way_on_every_run() -> None:

@@ -108,12 +108,20 @@ class ArithmeticVerifyEnv:
         return (self.solver if self.shown is None else self.verifier).expert_reply()
 
     def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
-        """``solver_correct``, ``verdict_correct`` (0 until the verifier answered) and
-        ``shown_wrong`` (the verifier was shown a wrong answer)."""
+        """``solver_correct``, ``verdict_correct`` (0 until the verifier answered),
+        ``shown_wrong`` (the verifier was shown a wrong answer), and the verdict's accuracy
+        apart on wrong and on right answers shown (``verdict_on_wrong``: wrong answers caught;
+        ``verdict_on_right``: right ones accepted; each averaged over its own episodes, so a
+        verifier that always says wrong scores 1 and 0)."""
         if self.shown is None:
             return {"solver_correct": self.solved, "verdict_correct": 0.0}
-        wrong = float(numeric_reward(self.shown, self.task) == 0)
-        return {"solver_correct": self.solved, "verdict_correct": self.judged, "shown_wrong": wrong}
+        wrong = numeric_reward(self.shown, self.task) == 0
+        return {
+            "solver_correct": self.solved,
+            "verdict_correct": self.judged,
+            "shown_wrong": float(wrong),
+            "verdict_on_wrong" if wrong else "verdict_on_right": self.judged,
+        }
 
     def close(self) -> None:
         self.solver.close()
