@@ -78,7 +78,7 @@ def test_team_a_reply_that_is_no_expression_ends_the_episode() -> None:
 
 
 def test_verify_rewards_each_role_for_its_own_job() -> None:
-    env = make("arithmetic-verify", corrupt=0.0)
+    env = make("arithmetic-verify", shown="solver")
     env.reset(options={"task_index": 2})
     task = env.task
     _, reward, done, _, info = env.step(say(f"<answer>{int(task.answer) + 1}</answer>"))  # the solver is wrong
@@ -99,20 +99,28 @@ def test_verify_rewards_each_role_for_its_own_job() -> None:
     }
 
 
-def test_verify_corrupts_a_right_answer_the_same_way_on_every_run() -> None:
-    shown = []
-    for _ in range(2):
-        env = make("arithmetic-verify", corrupt=1.0)
-        env.reset(options={"task_index": 4})
-        opening, _, _, _, info = env.step(say(f"<answer>{env.task.answer}</answer>"))
-        assert info["role_rewards"]["solver"] == 1.0  # the solver's reward is its own answer's
-        shown.append(opening[-1]["content"])
-    assert shown[0] == shown[1] and f"Proposed answer: {env.task.answer}\n" not in shown[0]
-    assert env.verifier.task.answer == "wrong"
-    kept = make("arithmetic-verify", corrupt=0.0)
-    kept.reset(options={"task_index": 4})
-    opening, *_ = kept.step(say(f"<answer>{kept.task.answer}</answer>"))
-    assert f"Proposed answer: {kept.task.answer}\n" in opening[-1]["content"] and kept.verifier.task.answer == "correct"
+def shown_to_verifier(index: int, solver_right: bool, shown: str = "balanced") -> tuple[str, str]:
+    """(the proposed answer the verifier gets, the task's answer) after a right or wrong solver."""
+    env = make("arithmetic-verify", shown=shown)
+    env.reset(options={"task_index": index})
+    given = env.task.answer if solver_right else str(int(env.task.answer) + 7)
+    opening, _, _, _, info = env.step(say(f"<answer>{given}</answer>"))
+    assert info["role_rewards"]["solver"] == float(solver_right)  # the solver's reward is its own answer's
+    return opening[-1]["content"].split("Proposed answer: ")[1].split("\n")[0], env.task.answer
+
+
+def test_balanced_shows_a_right_answer_on_half_of_the_tasks_whatever_the_solver_did() -> None:
+    right = []
+    for index in range(40):
+        after_right, answer = shown_to_verifier(index, True)
+        after_wrong, _ = shown_to_verifier(index, False)
+        assert after_right == shown_to_verifier(index, True)[0]  # drawn from the task: the same every run
+        right.append(after_right == answer)
+        assert (after_wrong == answer) == (after_right == answer)  # the task decides, not the solver
+        if after_wrong != answer:
+            assert after_wrong == str(int(answer) + 7)  # a wrong solver's own answer
+    assert 12 <= sum(right) <= 28
+    assert shown_to_verifier(3, True, "solver") == (shown_to_verifier(3, True, "solver")[1],) * 2
 
 
 def test_verdicts_and_options() -> None:
@@ -122,7 +130,7 @@ def test_verdicts_and_options() -> None:
         and verdict_reward("correct", task) == 0.0
         and verdict_reward(None, task) == 0.0
     )
-    with pytest.raises(ValueError, match="corrupt"):
-        make("arithmetic-verify", corrupt=1.5)
+    with pytest.raises(ValueError, match="shown"):
+        make("arithmetic-verify", shown="both")
     with pytest.raises(ValueError, match="credit"):
         make("arithmetic-team", credit="everyone")

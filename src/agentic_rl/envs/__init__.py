@@ -41,7 +41,7 @@ register(
     "arithmetic-verify",
     make_arithmetic_verify_env,
     "Two roles: a solver answers a word problem with the calculator, a verifier judges a proposed answer "
-    "(sometimes corrupted); each rewarded for its own job.",
+    "(half of them right); each rewarded for its own job.",
 )
 register(
     "search-qa",

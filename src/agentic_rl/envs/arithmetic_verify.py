@@ -3,18 +3,22 @@
 The solver plays the ``arithmetic`` env's ``words`` problem (calculator calls, then
 ``<answer>N</answer>``). The verifier then gets, in a conversation of its own, the problem
 and a proposed answer, checks it (the calculator is offered to it too) and replies
-``<answer>correct</answer>`` or ``<answer>wrong</answer>``. The proposed answer is the
-solver's, except that with probability ``corrupt`` (drawn from the task, so the same on
-every run) a right answer is shown off by a small amount: the verifier sees wrong answers
-even from a solver that is always right (the cold start's expert is). Rewards, each role
-its own: the solver 1 for the task's answer, the verifier 1 for the right verdict on what
-it was shown.
+``<answer>correct</answer>`` or ``<answer>wrong</answer>``. Rewards, each role its own:
+the solver 1 for the task's answer, the verifier 1 for the right verdict on what it was
+shown. What the verifier is shown (``shown``):
+
+- ``balanced`` (default): a right answer on half of the tasks, a wrong one on the others
+  (drawn from the task, the same on every run): the solver's answer when it is wrong, else
+  the right one off by a little; the task's answer when the solver's is wrong on a "right"
+  task. A verifier that always says the same verdict scores 0.5, whatever the solver's
+  accuracy (with the solver's own answers a weak solver makes "wrong" right 3 times in 4).
+- ``solver``: the solver's own answer, always (a verifier judging real outputs).
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Literal
 
 from agentic_rl.envs.arithmetic import ArithmeticEnv, ArithmeticTasks, make_arithmetic_env
 from agentic_rl.envs.base import OPENING_INFO
@@ -24,6 +28,7 @@ from agentic_rl.tools import ToolRegistry, get_tool
 from agentic_rl.types import Message, Task
 
 ROLES = ("solver", "verifier")
+SHOWN = ("balanced", "solver")
 VERDICTS = ("correct", "wrong")
 SOLVER_PROMPT = (
     "You are the solver. Use the calculator tool for the computation, then give the final answer as "
@@ -46,10 +51,10 @@ class ArithmeticVerifyEnv:
 
     roles = ROLES
 
-    def __init__(self, tasks: ArithmeticTasks, solver: ArithmeticEnv, verifier: ArithmeticEnv, *, corrupt: float):
-        if not 0.0 <= corrupt <= 1.0:
-            raise ValueError(f"corrupt: expected a probability in [0, 1], got {corrupt}")
-        self.tasks, self.solver, self.verifier, self.corrupt = tasks, solver, verifier, corrupt
+    def __init__(self, tasks: ArithmeticTasks, solver: ArithmeticEnv, verifier: ArithmeticEnv, *, shown: str):
+        if shown not in SHOWN:
+            raise ValueError(f"shown: expected one of {', '.join(SHOWN)}, got {shown!r}")
+        self.tasks, self.solver, self.verifier, self.mode = tasks, solver, verifier, shown
         self.task: Task | None = None
         self.options: dict[str, Any] = {}
         self.shown: str | None = None
@@ -86,12 +91,15 @@ class ArithmeticVerifyEnv:
         return observations, reward, terminated, truncated, info
 
     def _to_verifier(self, answer: str | None, solved: float) -> tuple[list[Message], float, bool, bool, dict]:
-        """The solver is done: the verifier's conversation opens on the (maybe corrupted) answer."""
+        """The solver is done: the verifier's conversation opens on the answer ``shown`` says."""
         self.solved = solved
         shown = (answer or "").strip() or "(no answer)"
-        draw = random.Random(f"corrupt:{self.task.id}")
-        if solved > 0 and draw.random() < self.corrupt:
-            shown = str(int(self.task.answer) + draw.choice((-10, -2, -1, 1, 2, 10)))
+        draw = random.Random(f"shown:{self.task.id}")
+        if self.mode == "balanced":
+            if draw.random() < 0.5:
+                shown = self.task.answer
+            elif solved > 0:
+                shown = str(int(self.task.answer) + draw.choice((-10, -2, -1, 1, 2, 10)))
         self.shown = shown
         truth = "correct" if numeric_reward(shown, self.task) > 0 else "wrong"
         prompt = f"Problem: {self.task.prompt}\nProposed answer: {shown}\nIs the proposed answer correct?"
@@ -136,7 +144,7 @@ def make_arithmetic_verify_env(
     digits: int = 3,
     num_operands: int = 3,
     operators: str = "+-*",
-    corrupt: float = 0.5,
+    shown: Literal["balanced", "solver"] = "balanced",
     solver_prompt: str = SOLVER_PROMPT,
     verifier_prompt: str = VERIFIER_PROMPT,
     max_turns: int = 3,
@@ -149,8 +157,8 @@ def make_arithmetic_verify_env(
         digits: How many digits each operand has, from 1 to 12.
         num_operands: How many numbers each problem combines, from 2 to 8.
         operators: The operations to draw from, a non-empty string of ``+``, ``-`` and ``*``.
-        corrupt: The probability that a right answer of the solver is shown to the verifier
-            off by a small amount (drawn per task), from 0 to 1.
+        shown: What the verifier judges: ``balanced`` (a right answer on half of the tasks, a
+            wrong one on the others, whatever the solver did) or ``solver`` (the solver's own).
         solver_prompt: The solver's system prompt.
         verifier_prompt: The verifier's system prompt.
         max_turns: Each role's turn limit (calculator calls and the answer or verdict).
@@ -167,4 +175,4 @@ def make_arithmetic_verify_env(
         max_turns=max_turns,
         system_prompt=verifier_prompt,
     )
-    return ArithmeticVerifyEnv(tasks, solver, verifier, corrupt=corrupt)
+    return ArithmeticVerifyEnv(tasks, solver, verifier, shown=shown)
