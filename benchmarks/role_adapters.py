@@ -47,7 +47,14 @@ def run_side(name: str, args: argparse.Namespace) -> list[dict[str, float]]:
     config = deep_merge(
         {
             "model": {"name": args.model},
-            "rl": {"steps": args.steps, "tasks_per_step": args.tasks_per_step, "group_size": args.group_size},
+            # every sample through the forward and backward passes, whatever its advantage (the
+            # base model's rewards are all 0: skipped, the update would time nothing)
+            "rl": {
+                "steps": args.steps,
+                "tasks_per_step": args.tasks_per_step,
+                "group_size": args.group_size,
+                "skip_zero_advantage": False,
+            },
             "rollout": {"max_new_tokens": 48, "max_total_tokens": 1024},
             "optim": {"lr": 1e-5},
             "seed": args.seed,
