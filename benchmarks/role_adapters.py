@@ -20,6 +20,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -77,9 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sides", default="shared,adapters", help="comma-separated, in run order")
-    parser.add_argument("--work-dir", default="/tmp/role-adapters-benchmark")
+    parser.add_argument("--work-dir", help="where the two runs go (default: a new temporary folder)")
     parser.add_argument("--output", help="write the figures as JSON here")
     args = parser.parse_args(argv)
+    args.work_dir = args.work_dir or tempfile.mkdtemp(prefix="role-adapters-")
     sides = [side.strip() for side in args.sides.split(",") if side.strip()]
     unknown = [side for side in sides if side not in SIDES]
     if unknown:
