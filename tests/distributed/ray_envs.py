@@ -60,7 +60,7 @@ class NoteTakingEnv(ParityEnv):
     worker process that ran the episode."""
 
     def step(self, message):
-        from agentic_rl.tools.memory import shared_store
+        from agentic_rl.tools.memory_store import shared_store
 
         shared_store("ray-notes", max_notes=16).write(
             f"worker {os.getpid()} ran task {self.index}", key=f"task-{self.index}"

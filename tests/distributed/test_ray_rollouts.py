@@ -200,7 +200,7 @@ def test_memory_stores_live_in_the_workers_and_come_back_per_worker(tiny) -> Non
 def test_worker_memory_resumed_without_ray_needs_one_worker() -> None:
     """A Ray run's worker memory resumed in one process: one worker's notes load into the
     process, several workers' notes are refused (no faithful merge)."""
-    from agentic_rl.tools.memory import shared_store
+    from agentic_rl.tools.memory_store import shared_store
     from agentic_rl.training.run_checkpoints import restore_memory
 
     state = {

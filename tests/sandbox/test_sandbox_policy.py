@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from agentic_rl import sandbox
-from agentic_rl.sandbox import policy
+from agentic_rl.sandbox import policy, worker_process
 from agentic_rl.sandbox import pool as pool_module
 
 
@@ -49,7 +49,7 @@ def test_the_real_sandbox_here_meets_required_where_namespaces_work():
 
 
 def test_a_worker_without_namespaces_is_refused_under_required(monkeypatch):
-    monkeypatch.setattr(pool_module, "unshare_prefix", lambda: ((), False))  # as under Docker's seccomp
+    monkeypatch.setattr(worker_process, "unshare_prefix", lambda: ((), False))  # as under Docker's seccomp
     before = {name for name in os.listdir("/tmp") if name.startswith("agentic-rl-sandbox-")}
     sandbox.set_isolation_mode("required")
     with pytest.raises(sandbox.IsolationUnavailable, match="sandbox.isolation is 'required'.*net_ns"):
@@ -58,7 +58,7 @@ def test_a_worker_without_namespaces_is_refused_under_required(monkeypatch):
 
 
 def test_auto_is_best_effort_where_namespaces_do_not_work(monkeypatch):
-    monkeypatch.setattr(pool_module, "unshare_prefix", lambda: ((), False))
+    monkeypatch.setattr(worker_process, "unshare_prefix", lambda: ((), False))
     monkeypatch.setattr(policy, "unshare_prefix", lambda: ((), False))
     assert sandbox.isolation_mode() == "best-effort"
     with warnings.catch_warnings(record=True) as caught:

@@ -6,7 +6,7 @@ import json
 import os
 
 from agentic_rl import sandbox
-from agentic_rl.sandbox.pool import WORKER_SCRIPT
+from agentic_rl.sandbox.worker_process import WORKER_SCRIPT
 
 
 def test_sandboxed_code_does_not_see_the_worker_bootstrap():

@@ -309,7 +309,7 @@ def test_a_saved_store_that_breaks_the_caps_is_refused_and_changes_nothing():
 
 
 def test_shared_stores_state_restores_every_store_by_name_and_caps():
-    from agentic_rl.tools.memory import load_shared_stores, shared_stores_state
+    from agentic_rl.tools.memory_store import load_shared_stores, shared_stores_state
 
     caps = {"max_notes": 8, "max_chars": 1000, "max_note_chars": 100, "max_key_chars": 64, "eviction": "fifo"}
     store = shared_store("test-shared-state", **caps)

@@ -157,13 +157,13 @@ class RolloutWorker:
     def memory_state(self) -> list[dict[str, Any]]:
         """This worker's shared memory stores (``env.memory: shared``: each worker process
         keeps its own), as a checkpoint saves them."""
-        from agentic_rl.tools.memory import shared_stores_state
+        from agentic_rl.tools.memory_store import shared_stores_state
 
         return shared_stores_state()
 
     def load_memory(self, states: list[dict[str, Any]]) -> None:
         """Restore :meth:`memory_state`'s stores (a resumed run)."""
-        from agentic_rl.tools.memory import load_shared_stores
+        from agentic_rl.tools.memory_store import load_shared_stores
 
         load_shared_stores(states)
 

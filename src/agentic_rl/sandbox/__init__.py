@@ -11,9 +11,10 @@ best-effort, auto) decides whether a sandbox lacking any of that may run at all.
 
 from agentic_rl.sandbox.limits import STATUSES, ExecutionResult, Isolation, Limits, SandboxError
 from agentic_rl.sandbox.policy import IsolationUnavailable, isolation_mode, set_isolation_mode
-from agentic_rl.sandbox.pool import SandboxPool, SandboxWorker, check_isolation, execute, isolation
+from agentic_rl.sandbox.pool import SandboxPool, check_isolation, execute, isolation
 from agentic_rl.sandbox.session import PythonSession
 from agentic_rl.sandbox.visibility import hide_path
+from agentic_rl.sandbox.worker_process import SandboxWorker
 
 __all__ = [
     "STATUSES",

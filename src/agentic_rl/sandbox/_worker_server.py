@@ -4,7 +4,8 @@ A helper script of ``_worker.py`` (stdlib only; imported by it from this directo
 through the ``agentic_rl`` package). Each ``run`` request forks a fresh child (``keep``
 requests reuse a persistent child: a stateful session), drains its output with a cap,
 enforces the wall timeout by killing the child's process group, and then kills every
-process the call left behind.
+process the call left behind. Reading the child's output and judging its outcome is
+``_worker_output``'s job.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import select
 import shutil
-import signal
 import sys
 import time
 
@@ -30,167 +29,13 @@ from _worker_isolation import (
     remove_sysv_ipc,
     split_workdirs,
 )
+from _worker_output import GARBAGE, call_status, capped, close_all, drain, pump, status_pending
 from _worker_reaper import freeze, kill_group, kill_leftovers, oom_seen, thaw
 from _worker_root import build_root
 from _worker_zygote import Zygote
 
-READ_SIZE = 1 << 16
 CHILD_PARAMS = ("cpu_s", "memory_mb", "file_size_mb", "open_files", "keep", "session_cpu_s")
 """What of a request the zygote passes to the call's child (never the code or the files)."""
-CPU_CHECK_S = 0.25
-"""How often a session cell's CPU time is counted (``_pump``)."""
-
-
-def _close_all(fds) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-def _drain(chunks: dict, limit: int) -> None:
-    """Read what is already in the pipes (non-blocking), up to just past ``limit`` per pipe."""
-    for fd, buf in chunks.items():
-        while len(buf) <= limit:
-            try:
-                data = os.read(fd, READ_SIZE)
-            except (BlockingIOError, OSError):
-                break
-            if not data:
-                break
-            buf += data
-
-
-OUTCOMES = ("ok", "error", "memory")
-STATUS_LINE_MAX = 4096
-GARBAGE = "sandbox: the code wrote to the sandbox's status descriptor; the process was stopped"
-
-
-def _parse_status(line: bytes, cell: int) -> str | None:
-    """The outcome of a status line the child's cell loop wrote for ``cell``; None for anything else."""
-    try:
-        report = json.loads(line)
-    except ValueError:
-        return None
-    if isinstance(report, dict) and report.get("outcome") in OUTCOMES and report.get("cell") == cell:
-        return report["outcome"]
-    return None
-
-
-def _pump(
-    child: dict,
-    chunks: dict,
-    deadline: float,
-    limit: int,
-    cell: int,
-    cpu_budget: tuple[float, float, int | None] | None = None,
-) -> tuple[str | None, str | None, int | None]:
-    """Collect the child's output into ``chunks`` until its cell finishes, it exits, the
-    output exceeds ``limit`` or the deadline passes: (outcome, kill_reason, exit status).
-
-    ``outcome`` is the cell's own report ("ok" / "error" / "memory"), None when it sent none.
-    The status pipe is writable by the code too: anything but the expected line for
-    ``cell`` is kill reason "garbage" (the cell's error, never the worker's).
-    ``cpu_budget``: (the call's CPU seconds when the cell started, seconds it may use, the
-    zygote's pid; see ``tree_cpu_s``): the worker counts a session cell's CPU time itself,
-    every process of the call included, and ends a cell past its budget as a timeout (a
-    backstop behind the RLIMIT_CPU it sets, which counts the session child alone).
-    """
-    pid = child["pid"]
-    status_buf = b""
-    exit_status = None
-    open_fds = {child["out"], child["err"], child["status"]}
-    checked = time.monotonic()
-    while True:
-        now = time.monotonic()
-        if now >= deadline:
-            return None, "timeout", exit_status
-        if cpu_budget is not None and exit_status is None and now - checked >= CPU_CHECK_S:
-            checked = now
-            if tree_cpu_s(cpu_budget[2]) - cpu_budget[0] > cpu_budget[1]:
-                return None, "timeout", exit_status
-        try:
-            ready, _, _ = select.select(list(open_fds), [], [], min(0.05, deadline - now) if exit_status is None else 0)
-        except InterruptedError:
-            continue
-        for fd in ready:
-            try:
-                data = os.read(fd, READ_SIZE)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                open_fds.discard(fd)
-                continue
-            if fd == child["status"]:
-                status_buf += data
-            else:
-                chunks[fd] += data
-        if len(chunks[child["out"]]) + len(chunks[child["err"]]) > limit:
-            return None, "output_limit", exit_status
-        if b"\n" in status_buf or len(status_buf) > STATUS_LINE_MAX:
-            # Collect what is already in the pipes, then finish the cell.
-            _drain(chunks, limit)
-            line, _, rest = status_buf.partition(b"\n")
-            child["status_rest"] = rest  # more than one line: the code wrote there too (checked before the next cell)
-            outcome = _parse_status(line, cell) if len(line) <= STATUS_LINE_MAX else None
-            return (outcome, None, exit_status) if outcome is not None else (None, "garbage", exit_status)
-        if exit_status is None:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                exit_status = status
-                continue  # one more non-blocking pass to drain the pipes
-        elif not ready:
-            return None, None, exit_status
-
-
-def _status_pending(child: dict) -> bool:
-    """Whether the child's status pipe holds anything before a cell was sent to it."""
-    if child.pop("status_rest", b""):
-        return True
-    try:
-        ready, _, _ = select.select([child["status"]], [], [], 0)
-    except (InterruptedError, OSError, ValueError):
-        return False
-    if not ready:
-        return False
-    try:
-        return bool(os.read(child["status"], READ_SIZE))
-    except (BlockingIOError, OSError):
-        return False
-
-
-def _capped(stdout: bytes, stderr: bytes, limit: int) -> tuple[bytes, bytes, bool]:
-    """At most ``limit`` bytes in all, stdout first: (stdout, stderr, truncated)."""
-    truncated = len(stdout) + len(stderr) > limit
-    if truncated:
-        keep_out = min(len(stdout), limit)
-        stdout, stderr = stdout[:keep_out], stderr[: max(0, limit - keep_out)]
-    return stdout, stderr, truncated
-
-
-def _status(kill_reason: str | None, outcome: str | None, exit_status: int | None, oom) -> tuple[str, int | None]:
-    """The call's (status, exit_code); ``oom()`` tells a memory kill from another SIGKILL."""
-    if kill_reason == "garbage":
-        return "error", None
-    if kill_reason:
-        return kill_reason, None
-    if outcome is not None:
-        return {"ok": "ok", "error": "error", "memory": "memory"}[outcome], 0 if outcome == "ok" else 1
-    if exit_status is None:
-        return "killed", None
-    exit_code = os.waitstatus_to_exitcode(exit_status)
-    if exit_code == 0:
-        return "ok", exit_code
-    if exit_code > 0:
-        return "error", exit_code
-    if -exit_code == signal.SIGXCPU:
-        return "timeout", exit_code
-    if -exit_code == signal.SIGKILL:
-        return ("memory" if oom() else "killed"), exit_code
-    return "error", exit_code
 
 
 class Worker:
@@ -354,8 +199,8 @@ class Worker:
                 _, exit_status = os.waitpid(pid, 0)
             except ChildProcessError:
                 exit_status = None
-        _drain(chunks, limit)
-        _close_all((child["out"], child["err"], child["status"], child["ctl"]))
+        drain(chunks, limit)
+        close_all((child["out"], child["err"], child["status"], child["ctl"]))
         kill_leftovers(self.pid_ns, self.cgroups, self.zygote.pid)
         self._clean_ipc()
         self.child, self.child_pipes = None, {}
@@ -394,7 +239,7 @@ class Worker:
             budget = (tree_cpu_s(self.zygote.pid), float(request["cpu_s"]) + 2, self.zygote.pid)
         limit = request["max_output_bytes"]
         chunks = {child["out"]: bytearray(), child["err"]: bytearray()}
-        if reused and _status_pending(child):
+        if reused and status_pending(child):
             # A status line nobody asked for (the last cell's code rewired the descriptors and
             # ran a cell of its own between calls): the session's channel cannot be trusted.
             outcome, kill_reason, exit_status = None, "garbage", None
@@ -408,7 +253,7 @@ class Worker:
                 )
             except OSError:
                 pass
-            outcome, kill_reason, exit_status = _pump(
+            outcome, kill_reason, exit_status = pump(
                 child, chunks, start + request["timeout_s"], limit, self.cells, budget
             )
         duration = time.monotonic() - start
@@ -422,10 +267,10 @@ class Worker:
             self.child, self.child_pipes = child["pid"], child
         else:
             exit_status = self._end_call(child, chunks, limit, exit_status, workdir, bool(request.get("keep")))
-        stdout, stderr, truncated = _capped(bytes(chunks[child["out"]]), bytes(chunks[child["err"]]), limit)
+        stdout, stderr, truncated = capped(bytes(chunks[child["out"]]), bytes(chunks[child["err"]]), limit)
         if kill_reason == "garbage":
             stderr += ("\n" if stderr and not stderr.endswith(b"\n") else "").encode() + GARBAGE.encode() + b"\n"
-        status, exit_code = _status(kill_reason, outcome, exit_status, lambda: oom_seen(self.cgroups))
+        status, exit_code = call_status(kill_reason, outcome, exit_status, lambda: oom_seen(self.cgroups))
         return {
             "status": status,
             "stdout": stdout.decode("utf-8", "replace"),
@@ -441,7 +286,7 @@ class Worker:
         if self.child is not None:
             kill_group(self.child)
             pipes = self.child_pipes
-            _close_all((pipes["out"], pipes["err"], pipes["status"], pipes["ctl"]))
+            close_all((pipes["out"], pipes["err"], pipes["status"], pipes["ctl"]))
             self.child, self.child_pipes = None, {}
             kill_leftovers(self.pid_ns, self.cgroups, self.zygote.pid)
             self._clean_ipc()

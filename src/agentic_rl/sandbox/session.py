@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Mapping
 
 from agentic_rl.sandbox.limits import ExecutionResult, Limits, SandboxError
-from agentic_rl.sandbox.pool import SandboxWorker
+from agentic_rl.sandbox.worker_process import SandboxWorker
 
 
 class PythonSession:

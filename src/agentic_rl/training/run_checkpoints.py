@@ -23,7 +23,7 @@ def checkpoint_run(state) -> None:
 
 
 def write_checkpoint(state) -> None:
-    from agentic_rl.tools.memory import shared_stores_state
+    from agentic_rl.tools.memory_store import shared_stores_state
     from agentic_rl.training.checkpoint import save_checkpoint
 
     trainer = state.trainer
@@ -102,7 +102,7 @@ def resume_trainer(state) -> None:
 def restore_memory(backend, info: dict, *, ray_workers: bool) -> None:
     """Put the checkpoint's shared memory stores back where the episodes run: this process,
     or each Ray rollout worker (``worker_memory``: one list of stores per worker)."""
-    from agentic_rl.tools.memory import load_shared_stores
+    from agentic_rl.tools.memory_store import load_shared_stores
 
     load_shared_stores(info.get("memory") or [])
     saved = info.get("worker_memory")
