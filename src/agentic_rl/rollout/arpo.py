@@ -118,46 +118,21 @@ def arpo_rollout(
         training_step=training_step,
         **sample,
     )
-    for group, index in zip(groups, task_indices):
-        for number, trajectory in enumerate(group.trajectories):
-            trajectory.info[INFO_KEY] = {
-                "id": f"{group.group_id}/{number}",
-                "task_index": index,
-                "lineage": [],
-                "branch_turn": None,
-                "round": 0,
-                "training_step": training_step,
-            }
+    _tag_global_samples(groups, task_indices, training_step)
     # (group position, trajectory, first turn whose tool-call point is not examined yet)
     frontier = [(position, t, 0) for position, g in enumerate(groups) for t in g.trajectories]
     for round_number in range(1, params.max_rounds + 1):
-        starts: list[tuple[Trajectory, Env]] = []
-        placed: list[tuple[int, Trajectory, int]] = []
-        for position, parent, first_turn in frontier:
-            group = groups[position]
-            for turn_index in _tool_points(parent, first_turn):
-                remaining = budget - len(group.trajectories) - sum(1 for p, _, _ in placed if p == position)
-                if remaining <= 0:
-                    break
-                increase = _entropy_increase(parent, turn_index, params.entropy_tokens, vocab_size)
-                if increase is None:
-                    continue
-                stats.branch_points += 1
-                probability = branch_probability(
-                    increase, base_probability=params.base_probability, entropy_weight=params.entropy_weight
-                )
-                if rng.random() >= probability:
-                    continue
-                for _ in range(min(params.branches, remaining)):
-                    number = len(group.trajectories) + sum(1 for p, _, _ in placed if p == position)
-                    start = branch_from(
-                        parent, turn_index, make_env, branch_id=f"{group.group_id}/{number}", round_number=round_number
-                    )
-                    if start is None:
-                        stats.replay_mismatches += 1
-                        continue
-                    starts.append(start)
-                    placed.append((position, start[0], turn_index + 1))
+        starts, placed = _choose_branches(
+            groups,
+            frontier,
+            make_env,
+            budget=budget,
+            params=params,
+            vocab_size=vocab_size,
+            rng=rng,
+            round_number=round_number,
+            stats=stats,
+        )
         if not starts:
             break
         continue_rollouts(
@@ -173,6 +148,67 @@ def arpo_rollout(
     _fill(backend, make_env, groups, task_indices, budget, stats, seed=fill_seed, training_step=training_step, **sample)
     stats.tool_calls = sum(own_tool_calls(t) for g in groups for t in g.trajectories)
     return groups, stats
+
+
+def _tag_global_samples(groups: list[TrajectoryGroup], task_indices: Sequence[int], training_step: int | None) -> None:
+    """Record each global sample's ARPO info: its id, task index, round 0 and no lineage."""
+    for group, index in zip(groups, task_indices):
+        for number, trajectory in enumerate(group.trajectories):
+            trajectory.info[INFO_KEY] = {
+                "id": f"{group.group_id}/{number}",
+                "task_index": index,
+                "lineage": [],
+                "branch_turn": None,
+                "round": 0,
+                "training_step": training_step,
+            }
+
+
+def _choose_branches(
+    groups: list[TrajectoryGroup],
+    frontier: list[tuple[int, Trajectory, int]],
+    make_env: Callable[[], Env],
+    *,
+    budget: int,
+    params: ARPOConfig,
+    vocab_size: int,
+    rng: random.Random,
+    round_number: int,
+    stats: ARPOStats,
+) -> tuple[list[tuple[Trajectory, Env]], list[tuple[int, Trajectory, int]]]:
+    """One round's branch starts: at each tool-call point of the ``frontier`` not examined yet,
+    while its group's budget lasts, a draw with the point's branch probability decides
+    whether branches restart there. Returns the starts (partial trajectory, replayed env)
+    and where each goes (group position, trajectory, first turn to examine next round);
+    the points examined and the replay mismatches are counted in ``stats``."""
+    starts: list[tuple[Trajectory, Env]] = []
+    placed: list[tuple[int, Trajectory, int]] = []
+    for position, parent, first_turn in frontier:
+        group = groups[position]
+        for turn_index in _tool_points(parent, first_turn):
+            remaining = budget - len(group.trajectories) - sum(1 for p, _, _ in placed if p == position)
+            if remaining <= 0:
+                break
+            increase = _entropy_increase(parent, turn_index, params.entropy_tokens, vocab_size)
+            if increase is None:
+                continue
+            stats.branch_points += 1
+            probability = branch_probability(
+                increase, base_probability=params.base_probability, entropy_weight=params.entropy_weight
+            )
+            if rng.random() >= probability:
+                continue
+            for _ in range(min(params.branches, remaining)):
+                number = len(group.trajectories) + sum(1 for p, _, _ in placed if p == position)
+                start = branch_from(
+                    parent, turn_index, make_env, branch_id=f"{group.group_id}/{number}", round_number=round_number
+                )
+                if start is None:
+                    stats.replay_mismatches += 1
+                    continue
+                starts.append(start)
+                placed.append((position, start[0], turn_index + 1))
+    return starts, placed
 
 
 def _fill(backend, make_env, groups, task_indices, budget, stats: ARPOStats, **sample) -> None:

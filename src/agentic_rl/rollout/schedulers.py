@@ -20,13 +20,14 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from agentic_rl.engines.base import SamplingParams
-from agentic_rl.rollout.episode import Episode
+from agentic_rl.rollout.episode import Episode, StepResult
 from agentic_rl.seeds import derive_seed
+from agentic_rl.types import Turn
 
 Scheduler = Callable[[list[Episode], object, SamplingParams, ThreadPoolExecutor], None]
 
@@ -150,14 +151,11 @@ def run_continuous(
 
         for episode in episodes:
             admit(episode)
-        stepping: dict[Future, tuple[int, object]] = {}
+        stepping: dict[Future, tuple[int, Turn]] = {}
         while True:
             if incoming is not None:
-                while True:
-                    try:
-                        admit(incoming.get_nowait())
-                    except queue.Empty:
-                        break
+                for episode in _arrivals(incoming):
+                    admit(episode)
             start_pending()
             busy = session is not None and session.busy
             if not busy and not stepping:
@@ -169,36 +167,69 @@ def run_continuous(
                     pass
                 continue
             if busy:
-                for key, completion in session.step():
-                    if completion.error is not None:  # the engine failed this turn: an infrastructure error
-                        active.pop(key).fail(completion.error)
-                        session.release(key)
-                        continue
-                    turn, message = active[key].take_completion(completion)
-                    stepping[pool.submit(active[key].env_step(message))] = (key, turn)
+                stepping.update(_start_env_steps(session, active, pool))
             if not stepping:
                 continue
-            deadline = min(active[key].deadline for key, _ in stepping.values())
-            # While others decode, only collect env steps that are done; otherwise sleep until
-            # one is, or until the earliest episode deadline (briefly, when new work may arrive).
-            timeout = 0.0 if session.busy else max(deadline - time.monotonic(), 0.0)
-            if incoming is not None:
-                timeout = min(timeout, 0.05)
-            done, _ = wait(list(stepping), timeout=timeout, return_when=FIRST_COMPLETED)
+            done = _wait_for_env_steps(session, active, stepping, service=incoming is not None)
             now = time.monotonic()
             for future in list(stepping):
                 key, turn = stepping[future]
-                episode = active[key]
-                if future not in done and now < episode.deadline:
+                if future not in done and now < active[key].deadline:
                     continue
                 del stepping[future]
-                if episode.apply_step(turn, future.result if future in done else _raise_timeout):
-                    if episode.new_segment:  # the context was rebuilt: a new sequence, its prompt encoded afresh
-                        episode.new_segment = False
-                        session.release(key)
-                        session.submit(key, episode.trajectory.token_ids, episode.budget(), episode.seed)
-                    else:
-                        session.extend(key, episode.trajectory.token_ids[turn.response_end :], episode.budget())
-                else:
-                    del active[key]
-                    session.release(key)
+                _apply_env_step(session, active, key, turn, future.result if future in done else _raise_timeout)
+
+
+def _arrivals(incoming: queue.Queue) -> Iterator[Episode]:
+    """The episodes on ``incoming`` now, taken one at a time without waiting."""
+    while True:
+        try:
+            yield incoming.get_nowait()
+        except queue.Empty:
+            return
+
+
+def _start_env_steps(session, active: dict[int, Episode], pool: ThreadPoolExecutor) -> dict[Future, tuple[int, Turn]]:
+    """One decode step of ``session``: each finished turn's env step, submitted to ``pool``
+    (future -> (episode key, turn)); an episode whose turn the engine failed fails and
+    leaves the session."""
+    stepping: dict[Future, tuple[int, Turn]] = {}
+    for key, completion in session.step():
+        if completion.error is not None:  # the engine failed this turn: an infrastructure error
+            active.pop(key).fail(completion.error)
+            session.release(key)
+            continue
+        turn, message = active[key].take_completion(completion)
+        stepping[pool.submit(active[key].env_step(message))] = (key, turn)
+    return stepping
+
+
+def _wait_for_env_steps(
+    session, active: dict[int, Episode], stepping: dict[Future, tuple[int, Turn]], *, service: bool
+) -> set[Future]:
+    """The env steps of ``stepping`` that are done: while others decode, those done now;
+    otherwise after sleeping until one is, or until the earliest episode deadline (briefly,
+    in ``service`` mode, when new work may arrive)."""
+    deadline = min(active[key].deadline for key, _ in stepping.values())
+    timeout = 0.0 if session.busy else max(deadline - time.monotonic(), 0.0)
+    if service:
+        timeout = min(timeout, 0.05)
+    done, _ = wait(list(stepping), timeout=timeout, return_when=FIRST_COMPLETED)
+    return done
+
+
+def _apply_env_step(session, active: dict[int, Episode], key: int, turn: Turn, result: StepResult) -> None:
+    """Apply episode ``key``'s env step ``result``; then the episode decodes on in ``session``
+    (its new tokens appended, or, when its context was rebuilt, its new prompt submitted
+    afresh), or, when it ended, leaves it."""
+    episode = active[key]
+    if episode.apply_step(turn, result):
+        if episode.new_segment:  # the context was rebuilt: a new sequence, its prompt encoded afresh
+            episode.new_segment = False
+            session.release(key)
+            session.submit(key, episode.trajectory.token_ids, episode.budget(), episode.seed)
+        else:
+            session.extend(key, episode.trajectory.token_ids[turn.response_end :], episode.budget())
+    else:
+        del active[key]
+        session.release(key)
