@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     sides = {"every_row": recompute, "later_updates": recompute}
     model, trainers, scored, precision = recipe_sides(args.recipe, args.model, args.seed, sides)
     # The trainer before this change: its pre-update pass covered every row, the first update included.
-    trainers["every_row"]._current_first = False
+    trainers["every_row"].updater._current_first = False
     moving = sum(any(value != 0.0 for value in row) for row in scored.advantages) / max(len(scored.advantages), 1)
     if not moving and not args.allow_flat:
         print(

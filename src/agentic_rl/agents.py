@@ -261,7 +261,7 @@ def train(
             sampler.close()
     if run is not None:
         from agentic_rl.models.lora import save_role_adapters
-        from agentic_rl.training.checkpoint import save_final
+        from agentic_rl.training.final_model import save_final
 
         save_role_adapters(model, config.lora, run.file("final") / "adapters")
         save_final(model, tokenizer, run.file("final"))

@@ -289,7 +289,7 @@ def test_summarize_trains_on_exactly_what_the_engine_was_given_and_sampled(tiny,
     groups = rollout(backend, ToolEnv, [0, 1], group_size=2, config=config.rollout, seed=7)
     trainer = RLTrainer(config, model, tokenizer, backend, ToolEnv, list(range(16)))
     scored, _, _ = trainer.score_groups(groups)
-    batch = trainer._collate(scored, list(range(len(scored.trajectories))), None)
+    batch = trainer.updater._collate(scored, list(range(len(scored.trajectories))), None)
     pairs = []
     for row, sample in enumerate(scored.trajectories):
         ids = batch.input_ids[row, : len(sample.token_ids)].tolist()

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from agentic_rl.config import TrainConfig
-from agentic_rl.training.checkpoint import final_dtype, save_final
+from agentic_rl.training.final_model import final_dtype, save_final
 from agentic_rl.training.run_dir import RunDirectory
 from agentic_rl.training.stages import RunEvents, RunState, run_final
 

@@ -157,7 +157,7 @@ def test_train_on_two_small_envs_with_a_curriculum_and_resume_to_the_same_draws(
 def test_cold_start_collection_splits_a_mix_by_weight(tokenizer) -> None:
     from agentic_rl.config import CollectConfig, ConfigError, build
     from agentic_rl.training.collect import collect_successful_mix, mix_shares
-    from agentic_rl.training.stages import sft_parser
+    from agentic_rl.training.pre_rl_stages import sft_parser
 
     collect = CollectConfig(num_tasks=8, samples_per_task=2, few_shot=0, max_per_task=1)
     assert [(name, share.num_tasks) for name, _, share in mix_shares(MIX, collect)] == [

@@ -15,6 +15,7 @@ from agentic_rl.training.batch import collate
 from agentic_rl.training.logprobs import token_logprobs
 from agentic_rl.training.rl import RLTrainer
 from agentic_rl.training.rl_metrics import MACHINE_METRICS
+from agentic_rl.training.rl_update import PolicyUpdate
 from agentic_rl.training.scoring import score
 
 
@@ -269,7 +270,7 @@ def test_sampler_logprobs_as_old_give_the_recomputed_update_without_its_forward_
     }
     passes: list[list[int]] = []
     monkeypatch.setattr(
-        RLTrainer,
+        PolicyUpdate,
         "_old_logprobs",
         lambda self, scored, members: passes.append(list(members)) or original(self, scored, members),
     )
@@ -295,7 +296,7 @@ def test_sampler_logprobs_as_old_give_the_recomputed_update_without_its_forward_
         torch.testing.assert_close(reused_weights[name], value, atol=1e-5, rtol=1e-4)
 
 
-original = RLTrainer._old_logprobs
+original = PolicyUpdate._old_logprobs
 
 
 def test_skipping_zero_advantage_trajectories_updates_the_weights_as_the_full_batch(tiny, monkeypatch) -> None:
@@ -305,9 +306,9 @@ def test_skipping_zero_advantage_trajectories_updates_the_weights_as_the_full_ba
     A batch with no advantage left still steps the optimizer (Adam's momentum moves the
     weights) exactly as the full batch's zero gradient does."""
     forwarded: list[int] = []
-    collate_ = RLTrainer._collate
+    collate_ = PolicyUpdate._collate
     monkeypatch.setattr(
-        RLTrainer,
+        PolicyUpdate,
         "_collate",
         lambda self, scored, members, old: forwarded.extend(members) or collate_(self, scored, members, old),
     )
@@ -361,16 +362,16 @@ def test_zero_advantage_trajectories_stay_where_a_loss_term_reads_them(tiny, alg
 def test_the_policy_loss_gets_the_configured_aggregation(tiny, monkeypatch, preset) -> None:
     """algorithm.aggregation reaches the policy loss (it is not one of the loss's own
     parameters under policy_loss, whose signature default would otherwise apply)."""
-    import agentic_rl.training.rl as rl_module
+    import agentic_rl.training.rl_loss as rl_loss
 
     seen = []
-    real = rl_module.compute_policy_loss
+    real = rl_loss.compute_policy_loss
 
     def spy(name, *inputs, **params):
         seen.append(params["aggregation"])
         return real(name, *inputs, **params)
 
-    monkeypatch.setattr(rl_module, "compute_policy_loss", spy)
+    monkeypatch.setattr(rl_loss, "compute_policy_loss", spy)
     config = _config(algorithm={"preset": preset}, rl={"steps": 1, "skip_zero_advantage": False})
     _trainer(tiny, config).step()
     assert seen and set(seen) == {config.algorithm.aggregation}

@@ -94,7 +94,7 @@ def _sft(args: argparse.Namespace) -> int:
     from agentic_rl.data import read_jsonl
     from agentic_rl.models import load
     from agentic_rl.tracking.display import console, progress
-    from agentic_rl.training.checkpoint import save_final
+    from agentic_rl.training.final_model import save_final
     from agentic_rl.training.sft import train_sft
 
     overrides, precision = _fine_tune_settings(args)
@@ -129,8 +129,8 @@ def _dpo(args: argparse.Namespace) -> int:
     from agentic_rl.data import read_jsonl
     from agentic_rl.models import load
     from agentic_rl.tracking.display import console
-    from agentic_rl.training.checkpoint import save_final
     from agentic_rl.training.dpo import pairs_from_rollout_records, train_dpo, validate_pair
+    from agentic_rl.training.final_model import save_final
 
     overrides, precision = _fine_tune_settings(args)
     config = build(DPOConfig, overrides)

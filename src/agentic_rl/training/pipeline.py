@@ -1,11 +1,11 @@
 """``train(config)``: a whole run, stage by stage, into a run directory.
 
-The stages (training/stages.py) run in order; each enabled stage that finishes is
-recorded in the run directory. ``resume`` continues a run from its newest complete
-checkpoint: the stages that checkpoint covers are restored from their files, not run again,
-and RL continues from the checkpoint's step. ``overrides`` change what may change mid-run
-(config/resume.py: steps, learning rate and schedule, eval, tracking, checkpointing); the
-run's config.yaml records them for a later resume.
+The stages (training/stages.py, pre_rl_stages.py, rl_stage.py) run in order; each enabled
+stage that finishes is recorded in the run directory. ``resume`` continues a run from its
+newest complete checkpoint: the stages that checkpoint covers are restored from their
+files, not run again, and RL continues from the checkpoint's step. ``overrides`` change
+what may change mid-run (config/resume.py: steps, learning rate and schedule, eval,
+tracking, checkpointing); the run's config.yaml records them for a later resume.
 """
 
 from __future__ import annotations
@@ -28,21 +28,12 @@ from agentic_rl.models import load, resolve_device
 from agentic_rl.models.lora import apply_lora
 from agentic_rl.models.precision import apply_precision
 from agentic_rl.training.checkpoint import usable_checkpoint
+from agentic_rl.training.pre_rl_stages import restore_filter, run_dpo, run_filter, run_sft
 from agentic_rl.training.preflight import Preflight, preflight, resolve_parser
+from agentic_rl.training.rl_stage import run_rl
 from agentic_rl.training.run_checkpoints import TrainingStopped
 from agentic_rl.training.run_dir import RunDirectory
-from agentic_rl.training.stages import (
-    RunEvents,
-    RunState,
-    evaluation,
-    restore_filter,
-    run_dpo,
-    run_filter,
-    run_final,
-    run_report,
-    run_rl,
-    run_sft,
-)
+from agentic_rl.training.stages import RunEvents, RunState, evaluation, run_final, run_report
 
 __all__ = ["STAGES", "RunEvents", "Stage", "TrainResult", "TrainingStopped", "train"]
 

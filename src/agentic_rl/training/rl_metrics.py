@@ -186,8 +186,9 @@ def forward_only_metrics(
 ) -> dict[str, float]:
     """``entropy`` and the sampler-mismatch metrics (``rollout_logprob_diff_mean`` / ``_max``,
     ``rollout_kl_k3``) of ``trajectories`` from gradient-free forwards (the trainer's
-    ``_per_token_rows`` and ``_logprobs``): a step whose update forwarded no token (every
-    group scored alike, too many failures) still reports what shows why nothing learns."""
+    ``TrajectoryForwards.per_token_rows`` and ``.logprobs``): a step whose update forwarded
+    no token (every group scored alike, too many failures) still reports what shows why
+    nothing learns."""
     from agentic_rl.algorithms.correction import mismatch_metrics
 
     totals = {"entropy": 0.0, "rollout_logprob_diff_mean": 0.0, "rollout_kl_k3": 0.0, "tokens": 0.0}
