@@ -19,7 +19,7 @@ from agentic_rl.config import TrainConfig
 from agentic_rl.distributed.rollout_worker import RolloutWorker
 from agentic_rl.engines.base import Completion, SamplingParams
 from agentic_rl.engines.hf import HFBackend
-from agentic_rl.engines.remote import RequestSession
+from agentic_rl.engines.request_session import RequestSession
 from agentic_rl.engines.staged import StagedWeights
 from agentic_rl.envs.registry import env_factory
 from agentic_rl.rollout.engine import rollout

@@ -65,5 +65,5 @@ def test_without_top_logprobs_nothing_is_computed_or_held(tiny) -> None:
         session.submit(0, [1, 2, 3], 3, seed=0)
         while session.busy:
             finished = session.step()
-        assert not hasattr(session, "out_top_ids")
+        assert session.outputs.top_ids is None
     assert finished[0][1].top_logprobs is None

@@ -47,14 +47,13 @@ from agentic_rl.algorithms.losses import (
     register_policy_loss,
     value_loss,
 )
+from agentic_rl.algorithms.pg_losses import gpg, reinforce_loss
 from agentic_rl.algorithms.policy_losses import (
     cispo,
     clip_cov,
-    gpg,
     gspo,
     gspo_token,
     kl_cov,
-    reinforce_loss,
     sapo,
     token_covariance,
 )

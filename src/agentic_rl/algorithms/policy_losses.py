@@ -1,7 +1,8 @@
 """Policy losses beside ``ppo-clip`` in :data:`~agentic_rl.algorithms.losses.POLICY_LOSSES`:
 a sequence-level ratio (GSPO), a clipped stop-gradient importance weight (CISPO), a soft
-gate instead of a clip (SAPO), covariance-based entropy control (Clip-Cov, KL-Cov) and
-plain policy gradients (GPG, REINFORCE).
+gate instead of a clip (SAPO) and covariance-based entropy control (Clip-Cov, KL-Cov).
+The plain policy gradients (GPG, REINFORCE) are in ``pg_losses.py`` and share
+:func:`clamped_log_ratio`.
 
 Each has the registry's signature ``fn(logprobs, old_logprobs, advantages, mask, *,
 <own parameters>, aggregation, num_tokens, num_sequences, norm_length) ->
@@ -33,7 +34,7 @@ from agentic_rl.algorithms.params import Fraction, LowerClip, NonNegative, Posit
 _MAX_LOG_RATIO = 20.0
 
 
-def _log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
+def clamped_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
     """log pi - log pi_old per token [B, T], clamped, 0 outside ``mask``."""
     inside = torch.where(mask.to(torch.bool), logprobs - old_logprobs, torch.zeros_like(logprobs))
     return inside.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
@@ -88,7 +89,7 @@ def gspo(
     the log sequence ratio at 10 from above; here each token's log-ratio is clamped to
     [-20, 20] before the mean, as in ppo-clip.
     """
-    log_ratio = _log_ratio(logprobs, old_logprobs, mask)
+    log_ratio = clamped_log_ratio(logprobs, old_logprobs, mask)
     ratio = torch.exp(masked_mean(log_ratio, mask, dim=-1))
     advantage = masked_mean(advantages, mask, dim=-1)
     per_sequence = torch.maximum(-advantage * ratio, -advantage * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
@@ -137,7 +138,7 @@ def gspo_token(
     Same as verl's ``gspo`` except that ``aggregation`` is honoured and each token's
     log-ratio is clamped to [-20, 20] before the mean (verl: log s_i,t <= 10).
     """
-    log_ratio = _log_ratio(logprobs, old_logprobs, mask)
+    log_ratio = clamped_log_ratio(logprobs, old_logprobs, mask)
     sequence_log_ratio = masked_mean(log_ratio, mask, dim=-1).detach()
     # log pi_t - sg[log pi_t] is 0 in value and carries log pi_t's gradient.
     own = torch.where(mask.to(torch.bool), logprobs - logprobs.detach(), torch.zeros_like(logprobs))
@@ -185,7 +186,7 @@ def cispo(
     clip_ratio_high (its example sets clip_ratio_low=10 for no lower bound), here they
     are CISPO's own knobs so choosing the loss keeps its defaults.
     """
-    log_ratio = _log_ratio(logprobs, old_logprobs, mask)
+    log_ratio = clamped_log_ratio(logprobs, old_logprobs, mask)
     ratio = torch.exp(log_ratio)
     lower = None if clip_low is None else 1.0 - clip_low
     weight = ratio.clamp(min=lower, max=1.0 + clip_high).detach()
@@ -233,7 +234,7 @@ def sapo(
     Same formula as verl's ``sapo``; verl always aggregates seq-mean-token-mean, here
     ``aggregation`` is honoured like any loss's.
     """
-    log_ratio = _log_ratio(logprobs, old_logprobs, mask)
+    log_ratio = clamped_log_ratio(logprobs, old_logprobs, mask)
     ratio = torch.exp(log_ratio)
     tau = torch.where(advantages > 0, torch.full_like(ratio, tau_pos), torch.full_like(ratio, tau_neg))
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
@@ -282,7 +283,7 @@ def clip_cov(
     trainer, as in verl; it reads the rollout-corrected advantage (verl applies the
     weights after the selection), so the selection is not invariant to the correction.
     """
-    log_ratio = _log_ratio(logprobs, old_logprobs, mask)
+    log_ratio = clamped_log_ratio(logprobs, old_logprobs, mask)
     ratio = torch.exp(log_ratio)
     loss_mat = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
     clipped_low = (advantages < 0) & (ratio < 1.0 - clip_low)
@@ -336,7 +337,7 @@ def kl_cov(
     Not linear in the advantage: the penalty does not scale with a rollout-correction
     weight, and the top-k reads the weighted advantage.
     """
-    log_ratio = _log_ratio(logprobs, old_logprobs, mask)
+    log_ratio = clamped_log_ratio(logprobs, old_logprobs, mask)
     ratio = torch.exp(log_ratio)
     bool_mask = mask.to(torch.bool)
     selected = torch.zeros_like(bool_mask)
@@ -357,66 +358,3 @@ def kl_cov(
     metrics = ratio_metrics(log_ratio, mask)
     metrics["cov_selected_frac"] = float(masked_mean(selected.float(), bool_mask))
     return PolicyLossOutput(loss=loss, metrics=metrics)
-
-
-@register_policy_loss("gpg", row_local=True)
-def gpg(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    aggregation: str = "token-mean",
-    num_tokens: float | None = None,
-    num_sequences: float | None = None,
-    norm_length: float | None = None,
-) -> PolicyLossOutput:
-    """GPG (Chu et al. 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for
-    Model Reasoning", arXiv 2504.02546): loss_t = -A_t * log pi_t, reduced by
-    :func:`aggregate`; no ratio, no clip. ``old_logprobs`` only feed the metrics: after
-    the first mini-batch the gradient is not importance-corrected (as GPG and verl).
-    Same as verl's ``gpg`` loss (GPG's own advantage scaling is not included).
-    """
-    loss = aggregate(
-        -advantages * logprobs,
-        mask,
-        aggregation,
-        num_tokens=num_tokens,
-        num_sequences=num_sequences,
-        norm_length=norm_length,
-    )
-    return PolicyLossOutput(loss=loss, metrics=ratio_metrics(_log_ratio(logprobs, old_logprobs, mask), mask))
-
-
-@register_policy_loss("reinforce", row_local=True)
-def reinforce_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    aggregation: str = "token-mean",
-    num_tokens: float | None = None,
-    num_sequences: float | None = None,
-    norm_length: float | None = None,
-) -> PolicyLossOutput:
-    """REINFORCE with an unclipped importance ratio (Williams 1992): loss_t = -A_t * r_t,
-    r_t = pi_t / pi_old_t, reduced by :func:`aggregate`. Its gradient is
-    -A_t r_t grad log pi_t: with one update per batch (old = current, r = 1) that of
-    -A_t log pi_t, later the importance-weighted policy gradient, without a bound.
-
-    Naming: verl has no unclipped ratio loss under this name; its ``vanilla`` loss is
-    PPO's clipped surrogate (here ``ppo-clip``). verl's REINFORCE (``bypass_mode`` with
-    loss_type ``reinforce``) is -w A log pi with w = sg(pi / pi_old), optionally
-    truncated; untruncated, its gradient is this one's.
-    """
-    log_ratio = _log_ratio(logprobs, old_logprobs, mask)
-    loss = aggregate(
-        -advantages * torch.exp(log_ratio),
-        mask,
-        aggregation,
-        num_tokens=num_tokens,
-        num_sequences=num_sequences,
-        norm_length=norm_length,
-    )
-    return PolicyLossOutput(loss=loss, metrics=ratio_metrics(log_ratio, mask))

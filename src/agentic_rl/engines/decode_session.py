@@ -9,14 +9,15 @@ tokens are encoded; the others never wait for it. Freed slots take new work.
 Running sequences always occupy slots ``[0, running)`` of the cache, so a decode step is
 one forward pass over a view (no gather, no concatenation); slots are swapped when a
 sequence starts or stops running. Per token there is no per-row Python: tokens, log-probs
-and entropies go into device buffers and are converted once per finished turn.
+and entropies go into device buffers and are converted once per finished turn
+(engines/turn_sampler.py). Which waiting sequences start, and which prompt tokens are
+shared, is decided in engines/session_sequences.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 
 import torch
 
@@ -24,33 +25,9 @@ from agentic_rl.accel import decoder_for, packed_weights
 from agentic_rl.anatomy import cache_argument, split_model
 from agentic_rl.engines.base import Completion, SamplingParams
 from agentic_rl.engines.kv_cache import SlotCache
-from agentic_rl.engines.sampling import entropy as sampling_entropy
-from agentic_rl.engines.sampling import sample
-from agentic_rl.engines.sampling import top_logprobs as sampling_top_logprobs
+from agentic_rl.engines.session_sequences import DecodeSequence, admit, shared_prefix_length, split_identical
 from agentic_rl.engines.staged import StagedWeights
-
-SHARED_PREFIX_MIN_SAVED = 64
-"""Token encodings a shared prefix must spare to be encoded on its own: that extra pass
-reads every weight once, which costs about as much as prefilling ~40 token rows of a
-135M model on CPU."""
-
-
-@dataclass
-class _Sequence:
-    key: Hashable
-    seed: int
-    handle: int
-    """Row of the output buffers, fixed while the sequence lives (slots move, handles do not)."""
-    pending: list[int] = field(default_factory=list)
-    """Tokens to encode before the next sample (prompt, or last sampled token + observation)."""
-    budget: int = 0
-    length: int = 0
-    """Tokens already in the cache."""
-    slot: int | None = None
-    last_token: int | None = None
-    """The last sampled token: not yet encoded, it leads the next extension."""
-    version_changes: list[tuple[int, int, int]] = field(default_factory=list)
-    """(offset in the current turn, old version, new version) of each weight swap mid-turn."""
+from agentic_rl.engines.turn_sampler import TurnSampler
 
 
 class DecodeSession:
@@ -59,7 +36,7 @@ class DecodeSession:
     ``max_slots`` bounds the sequences held at once (running or paused); more wait for a
     free slot. ``min_shared_prefix``: new prompts sharing at least this many leading tokens
     encode them once, when that spares at least ``SHARED_PREFIX_MIN_SAVED`` token encodings
-    (identical prompts, e.g. a GRPO group, are encoded once whole).
+    (engines/session_sequences.py; identical prompts, e.g. a GRPO group, are encoded once whole).
 
     Used as a context manager (``with backend.session(...) as session``), the model's
     oneDNN linear weights stay packed for the session (accel/onednn.py) and supported
@@ -93,14 +70,15 @@ class DecodeSession:
         parameter = next(model.parameters())
         self.device, self.dtype = parameter.device, parameter.dtype
         self.stops = torch.tensor(sorted(set(stop_token_ids)) or [-1], device=self.device)
+        self.outputs = TurnSampler(sampling, self.stops, self.device)
+        """Each handle's sampled turn, in device buffers (engines/turn_sampler.py)."""
         self.cache: SlotCache | None = None
         self._lean = None
-        self.owner: list[_Sequence | None] = []
+        self.owner: list[DecodeSequence | None] = []
         self.running = 0
-        self.waiting: list[_Sequence] = []
-        self.sequences: dict[Hashable, _Sequence] = {}
+        self.waiting: list[DecodeSequence] = []
+        self.sequences: dict[Hashable, DecodeSequence] = {}
         self.free_handles: list[int] = []
-        self._buffers_width = 0
         self._handles = 0
 
     # ------------------------------------------------------------------ public API
@@ -129,7 +107,7 @@ class DecodeSession:
             raise ValueError(f"sequence {key!r} is already in this session")
         if not token_ids:
             raise ValueError(f"sequence {key!r}: token_ids is empty; a prompt needs at least one token")
-        sequence = _Sequence(
+        sequence = DecodeSequence(
             key, int(seed), self._new_handle(), pending=list(token_ids), budget=max(int(max_new_tokens), 1)
         )
         self.sequences[key] = sequence
@@ -173,9 +151,9 @@ class DecodeSession:
     def sampled(self, key: Hashable) -> list[int]:
         """The tokens sampled so far in the sequence's current turn (streaming)."""
         sequence = self.sequences[key]
-        if sequence in self.waiting or not hasattr(self, "out_tokens"):
+        if sequence in self.waiting:
             return []
-        return self.out_tokens[sequence.handle, : int(self.count[sequence.handle])].tolist()
+        return self.outputs.sampled(sequence.handle)
 
     @torch.no_grad()
     def step(self) -> list[tuple[Hashable, Completion]]:
@@ -206,7 +184,7 @@ class DecodeSession:
         if version is None or version == self.weight_version:
             return
         for sequence in self.owner[: self.running]:
-            offset = int(self.count[sequence.handle])
+            offset = self.outputs.produced(sequence.handle)
             if offset > 0:  # mid-turn; a turn not yet sampling is all new weights
                 sequence.version_changes.append((offset, self.weight_version, version))
         self.weight_version = version
@@ -228,35 +206,9 @@ class DecodeSession:
         else:
             self.cache.reserve(slots, capacity)
         self.owner.extend([None] * (self.cache.slots - len(self.owner)))
-        handles = max(self._handles, 1)
-        if not hasattr(self, "out_tokens") or self.out_tokens.shape[0] < handles or self._buffers_width < width:
-            rows, cols = (
-                max(handles, 2 * getattr(self, "out_tokens", torch.empty(0, 0)).shape[0]),
-                max(width, self._buffers_width),
-            )
-            grown = {
-                "out_tokens": torch.zeros((rows, cols), dtype=torch.long, device=self.device),
-                "out_logprobs": torch.zeros((rows, cols), dtype=torch.float32, device=self.device),
-                "out_entropy": torch.zeros((rows, cols), dtype=torch.float32, device=self.device),
-            }
-            k = self.sampling.top_logprobs
-            if k > 0:  # only sessions that were asked for alternatives hold them
-                grown["out_top_ids"] = torch.zeros((rows, cols, k), dtype=torch.long, device=self.device)
-                grown["out_top_logprobs"] = torch.zeros((rows, cols, k), dtype=torch.float32, device=self.device)
-            for name, tensor in grown.items():
-                if hasattr(self, name):
-                    old = getattr(self, name)
-                    tensor[: old.shape[0], : old.shape[1], ...] = old
-                setattr(self, name, tensor)
-            counts = torch.zeros(rows, dtype=torch.long, device=self.device)
-            budgets = torch.zeros(rows, dtype=torch.long, device=self.device)
-            if hasattr(self, "count"):
-                counts[: self.count.shape[0]] = self.count
-                budgets[: self.budget.shape[0]] = self.budget
-            self.count, self.budget = counts, budgets
-            self._buffers_width = cols
+        self.outputs.reserve(max(self._handles, 1), width)
 
-    def _move(self, sequence: _Sequence, target: int) -> None:
+    def _move(self, sequence: DecodeSequence, target: int) -> None:
         """Put ``sequence`` in slot ``target``, swapping with whatever is there."""
         source = sequence.slot
         other = self.owner[target]
@@ -322,76 +274,20 @@ class DecodeSession:
                 return logits
         return self.lm_head(hidden).float()
 
-    def _sample(self, logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor):
-        tokens, logprobs = sample(
-            logits, temperature=self.sampling.temperature, top_p=self.sampling.top_p, seeds=seeds, positions=positions
-        )
-        entropies = sampling_entropy(logits, self.sampling.temperature) if self.sampling.return_entropy else None
-        alternatives = (
-            sampling_top_logprobs(logits, temperature=self.sampling.temperature, k=self.sampling.top_logprobs)
-            if self.sampling.top_logprobs > 0
-            else None
-        )
-        return tokens, logprobs, entropies, alternatives
-
-    def _record(
-        self,
-        handles: torch.Tensor,
-        tokens: torch.Tensor,
-        logprobs: torch.Tensor,
-        entropies: torch.Tensor | None,
-        alternatives=None,
-    ) -> torch.Tensor:
-        """Store one sampled token per row; return which rows finished their turn."""
-        column = self.count[handles]
-        self.out_tokens[handles, column] = tokens
-        self.out_logprobs[handles, column] = logprobs
-        if entropies is not None:
-            self.out_entropy[handles, column] = entropies
-        if alternatives is not None:
-            ids, values = alternatives
-            self._top_width = ids.shape[1]  # k, or the vocabulary when that is smaller
-            self.out_top_ids[handles, column, : ids.shape[1]] = ids
-            self.out_top_logprobs[handles, column, : ids.shape[1]] = values
-        self.count[handles] = column + 1
-        return torch.isin(tokens, self.stops) | (column + 1 >= self.budget[handles])
-
-    def _completion(self, sequence: _Sequence) -> Completion:
-        n = int(self.count[sequence.handle])
-        tokens = self.out_tokens[sequence.handle, :n].tolist()
-        stopped = bool(torch.isin(self.out_tokens[sequence.handle, n - 1], self.stops))
-        entropies = self.out_entropy[sequence.handle, :n].tolist() if self.sampling.return_entropy else None
-        alternatives = None
-        if self.sampling.top_logprobs > 0:
-            k = self._top_width
-            ids, values = (
-                self.out_top_ids[sequence.handle, :n, :k].tolist(),
-                self.out_top_logprobs[sequence.handle, :n, :k].tolist(),
-            )
-            alternatives = [list(zip(row_ids, row_values)) for row_ids, row_values in zip(ids, values)]
+    def _completion(self, sequence: DecodeSequence) -> Completion:
         changes, sequence.version_changes = sequence.version_changes, []
-        return Completion(
-            token_ids=tokens,
-            logprobs=self.out_logprobs[sequence.handle, :n].tolist(),
-            finish_reason="stop" if stopped else "length",
-            entropies=entropies,
+        return self.outputs.completion(
+            sequence.handle,
             weight_version=changes[0][1] if changes else self.weight_version,
             version_changes=[(offset, new) for offset, _, new in changes],
-            top_logprobs=alternatives,
         )
 
     def _start_waiting(self, finished: list) -> None:
         """Admit waiting sequences that have (or can get) a slot, encode their pending
         tokens in one batched pass, and sample each one's first token."""
         self._sync_running()
-        held = sum(1 for s in self.owner if s is not None)
-        admitted: list[_Sequence] = []
-        for sequence in list(self.waiting):
-            if sequence.slot is None:
-                if held >= self.max_slots:
-                    continue
-                held += 1
-            admitted.append(sequence)
+        admitted, held = admit(self.waiting, sum(1 for s in self.owner if s is not None), self.max_slots)
+        for sequence in admitted:
             self.waiting.remove(sequence)
         if not admitted:
             return
@@ -399,18 +295,9 @@ class DecodeSession:
         capacity = max(s.length + len(s.pending) + s.budget for s in admitted)
         self._ensure_storage(slots_needed, capacity, max(s.budget for s in admitted))
         for sequence in admitted:
-            self.count[sequence.handle] = 0
-            self.budget[sequence.handle] = sequence.budget
+            self.outputs.start(sequence.handle, sequence.budget)
         # Identical new prompts (a GRPO group) are encoded once: representatives first.
-        representative: dict[tuple[int, ...], _Sequence] = {}
-        copies: list[tuple[_Sequence, _Sequence]] = []
-        for sequence in admitted:
-            if sequence.length == 0:
-                leader = representative.setdefault(tuple(sequence.pending), sequence)
-                if leader is not sequence:
-                    copies.append((sequence, leader))
-        copied = {id(s) for s, _ in copies}
-        leaders = [s for s in admitted if id(s) not in copied]
+        leaders, copies = split_identical(admitted)
         ordered = leaders + [s for s, _ in copies]
         # Slotless sequences need free slots outside the target range, so place slot holders first.
         lo = self.running
@@ -436,9 +323,9 @@ class DecodeSession:
         logits = logits[rows]
         seeds = torch.tensor([s.seed for s in ordered], dtype=torch.long, device=self.device)
         positions = torch.tensor([s.length for s in ordered], dtype=torch.long, device=self.device)
-        tokens, logprobs, entropies, alternatives = self._sample(logits, seeds, positions)
         handles = torch.tensor([s.handle for s in ordered], dtype=torch.long, device=self.device)
-        done = self._record(handles, tokens, logprobs, entropies, alternatives).tolist()
+        tokens, done = self.outputs.sample(logits, seeds, positions, handles)
+        done = done.tolist()
         for sequence, token in zip(ordered, tokens.tolist()):
             sequence.last_token = token
         # Those still going join the running range; the others pause right away.
@@ -451,22 +338,17 @@ class DecodeSession:
                 finished.append((sequence.key, self._completion(sequence)))
         self._rebuild_running()
 
-    def _shared_prefix(self, leaders: list[_Sequence], lo: int) -> None:
+    def _shared_prefix(self, leaders: list[DecodeSequence], lo: int) -> None:
         """Encode the leading tokens that all new prompts share once, then copy that cache."""
         fresh = [s for s in leaders if s.length == 0]
-        if len(fresh) < 2:
-            return
-        shortest = min((s.pending for s in fresh), key=len)
-        end = 0
-        while end < len(shortest) - 1 and all(s.pending[end] == shortest[end] for s in fresh):
-            end += 1
-        if end < self.min_shared_prefix or (len(fresh) - 1) * end < SHARED_PREFIX_MIN_SAVED:
+        end = shared_prefix_length(fresh, self.min_shared_prefix)
+        if end == 0:
             return
         first = fresh[0]
         self._forward(
             first.slot,
             first.slot + 1,
-            torch.tensor([shortest[:end]], device=self.device),
+            torch.tensor([first.pending[:end]], device=self.device),
             torch.zeros(1, dtype=torch.long, device=self.device),
         )
         for sequence in fresh:
@@ -474,7 +356,7 @@ class DecodeSession:
                 self.cache.copy_slot(first.slot, sequence.slot, end)
             sequence.length, sequence.pending = end, sequence.pending[end:]
 
-    def _encode_pending(self, leaders: list[_Sequence], lo: int) -> torch.Tensor:
+    def _encode_pending(self, leaders: list[DecodeSequence], lo: int) -> torch.Tensor:
         """One right-padded pass over the leaders' pending tokens; [len(leaders), hidden] at each row's last token."""
         width = max(len(s.pending) for s in leaders)
         input_ids = torch.full((len(leaders), width), self.pad_token_id, dtype=torch.long)
@@ -493,9 +375,8 @@ class DecodeSession:
         n = self.running
         hidden = self._forward(0, n, self.run_last[:, None], self.run_length)[:, -1]
         self.run_length += 1
-        tokens, logprobs, entropies, alternatives = self._sample(self._logits(hidden), self.run_seed, self.run_length)
+        tokens, done = self.outputs.sample(self._logits(hidden), self.run_seed, self.run_length, self.run_handle)
         self.run_last = tokens
-        done = self._record(self.run_handle, tokens, logprobs, entropies, alternatives)
         if not bool(done.any()):
             return
         self._sync_running()

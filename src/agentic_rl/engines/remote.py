@@ -1,7 +1,7 @@
 """What token-level engines behind an HTTP server share (vLLM, SGLang): concurrent requests
 on a thread pool, one per turn of each episode; ``generate`` for the per-turn scheduler and
-``session()`` for the continuous one; failures as infrastructure errors; weights pushed
-through a safetensors folder the server reloads.
+``session()`` for the continuous one (engines/request_session.py); failures as
+infrastructure errors; weights pushed through a safetensors folder the server reloads.
 
 A subclass says how one request looks (``request_body``), how the server's answer maps to
 a :class:`Completion` (``parse``), which path it is posted to (``generate_path``) and how
@@ -15,8 +15,8 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Hashable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,8 @@ import torch
 from agentic_rl.engines.adapters import base_weights, is_lora
 from agentic_rl.engines.base import Completion, SamplingParams
 from agentic_rl.engines.http import RETRY_STATUS, BackendError, json_body, one_line, post_json
+from agentic_rl.engines.request_session import RequestSession
 from agentic_rl.engines.staged import StagedWeights
-from agentic_rl.seeds import stream_seed
 
 WEIGHTS_FILE = "model.safetensors"
 SCRATCH_PREFIX = "agentic-rl-engine-"
@@ -297,7 +297,8 @@ class RemoteTokenBackend:
         return list(self._pool.map(self.complete, bodies))
 
     def session(self, sampling: SamplingParams, *, stop_token_ids: Sequence[int]) -> RequestSession:
-        """A session for the continuous scheduler: each episode's turns are independent requests."""
+        """A session for the continuous scheduler: each episode's turns are independent
+        requests (engines/request_session.py)."""
         return RequestSession(self, sampling, stop_token_ids)
 
     # ------------------------------------------------------------------ weights and lifecycle
@@ -341,117 +342,3 @@ class RemoteTokenBackend:
         self.client.close()
         if self.owned_folder is not None:
             shutil.rmtree(self.owned_folder, ignore_errors=True)
-
-
-class RequestSession:
-    """The decode-session API (engines/decode_session.py) over concurrent requests: every
-    submitted or extended sequence is one request in flight; ``step`` returns the turns
-    that finished meanwhile. A sequence's context is its prompt, its sampled turns and the
-    observations appended by ``extend``; turn t of a sequence samples from stream
-    ``(seed, t)``."""
-
-    POLL_S = 0.01
-    """How long ``step`` waits for a request to finish before returning nothing (the
-    scheduler then checks on its env steps)."""
-
-    def __init__(self, backend: RemoteTokenBackend, sampling: SamplingParams, stop_token_ids: Sequence[int]) -> None:
-        self.backend = backend
-        self.sampling = sampling
-        self.stop_token_ids = list(stop_token_ids)
-        self.contexts: dict[Hashable, list[int]] = {}
-        self.seeds: dict[Hashable, int] = {}
-        self.turns: dict[Hashable, int] = {}
-        self.in_flight: dict[Future, Hashable] = {}
-        self.held: list[tuple[Hashable, int]] = []
-        """Requests held back while staged weights wait for the requests in flight to finish."""
-        self.streamed = sampling.stream_tokens and backend.supports_streaming
-        """Turns are streamed: ``sampled`` shows their tokens, ``cancel`` ends them on the server."""
-        self.partial: dict[Hashable, list[int]] = {}
-        self.cancels: dict[Future, threading.Event] = {}
-
-    def __enter__(self) -> RequestSession:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        for future in self.in_flight:
-            future.cancel()
-            if future in self.cancels:
-                self.cancels[future].set()
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.in_flight or self.held)
-
-    def _launch(self, key: Hashable, max_new_tokens: int) -> None:
-        if self.backend.staged.pending:
-            self.held.append((key, max_new_tokens))
-            return
-        seed = stream_seed(self.seeds[key], self.turns[key])
-        body = self.backend.request_body(
-            self.contexts[key],
-            self.sampling,
-            stop_token_ids=self.stop_token_ids,
-            max_new_tokens=max(int(max_new_tokens), 1),
-            seed=seed,
-        )
-        if not self.streamed:
-            self.in_flight[self.backend.submit(body)] = key
-            return
-        self.partial[key], cancelled = [], threading.Event()
-        future = self.backend.submit_streamed(body, self.partial[key], cancelled)
-        self.in_flight[future], self.cancels[future] = key, cancelled
-
-    def submit(self, key: Hashable, token_ids: Sequence[int], max_new_tokens: int, seed: int) -> None:
-        if key in self.contexts:
-            raise ValueError(f"sequence {key!r} is already in this session")
-        if not token_ids:
-            raise ValueError(f"sequence {key!r}: token_ids is empty; a prompt needs at least one token")
-        self.contexts[key], self.seeds[key], self.turns[key] = list(token_ids), int(seed), 0
-        self._launch(key, max_new_tokens)
-
-    def extend(self, key: Hashable, token_ids: Sequence[int], max_new_tokens: int) -> None:
-        if key in self.in_flight.values() or any(key == held for held, _ in self.held):
-            raise ValueError(f"sequence {key!r} is not paused after a finished turn")
-        self.contexts[key].extend(token_ids)
-        self._launch(key, max_new_tokens)
-
-    def cancel(self, key: Hashable) -> None:
-        """Drop a sequence's request in flight (its client went away) and forget it."""
-        for future, owner in list(self.in_flight.items()):
-            if owner == key:
-                future.cancel()
-                if future in self.cancels:
-                    self.cancels.pop(future).set()  # closes the stream: the server drops the request
-                del self.in_flight[future]
-        self.release(key)
-
-    def sampled(self, key: Hashable) -> list[int]:
-        """The tokens of the key's turn in flight so far (streamed turns; otherwise a server
-        returns whole turns and nothing is visible before the turn ends)."""
-        return list(self.partial.get(key, ()))
-
-    def release(self, key: Hashable) -> None:
-        for mapping in (self.contexts, self.seeds, self.turns, self.partial):
-            mapping.pop(key, None)
-        self.held = [(held, budget) for held, budget in self.held if held != key]
-
-    def step(self) -> list[tuple[Hashable, Completion]]:
-        if self.backend.staged.pending and not self.in_flight:
-            self.backend.apply_staged()  # between turns: nothing in flight samples across versions
-        if self.held and not self.backend.staged.pending:
-            held, self.held = self.held, []
-            for key, budget in held:
-                self._launch(key, budget)
-        if not self.in_flight:
-            return []
-        done, _ = wait(list(self.in_flight), timeout=self.POLL_S, return_when=FIRST_COMPLETED)
-        finished = []
-        for future in done:
-            key = self.in_flight.pop(future)
-            self.cancels.pop(future, None)
-            self.partial.pop(key, None)
-            completion = future.result()
-            self.contexts[key].extend(completion.token_ids)
-            self.turns[key] += 1
-            finished.append((key, completion))
-        return finished
