@@ -105,6 +105,7 @@ def test_the_starting_points_for_larger_models_resolve(tmp_path) -> None:
         ("distributed.rollout_workers=2", "distributed.rollout_workers"),
         ("rl.sampling=arpo", "rl.sampling"),
         ("env.name=sokoban", "env.name"),
+        ("reward.terms.evidence=0.2", "reward.terms.evidence"),
     ],
 )
 def test_train_agent_refuses_what_it_would_ignore(setting, key, tmp_path, monkeypatch, capsys) -> None:

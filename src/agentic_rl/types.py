@@ -94,6 +94,12 @@ class Turn:
     turn_reward: float = 0.0
     """Process reward for this turn from the env's ``info["turn_reward"]`` (kept apart from
     ``reward``, whose sum is the outcome); read by turn-level credit assignment."""
+    reward_terms: dict[str, float] = field(default_factory=dict)
+    """Episode reward terms the env reported on this step (``info["reward_terms"]``): the
+    trainer adds them to the episode's reward times ``reward.terms`` (``envs.terms``)."""
+    turn_terms: dict[str, float] = field(default_factory=dict)
+    """This turn's reward terms (``info["turn_terms"]``): the trainer adds them to
+    ``turn_reward`` times ``reward.terms``."""
     finish_reason: str = "stop"
     weight_version: int = 0
     """The engine's weight version that sampled this turn (its first token)."""

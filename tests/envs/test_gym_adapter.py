@@ -73,9 +73,20 @@ def test_invalid_action_is_penalised_and_leaves_the_env_alone() -> None:
     observations, reward, terminated, truncated, info = env.step(
         {"role": "assistant", "content": "<answer>Jump</answer>"}
     )
-    assert (reward, terminated, truncated, info["turn_reward"]) == (0.0, False, False, -0.1)
+    # The invalid reply is the ``invalid`` turn term (reward.terms weighs it), not a process reward.
+    assert (reward, terminated, truncated, info["turn_reward"], info["turn_terms"]) == (
+        0.0,
+        False,
+        False,
+        0.0,
+        {"invalid": 1.0},
+    )
     assert "[S]FFF" in observations[0]["content"]
-    assert env.step({"role": "assistant", "content": "<answer>Left</answer>"})[3]  # truncated at max_turns
+    _, _, _, truncated, info = env.step({"role": "assistant", "content": "<answer>Left</answer>"})
+    assert truncated and info["turn_terms"] == {}  # truncated at max_turns; a valid move reports no term
+    assert set(env.reward_terms) == {"invalid"}
+    with pytest.raises(TypeError, match=r"^env 'gymnasium' option invalid_penalty: moved to reward\.terms\.invalid"):
+        make("gymnasium", **OPTIONS, invalid_penalty=0.1)
 
 
 def test_observation_formatter_and_default_action_names() -> None:

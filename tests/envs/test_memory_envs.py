@@ -9,7 +9,9 @@ import statistics
 import pytest
 
 from agentic_rl.envs import check_env, make
-from agentic_rl.envs.long_qa import FACT_PATTERN, questions_message
+from agentic_rl.envs.long_qa import questions_message
+from agentic_rl.envs.long_qa_tasks import FACT_PATTERN
+from agentic_rl.envs.terms import weighted
 
 
 def _play(env, index: int, reply) -> tuple[float, dict]:
@@ -141,29 +143,38 @@ def test_multi_search_reward_is_the_fraction_right() -> None:
 
 
 def test_plan_first_format_reward_and_adherence() -> None:
-    env = make("search-qa", plan_first=True, plan_reward=0.2)
-    assert "<plan></plan>" in env.system_prompt
+    """The ``plan`` episode term (weighed by ``reward.terms.plan``, no longer mixed into the
+    outcome): 1 when the first turn held a plan, reported with the final answer."""
+    env = make("search-qa", plan_first=True)
+    assert "<plan></plan>" in env.system_prompt and "plan" in env.reward_terms
     env.reset(options={"task_index": 0})
     plan = "1. search the company\n2. search its founder\n3. answer"
-    observations, reward, terminated, _, _ = env.step({"role": "assistant", "content": f"<plan>{plan}</plan>"})
+    observations, reward, terminated, _, info = env.step({"role": "assistant", "content": f"<plan>{plan}</plan>"})
     assert observations == [{"role": "user", "content": "Plan noted. Now carry it out."}] and (reward, terminated) == (
         0.0,
         False,
     )
+    assert "reward_terms" not in info  # the term comes with the final answer
     env.step({"role": "assistant", "content": env.expert_reply()})  # one search of the two planned
-    _, reward, terminated, _, _ = env.step({"role": "assistant", "content": "<answer>nobody</answer>"})
+    _, reward, terminated, _, info = env.step({"role": "assistant", "content": "<answer>nobody</answer>"})
     metrics = env.episode_metrics()
-    assert terminated and reward == pytest.approx(0.2)  # (1 - 0.2) * 0 + 0.2 * [a plan]
+    # The outcome is the answer's score alone; one of the 2-hop question's two gold documents found.
+    assert terminated and reward == 0.0 and info["reward_terms"] == {"plan": 1.0, "evidence": 0.5}
+    assert reward + weighted(info["reward_terms"], {"plan": 0.2}) == pytest.approx(0.2)  # 0 + 0.2 x [a plan]
     assert (metrics["plan/made"], metrics["plan/steps"], metrics["plan/adherence"]) == (1.0, 3.0, 0.5)
-    env.reset(options={"task_index": 0})  # no plan: the first turn is an ordinary turn, no format reward
-    _, reward, terminated, _, _ = env.step({"role": "assistant", "content": f"<answer>{env.task.answer}</answer>"})
+    env.reset(options={"task_index": 0})  # no plan: the first turn is an ordinary turn, no plan term
+    _, reward, terminated, _, info = env.step({"role": "assistant", "content": f"<answer>{env.task.answer}</answer>"})
     assert (
         terminated
-        and reward == pytest.approx(0.8)
+        and reward == 1.0
+        and info["reward_terms"] == {"plan": 0.0, "evidence": 0.0}
         and env.episode_metrics()["plan/made"] == 0.0
         and "plan/adherence" not in env.episode_metrics()
     )
-    with pytest.raises(ValueError, match="plan_reward: rewards the plan"):
+    assert reward + weighted(info["reward_terms"], {"plan": 0.2}) == 1.0  # additive: the answer keeps its 1
+    # Without plan_first there is no plan term (preflight rejects a weight on it).
+    assert "plan" not in make("arithmetic").reward_terms
+    with pytest.raises(TypeError, match=r"^env 'arithmetic' option plan_reward: moved to reward\.terms\.plan"):
         make("arithmetic", plan_reward=0.1)
     with pytest.raises(ValueError, match="plan_first: expected true or false"):
         make("arithmetic", plan_first="yes")

@@ -1,6 +1,6 @@
 """Per-turn process rewards of the built-in envs (StepSearch's information gain and
-repeated-query penalty in search-qa; tests passed by intermediate runs in code), and their
-way into the turn-level credit inputs."""
+repeated-query terms in search-qa, weighed by ``reward.terms``; tests passed by
+intermediate runs in code), and their way into the turn-level credit inputs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from agentic_rl.config import RolloutConfig
 from agentic_rl.envs.code_tasks import make_task
 from agentic_rl.envs.search_qa import oracle_reply
 from agentic_rl.rollout.episode import Episode
-from agentic_rl.training.credit import build_advantage_inputs
+from agentic_rl.training.credit import build_advantage_inputs, turn_process_reward
 from agentic_rl.types import ToolCall, TrajectoryGroup
 
 
@@ -35,7 +35,8 @@ def play(env, replies) -> TrajectoryGroup:
 
 
 def test_stepsearch_information_gain_and_repeated_query_penalty():
-    env = envs.make("search-qa", hops=2, info_gain_reward=1.0, repeat_penalty=0.25, max_turns=6)
+    env = envs.make("search-qa", hops=2, max_turns=6)
+    weights = {"info_gain": 1.0, "repeat": -0.25}  # reward.terms: a penalty is a negative weight
     # The oracle's next move from the observations of its own searches (turns 1 and 4).
     hop_1 = lambda e: oracle_reply(e.task, [], e.parser)  # noqa: E731
     hop_2 = lambda e: oracle_reply(e.task, e.retrieved[:1], e.parser)  # noqa: E731
@@ -53,14 +54,28 @@ def test_stepsearch_information_gain_and_repeated_query_penalty():
     trajectory = group.trajectories[0]
     assert len(env.gold) == 2  # a 2-hop question: two supporting documents
     # hop 1 finds one of two gold docs; the same query again (case and spaces aside) finds
-    # nothing new and is penalised; an unrelated query earns 0; hop 2 finds the other one.
-    assert [turn.turn_reward for turn in trajectory.turns] == [0.5, -0.25, 0.0, 0.5, 0.0]
+    # nothing new and is counted as a repeat; an unrelated query finds nothing; hop 2 finds
+    # the other one. The env reports the terms; the process reward stays the env's own (0).
+    assert [turn.turn_terms for turn in trajectory.turns] == [
+        {"repeat": 0.0, "info_gain": 0.5},
+        {"repeat": 1.0, "info_gain": 0.0},
+        {"repeat": 0.0, "info_gain": 0.0},
+        {"repeat": 0.0, "info_gain": 0.5},
+        {},
+    ]
+    assert [turn.turn_reward for turn in trajectory.turns] == [0.0] * 5
+    assert [turn_process_reward(turn, 0.0, weights) for turn in trajectory.turns] == [0.5, -0.25, 0.0, 0.5, 0.0]
     assert trajectory.reward == 1.0 and trajectory.correct
+    assert trajectory.turns[-1].reward_terms == {"evidence": 1.0}  # both documents, a well-formed answer
     assert trajectory.info["episode_metrics"]["search/gold_recall"] == 1.0
     assert trajectory.info["format_ok"] is True
-    # The turn rewards reach the turn-level credit inputs (MT-GRPO, GiGPO, GAE, REINFORCE++).
-    inputs = build_advantage_inputs([trajectory], torch.tensor([trajectory.reward]), torch.tensor([0]))
+    # The weighted terms reach the turn-level credit inputs (MT-GRPO, GiGPO, GAE, REINFORCE++).
+    inputs = build_advantage_inputs(
+        [trajectory], torch.tensor([trajectory.reward]), torch.tensor([0]), term_weights=weights
+    )
     assert inputs.turn_rewards.tolist() == [[0.5, -0.25, 0.0, 0.5, 0.0]]
+    unweighted = build_advantage_inputs([trajectory], torch.tensor([trajectory.reward]), torch.tensor([0]))
+    assert unweighted.turn_rewards.tolist() == [[0.0] * 5]  # no reward.terms: the terms weigh nothing
 
 
 def test_stepsearch_with_a_qa_file_names_gold_documents_by_id_or_title(tmp_path):
@@ -82,9 +97,8 @@ def test_stepsearch_with_a_qa_file_names_gold_documents_by_id_or_title(tmp_path)
         )
         + "\n"
     )
-    env = envs.make(
-        "search-qa", qa_path=str(qa), corpus_path=str(corpus), top_k=1, info_gain_reward=2.0, repeat_penalty=0.5
-    )
+    env = envs.make("search-qa", qa_path=str(qa), corpus_path=str(corpus), top_k=1)
+    assert set(env.reward_terms) == {"repeat", "info_gain", "evidence"}  # every task names its documents
     group = play(
         env,
         [
@@ -95,16 +109,33 @@ def test_stepsearch_with_a_qa_file_names_gold_documents_by_id_or_title(tmp_path)
             "<answer>Lyon</answer>",
         ],
     )
-    assert [turn.turn_reward for turn in group.trajectories[0].turns] == [0.0, 1.0, 1.0, -0.5, 0.0]
+    weights = {"info_gain": 2.0, "repeat": -0.5}
+    turns = group.trajectories[0].turns
+    assert [turn_process_reward(turn, 0.0, weights) for turn in turns] == [0.0, 1.0, 1.0, -0.5, 0.0]
+    assert turns[-1].reward_terms == {"evidence": 1.0}
+    # A QA file without supporting_docs: no gold documents, so the env reports ``repeat`` alone.
     qa.write_text(json.dumps({"question": "q?", "answers": ["a"]}) + "\n")
-    with pytest.raises(ValueError, match="info_gain_reward: task qa-0 of .* has no supporting_docs"):
-        envs.make("search-qa", qa_path=str(qa), corpus_path=str(corpus), info_gain_reward=1.0)
+    plain = envs.make("search-qa", qa_path=str(qa), corpus_path=str(corpus), top_k=1)
+    assert set(plain.reward_terms) == {"repeat"}
+    group = play(plain, [search(plain, "Gamma river"), search(plain, "gamma  river"), "<answer>a</answer>"])
+    turns = group.trajectories[0].turns
+    assert [turn.turn_terms for turn in turns] == [{"repeat": 0.0}, {"repeat": 1.0}, {}]
+    assert [turn.reward_terms for turn in turns] == [{}, {}, {}] and group.trajectories[0].reward == 1.0
+    with pytest.raises(ValueError, match="require_evidence: task qa-0 of .* has no supporting_docs"):
+        envs.make("search-qa", qa_path=str(qa), corpus_path=str(corpus), require_evidence=True)
+    for option, term in (("info_gain_reward", "info_gain"), ("repeat_penalty", "repeat")):
+        with pytest.raises(TypeError, match=rf"^env 'search-qa' option {option}: moved to reward\.terms\.{term}"):
+            envs.make("search-qa", qa_path=str(qa), corpus_path=str(corpus), **{option: 1.0})
 
 
 def test_process_rewards_are_off_by_default():
     env = envs.make("search-qa", hops=2)
     group = play(env, [lambda e: oracle_reply(e.task, e.retrieved, e.parser)] * 3)
-    assert [turn.turn_reward for turn in group.trajectories[0].turns] == [0.0, 0.0, 0.0]
+    turns = group.trajectories[0].turns
+    assert [turn.turn_reward for turn in turns] == [0.0, 0.0, 0.0]
+    # The terms are reported, but no weight (reward.terms is empty by default) makes them count.
+    assert [turn_process_reward(turn, 0.0) for turn in turns] == [0.0, 0.0, 0.0]
+    assert [turn_process_reward(turn, 0.0, {}) for turn in turns] == [0.0, 0.0, 0.0]
 
 
 PROMPT = 'def add(a: int, b: int) -> int:\n    """Return a + b."""\n'

@@ -13,6 +13,7 @@ from agentic_rl.engines.scripted import ScriptedBackend
 from agentic_rl.envs import check_env, make
 from agentic_rl.envs.search_data import QUESTION_TYPES, SearchQATasks, _worlds, generate_corpus, oracle_action
 from agentic_rl.envs.search_qa import oracle_reply
+from agentic_rl.envs.terms import weighted
 from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.parsers import get_parser
 from agentic_rl.retrieval import Document, write_corpus
@@ -172,44 +173,65 @@ def test_check_env_and_options():
         make("search-qa", reward="bleu")
 
 
+def shaped(reward: float, info: dict, *, format_weight: float = 0.0, terms: dict | None = None) -> float:
+    """An episode's reward as the trainer shapes it from its final step (search-qa reports
+    ``format_ok`` and its episode terms there): the outcome, plus ``reward.format_weight``
+    for a followed format, plus the episode terms times ``reward.terms``."""
+    return (
+        reward
+        + format_weight * float(info.get("format_ok", False))
+        + weighted(info.get("reward_terms", {}), terms or {})
+    )
+
+
 def test_f1_and_format_rewards():
-    env = make("search-qa", split="test", reward="f1", format_reward=0.2)
+    env = make("search-qa", split="test", reward="f1")
     env.reset(options={"task_index": 0})
     gold = env.task.answer
     env.step({"role": "assistant", "content": oracle_reply(env.task, [], env.parser)})  # the format term needs a search
     _, reward, terminated, _, info = env.step({"role": "assistant", "content": f"<answer>{gold} and more</answer>"})
     # F1 of (gold + 2 extra tokens) vs gold with a 1-token gold: P=1/3, R=1 -> 0.5
     assert terminated and info["em"] == 0.0 and info["f1"] == pytest.approx(0.5)
-    assert reward == pytest.approx(0.8 * 0.5 + 0.2)
+    assert reward == pytest.approx(0.5) and info["format_ok"] is True  # the outcome is the plain F1
+    assert shaped(reward, info, format_weight=0.2) == pytest.approx(0.5 + 0.2)  # reward.format_weight: additive
     assert not info["correct"]
     env.reset(options={"task_index": 0})
     _, reward, _, _, info = env.step({"role": "assistant", "content": "no answer tag"})
-    assert reward == 0.0 and info["answer"] is None
+    assert reward == 0.0 and info["answer"] is None and info["format_ok"] is False
+    assert shaped(reward, info, format_weight=0.2) == 0.0
+    with pytest.raises(TypeError, match=r"^env 'search-qa' option format_reward: moved to reward\.format_weight"):
+        make("search-qa", format_reward=0.2)
 
 
 def test_answering_without_a_search_never_pays_more_than_searching():
     """The shortcut GRPO found: with the format term paid for any well-formed answer, a
-    policy that skips the search earned reward for nothing. Pinned on the shipped recipe's env."""
+    policy that skips the search earned reward for nothing. Pinned on the shipped recipe."""
     from agentic_rl.recipes import load_recipe
 
     _, recipe = load_recipe("search-qa")
     options = {k: v for k, v in recipe["env"].items() if k != "name"}
-    assert options["format_reward"] > 0
+    format_weight = recipe["reward"]["format_weight"]
+    terms = recipe["reward"].get("terms", {})
+    assert format_weight > 0
     env = make("search-qa", split="test", **options)
     searcher = oracle_policy(options.get("parser", "hermes"))
     for index in range(40):
         env.reset(options={"task_index": index})
         gold = env.task.answer
-        skip_wrong = run_episode(env, lambda t, o: "<answer>unknown</answer>", index)[0]
-        skip_right = run_episode(env, lambda t, o: f"<answer>{gold}</answer>", index)[0]  # a lucky guess
-        search_wrong = run_episode(env, lambda t, o: searcher(t, o) if not o else "<answer>unknown</answer>", index)[0]
-        search_right = run_episode(env, searcher, index)[0]
+
+        def paid(policy):
+            return shaped(*run_episode(env, policy, index), format_weight=format_weight, terms=terms)
+
+        skip_wrong = paid(lambda t, o: "<answer>unknown</answer>")
+        skip_right = paid(lambda t, o: f"<answer>{gold}</answer>")  # a lucky guess
+        search_wrong = paid(lambda t, o: searcher(t, o) if not o else "<answer>unknown</answer>")
+        search_right = paid(searcher)
         assert skip_wrong == 0.0
-        assert search_wrong == pytest.approx(options["format_reward"])
+        assert search_wrong == pytest.approx(format_weight)
         # A lucky guess without searching: no format term, and no answer term either once
         # the answer needs its evidence retrieved (the shipped recipe's require_evidence).
-        assert search_right == 1.0 and skip_right == pytest.approx(
-            0.0 if options.get("require_evidence") else 1.0 - options["format_reward"]
+        assert search_right == pytest.approx(1.0 + format_weight) and skip_right == pytest.approx(
+            0.0 if options.get("require_evidence") else 1.0
         )
         assert max(skip_wrong, skip_right) < search_right
 
@@ -217,16 +239,8 @@ def test_answering_without_a_search_never_pays_more_than_searching():
 def test_require_evidence_pays_the_answer_only_after_every_supporting_document():
     """The shortcut RL found on 2-hop questions: answer after the first search (a comparison
     is right half the time by luck). With ``require_evidence`` a right answer without the
-    second document earns only the format term; the oracle's full search still earns 1."""
-    env = make(
-        "search-qa",
-        split="test",
-        hops=2,
-        types=["older_person_birth_city"],
-        require_evidence=True,
-        format_reward=0.1,
-        top_k=2,
-    )
+    second document earns only the format term; the oracle's full search earns 1 (+ format)."""
+    env = make("search-qa", split="test", hops=2, types=["older_person_birth_city"], require_evidence=True, top_k=2)
     searcher = oracle_policy("hermes")
     for index in range(10):
         env.reset(options={"task_index": index})
@@ -234,52 +248,49 @@ def test_require_evidence_pays_the_answer_only_after_every_supporting_document()
         first_then_gold = lambda t, o: searcher(t, o) if not o else f"<answer>{gold}</answer>"  # noqa: E731
         reward, info = run_episode(env, first_then_gold, index)
         assert info["em"] == 1.0 and info["correct"]  # the answer itself is right: held-out EM counts it
-        assert reward == pytest.approx(0.1) and env.episode_metrics()["search/gold_recall"] == 0.5
+        assert reward == 0.0 and shaped(reward, info, format_weight=0.1) == pytest.approx(0.1)
+        assert env.episode_metrics()["search/gold_recall"] == 0.5
         reward, info = run_episode(env, searcher, index)
         assert reward == 1.0 and info["correct"] and env.has_evidence()
+        assert shaped(reward, info, format_weight=0.1) == pytest.approx(1.1)
     # Without the option the lucky guess is paid in full.
-    plain = make("search-qa", split="test", hops=2, types=["older_person_birth_city"], format_reward=0.1, top_k=2)
+    plain = make("search-qa", split="test", hops=2, types=["older_person_birth_city"], top_k=2)
     plain.reset(options={"task_index": 0})
     gold = plain.task.answer
     assert run_episode(plain, lambda t, o: searcher(t, o) if not o else f"<answer>{gold}</answer>", 0)[0] == 1.0
 
 
 def test_evidence_reward_pays_the_share_of_supporting_documents_retrieved():
-    """``evidence_reward``: a wrong answer after one of a 2-hop question's two documents
-    earns format + evidence/2, after both format + evidence; the oracle earns 1; answering
-    without a search earns nothing, and no answer (the evidence alone) earns nothing."""
-    env = make(
-        "search-qa",
-        split="test",
-        hops=2,
-        types=["older_person_birth_city"],
-        require_evidence=True,
-        format_reward=0.1,
-        evidence_reward=0.2,
-        top_k=2,
-    )
+    """The ``evidence`` episode term (``reward.terms.evidence``): the share of a 2-hop
+    question's two documents retrieved, with a well-formed answer. A wrong answer after one
+    of them earns format + evidence/2, after both format + evidence; the oracle earns 1 +
+    format + evidence; answering without a search earns nothing, and no answer (the
+    evidence alone) earns nothing."""
+    env = make("search-qa", split="test", hops=2, types=["older_person_birth_city"], require_evidence=True, top_k=2)
+    assert env.reward_terms["evidence"].per == "episode"
     searcher = oracle_policy("hermes")
+    weights = {"format_weight": 0.1, "terms": {"evidence": 0.2}}
     for index in range(10):
         env.reset(options={"task_index": index})
         gold = env.task.answer
         one_search = lambda t, o: searcher(t, o) if not o else "<answer>unknown</answer>"  # noqa: E731
         both_searches = lambda t, o: searcher(t, o) if len(o) < 2 else "<answer>unknown</answer>"  # noqa: E731
-        assert run_episode(env, one_search, index)[0] == pytest.approx(0.1 + 0.2 * 0.5)
-        assert run_episode(env, both_searches, index)[0] == pytest.approx(0.1 + 0.2)
-        right_after_one = run_episode(env, lambda t, o: searcher(t, o) if not o else f"<answer>{gold}</answer>", index)[
-            0
-        ]
-        assert right_after_one == pytest.approx(0.1 + 0.1)  # require_evidence: the answer's share needs both documents
-        assert run_episode(env, searcher, index)[0] == pytest.approx(1.0)
-        assert run_episode(env, lambda t, o: f"<answer>{gold}</answer>", index)[0] == 0.0
-        assert run_episode(env, lambda t, o: searcher(t, o) if len(o) < 2 else "no answer", index)[0] == 0.0
-    with pytest.raises(
-        ValueError, match=r"^evidence_reward: expected a weight in \[0, 1 - format_reward\] = \[0, 0.9\], got 0.95$"
-    ):
-        make("search-qa", format_reward=0.1, evidence_reward=0.95)
-    # The type is checked against the factory's signature before the factory runs.
-    with pytest.raises(ValueError, match="^env 'search-qa' option evidence_reward: input should be a valid number"):
-        make("search-qa", evidence_reward="high")
+        reward, info = run_episode(env, one_search, index)
+        assert (reward, info["reward_terms"]) == (0.0, {"evidence": 0.5})
+        assert shaped(reward, info, **weights) == pytest.approx(0.1 + 0.2 * 0.5)
+        reward, info = run_episode(env, both_searches, index)
+        assert (reward, info["reward_terms"]) == (0.0, {"evidence": 1.0})
+        assert shaped(reward, info, **weights) == pytest.approx(0.1 + 0.2)
+        right_after_one = run_episode(env, lambda t, o: searcher(t, o) if not o else f"<answer>{gold}</answer>", index)
+        # require_evidence: the answer's score needs both documents
+        assert shaped(*right_after_one, **weights) == pytest.approx(0.1 + 0.1)
+        assert shaped(*run_episode(env, searcher, index), **weights) == pytest.approx(1.0 + 0.1 + 0.2)
+        reward, info = run_episode(env, lambda t, o: f"<answer>{gold}</answer>", index)
+        assert info["reward_terms"] == {"evidence": 0.0} and shaped(reward, info, **weights) == 0.0
+        reward, info = run_episode(env, lambda t, o: searcher(t, o) if len(o) < 2 else "no answer", index)
+        assert info["reward_terms"] == {"evidence": 0.0} and shaped(reward, info, **weights) == 0.0
+    with pytest.raises(TypeError, match=r"^env 'search-qa' option evidence_reward: moved to reward\.terms\.evidence"):
+        make("search-qa", evidence_reward=0.2)
 
 
 def test_gold_documents_follow_the_question_not_the_task_position():
@@ -461,7 +472,9 @@ def test_engine_oracle_masks_information_and_reports_search_metrics(tokenizer):
             "search/repeated_queries",
             "search/em",
             "search/f1",
+            "search/gold_recall",  # the built-in questions know their gold documents
         }
+        assert trajectory.info["episode_metrics"]["search/gold_recall"] == 1.0
         hops = {key for key in by_kind if key.endswith("hop")}
         assert len(hops) == 1 and hops <= {"search/em_1hop", "search/em_2hop", "search/em_3hop"}
         assert by_kind - hops == {"search/em_" + question_types[trajectory.task_id]}

@@ -11,10 +11,13 @@ import pytest
 from agentic_rl.envs import check_env, make
 from agentic_rl.envs.frozenlake import FrozenLakeEnv, shortest_path
 from agentic_rl.envs.sokoban import push, solve
+from agentic_rl.envs.terms import weighted
 from agentic_rl.envs.text_game import parse_action
 
 GAMES = ("frozenlake", "sokoban")
 SOLVERS = {"frozenlake": shortest_path, "sokoban": solve}
+RAGEN_WEIGHTS = {"step": -0.01, "box": 0.1, "invalid": -0.1}
+"""RAGEN's shaping as ``reward.terms`` weights (gym-sokoban's, scaled by 1/10)."""
 
 
 def reply(action: str) -> dict:
@@ -22,12 +25,13 @@ def reply(action: str) -> dict:
 
 
 def play(env, index: int, policy) -> tuple[float, float, bool, dict]:
-    """Run one episode; (outcome return, process return, solved, last info)."""
+    """Run one episode; (outcome return, process return under RAGEN_WEIGHTS, solved, last info)."""
     env.reset(options={"task_index": index})
     outcome = process = 0.0
     for turn in range(env.max_turns):
         _, reward, terminated, truncated, info = env.step(reply(policy(turn)))
-        outcome, process = outcome + reward, process + info["turn_reward"]
+        process += info["turn_reward"] + weighted(info["turn_terms"], RAGEN_WEIGHTS)
+        outcome += reward
         if terminated or truncated:
             return outcome, process, info["correct"], info
     raise AssertionError("the episode outlived max_turns")
@@ -58,7 +62,9 @@ def test_oracle_solves_every_level_and_random_policy_does_not(name) -> None:
         plan = SOLVERS[name](env.tasks[index].metadata["level"])
         outcome, process, solved, _ = play(env, index, plan.__getitem__)
         oracle.append(outcome)
-        assert solved and outcome == 1.0 and process < 1.0
+        # Each move costs 0.01; sokoban's one box ends on its target (+0.1); no invalid reply.
+        assert solved and outcome == 1.0
+        assert process == pytest.approx(-0.01 * len(plan) + (0.1 if name == "sokoban" else 0.0))
         assert env.episode_metrics() == {
             f"{name}/success": 1.0,
             f"{name}/invalid_action_rate": 0.0,
@@ -151,7 +157,9 @@ def test_invalid_actions_are_penalised_and_the_episode_goes_on(name) -> None:
         observations, reward, terminated, truncated, info = env.step(
             {"role": "assistant", "content": "I go north-west"}
         )
-        assert reward == 0.0 and info["turn_reward"] == -0.1 and info["invalid_action"] and not terminated
+        assert reward == 0.0 and info["invalid_action"] and not terminated
+        # The ``invalid`` turn term (reward.terms weighs it), no process reward of the game's own.
+        assert info["turn_reward"] == 0.0 and info["turn_terms"] == {"invalid": 1.0}
         assert truncated == (turn == 2)
         if not truncated:
             assert "Invalid action" in observations[0]["content"]
@@ -180,12 +188,49 @@ def test_parse_action() -> None:
         ("sokoban", {"num_boxes": 0}, "num_boxes"),
         ("sokoban", {"num_tasks": 0}, "num_tasks"),
         ("sokoban", {"max_solution_steps": 0}, "max_solution_steps"),
-        ("sokoban", {"invalid_penalty": -1}, "invalid_penalty"),
     ],
 )
 def test_bad_options_raise_value_error_naming_the_option(name, options, field) -> None:
     with pytest.raises(ValueError, match=f"^{field}:"):
         make(name, **options)
+
+
+@pytest.mark.parametrize(
+    ("name", "option", "term"),
+    [
+        ("frozenlake", "step_penalty", "step"),
+        ("frozenlake", "invalid_penalty", "invalid"),
+        ("sokoban", "step_penalty", "step"),
+        ("sokoban", "box_reward", "box"),
+        ("sokoban", "invalid_penalty", "invalid"),
+    ],
+)
+def test_shaping_options_moved_to_reward_terms(name, option, term) -> None:
+    with pytest.raises(TypeError, match=rf"^env '{name}' option {option}: moved to reward\.terms\.{term}"):
+        make(name, **{option: 0.1})
+    assert term in make(name).reward_terms
+
+
+def test_sokoban_turn_terms_count_moves_and_boxes_on_and_off_targets() -> None:
+    """A hand-made room: the push onto the target is box +1, the push off it box -1, a
+    push against the other box still a move (step 1, box 0), an invalid reply invalid 1."""
+    from agentic_rl.envs.sokoban import Room
+
+    #  # # # # # # #
+    #  # P X T _ X #   (two boxes, one target: never solved)
+    #  # # # # # # #
+    walls = frozenset({(0, c) for c in range(7)} | {(2, c) for c in range(7)} | {(1, 0), (1, 6)})
+    room = Room(3, 7, walls=walls, targets=frozenset({(1, 3)}), boxes=frozenset({(1, 2), (1, 5)}), player=(1, 1))
+    env = make("sokoban")
+    env.reset(options={"task_index": 0})
+    env.room, env.player, env.boxes = room, room.player, room.boxes
+    terms = []
+    for action in ("Right", "Right", "Right", "Jump"):
+        _, reward, terminated, _, info = env.step(reply(action))
+        terms.append(info["turn_terms"])
+        assert (reward, terminated, info["turn_reward"]) == (0.0, False, 0.0)
+    assert terms == [{"step": 1.0, "box": 1.0}, {"step": 1.0, "box": -1.0}, {"step": 1.0, "box": 0.0}, {"invalid": 1.0}]
+    assert env.player == (1, 3) and env.boxes == frozenset({(1, 4), (1, 5)})
 
 
 def test_frozenlake_relative_view_states_the_offsets_of_a_hand_made_lake() -> None:
@@ -228,4 +273,4 @@ def test_frozenlake_views_play_the_same_levels() -> None:
     with pytest.raises(ValueError, match="^view: expected one of grid, relative, got 'map'"):
         make("frozenlake", view="map")
     with pytest.raises(ValueError, match="^view: expected one of grid, relative, got 'map'"):
-        FrozenLakeEnv(grid.tasks, step_penalty=0.0, success_reward=1.0, view="map")  # built directly, not through make
+        FrozenLakeEnv(grid.tasks, success_reward=1.0, view="map")  # built directly, not through make

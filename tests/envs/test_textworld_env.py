@@ -174,11 +174,12 @@ def test_invalid_command_is_penalised_and_the_game_does_not_see_it(games_dir) ->
     sent, step = [], env.game.step
     env.game.step = lambda text: sent.append(text) or step(text)
     observations, reward, terminated, truncated, info = env.step(command("dance wildly"))
-    assert (reward, terminated, truncated, info["turn_reward"], info["invalid_action"]) == (
+    assert (reward, terminated, truncated, info["turn_reward"], info["turn_terms"], info["invalid_action"]) == (
         0.0,
         False,
         False,
-        -0.1,
+        0.0,
+        {"invalid": 1.0},  # the ``invalid`` turn term, which reward.terms weighs
         True,
     )
     assert observations[0]["content"].startswith("Invalid action: nothing happened.") and sent == []
@@ -187,6 +188,9 @@ def test_invalid_command_is_penalised_and_the_game_does_not_see_it(games_dir) ->
     assert observations[0]["content"] == "Invalid action: nothing happened.\n\n" + env.action_hint()
     _, reward, terminated, truncated, info = env.step(command("LOOK"))
     assert sent == ["look"] and (reward, terminated, truncated, info["answer"]) == (0.0, False, True, "look")
+    assert info["turn_terms"] == {} and set(env.reward_terms) == {"invalid"}
+    with pytest.raises(TypeError, match=r"^env 'textworld' option invalid_penalty: moved to reward\.terms\.invalid"):
+        make("textworld", cache_dir=games_dir, invalid_penalty=0.1, **TINY)
 
 
 def test_games_are_cached_by_options_and_seed_and_test_games_differ(games_dir, monkeypatch) -> None:

@@ -90,5 +90,5 @@ def test_reward_section_in_the_training_config():
     assert TrainConfig().reward == RewardConfig(overlong_buffer=64)
     with pytest.raises(ConfigError, match="reward.two_stage.switch_step"):
         build(TrainConfig, {"reward": {"two_stage": {"switch_step": -1}}})
-    with pytest.raises(ConfigError, match="reward.tool_costs: the cost of 'search' must be a finite number"):
+    with pytest.raises(ConfigError, match="reward.tool_costs: the value of .search. must be a finite number"):
         build(TrainConfig, {"reward": {"tool_costs": {"search": float("inf")}}})

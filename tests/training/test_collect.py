@@ -118,24 +118,43 @@ def test_demonstration_count_follows_few_shot(tokenizer, few_shot):
 
 
 def test_rewarded_but_wrong_episodes_are_not_kept(tokenizer):
-    """search-qa's format term pays a wrong answer given after a search (reward 0.1): such an
-    episode is rewarded but not correct, and the cold start must not learn from it."""
+    """A partly right answer after a search earns search-qa's F1 (and the reward section's
+    format term, ``reward.format_weight``): such an episode is rewarded but not correct, and
+    the cold start must not learn from it."""
+    from agentic_rl.config import RewardConfig
+    from agentic_rl.envs.search_data import SearchQATasks
+    from agentic_rl.rewards.qa import best_f1
     from agentic_rl.training.collect import collect_successful
+    from agentic_rl.training.scoring import episode_rewards
 
-    def search_then_guess(prompt_ids: list[int], call_index: int) -> str:
+    tasks = SearchQATasks(split="train", hops=1)[:3]
+
+    def task_of(episode: str):
+        return next(task for task in tasks if task.prompt in episode)
+
+    def search_then_half_right(prompt_ids: list[int], call_index: int) -> str:
         episode = tokenizer.decode(prompt_ids)
         episode = episode[episode.rindex("<|im_start|>user\n") :]
         if "<tool_response>" not in episode:
             return PARSER.format_call(ToolCall(name="search", arguments={"query": "headquarters"}))
-        return "<answer>nowhere</answer>"
+        return f"<answer>{task_of(episode).answer} and more</answer>"
 
     trajectories = []
     config = CollectConfig(num_tasks=3, samples_per_task=1, few_shot=0)
-    backend = ScriptedBackend(tokenizer, search_then_guess)
+    backend = ScriptedBackend(tokenizer, search_then_half_right)
     result = collect_successful(
-        backend, "search-qa", {"format_reward": 0.1, "hops": 1}, config, on_trajectory=trajectories.append
+        backend, "search-qa", {"reward": "f1", "hops": 1}, config, on_trajectory=trajectories.append
     )
-    assert [t.reward for t in trajectories] == pytest.approx([0.1] * 3)
+    by_id = {task.id: task for task in tasks}
+    expected = [
+        best_f1(f"{by_id[t.task_id].answer} and more", by_id[t.task_id].metadata["answers"]) for t in trajectories
+    ]
+    assert sorted(t.task_id for t in trajectories) == sorted(by_id)
+    assert all(0.0 < f1 < 1.0 for f1 in expected)
+    assert [t.reward for t in trajectories] == pytest.approx(expected)
+    assert all(t.info["format_ok"] for t in trajectories)
+    shaped = episode_rewards(trajectories, RewardConfig(format_weight=0.1))
+    assert shaped.tolist() == pytest.approx([f1 + 0.1 for f1 in expected])
     assert not any(t.correct for t in trajectories)
     assert (result.attempted, result.successful, result.examples) == (3, 0, [])
 

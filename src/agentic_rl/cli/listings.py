@@ -8,7 +8,7 @@ import sys
 
 def _envs(args: argparse.Namespace) -> int:
     from agentic_rl import envs
-    from agentic_rl.envs.registry import describe, options
+    from agentic_rl.envs.registry import describe, options, reward_terms
     from agentic_rl.tracking.display import print_listing
 
     if args.name is None:
@@ -21,6 +21,14 @@ def _envs(args: argparse.Namespace) -> int:
         return 2
     print(describe(args.name), end="\n\n")
     print_listing(("option", "type", "default", "what it does"), rows)
+    try:
+        terms = reward_terms(args.name)
+    except Exception as error:  # an env that needs options (a data file) or a missing extra to build
+        print(f"\nreward terms: not listed (the env does not build with its defaults: {error})")
+        return 0
+    if terms:
+        print("\nreward terms it reports (weigh them with reward.terms; with its default options):\n")
+        print_listing(("term", "per", "one unit is"), terms)
     return 0
 
 

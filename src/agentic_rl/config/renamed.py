@@ -69,6 +69,20 @@ resolved config holds them): their old default and why they moved. ``--resume`` 
 one left at that default (config/resume.py)."""
 
 
+_TERMS = "the reward section weighs every shaping term an env reports"
+ENV_OPTIONS_MOVED: dict[str, str] = {
+    "format_reward": f"reward.format_weight (added to the outcome when info['format_ok'] holds; {_TERMS})",
+    "plan_reward": f"reward.terms.plan (with plan_first; added to the outcome, no longer mixed in; {_TERMS})",
+    "evidence_reward": f"reward.terms.evidence (added to the outcome, no longer mixed in; {_TERMS})",
+    "info_gain_reward": f"reward.terms.info_gain ({_TERMS})",
+    "repeat_penalty": f"reward.terms.repeat, a negative weight: the term counts repeated queries ({_TERMS})",
+    "step_penalty": f"reward.terms.step, a negative weight: the term counts moves ({_TERMS})",
+    "box_reward": f"reward.terms.box ({_TERMS})",
+    "invalid_penalty": f"reward.terms.invalid, a negative weight: the term counts invalid replies ({_TERMS})",
+}
+"""Env options that were reward shaping, and the ``reward`` key that weighs their term now."""
+
+
 def moved_key(data: dict[str, Any], prefix: str = "") -> str | None:
     """The first old key in ``data`` (a nested config dict) as one message
     (``"group_size: moved to rl.group_size"``), or None."""

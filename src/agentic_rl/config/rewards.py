@@ -1,6 +1,7 @@
 """The ``reward`` section of a training config: the terms the trainer adds to the env's
-outcome reward, for every env (``agentic_rl.rewards.episode``): format, tool costs, the
-two-stage schedule, overlong shaping and the per-turn tool reward."""
+outcome reward: for every env (``agentic_rl.rewards.episode``) format, tool costs, the
+two-stage schedule, overlong shaping and the per-turn tool reward; the weights of the
+terms an env reports by name (``agentic_rl.envs.terms``)."""
 
 from __future__ import annotations
 
@@ -35,13 +36,15 @@ class RewardConfig(Section):
     """R1-Searcher's two-stage schedule (off unless two_stage.switch_step is set)."""
     overlong_buffer: int = Field(0, ge=0)
     """DAPO's soft overlong punishment: tokens before the length limit (rollout.max_total_tokens) where a penalty ramps to -1 (0 = off)."""
+    terms: dict[str, float] = Field(default_factory=dict)
+    """Weights of the named terms the env reports (agentic_rl.envs.terms), e.g. {evidence: 0.3, repeat: -0.1}: episode terms add to the episode's reward, turn terms to that turn's process reward; a term left out weighs 0. `agentic-rl envs NAME` lists an env's terms."""
     tool_turn_reward: float = 0.0
     """Per-turn process reward for a turn whose tool calls all ran (added to the env's info["turn_reward"]; MT-GRPO's tool-execution reward, read by turn-level advantages)."""
 
-    @field_validator("tool_costs")
+    @field_validator("tool_costs", "terms")
     @classmethod
-    def _finite_costs(cls, costs: dict[str, float]) -> dict[str, float]:
-        for name, cost in costs.items():
-            if cost != cost or abs(cost) == float("inf"):
-                raise ValueError(f"the cost of {name!r} must be a finite number, got {cost}")
-        return costs
+    def _finite(cls, values: dict[str, float]) -> dict[str, float]:
+        for name, value in values.items():
+            if value != value or abs(value) == float("inf"):
+                raise ValueError(f"the value of {name!r} must be a finite number, got {value}")
+        return values

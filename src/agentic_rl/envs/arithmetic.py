@@ -183,7 +183,6 @@ def make_arithmetic_env(
     self_critique: bool = False,
     memory: str | dict | bool | None = None,
     plan_first: bool = False,
-    plan_reward: float = 0.0,
 ) -> ArithmeticEnv:
     """Build the arithmetic env.
 
@@ -240,5 +239,4 @@ def make_arithmetic_env(
         self_critique=self_critique,
         memory=memory,
         plan_first=plan_first,
-        plan_reward=plan_reward,
     )

@@ -46,7 +46,10 @@ class Env(Protocol):
     ``turn_reward``: a process reward for this turn (e.g. a tool call that ran), kept apart
     from the outcome ``reward`` and used by turn-level credit assignment (MT-GRPO, GiGPO,
     per-turn returns for PPO / REINFORCE++); ``format_ok``: whether this step followed the
-    env's format (the ``reward.format_weight`` term needs every step that says to say true).
+    env's format (the ``reward.format_weight`` term needs every step that says to say true);
+    ``reward_terms`` / ``turn_terms``: named shaping terms of the episode / of this turn,
+    which the config's ``reward.terms`` weighs (an env declares them in ``reward_terms``:
+    ``agentic_rl.envs.terms``).
 
     Roles (multi-agent): an env may declare ``roles`` (distinct names). Each role has its own
     conversation: ``reset`` opens the first role's (``info["role"]`` may name another) and

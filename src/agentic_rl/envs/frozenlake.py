@@ -4,8 +4,8 @@ without falling into a hole; one move per assistant turn.
 Follows RAGEN's FrozenLake text env (ragen/env/frozen_lake: random map with a guaranteed
 path, symbols P _ O G, reward 1 on reaching the goal, 0 for a hole), without the slippery
 ice: moves are deterministic. Holes end the episode with reward 0. The outcome ``reward``
-is 1 on success; a small per-step penalty and the invalid-action penalty are process
-rewards (``info["turn_reward"]``).
+is 1 on success; each move and each invalid reply are the ``step`` and ``invalid`` turn
+terms (``info["turn_terms"]``), which ``reward.terms`` may weigh (e.g. -0.01 and -0.1).
 
 ``view`` chooses what the model is shown of the same lake: ``grid`` (RAGEN's symbols, row
 by row) or ``relative`` (where the goal and each hole lie from the player, and what is on
@@ -19,6 +19,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, replace
 
+from agentic_rl.envs.terms import RewardTerm
 from agentic_rl.envs.text_game import DiscreteTextGame, LevelTasks, Move
 
 ACTIONS = ("Up", "Down", "Left", "Right")
@@ -136,14 +137,16 @@ def generator(size: int, num_holes: int):
 
 class FrozenLakeEnv(DiscreteTextGame):
     metric_prefix = "frozenlake"
+    reward_terms = {
+        **DiscreteTextGame.reward_terms,
+        "step": RewardTerm("turn", "1 for each valid move (a negative weight favours short paths)"),
+    }
 
-    def __init__(
-        self, tasks: LevelTasks, *, step_penalty: float, success_reward: float, view: str = "grid", **game
-    ) -> None:
+    def __init__(self, tasks: LevelTasks, *, success_reward: float, view: str = "grid", **game) -> None:
         if view not in VIEWS:
             raise ValueError(f"view: expected one of {', '.join(VIEWS)}, got {view!r}")
         super().__init__(actions=ACTIONS, **game)
-        self.tasks, self.step_penalty, self.success_reward = tasks, step_penalty, success_reward
+        self.tasks, self.success_reward = tasks, success_reward
         self.draw = render_relative if view == "relative" else render
         self.lake: Lake | None = None
         self.player: Cell = (0, 0)
@@ -161,10 +164,10 @@ class FrozenLakeEnv(DiscreteTextGame):
         assert self.lake is not None
         self.player = step_cell(self.lake.size, self.player, ACTIONS[action])
         if self.player in self.lake.holes:
-            return Move(turn_reward=-self.step_penalty, terminated=True, note="You fell into a hole.")
+            return Move(terms={"step": 1.0}, terminated=True, note="You fell into a hole.")
         if self.player == self.lake.goal:
-            return Move(reward=self.success_reward, turn_reward=-self.step_penalty, terminated=True, solved=True)
-        return Move(turn_reward=-self.step_penalty)
+            return Move(reward=self.success_reward, terms={"step": 1.0}, terminated=True, solved=True)
+        return Move(terms={"step": 1.0})
 
     def render(self) -> str:
         assert self.lake is not None
@@ -189,8 +192,6 @@ def make_frozenlake_env(
     size: int = 4,
     num_holes: int = 3,
     max_turns: int = 12,
-    step_penalty: float = 0.01,
-    invalid_penalty: float = 0.1,
     success_reward: float = 1.0,
     view: str = "grid",
     system_prompt: str | None = None,
@@ -212,18 +213,14 @@ def make_frozenlake_env(
         raise ValueError(f"size: expected an int in [2, 16], got {size}")
     if not 0 <= num_holes <= size * size // 2:
         raise ValueError(f"num_holes: expected an int in [0, {size * size // 2}] for size {size}, got {num_holes}")
-    if step_penalty < 0:
-        raise ValueError(f"step_penalty: expected a number >= 0, got {step_penalty}")
     # Levels (and the train/test split, a hash of the grid) do not depend on the view.
     tasks = LevelTasks("frozenlake", generator(size, num_holes), render, split=split, seed=seed, num_tasks=num_tasks)
     if system_prompt is None:  # an unknown view is FrozenLakeEnv's error
         system_prompt = RELATIVE_SYSTEM_PROMPT if view == "relative" else SYSTEM_PROMPT
     return FrozenLakeEnv(
         tasks,
-        step_penalty=step_penalty,
         success_reward=success_reward,
         view=view,
         system_prompt=system_prompt,
         max_turns=max_turns,
-        invalid_penalty=invalid_penalty,
     )

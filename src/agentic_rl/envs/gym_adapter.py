@@ -95,7 +95,6 @@ def make_gymnasium_env(
     split: str = "train",
     num_tasks: int = 1_000,
     max_turns: int = 100,
-    invalid_penalty: float = 0.1,
 ) -> GymnasiumEnv:
     """Any Gymnasium env with a Discrete action space as a text env (the ``[gym]`` extra): one
     named action per turn; reward, terminated and truncated are the env's, and a step that
@@ -147,5 +146,4 @@ def make_gymnasium_env(
         formatter=formatter,
         system_prompt=system_prompt,
         max_turns=max_turns,
-        invalid_penalty=invalid_penalty,
     )

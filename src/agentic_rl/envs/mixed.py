@@ -18,6 +18,7 @@ from typing import Any
 
 from agentic_rl.envs.base import Env
 from agentic_rl.envs.registry import env_factory
+from agentic_rl.envs.terms import RewardTerm, declared_terms
 from agentic_rl.errors import ConfigError
 
 MIX_ENV = "mix"
@@ -74,6 +75,8 @@ class MixSpec:
     sizes: tuple[int, ...]
     tools: tuple[Any, ...]
     """Every entry's tools (what the run must check, e.g. the sandbox for the python tool)."""
+    terms: dict[str, RewardTerm]
+    """Every entry's reward terms (what ``reward.terms`` may weigh)."""
 
     @property
     def labels(self) -> list[str]:
@@ -141,7 +144,7 @@ def _spec(key: str, split: str | None) -> MixSpec:
     """Built once per process for each (mix, split): every episode builds a ``MixedEnv``,
     which must not rebuild every entry to learn its size."""
     entries = parse_mix(json.loads(key))
-    builders, sizes, tools = [], [], []
+    builders, sizes, tools, terms = [], [], [], {}
     for i, entry in enumerate(entries):
         try:
             builder = env_factory(entry.name, entry.options, split=split)
@@ -156,12 +159,13 @@ def _spec(key: str, split: str | None) -> MixSpec:
         try:
             sizes.append(int(probe.num_tasks))
             tools.extend(getattr(probe, "tools", None) or ())
+            terms.update(declared_terms(probe))
         finally:
             close = getattr(probe, "close", None)
             if callable(close):
                 close()
         builders.append(builder)
-    return MixSpec(tuple(entries), tuple(builders), tuple(sizes), tuple(tools))
+    return MixSpec(tuple(entries), tuple(builders), tuple(sizes), tuple(tools), terms)
 
 
 def mix_spec(mix: Any, split: str | None = None) -> MixSpec:
@@ -190,6 +194,11 @@ class MixedEnv:
     def tools(self):
         """The episode's tools after a reset; before one, every entry's."""
         return getattr(self.current, "tools", None) if self.current is not None else list(self.spec.tools)
+
+    @property
+    def reward_terms(self) -> dict[str, RewardTerm]:
+        """Every entry's reward terms (an entry reports only its own)."""
+        return self.spec.terms
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         options = dict(options or {})

@@ -18,7 +18,8 @@ from typing import Any
 
 from agentic_rl.envs.base import GeneratedTasks, Task
 from agentic_rl.envs.search_data import SearchQATasks, oracle_action
-from agentic_rl.envs.search_qa import SearchQAEnv, get_retriever, make_search_tool
+from agentic_rl.envs.search_qa import SearchQAEnv
+from agentic_rl.envs.search_sources import get_retriever, make_search_tool
 from agentic_rl.parsers import DEFAULT_MAX_ARGUMENT_CHARS, get_parser
 from agentic_rl.rewards.qa import ANSWER_SEPARATOR, answer_in_text, per_question_exact_match
 from agentic_rl.tools import ToolRegistry
@@ -71,15 +72,14 @@ class MultiSearchTasks(GeneratedTasks):
 
 class MultiSearchEnv(SearchQAEnv):
     """A :class:`SearchQAEnv` whose answer holds one answer per question; reward: the
-    fraction right (``format_reward`` mixes in a well-formed answer after a search, as
-    in search-qa); ``correct``: all right (search-qa's ``score_answer`` on this ``score``)."""
+    fraction right; ``correct``: all right (search-qa's ``score_answer`` on this ``score``,
+    with its ``format_ok`` and terms)."""
 
     def score(self, answer: str | None) -> tuple[float, dict[str, float]]:
         parts = self.task.metadata["parts"]  # type: ignore[union-attr]
         right = per_question_exact_match(answer, [part.metadata["answers"] for part in parts])
         fraction = sum(right) / len(right)
-        reward = (1.0 - self.format_weight) * fraction + self.format_weight * float(self.well_formed(answer))
-        return reward, {"em": fraction, "f1": fraction}
+        return fraction, {"em": fraction, "f1": fraction}
 
     def episode_metrics(self, trajectory: Any = None) -> dict[str, float]:
         """search-qa's metrics with ``search/em`` the fraction of questions right, and
@@ -118,13 +118,11 @@ def make_multi_search_env(
     top_k: int = 3,
     max_doc_chars: int | None = 300,
     max_turns: int | None = None,
-    format_reward: float = 0.0,
     system_prompt: str | None = None,
     max_calls_per_turn: int = 4,
     max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
     memory: str | dict | bool | None = None,
     plan_first: bool = False,
-    plan_reward: float = 0.0,
 ) -> MultiSearchEnv:
     """Several search-qa questions in one episode, answered with the ``search`` tool (hermes
     format) in one ``<answer>A1; A2; ...</answer>``.
@@ -136,12 +134,6 @@ def make_multi_search_env(
         hops: Only questions of 1 (lookup), 2 or 3 hops (bridge, comparison), or of a list of them, e.g. ``[1, 2]``.
         max_turns: Turn limit; None: 3 per question plus one (a 3-hop question needs 3 searches).
     """
-    if top_k < 1:
-        raise ValueError(f"top_k: expected a positive int, got {top_k}")
-    if max_doc_chars is not None and max_doc_chars < 1:
-        raise ValueError(f"max_doc_chars: expected a positive int or None, got {max_doc_chars}")
-    if not 0.0 <= format_reward <= 1.0:
-        raise ValueError(f"format_reward: expected a weight in [0, 1], got {format_reward}")
     tasks = MultiSearchTasks(
         split=split, seed=seed, num_tasks=num_tasks, num_questions=num_questions, types=types, hops=hops
     )
@@ -152,8 +144,6 @@ def make_multi_search_env(
         parser=get_parser("hermes", max_calls_per_turn=max_calls_per_turn, max_argument_chars=max_argument_chars),
         max_turns=3 * num_questions + 1 if max_turns is None else max_turns,
         system_prompt=SYSTEM_PROMPT if system_prompt is None else system_prompt,
-        format_reward=format_reward,
         memory=memory,
         plan_first=plan_first,
-        plan_reward=plan_reward,
     )

@@ -47,20 +47,12 @@ COMMON: dict[str, str] = {
     "from the env's demonstration problems, never from its tasks.",
     "plan_first": "The system prompt asks for a plan first: a first turn holding only <plan>...</plan> is "
     "acknowledged and the episode goes on; adds the plan/made, plan/steps and plan/adherence metrics.",
-    "plan_reward": "Weight w in [0, 1] of having planned: the final reward is (1 - w) x the answer's score + w x "
-    "[the first turn held a plan]. Needs plan_first.",
     "timeout_s": "Wall-clock limit, in seconds, of each python tool call; a call past it is stopped and the "
     "session's variables are lost.",
     "memory_mb": "Memory limit, in MB, of each sandboxed Python process the env runs (the python tool's, and its "
     "test runs' where the env has tests).",
     "max_output_chars": "Most characters of one python call's output shown to the model; longer output keeps its "
     "head and tail around a marker saying how much was cut.",
-    "format_reward": "Weight w in [0, 1] of the answer's form: that share of the reward pays for a well-formed answer "
-    "(one given after a search that ran, with no malformed call in the episode), taken from the answer score's share.",
-    "step_penalty": "Cost of each valid move, a number >= 0 taken from its process reward (info['turn_reward']), "
-    "so shorter solutions earn more.",
-    "invalid_penalty": "Cost of a reply that names no valid action, a number >= 0 paid as its process reward "
-    "(info['turn_reward'] = -invalid_penalty); nothing moves and the episode goes on.",
     "success_reward": "Outcome reward of the move that solves the level; the episode ends there.",
     "top_k": "Number of documents each search returns.",
     "max_doc_chars": "Each returned document's text (not its title) is cut to this many characters, ending in "

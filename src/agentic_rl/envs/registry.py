@@ -12,9 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentic_rl.config.renamed import ENV_OPTIONS_MOVED
 from agentic_rl.envs.base import Env
 from agentic_rl.envs.option_docs import option_docs, parse_args_section
 from agentic_rl.envs.options import check_option_types
+from agentic_rl.envs.terms import declared_terms
 from agentic_rl.errors import ConfigError, closest
 from agentic_rl.imports import ImportPathError, import_object
 
@@ -111,6 +113,18 @@ def describe(name: str) -> str:
     return "\n\n".join(part for part in (entry.description if entry else "", text) if part)
 
 
+def reward_terms(name: str) -> list[tuple[str, str, str]]:
+    """Env ``name``'s reward terms as (term, per, what one unit measures), from an env built
+    with its default options (some terms come with an option, e.g. ``plan`` with plan_first)."""
+    env = make(name)
+    try:
+        return [(term, spec.per, spec.doc) for term, spec in sorted(declared_terms(env).items())]
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+
+
 def accepts_option(name: str, option: str) -> bool:
     """Whether env ``name``'s factory takes ``option`` (e.g. "split")."""
     parameters = inspect.signature(_factory(name)).parameters
@@ -124,6 +138,9 @@ def make(name: str, **kwargs: Any) -> Env:
     parameters = inspect.signature(factory).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         unknown = sorted(set(kwargs) - set(parameters))
+        moved = [option for option in unknown if option in ENV_OPTIONS_MOVED]
+        if moved:
+            raise TypeError(f"env {name!r} option {moved[0]}: moved to {ENV_OPTIONS_MOVED[moved[0]]}")
         if unknown:
             hint = closest(unknown[0], parameters)
             raise TypeError(f"env {name!r} has no option {unknown[0]!r}{hint}; options: {', '.join(parameters)}")

@@ -4,24 +4,16 @@ The model calls a ``search(query)`` tool (hermes format) or writes Search-R1 tag
 (``<search> q </search>``, results in ``<information>``), then answers inside
 ``<answer></answer>``. Retrieved text is observation (loss_mask 0). The reward is
 exact match (SQuAD normalization), token F1 against the gold answers or an LLM judge's
-score (``reward: judge``), optionally mixed with a format reward. Per-episode search
+score (``reward: judge``). Per-episode search
 metrics (searches, answer recall, repeated queries, EM, F1) come from
 :meth:`SearchQAEnv.episode_metrics`.
 
-Process rewards (StepSearch), per search turn in ``info["turn_reward"]``:
-``info_gain_reward`` times the fraction of the question's gold-supporting documents that
-the turn's searches retrieved for the first time in the episode, minus ``repeat_penalty``
-per query the episode had already searched (after lower-casing and collapsing spaces).
-The built-in questions know their supporting documents; a QA JSONL gives them as
-``supporting_docs`` (document ids or titles).
-
-``evidence_reward``: a share of the reward paid for the fraction of the question's
-gold-supporting documents the episode's searches retrieved, together with a well-formed
-answer (R1-Searcher's / StepSearch's retrieval credit as part of the outcome, so GRPO's
-episode-level advantage sees it): a group whose samples all answer a 2-hop question wrong
-still ranks the one that found the second document above the ones that searched once.
-The answer's own share shrinks by as much, so a right answer with its evidence still
-earns 1.
+Reward terms (``envs.terms``; ``reward.terms`` weighs them; see the factory): StepSearch's
+``info_gain`` and ``repeat`` per search turn, and ``evidence`` per episode, R1-Searcher's /
+StepSearch's retrieval credit in the outcome (so GRPO's episode-level advantage sees it: a
+group whose samples all answer a 2-hop question wrong still ranks the one that found the
+second document above the ones that searched once). ``info["format_ok"]``: an answer after
+a search that ran, with no malformed call (``reward.format_weight`` pays it).
 
 ``require_evidence``: the answer earns its reward (EM / F1 / judge) only once the episode's
 searches have retrieved every gold-supporting document. Without it a comparison question
@@ -40,31 +32,29 @@ LLM-simulated search engine (:mod:`agentic_rl.retrieval.simulated`) and its nois
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from agentic_rl.data.conversations import read_jsonl
 from agentic_rl.envs.base import Task
-from agentic_rl.envs.search_data import (
-    DEFAULT_NUM_TASKS,
-    SearchQATasks,
-    demo_corpus,
-    oracle_action,
-    supporting_documents,
+from agentic_rl.envs.search_data import DEFAULT_NUM_TASKS, SearchQATasks, oracle_action
+from agentic_rl.envs.search_sources import (
+    GoldDocuments,
+    QATasks,
+    gold_documents_of,
+    make_search_tool,
+    open_search,
 )
+from agentic_rl.envs.terms import RewardTerm
 from agentic_rl.envs.tool_env import ToolEnv
 from agentic_rl.parsers import DEFAULT_MAX_ARGUMENT_CHARS, ToolCallParser, get_parser
-from agentic_rl.retrieval.base import Retriever, format_documents
-from agentic_rl.retrieval.cache import CachedRetriever
-from agentic_rl.retrieval.simulated import SimulatedSearch, SimulatedSearchEngine, SimulationConfig, simulated_engine
+from agentic_rl.retrieval.base import Retriever
+from agentic_rl.retrieval.simulated import SimulatedSearch, SimulatedSearchEngine
 from agentic_rl.rewards.judge import LLMJudge, make_judge
 from agentic_rl.rewards.qa import answer_in_text, best_exact_match, best_f1
-from agentic_rl.tools import Tool, ToolRegistry, tool
+from agentic_rl.tools import Tool, ToolRegistry
 from agentic_rl.types import Message, ToolCall, ToolResult
 
-__all__ = ["QATasks", "SearchQAEnv", "make_search_qa_env", "make_search_tool", "get_retriever"]
+__all__ = ["SearchQAEnv", "make_search_qa_env"]
 
 HERMES_PROMPT = (
     "You answer questions using a document collection. Use the search tool to look up each fact "
@@ -79,105 +69,6 @@ SEARCH_R1_PROMPT = (
 )
 
 
-# --------------------------------------------------------------------------- retrievers
-
-_RETRIEVERS: dict[tuple, CachedRetriever] = {}
-_RETRIEVERS_LOCK = threading.Lock()
-
-
-def get_retriever(
-    *, seed: int = 0, corpus_path: str | None = None, index_path: str | None = None, server_url: str | None = None
-) -> CachedRetriever:
-    """A cached retriever per source, shared by every env of this process (envs are rebuilt
-    per episode; the index is built or opened once)."""
-    given = [x for x in (corpus_path, index_path, server_url) if x]
-    if len(given) > 1:
-        raise ValueError("give at most one of corpus_path, index_path, server_url")
-    key: tuple
-    if server_url:
-        key = ("server", server_url)
-    elif index_path:
-        key = ("index", str(Path(index_path).resolve()))
-    elif corpus_path:
-        path = Path(corpus_path)
-        if not path.is_file():
-            raise ValueError(f"corpus_path: {corpus_path} does not exist")
-        key = ("corpus", str(path.resolve()), path.stat().st_mtime_ns)
-    else:
-        key = ("builtin", seed)
-    with _RETRIEVERS_LOCK:
-        if key not in _RETRIEVERS:
-            _RETRIEVERS[key] = CachedRetriever(_open(key))
-        return _RETRIEVERS[key]
-
-
-def _open(key: tuple) -> Retriever:
-    from agentic_rl.retrieval.bm25 import BM25Retriever, load_index
-
-    kind = key[0]
-    if kind == "server":
-        from agentic_rl.retrieval.http import HTTPRetriever
-
-        return HTTPRetriever(key[1])
-    if kind == "index":
-        return load_index(key[1])
-    if kind == "corpus":
-        from agentic_rl.retrieval.base import read_corpus
-
-        return BM25Retriever.from_documents(read_corpus(key[1]))
-    return BM25Retriever.from_documents(demo_corpus(key[1]))
-
-
-def make_search_tool(retriever: Retriever, *, top_k: int = 3, max_doc_chars: int | None = 300) -> Tool:
-    """The ``search(query)`` tool: top-k documents as ``Doc i(Title: ...) text`` lines."""
-
-    @tool(name="search")
-    def search(query: str) -> str:
-        """Search the document collection and return the best matching passages.
-
-        Args:
-            query: What to look for: an entity name and the fact you need, e.g. "Vexora Dynamics founded".
-        """
-        if not query.strip():
-            raise ValueError("the query is empty; write what you are looking for")
-        return format_documents(retriever.search(query, top_k), max_chars=max_doc_chars)
-
-    return search
-
-
-# --------------------------------------------------------------------------- tasks
-
-
-class QATasks(Sequence[Task]):
-    """Tasks from a QA JSONL file: ``{"question": str, "answers": [str, ...]}`` per line
-    (``answers`` may be one string; ``answer`` is accepted too; ``id`` is optional;
-    ``supporting_docs``, the ids or titles of the gold evidence, is optional)."""
-
-    def __init__(self, path: str | Path, *, num_tasks: int | None = None) -> None:
-        self.tasks: list[Task] = []
-        for number, data in enumerate(read_jsonl(path), start=1):
-            question = data.get("question")
-            answers = data.get("answers", data.get("answer"))
-            answers = [answers] if isinstance(answers, str) else list(answers or [])
-            if not isinstance(question, str) or not answers:
-                raise ValueError(f'{path}: row {number}: expected {{"question": str, "answers": [str, ...]}}')
-            task_id = str(data.get("id", f"{Path(path).stem}-{len(self.tasks)}"))
-            metadata: dict[str, Any] = {"answers": [str(a) for a in answers]}
-            if data.get("supporting_docs") is not None:
-                metadata["supporting_docs"] = [str(d) for d in data["supporting_docs"]]
-            self.tasks.append(Task(id=task_id, prompt=question, answer=str(answers[0]), metadata=metadata))
-        if num_tasks is not None:
-            self.tasks = self.tasks[:num_tasks]
-        if not self.tasks:
-            raise ValueError(f"{path}: no questions")
-
-    def __len__(self) -> int:
-        return len(self.tasks)
-
-    def __getitem__(self, index):  # type: ignore[override]
-        return self.tasks[index]
-
-
 # --------------------------------------------------------------------------- env
 
 
@@ -189,22 +80,19 @@ def _normalize_query(query: str) -> str:
     return " ".join(query.lower().split())
 
 
-GoldDocuments = Callable[[Task], Sequence[str]]
-"""A task's gold-supporting documents (ids or titles)."""
-
-
-def task_supporting_docs(task: Task) -> Sequence[str]:
-    """The ``supporting_docs`` a QA file gave the task (an error naming the task when it gave none)."""
-    if "supporting_docs" not in task.metadata:
-        raise ValueError(f"info_gain_reward: task {task.id} has no supporting_docs (add them to the QA file)")
-    return task.metadata["supporting_docs"]
+EVIDENCE_TERMS = {
+    "info_gain": RewardTerm("turn", "fraction of the gold documents the turn's searches found first"),
+    "evidence": RewardTerm("episode", "fraction of the gold documents found, with a well-formed answer"),
+}
+"""The terms that need the question's gold-supporting documents."""
+REPEAT_TERM = RewardTerm("turn", "queries of the turn the episode had already searched")
 
 
 class SearchQAEnv(ToolEnv):
     """A ``ToolEnv`` scored by EM / F1 / an LLM judge, recording what was searched and
-    retrieved; with ``info_gain_reward`` / ``repeat_penalty``, StepSearch's per-turn process
-    rewards (``gold_documents`` and ``retriever`` + ``top_k``: what the search tool ranks,
-    to see which documents a query returned)."""
+    retrieved; with ``gold_documents`` and ``retriever`` + ``top_k`` (what the search tool
+    ranks, to see which documents a query returned), the evidence terms and
+    ``require_evidence``."""
 
     search_tool_name = "search"
     """The tool whose calls count as searches (queries, repeats, retrieved text)."""
@@ -215,12 +103,8 @@ class SearchQAEnv(ToolEnv):
         tools: ToolRegistry,
         *,
         reward: Literal["em", "f1", "judge"] = "em",
-        format_reward: float = 0.0,
         judge: LLMJudge | None = None,
-        info_gain_reward: float = 0.0,
-        repeat_penalty: float = 0.0,
         require_evidence: bool = False,
-        evidence_reward: float = 0.0,
         gold_documents: GoldDocuments | None = None,
         retriever: Retriever | None = None,
         top_k: int = 3,
@@ -231,33 +115,18 @@ class SearchQAEnv(ToolEnv):
             raise ValueError(f"reward: expected 'em', 'f1' or 'judge', got {reward!r}")
         if (reward == "judge") != (judge is not None):
             raise ValueError("judge: reward 'judge' needs judge options, and judge options need reward 'judge'")
-        if not 0.0 <= format_reward <= 1.0:
-            raise ValueError(f"format_reward: expected a weight in [0, 1], got {format_reward}")
-        if info_gain_reward < 0 or repeat_penalty < 0:
-            raise ValueError(
-                f"info_gain_reward, repeat_penalty: expected numbers >= 0, got {info_gain_reward}, {repeat_penalty}"
-            )
-        if not 0.0 <= evidence_reward <= 1.0 - format_reward:
-            raise ValueError(
-                f"evidence_reward: expected a weight in [0, 1 - format_reward] = [0, {1.0 - format_reward:g}], got {evidence_reward}"
-            )
-        for option, value in (
-            ("info_gain_reward", info_gain_reward),
-            ("require_evidence", require_evidence),
-            ("evidence_reward", evidence_reward),
-        ):
-            if value and (gold_documents is None or retriever is None):
-                raise ValueError(f"{option}: needs gold_documents and the retriever the search tool uses")
+        if require_evidence and (gold_documents is None or retriever is None):
+            raise ValueError("require_evidence: needs gold_documents and the retriever the search tool uses")
         super().__init__(tasks, tools, **kwargs)
         self.reward_kind = reward
         self.judge = judge
-        self.format_weight = format_reward
+        self.reward_terms["repeat"] = REPEAT_TERM
+        if gold_documents is not None and retriever is not None:
+            self.reward_terms.update(EVIDENCE_TERMS)
         self.simulated_search = simulated_search
         """ZeroSearch's simulated engine behind the search tool, told each episode's question,
         answers and training step (``options["training_step"]``) at reset; None: a real corpus."""
-        self.info_gain_reward, self.repeat_penalty = float(info_gain_reward), float(repeat_penalty)
         self.require_evidence = bool(require_evidence)
-        self.evidence_weight = float(evidence_reward)
         self.gold_documents, self.retriever, self.top_k = gold_documents, retriever, top_k
         self._reset_episode()
 
@@ -269,7 +138,7 @@ class SearchQAEnv(ToolEnv):
         self.final: dict[str, float] = {"em": 0.0, "f1": 0.0}
         self.gold: frozenset[str] = frozenset()
         self.found_gold: set[str] = set()
-        self.turn_reward = 0.0
+        self.last_turn_terms: dict[str, float] = {}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -281,7 +150,7 @@ class SearchQAEnv(ToolEnv):
             self.simulated_search.begin_episode(
                 question=self.task.prompt, answers=_golds(self.task), step=step, seed=seed
             )  # type: ignore[union-attr]
-        if self.gold_documents is not None:  # given exactly when an option reads the gold documents
+        if self.gold_documents is not None and self.retriever is not None:  # the evidence terms
             self.gold = frozenset(self.gold_documents(self.task))  # type: ignore[misc, arg-type]
         return messages, info
 
@@ -295,13 +164,14 @@ class SearchQAEnv(ToolEnv):
             base = em if self.reward_kind == "em" else f1
         if self.require_evidence and not self.has_evidence():
             base = 0.0
-        formed = float(self.well_formed(answer))
-        reward = (
-            (1.0 - self.format_weight - self.evidence_weight) * base
-            + self.format_weight * formed
-            + self.evidence_weight * formed * self.evidence_share()
-        )
-        return reward, {"em": em, "f1": f1}
+        return base, {"em": em, "f1": f1}
+
+    def episode_terms(self, answer: str | None) -> dict[str, float]:
+        """ToolEnv's terms and, with gold documents, ``evidence``: the fraction found with a well-formed answer."""
+        terms = super().episode_terms(answer)
+        if "evidence" in self.reward_terms:
+            terms["evidence"] = float(self.well_formed(answer)) * self.evidence_share()
+        return terms
 
     def evidence_share(self) -> float:
         """The fraction of the question's gold-supporting documents this episode's searches retrieved."""
@@ -312,8 +182,8 @@ class SearchQAEnv(ToolEnv):
         return bool(self.gold) and self.found_gold >= self.gold
 
     def well_formed(self, answer: str | None) -> bool:
-        """The format this env pays for (``format_reward``, and ``info["format_ok"]``): an
-        answer after a search that ran, with no malformed call. Paid for any well-formed
+        """The format this env reports (``info["format_ok"]``, paid by ``reward.format_weight``):
+        an answer after a search that ran, with no malformed call. Paid for any well-formed
         answer, it is the cheapest reward there is, and GRPO learns to answer without
         searching (measured: searches per episode fell from 0.31 to 0 in 8 steps)."""
         return answer is not None and self.malformed_calls == 0 and bool(self.queries)
@@ -337,8 +207,9 @@ class SearchQAEnv(ToolEnv):
                 if self.gold:
                     new_gold += self._newly_found(raw)
         self.malformed_calls += sum(r.malformed for r in results)
-        gain = new_gold / len(self.gold) if self.gold else 0.0
-        self.turn_reward = self.info_gain_reward * gain - self.repeat_penalty * repeats
+        self.last_turn_terms = {"repeat": float(repeats)}
+        if "info_gain" in self.reward_terms:
+            self.last_turn_terms["info_gain"] = new_gold / len(self.gold) if self.gold else 0.0
 
     def _newly_found(self, query: str) -> int:
         """Gold documents (by id or title) among the query's results not found before.
@@ -350,9 +221,9 @@ class SearchQAEnv(ToolEnv):
         self.found_gold |= hits
         return len(fresh)
 
-    def process_reward(self, calls, call_results: list[ToolResult]) -> float:
-        """StepSearch's process reward of the tool turn just recorded."""
-        return self.turn_reward
+    def turn_terms(self, calls, call_results: list[ToolResult]) -> dict[str, float]:
+        """StepSearch's terms of the tool turn just recorded (``repeat``, and ``info_gain`` with gold documents)."""
+        return self.last_turn_terms
 
     def expert_reply(self) -> str:
         """The scripted expert's next message for this episode: the oracle's next search or
@@ -412,6 +283,22 @@ def _demonstration(task: Task, parser: ToolCallParser, search_tool: Tool) -> lis
         messages.append(parser.format_result(result))
 
 
+def _demonstrations(
+    few_shot: int, qa_path: str | None, seed: int, parser: ToolCallParser, search_tool: Tool
+) -> list[list[Message]]:
+    """``few_shot`` oracle episodes on the built-in demo questions, shown before the question."""
+    if not 0 <= few_shot <= DEFAULT_NUM_TASKS["demo"]:
+        raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")
+    if few_shot and qa_path:
+        raise ValueError("few_shot: demonstrations need the built-in questions (no qa_path)")
+    return [_demonstration(task, parser, search_tool) for task in SearchQATasks(split="demo", seed=seed)[:few_shot]]
+
+
+def _needs(require_evidence: bool, few_shot: int) -> str | None:
+    """The option that needs a document collection (not a simulated search engine), or None."""
+    return "require_evidence" if require_evidence else "few_shot" if few_shot else None
+
+
 def make_search_qa_env(
     *,
     split: str = "train",
@@ -430,12 +317,8 @@ def make_search_qa_env(
     max_turns: int = 5,
     parser: str = "hermes",
     reward: Literal["em", "f1", "judge"] = "em",
-    format_reward: float = 0.0,
     judge: dict | None = None,
-    info_gain_reward: float = 0.0,
-    repeat_penalty: float = 0.0,
     require_evidence: bool = False,
-    evidence_reward: float = 0.0,
     few_shot: int = 0,
     system_prompt: str | None = None,
     max_calls_per_turn: int | None = None,
@@ -445,7 +328,6 @@ def make_search_qa_env(
     self_critique: bool = False,
     memory: str | dict | bool | None = None,
     plan_first: bool = False,
-    plan_reward: float = 0.0,
 ) -> SearchQAEnv:
     """Multi-hop QA with a search tool (hermes ``search(query)`` or Search-R1 ``<search>`` tags).
 
@@ -460,15 +342,13 @@ def make_search_qa_env(
         retriever: {kind: simulated, model, ...} or a SimulatedSearchEngine: ZeroSearch's simulated search, no corpus.
         reward: ``em`` (exact match) or ``f1`` (token F1) against the gold answers, or ``judge`` (an LLM judge's score).
         judge: LLM judge options (``model``, ``base_url``, ``rubric``, ...: see ``make_judge``) for ``reward: judge``.
-        info_gain_reward: Per search turn (StepSearch): this x the fraction of gold documents its searches found first.
-        repeat_penalty: Per search turn: minus this per query the episode already searched (case and spacing ignored).
         require_evidence: The answer's score pays only once the searches retrieved every gold-supporting document.
-        evidence_reward: Reward share (at most 1 - format_reward) paid, with a well-formed answer, for the fraction
-            of gold documents found; the answer's share shrinks by as much."""
-    if top_k < 1:
-        raise ValueError(f"top_k: expected a positive int, got {top_k}")
-    if max_doc_chars is not None and max_doc_chars < 1:
-        raise ValueError(f"max_doc_chars: expected a positive int or None, got {max_doc_chars}")
+
+    Reward terms (``reward.terms`` weighs them): ``repeat`` (per search turn: queries the episode
+    had already searched); with gold-supporting documents (the built-in questions', or a QA file's
+    ``supporting_docs``; not with a simulated search engine) ``info_gain`` (per search turn: the
+    fraction of gold documents its searches found first) and ``evidence`` (per episode: the
+    fraction found, with a well-formed answer)."""
     if qa_path:
         if question_weights is not None:
             raise ValueError(
@@ -479,52 +359,22 @@ def make_search_qa_env(
         tasks = SearchQATasks(
             split=split, seed=seed, num_tasks=num_tasks, types=types, hops=hops, question_weights=question_weights
         )
-    simulated = _simulated_search(retriever, split) if retriever is not None else None
-    if simulated is not None and (corpus_path or index_path or server_url):
-        raise ValueError(
-            "retriever: a simulated search engine replaces the corpus; give it or corpus_path / index_path / server_url, not both"
-        )
     if not isinstance(require_evidence, bool):
         raise ValueError(f"require_evidence: expected true or false, got {require_evidence!r}")
-    if not isinstance(evidence_reward, (int, float)) or isinstance(evidence_reward, bool):
-        raise ValueError(f"evidence_reward: expected a number in [0, 1], got {evidence_reward!r}")
-    evidence_option = (
-        "info_gain_reward" if info_gain_reward else "evidence_reward" if evidence_reward else "require_evidence"
-    )
-    if simulated is not None and (info_gain_reward or require_evidence or evidence_reward):
-        raise ValueError(
-            f"{evidence_option}: needs a document collection to find the gold documents in, not a simulated search engine"
-        )
-    if simulated is not None and few_shot:
-        raise ValueError(
-            "few_shot: the oracle demonstrations need a document collection, not a simulated search engine"
-        )
-    search = (
-        simulated
-        if simulated is not None
-        else get_retriever(seed=seed, corpus_path=corpus_path, index_path=index_path, server_url=server_url)
+    search, simulated = open_search(
+        retriever,
+        corpus_path,
+        index_path,
+        server_url,
+        seed=seed,
+        split=split,
+        needs_documents=_needs(require_evidence, few_shot),
     )
     search_tool = make_search_tool(search, top_k=top_k, max_doc_chars=max_doc_chars)
     limit = max_calls_per_turn if max_calls_per_turn is not None else (1 if parser == "search_r1" else 4)
     call_parser = get_parser(parser, max_calls_per_turn=limit, max_argument_chars=max_argument_chars)
-    if not 0 <= few_shot <= DEFAULT_NUM_TASKS["demo"]:
-        raise ValueError(f"few_shot: expected an int in [0, {DEFAULT_NUM_TASKS['demo']}], got {few_shot}")
-    if few_shot and qa_path:
-        raise ValueError("few_shot: demonstrations need the built-in questions (no qa_path)")
-    demos = [
-        _demonstration(task, call_parser, search_tool) for task in SearchQATasks(split="demo", seed=seed)[:few_shot]
-    ]
-    gold_documents: GoldDocuments | None = None
-    if info_gain_reward or require_evidence or evidence_reward:
-        if qa_path:
-            missing = next((task for task in tasks if "supporting_docs" not in task.metadata), None)
-            if missing is not None:
-                raise ValueError(
-                    f"{evidence_option}: task {missing.id} of {qa_path} has no supporting_docs (document ids or titles)"
-                )
-            gold_documents = task_supporting_docs
-        else:
-            gold_documents = _builtin_supporting_docs(seed)
+    demos = _demonstrations(few_shot, qa_path, seed, call_parser, search_tool)
+    gold_documents = None if simulated is not None else gold_documents_of(tasks, qa_path, seed, require_evidence)
     if system_prompt is None:
         system_prompt = SEARCH_R1_PROMPT if parser == "search_r1" else HERMES_PROMPT
     return SearchQAEnv(
@@ -535,12 +385,8 @@ def make_search_qa_env(
         system_prompt=system_prompt,
         demonstrations=demos,
         reward=reward,
-        format_reward=format_reward,
         judge=make_judge(judge) if judge is not None else None,
-        info_gain_reward=info_gain_reward,
-        repeat_penalty=repeat_penalty,
         require_evidence=require_evidence,
-        evidence_reward=evidence_reward,
         gold_documents=gold_documents,
         retriever=search,
         top_k=top_k,
@@ -549,38 +395,5 @@ def make_search_qa_env(
         self_critique=self_critique,
         memory=memory,
         plan_first=plan_first,
-        plan_reward=plan_reward,
         simulated_search=simulated,
     )
-
-
-def _simulated_search(spec: Any, split: str) -> SimulatedSearch:
-    """This env's simulated search over the process-wide engine ``spec`` names; the gold
-    answer goes to the simulator in the train split unless ``with_answer`` says otherwise."""
-    if isinstance(spec, SimulatedSearchEngine):
-        engine = spec
-    elif isinstance(spec, dict):
-        engine = simulated_engine(SimulationConfig.parse(spec))
-    else:
-        raise ValueError(
-            f"retriever: expected a mapping like {{kind: simulated, model: ...}}, got {type(spec).__name__}"
-        )
-    with_answer = engine.config.with_answer
-    return SimulatedSearch(engine, with_answer=split == "train" if with_answer is None else with_answer)
-
-
-_SUPPORT: dict[tuple[int, str, str], tuple[str, ...]] = {}
-
-
-def _builtin_supporting_docs(seed: int) -> GoldDocuments:
-    """The built-in questions' gold documents, found once per question in the built-in corpus."""
-
-    def gold(task: Task) -> Sequence[str]:
-        # The question is part of the key: task ids number positions, and two envs of one
-        # process with other ``hops`` / ``types`` filters (train vs eval) ask other questions there.
-        key = (seed, task.id, task.prompt)
-        if key not in _SUPPORT:
-            _SUPPORT[key] = tuple(supporting_documents(task, demo_corpus(seed)))
-        return _SUPPORT[key]
-
-    return gold

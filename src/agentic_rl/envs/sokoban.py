@@ -9,8 +9,8 @@ search breadth-first and keep a deepest state up to ``max_solution_steps``, so a
 depth is its exact shortest solution length. Rendering and rewards follow RAGEN's text
 Sokoban (symbols # _ O X P √ S; gym-sokoban's -0.1 per step, +-1 per box on / off a
 target and +10 when solved), scaled by 1/10 so success is worth 1: the outcome ``reward``
-is 1 on success, the per-step and per-box terms are process rewards
-(``info["turn_reward"]``).
+is 1 on success; the per-step and per-box shaping are the ``step`` and ``box`` turn terms
+(``info["turn_terms"]``), weighed by ``reward.terms`` (RAGEN's: step -0.01, box 0.1).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, replace
 
+from agentic_rl.envs.terms import RewardTerm
 from agentic_rl.envs.text_game import DiscreteTextGame, LevelTasks, Move
 
 ACTIONS = ("Up", "Down", "Left", "Right")
@@ -194,17 +195,15 @@ def generator(height: int, width: int, num_boxes: int, max_solution_steps: int):
 
 class SokobanEnv(DiscreteTextGame):
     metric_prefix = "sokoban"
+    reward_terms = {
+        **DiscreteTextGame.reward_terms,
+        "step": RewardTerm("turn", "1 for each valid move (a negative weight favours short solutions)"),
+        "box": RewardTerm("turn", "boxes the move pushed onto a target, minus those it pushed off one"),
+    }
 
-    def __init__(
-        self, tasks: LevelTasks, *, step_penalty: float, box_reward: float, success_reward: float, **game
-    ) -> None:
+    def __init__(self, tasks: LevelTasks, *, success_reward: float, **game) -> None:
         super().__init__(actions=ACTIONS, **game)
-        self.tasks, self.step_penalty, self.box_reward, self.success_reward = (
-            tasks,
-            step_penalty,
-            box_reward,
-            success_reward,
-        )
+        self.tasks, self.success_reward = tasks, success_reward
         self.room: Room | None = None
         self.player: Cell = (0, 0)
         self.boxes: frozenset[Cell] = frozenset()
@@ -224,11 +223,9 @@ class SokobanEnv(DiscreteTextGame):
         on_target_before = len(self.boxes & self.room.targets)
         self.player, self.boxes = push(self.room.walls, self.player, self.boxes, ACTIONS[action])
         on_target = len(self.boxes & self.room.targets)
-        shaping = self.box_reward * (on_target - on_target_before) - self.step_penalty
         solved = self.boxes <= self.room.targets
-        return Move(
-            reward=self.success_reward if solved else 0.0, turn_reward=shaping, terminated=solved, solved=solved
-        )
+        terms = {"step": 1.0, "box": float(on_target - on_target_before)}
+        return Move(reward=self.success_reward if solved else 0.0, terms=terms, terminated=solved, solved=solved)
 
     def render(self) -> str:
         assert self.room is not None
@@ -255,9 +252,6 @@ def make_sokoban_env(
     num_boxes: int = 1,
     max_solution_steps: int = 8,
     max_turns: int = 20,
-    step_penalty: float = 0.01,
-    box_reward: float = 0.1,
-    invalid_penalty: float = 0.1,
     success_reward: float = 1.0,
     system_prompt: str = SYSTEM_PROMPT,
 ) -> SokobanEnv:
@@ -271,8 +265,6 @@ def make_sokoban_env(
         max_solution_steps: Longest shortest solution, in moves: every level is solvable in at
             most this many and needs at least half as many (rounded down, at least 1). An int
             in [1, 100].
-        box_reward: Process reward (``info["turn_reward"]``) for each box a move pushes onto a
-            target, and its negative for each box pushed off one: a number >= 0.
         success_reward: Outcome reward of the move that puts the last box on a target; the
             episode ends there.
     """
@@ -283,8 +275,6 @@ def make_sokoban_env(
         raise ValueError(f"num_boxes: expected an int in [1, 4], got {num_boxes}")
     if not 1 <= max_solution_steps <= 100:
         raise ValueError(f"max_solution_steps: expected an int in [1, 100], got {max_solution_steps}")
-    if step_penalty < 0 or box_reward < 0:
-        raise ValueError(f"{'step_penalty' if step_penalty < 0 else 'box_reward'}: expected a number >= 0")
     tasks = LevelTasks(
         "sokoban",
         generator(height, width, num_boxes, max_solution_steps),
@@ -295,10 +285,7 @@ def make_sokoban_env(
     )
     return SokobanEnv(
         tasks,
-        step_penalty=step_penalty,
-        box_reward=box_reward,
         success_reward=success_reward,
         system_prompt=system_prompt,
         max_turns=max_turns,
-        invalid_penalty=invalid_penalty,
     )

@@ -2,8 +2,8 @@
 
 ``DiscreteTextGame`` owns what every such game does the same way (RAGEN's text-game
 setting): the opening prompt, one action per assistant turn parsed from
-``<answer>Left</answer>`` (case-insensitive), an unparseable reply as an invalid move with
-a small penalty (the episode goes on), truncation at ``max_turns`` and per-episode
+``<answer>Left</answer>`` (case-insensitive), an unparseable reply as an invalid move
+(its ``invalid`` turn term, which ``reward.terms`` may weigh; the episode goes on), truncation at ``max_turns`` and per-episode
 metrics. A game supplies ``start`` / ``move`` / ``render``. Our own procedurally generated
 games (``frozenlake``, ``sokoban``) also use ``LevelTasks``, which keeps their train and
 test levels disjoint; ``gymnasium`` (envs/gym_adapter.py) puts any Gymnasium env behind it.
@@ -14,10 +14,11 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentic_rl.envs.base import GeneratedTasks, Task
+from agentic_rl.envs.terms import RewardTerm
 from agentic_rl.rewards import extract_tag
 from agentic_rl.types import Message
 
@@ -37,10 +38,12 @@ def parse_action(text: str, actions: Sequence[str]) -> int | None:
 @dataclass(frozen=True)
 class Move:
     """What one valid action did: ``reward`` (the outcome reward; the env's own for
-    Gymnasium), ``turn_reward`` (per-step shaping), and whether the episode ended."""
+    Gymnasium), ``turn_reward`` (a process reward of the game's own), ``terms`` (the turn's
+    named reward terms, weighed by ``reward.terms``), and whether the episode ended."""
 
     reward: float = 0.0
     turn_reward: float = 0.0
+    terms: dict[str, float] = field(default_factory=dict)
     terminated: bool = False
     truncated: bool = False
     solved: bool = False
@@ -56,16 +59,15 @@ class DiscreteTextGame:
     """
 
     metric_prefix = "game"
+    reward_terms = {"invalid": RewardTerm("turn", "1 for a reply that names no valid action (nothing moves)")}
+    """The turn terms every game reports (``reward.terms`` weighs them; a penalty is a negative weight)."""
 
-    def __init__(self, *, actions: Sequence[str], system_prompt: str, max_turns: int, invalid_penalty: float) -> None:
+    def __init__(self, *, actions: Sequence[str], system_prompt: str, max_turns: int) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns: expected a positive int, got {max_turns}")
-        if invalid_penalty < 0:
-            raise ValueError(f"invalid_penalty: expected a number >= 0, got {invalid_penalty}")
         self.actions = list(actions)
         self.system_prompt = system_prompt
         self.max_turns = max_turns
-        self.invalid_penalty = float(invalid_penalty)
         self.task_id: str | None = None
         self.turns = self.invalid_actions = 0
         self.done = self.solved = False
@@ -119,7 +121,7 @@ class DiscreteTextGame:
         answer = None if action is None else self.actions[action]
         if action is None:
             self.invalid_actions += 1
-            outcome = Move(turn_reward=-self.invalid_penalty, note="Invalid action: nothing happened.")
+            outcome = Move(terms={"invalid": 1.0}, note="Invalid action: nothing happened.")
         else:
             outcome = self.move(action)
         self.solved = outcome.solved
@@ -129,6 +131,7 @@ class DiscreteTextGame:
             "answer": answer,
             "correct": outcome.solved,
             "turn_reward": outcome.turn_reward,
+            "turn_terms": outcome.terms,
             "invalid_action": action is None,
             "format_ok": action is not None,
         }

@@ -138,7 +138,6 @@ def make_textworld_env(
     max_turns: int = 10,
     score_reward: float = 0.5,
     win_reward: float = 0.5,
-    invalid_penalty: float = 0.1,
     show_commands: bool = True,
     cache_dir: str | None = None,
     system_prompt: str = SYSTEM_PROMPT,
@@ -187,5 +186,4 @@ def make_textworld_env(
         show_commands=show_commands,
         system_prompt=system_prompt,
         max_turns=max_turns,
-        invalid_penalty=invalid_penalty,
     )

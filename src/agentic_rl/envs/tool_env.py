@@ -12,6 +12,7 @@ from typing import Any
 
 from agentic_rl.envs.base import Task
 from agentic_rl.envs.planning import PLAN_ACK, PLAN_INSTRUCTION, PLAN_TAG, plan_adherence, plan_steps, planned_calls
+from agentic_rl.envs.terms import RewardTerm
 from agentic_rl.parsers import ToolCallParser, get_parser
 from agentic_rl.rewards import extract_tag, numeric_match
 from agentic_rl.rewards.signature import check_reward_order
@@ -44,14 +45,13 @@ def check_reflection_options(attempts: Any, attempt_discount: Any, self_critique
         raise ValueError(f"self_critique: expected true or false, got {self_critique!r}")
 
 
-def check_plan_options(plan_first: Any, plan_reward: Any) -> None:
-    """ValueError naming the first bad planning option."""
+def check_plan_options(plan_first: Any) -> None:
+    """ValueError naming a bad planning option."""
     if not isinstance(plan_first, bool):
         raise ValueError(f"plan_first: expected true or false, got {plan_first!r}")
-    if not isinstance(plan_reward, (int, float)) or isinstance(plan_reward, bool) or not 0.0 <= plan_reward <= 1.0:
-        raise ValueError(f"plan_reward: expected a weight in [0, 1], got {plan_reward!r}")
-    if plan_reward and not plan_first:
-        raise ValueError("plan_reward: rewards the plan of plan_first; set plan_first: true")
+
+
+PLAN_TERM = RewardTerm("episode", "1 when the first turn held a plan (with plan_first), paid with the final answer")
 
 
 class ToolEnv:
@@ -78,8 +78,8 @@ class ToolEnv:
     Planning: with ``plan_first`` the system prompt asks for a plan first; a first turn with
     ``<plan>...</plan>`` and no call or answer is acknowledged (a user message) and the
     episode goes on (with calls or an answer, the turn is handled as usual, the plan kept).
-    ``plan_reward`` w mixes the format term in: reward = (1 - w) * score + w * [the first
-    turn held a plan], paid with the final answer. Metrics: ``plan/made``, ``plan/steps`` and
+    The ``plan`` episode term (``reward.terms.plan`` weighs it) is 1 when the first turn held a
+    plan, reported with the final answer. Metrics: ``plan/made``, ``plan/steps`` and
     ``plan/adherence`` (:mod:`agentic_rl.envs.planning`; only when the plan names a tool).
 
     The tools are described in the system message in the parser's format. A renderer
@@ -109,13 +109,14 @@ class ToolEnv:
         self_critique: bool = False,
         memory: MemoryTools | str | dict | bool | None = None,
         plan_first: bool = False,
-        plan_reward: float = 0.0,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns: expected a positive int, got {max_turns}")
         check_reflection_options(attempts, attempt_discount, self_critique)
-        check_plan_options(plan_first, plan_reward)
-        self.plan_first, self.plan_reward = plan_first, float(plan_reward)
+        check_plan_options(plan_first)
+        self.plan_first = plan_first
+        self.reward_terms: dict[str, RewardTerm] = {"plan": PLAN_TERM} if plan_first else {}
+        """The named reward terms this env reports (``envs.terms``); subclasses add theirs."""
         self.plan: str | None = None
         """The first turn's plan (plan_first), None when it gave none."""
         self.made_calls: Counter = Counter()
@@ -247,6 +248,16 @@ class ToolEnv:
         read by turn-level credit assignment), called after :meth:`record_calls`. Default: 0."""
         return 0.0
 
+    def turn_terms(self, calls, call_results: list[ToolResult]) -> dict[str, float]:
+        """Hook: the named terms of the tool turn just recorded (``info["turn_terms"]``),
+        called after :meth:`record_calls`. Default: none."""
+        return {}
+
+    def episode_terms(self, answer: str | None) -> dict[str, float]:
+        """The named episode terms reported with the final reply (``info["reward_terms"]``):
+        ``plan`` with plan_first; subclasses add theirs."""
+        return {"plan": float(self.plan is not None)} if self.plan_first else {}
+
     def step(self, assistant_message: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         if self.task is None:
             raise RuntimeError("step() called before reset()")
@@ -274,8 +285,6 @@ class ToolEnv:
         """The step of a final reply: scored, and the end of the episode, unless it is not
         correct and attempts and turns remain (then reward 0 and a feedback message)."""
         reward, correct, extra = self.score_answer(answer)
-        if self.plan_reward:
-            reward = (1.0 - self.plan_reward) * reward + self.plan_reward * float(self.plan is not None)
         self.attempt_results.append(correct)
         attempt = len(self.attempt_results)
         info = {"answer": answer, "correct": correct, "tool_results": [], **extra}
@@ -283,6 +292,9 @@ class ToolEnv:
             return [self.feedback_message(answer)], 0.0, False, False, info
         if attempt > 1:
             reward *= self.attempt_discount ** (attempt - 1)
+        terms = self.episode_terms(answer)
+        if terms:
+            info["reward_terms"] = terms
         return [], reward, True, False, info
 
     def feedback_message(self, answer: str | None) -> Message:
@@ -337,6 +349,9 @@ class ToolEnv:
         turn_reward = self.process_reward(parsed.calls, call_results)
         if turn_reward:
             info["turn_reward"] = turn_reward
+        terms = self.turn_terms(parsed.calls, call_results)
+        if terms:
+            info["turn_terms"] = terms
         observations = [self.parser.format_result(result, framed=self.framed) for result in results]
         truncated = self.turn >= self.max_turns
         return observations, 0.0, False, truncated, info

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from agentic_rl.envs.search_qa import QATasks, SearchQAEnv
+from agentic_rl.envs.search_qa import SearchQAEnv
+from agentic_rl.envs.search_sources import QATasks
 from agentic_rl.parsers import DEFAULT_MAX_ARGUMENT_CHARS, get_parser
 from agentic_rl.tools import ToolRegistry
 from agentic_rl.tools.web import WebTools, web_tools
@@ -64,7 +65,6 @@ def make_web_qa_env(
     web: str | dict | WebTools | None = None,
     max_turns: int = 8,
     reward: Literal["em", "f1"] = "em",
-    format_reward: float = 0.0,
     system_prompt: str | None = None,
     max_calls_per_turn: int = 4,
     max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
@@ -92,7 +92,6 @@ def make_web_qa_env(
         max_turns=max_turns,
         system_prompt=WEB_PROMPT if system_prompt is None else system_prompt,
         reward=reward,
-        format_reward=format_reward,
         attempts=attempts,
         attempt_discount=attempt_discount,
         self_critique=self_critique,

@@ -26,6 +26,10 @@ _WHY = {
     "eval": "held-out tasks come from --eval-tasks",
     "rollout": "the agent program runs its own turns; max_new_tokens, max_total_tokens, timeout_s, temperature, top_p apply",
 }
+_REFUSED = {
+    "reward.terms": "they weigh the terms an env reports; an agent program has none: score in reward(result, task)"
+}
+"""Keys under an honoured prefix that an agent program cannot use, and why."""
 
 
 def _flat(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -41,6 +45,9 @@ def refuse_ignored(config: TrainConfig) -> None:
     every key that differs from its default is honoured or refused, never silently ignored."""
     defaults = _flat(TrainConfig().model_dump())
     for key, value in _flat(config.model_dump()).items():
+        refused = next((why for prefix, why in _REFUSED.items() if key == prefix or key.startswith(prefix + ".")), None)
+        if refused and value != defaults.get(key, None):
+            raise ConfigError(f"{key}: train-agent does not use it ({refused}); leave it out")
         if value == defaults.get(key, value) or key.startswith(_HONOURED):
             continue
         why = next((why for prefix, why in _WHY.items() if key == prefix or key.startswith(prefix + ".")), None)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import RolloutConfig
 from agentic_rl.envs.base import Env, env_roles, recorded_episode_metrics, reset_options
+from agentic_rl.envs.terms import reported_terms
 from agentic_rl.rollout.cast import Cast
 from agentic_rl.rollout.context import summary_context, summary_request
 from agentic_rl.templates.drift import template_drift_tokens
@@ -196,11 +197,10 @@ class Episode:
             return self._apply_summary(turn)
         try:
             observations, reward, terminated, truncated, info = result()
+            turn.reward_terms, turn.turn_terms = reported_terms(info)  # malformed terms: the env's bug
         except FutureTimeout:  # the env (or a tool inside it) hung: infrastructure, not the policy's doing
             trajectory.turns.append(turn)
-            return self.fail(
-                f"env step did not return within the {self.limits.timeout_s:g} s trajectory timeout", "timeout"
-            )
+            return self.fail(f"env step ran past the {self.limits.timeout_s:g} s trajectory timeout", "timeout")
         except Exception as exc:  # an env or tool crash is infrastructure, not the policy's doing
             trajectory.turns.append(turn)
             return self.fail(f"{type(exc).__name__}: {exc}")

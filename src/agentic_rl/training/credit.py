@@ -6,19 +6,22 @@ Shapes: ``B`` trajectories, ``T`` padded token positions, ``K`` padded turns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from agentic_rl.algorithms import AdvantageInputs
+from agentic_rl.envs.terms import weighted
 from agentic_rl.types import Trajectory, Turn
 
 
-def turn_process_reward(turn: Turn, tool_turn_reward: float) -> float:
-    """The env's ``info["turn_reward"]`` plus ``tool_turn_reward`` when the turn called
-    tools and every call ran (MT-GRPO's tool-execution reward)."""
+def turn_process_reward(turn: Turn, tool_turn_reward: float, term_weights: Mapping[str, float] | None = None) -> float:
+    """The env's ``info["turn_reward"]``, plus ``tool_turn_reward`` when the turn called
+    tools and every call ran (MT-GRPO's tool-execution reward), plus the turn's terms
+    (``info["turn_terms"]``) times ``term_weights`` (``reward.terms``)."""
     ran = bool(turn.tool_results) and all(r.ok and not r.malformed for r in turn.tool_results)
-    return turn.turn_reward + (tool_turn_reward if ran else 0.0)
+    terms = weighted(turn.turn_terms, term_weights) if term_weights else 0.0
+    return turn.turn_reward + (tool_turn_reward if ran else 0.0) + terms
 
 
 def _last_sampled(loss_mask: Sequence[int], start: int, end: int) -> int | None:
@@ -43,13 +46,15 @@ def build_advantage_inputs(
     group_index: torch.Tensor,
     *,
     tool_turn_reward: float = 0.0,
+    term_weights: Mapping[str, float] | None = None,
     token_kl: Sequence[Sequence[float]] | None = None,
     kl_coef: float = 0.0,
     token_values: Sequence[Sequence[float]] | None = None,
     baseline_rewards: torch.Tensor | None = None,
 ) -> AdvantageInputs:
     """``AdvantageInputs`` for ``trajectories`` with ``rewards`` [B] (outcome + shaping) and
-    ``group_index`` [B].
+    ``group_index`` [B]; ``tool_turn_reward`` and ``term_weights``: the per-turn shaping
+    of :func:`turn_process_reward`.
 
     token_rewards [B, T]: each turn's process reward on its last sampled token, the outcome
     on the last sampled token of the episode and, with ``token_kl`` rows, -kl_coef * KL on
@@ -79,7 +84,7 @@ def build_advantage_inputs(
             end = max(turn.response_end, turn.observation_end)
             turn_index[row, turn.response_start : end] = k
             turn_mask[row, k] = 1.0
-            turn_rewards[row, k] = turn_process_reward(turn, tool_turn_reward)
+            turn_rewards[row, k] = turn_process_reward(turn, tool_turn_reward, term_weights)
             anchor_key = (int(group_index[row]), _anchor_tokens(trajectory, k))
             anchor_index[row, k] = anchors.setdefault(anchor_key, len(anchors))
             if turn.tool_results and first_tool_turn[row] < 0:

@@ -1,8 +1,9 @@
 """What a training run checks before it creates its run directory or loads a model.
 
 Every check that needs no model weights: the env's options (training, held-out and
-cold-start envs), the training tasks left after ``task_offset``, a scripted expert where the
-cold start asks for one, the sandbox where the env runs code, and the model itself
+cold-start envs), the reward terms the config weighs, the training tasks left after
+``task_offset``, a scripted expert where the cold start asks for one, the sandbox where
+the env runs code, and the model itself
 (a built-in name, a local folder, or a Hub id that is cached or reachable). A failure is one
 ``ConfigError`` line, and no ``runs/...`` folder is left behind. ``agentic-rl train
 --dry-run`` runs exactly these and exits.
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from agentic_rl.config import ConfigError, TrainConfig
 from agentic_rl.envs import env_factory, mixed_spec_of
+from agentic_rl.envs.terms import declared_terms, unknown_weight
 from agentic_rl.models import MODEL_NAMES, resolve_auto_parser
 from agentic_rl.rollout.episode import env_roles
 from agentic_rl.training.stages import eval_env_options, sft_env_options
@@ -58,6 +60,7 @@ def preflight(config: TrainConfig, *, check_model: bool = True) -> Preflight:
         if not task_indices:
             raise ConfigError(f"rl.task_offset: {offset} leaves no training tasks (the env has {probe.num_tasks})")
         check_roles(config, env_roles(probe))
+        check_reward_terms(config, probe)
         if _expert_cold_start(config) and mix is None and not callable(getattr(probe, "expert_reply", None)):
             raise ConfigError(
                 f"sft.collect.source: 'expert' needs an env with a scripted expert (expert_reply); "
@@ -88,6 +91,17 @@ def check_roles(config: TrainConfig, roles: tuple[str, ...]) -> None:
     for key, (bad, why) in refused.items():
         if bad:
             raise ConfigError(f"{key}: not with an env with roles ({', '.join(roles)}): {why}")
+
+
+def check_reward_terms(config: TrainConfig, env) -> None:
+    """Every term ``reward.terms`` weighs is one the env reports (a misspelt or unreported
+    term would weigh nothing, silently)."""
+    try:
+        problem = unknown_weight(config.reward.terms, declared_terms(env), config.env.name)
+    except ValueError as error:  # the env's own declaration is malformed
+        raise ConfigError(str(error)) from None
+    if problem:
+        raise ConfigError(problem)
 
 
 def resolve_parser(config: TrainConfig, loaded=None) -> None:

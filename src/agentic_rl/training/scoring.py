@@ -11,6 +11,7 @@ import torch
 from agentic_rl.algorithms import compute_advantages, filter_groups, gae, overlong_penalty, zero_std_group_fraction
 from agentic_rl.algorithms.arpo import hard_attribution
 from agentic_rl.config import AlgorithmConfig, RewardConfig
+from agentic_rl.envs.terms import weighted
 from agentic_rl.rewards.episode import format_ok, retrieval_calls, tool_cost, two_stage_reward
 from agentic_rl.rollout.arpo import branch_common_prefix
 from agentic_rl.rollout.roles import task_key
@@ -44,7 +45,8 @@ def usable_trajectories(groups: list[TrajectoryGroup]) -> list[Trajectory]:
 def episode_rewards(trajectories: list[Trajectory], reward: RewardConfig | None, *, step: int = 0) -> torch.Tensor:
     """The env's outcome rewards [N] with the ``reward`` section's terms: the two-stage
     schedule (at RL step ``step``) in place of the outcome, plus ``format_weight`` for a
-    followed format, minus the tool calls' costs."""
+    followed format, minus the tool calls' costs, plus the env's episode terms times
+    ``reward.terms``."""
     values = []
     for trajectory in trajectories:
         value = trajectory.reward
@@ -63,6 +65,8 @@ def episode_rewards(trajectories: list[Trajectory], reward: RewardConfig | None,
                     format_penalty=stages.format_penalty,
                 )
             value += reward.format_weight * float(formatted) - tool_cost(trajectory, reward.tool_costs)
+            # Every segment's turns: a context policy may have cut the episode before a term's step.
+            value += sum(weighted(turn.reward_terms, reward.terms) for s in trajectory.samples for turn in s.turns)
         values.append(value)
     return torch.tensor(values, dtype=torch.float32)
 
@@ -126,6 +130,7 @@ def score(
         rewards,
         group_index,
         tool_turn_reward=reward.tool_turn_reward if reward is not None else 0.0,
+        term_weights=reward.terms if reward is not None else None,
         token_kl=token_kl if algorithm.kl.in_reward else None,
         kl_coef=algorithm.kl.coef,
         token_values=token_values,
