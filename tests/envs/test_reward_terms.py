@@ -122,7 +122,9 @@ def test_episode_terms_of_every_segment_count():
     """A context policy cuts an episode into segments: a term reported before the cut still counts."""
     earlier = Trajectory("0", "g", turns=[Turn("a", reward_terms={"plan": 1.0})])
     episode = Trajectory("0", "g", reward=1.0, turns=[Turn("b", reward_terms={"evidence": 0.5})], segments=[earlier])
-    assert episode_rewards([episode], RewardConfig(terms={"plan": 0.5, "evidence": 0.2})).tolist() == pytest.approx([1.6])
+    assert episode_rewards([episode], RewardConfig(terms={"plan": 0.5, "evidence": 0.2})).tolist() == pytest.approx(
+        [1.6]
+    )
 
 
 def test_numpy_numbers_are_terms_too():
