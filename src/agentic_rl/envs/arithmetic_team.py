@@ -155,9 +155,6 @@ def make_arithmetic_team_env(
 
     Args:
         split: ``train`` or ``test`` tasks (the arithmetic env's ``words`` phrasing, its seed streams).
-        digits: How many digits each operand has, from 1 to 12.
-        num_operands: How many numbers each problem combines, from 2 to 8.
-        operators: The operations to draw from, a non-empty string of ``+``, ``-`` and ``*``.
         credit: ``role``: each role rewarded for its own job (the planner for an expression
             whose value is the answer, the solver for answering the value of the expression it
             got); ``shared``: both for the team's outcome (the solver's answer is the task's).
@@ -186,3 +183,6 @@ def make_arithmetic_team_env(
         parser=parser,
     )
     return ArithmeticTeamEnv(tasks, solver, credit=credit, planner_prompt=planner_prompt)
+
+
+make_arithmetic_team_env.options_from = make_arithmetic_env  # envs/option_docs.py reads its Args (digits, operators...)

@@ -154,9 +154,6 @@ def make_arithmetic_verify_env(
 
     Args:
         split: ``train`` or ``test`` tasks (the arithmetic env's ``words`` phrasing, its seed streams).
-        digits: How many digits each operand has, from 1 to 12.
-        num_operands: How many numbers each problem combines, from 2 to 8.
-        operators: The operations to draw from, a non-empty string of ``+``, ``-`` and ``*``.
         shown: What the verifier judges: ``balanced`` (a right answer on half of the tasks, a
             wrong one on the others, whatever the solver did) or ``solver`` (the solver's own).
         solver_prompt: The solver's system prompt.
@@ -176,3 +173,8 @@ def make_arithmetic_verify_env(
         system_prompt=verifier_prompt,
     )
     return ArithmeticVerifyEnv(tasks, solver, verifier, shown=shown)
+
+
+make_arithmetic_verify_env.options_from = (
+    make_arithmetic_env  # envs/option_docs.py reads its Args (digits, operators...)
+)
