@@ -148,7 +148,8 @@ def python_call(code: str) -> str:
 
 
 def test_code_env_rewards_tests_newly_passed_by_intermediate_runs():
-    env = envs.make("code", test_progress_reward=1.0, max_turns=8, test_timeout_s=5.0)
+    env = envs.make("code", test_progress=True, max_turns=8, test_timeout_s=5.0)
+    assert set(env.reward_terms) == {"test_progress"}
     try:
         env.reset(options={"task": TASK})
         replies = [
@@ -163,8 +164,21 @@ def test_code_env_rewards_tests_newly_passed_by_intermediate_runs():
         rewards = []
         for reply in replies:
             _, reward, terminated, _, info = env.step({"role": "assistant", "content": reply})
-            rewards.append(info.get("turn_reward", 0.0))
+            rewards.append(info.get("turn_terms", {}).get("test_progress", 0.0))
         assert rewards == [0.0, 0.5, 0.0, 0.0, 0.0, 0.5, 0.0]
         assert (reward, terminated) == (1.0, True)
     finally:
         env.close()
+
+
+def test_code_env_runs_no_tests_between_turns_unless_asked():
+    env = envs.make("code", max_turns=4, test_timeout_s=5.0)
+    try:
+        assert env.reward_terms == {}
+        env.reset(options={"task": TASK})
+        _, _, _, _, info = env.step({"role": "assistant", "content": python_call("def add(a, b):\n    return a + b")})
+        assert "turn_terms" not in info and env.best_fraction == 0.0
+    finally:
+        env.close()
+    with pytest.raises(TypeError, match="moved to reward.terms.test_progress, with test_progress: true"):
+        envs.make("code", test_progress_reward=1.0)

@@ -325,11 +325,12 @@ MOVED = [
     ("sokoban", "box_reward", "reward.terms.box"),
     ("sokoban", "invalid_penalty", "reward.terms.invalid"),
     ("frozenlake", "invalid_penalty", "reward.terms.invalid"),
+    ("code", "test_progress_reward", "reward.terms.test_progress"),
 ]
 
 
 def test_every_moved_option_is_listed():
-    assert {option for _, option, _ in MOVED} == set(ENV_OPTIONS_MOVED) and len(ENV_OPTIONS_MOVED) == 8
+    assert {option for _, option, _ in MOVED} == set(ENV_OPTIONS_MOVED) and len(ENV_OPTIONS_MOVED) == 9
 
 
 @pytest.mark.parametrize(("name", "option", "home"), MOVED)

@@ -79,6 +79,7 @@ ENV_OPTIONS_MOVED: dict[str, str] = {
     "step_penalty": f"reward.terms.step, a negative weight: the term counts moves ({_TERMS})",
     "box_reward": f"reward.terms.box ({_TERMS})",
     "invalid_penalty": f"reward.terms.invalid, a negative weight: the term counts invalid replies ({_TERMS})",
+    "test_progress_reward": f"reward.terms.test_progress, with test_progress: true ({_TERMS})",
 }
 """Env options that were reward shaping, and the ``reward`` key that weighs their term now."""
 

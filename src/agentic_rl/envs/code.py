@@ -6,12 +6,13 @@ task's tests in a fresh sandboxed process (:mod:`agentic_rl.rewards.unit_tests`,
 documents the reward-hacking guards). Reward 1 when every test passes, else 0; with
 ``partial_credit`` the fraction of tests passed.
 
-Process reward (``test_progress_reward``): a python tool turn whose code (re)defines the
-entry point runs the task's tests, in a fresh sandbox, on every cell the episode has run
-without error so far (the session's definitions); the turn's ``info["turn_reward"]`` is the
-weight times the rise in the best fraction of tests passed so far. Running the same code
-again earns nothing, and the whole episode earns at most the weight. The tests' results
-are never shown to the model.
+Test progress (``test_progress``): a python tool turn whose code (re)defines the entry
+point runs the task's tests, in a fresh sandbox, on every cell the episode has run without
+error so far (the session's definitions); the turn reports the ``test_progress`` term
+(``info["turn_terms"]``, weighed by ``reward.terms``): the rise in the best fraction of
+tests passed so far. Running the same code again earns nothing, and the whole episode
+reports at most 1. The tests' results are never shown to the model. The runs cost a
+sandbox each, so they happen only when the option asks for them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from agentic_rl.envs.base import Task
 from agentic_rl.envs.code_tasks import ProceduralCodeTasks, load_humaneval, load_jsonl_tasks
+from agentic_rl.envs.terms import RewardTerm
 from agentic_rl.envs.tool_env import ToolEnv
 from agentic_rl.parsers import get_parser
 from agentic_rl.rewards.unit_tests import run_unit_tests
@@ -43,6 +45,9 @@ def extract_code(text: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
+TEST_PROGRESS_TERM = RewardTerm("turn", "rise in the best fraction of tests passed (with test_progress)")
+
+
 class CodeEnv(ToolEnv):
     """A ``ToolEnv`` whose answer is the last python block of the first turn without tool calls."""
 
@@ -54,16 +59,18 @@ class CodeEnv(ToolEnv):
         partial_credit: bool = False,
         timeout_s: float = 10.0,
         memory_mb: int = 512,
-        test_progress_reward: float = 0.0,
+        test_progress: bool = False,
         **kwargs: Any,
     ) -> None:
-        if test_progress_reward < 0:
-            raise ValueError(f"test_progress_reward: expected a number >= 0, got {test_progress_reward}")
+        if not isinstance(test_progress, bool):
+            raise ValueError(f"test_progress: expected true or false, got {test_progress!r}")
         super().__init__(tasks, tools, **kwargs)
         self.partial_credit = partial_credit
         self.test_timeout_s = timeout_s
         self.test_memory_mb = memory_mb
-        self.test_progress_reward = float(test_progress_reward)
+        self.test_progress = test_progress
+        if test_progress:
+            self.reward_terms["test_progress"] = TEST_PROGRESS_TERM
         self._reset_progress()
 
     def _reset_progress(self) -> None:
@@ -71,7 +78,7 @@ class CodeEnv(ToolEnv):
         """Code of the python calls that ran without error this episode, in order."""
         self.best_fraction = 0.0
         """Best fraction of tests an intermediate run passed this episode."""
-        self.turn_reward = 0.0
+        self.progress: dict[str, float] = {}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -80,21 +87,21 @@ class CodeEnv(ToolEnv):
         return super().reset(seed=seed, options=options)
 
     def record_calls(self, calls, call_results: list[ToolResult], results: list[ToolResult]) -> None:
-        self.turn_reward = 0.0
+        self.progress = {}
         defines = False
         for call, result in zip(calls, call_results):
             code = call.arguments.get("code") if call.name == "python" and isinstance(call.arguments, dict) else None
             if isinstance(code, str) and result.ok:
                 self.cells.append(code)
                 defines = defines or _defines(code, self.task.metadata["entry_point"])  # type: ignore[union-attr]
-        if self.test_progress_reward and defines:
+        if self.test_progress and defines:
             fraction = self._tests_fraction("\n\n".join(self.cells))
-            self.turn_reward = self.test_progress_reward * max(0.0, fraction - self.best_fraction)
+            self.progress = {"test_progress": max(0.0, fraction - self.best_fraction)}
             self.best_fraction = max(self.best_fraction, fraction)
 
-    def process_reward(self, calls, call_results: list[ToolResult]) -> float:
-        """The rise in tests passed by this turn's run, times ``test_progress_reward``."""
-        return self.turn_reward
+    def turn_terms(self, calls, call_results: list[ToolResult]) -> dict[str, float]:
+        """The rise in the best fraction of tests passed, on a turn that ran them (``test_progress``)."""
+        return self.progress
 
     def _tests_fraction(self, code: str) -> float:
         meta = self.task.metadata  # type: ignore[union-attr]
@@ -182,7 +189,7 @@ def make_code_env(
     num_tasks: int | None = None,
     seed: int = 0,
     partial_credit: bool = False,
-    test_progress_reward: float = 0.0,
+    test_progress: bool = False,
     tools: tuple[str, ...] | list[str] = ("python",),
     parser: str = "hermes",
     max_turns: int = 4,
@@ -210,15 +217,15 @@ def make_code_env(
             only procedural tasks use); any other value (or unset) is train. ``path`` ignores it.
         partial_credit: When the final answer fails some tests, reward the fraction of tests
             passed instead of 0.
-        test_progress_reward: The weight of the process reward for tests newly passed by the
-            code the python tool ran (see the module docstring), at least 0; 0 turns it off,
-            and the whole episode earns at most the weight.
+        test_progress: Run the tests after each python turn that defines the entry point and
+            report the ``test_progress`` turn term (the rise in the best fraction passed; see
+            the module docstring), which ``reward.terms.test_progress`` weighs.
         tools: ``["python"]`` (the sandboxed python tool, to try code before answering) or
             ``[]`` (no tool: the first reply is the answer); no other tool is offered.
         parser: The tool-call format: ``hermes`` (up to 4 python calls per turn) or ``retool``
             (code in ``<code>```python ...```</code>`` tags, one block per turn).
         test_timeout_s: Wall-time limit in seconds (above 0) for one run of the task's tests,
-            on the final answer or for ``test_progress_reward``; ``timeout_s`` bounds each
+            on the final answer or for ``test_progress``; ``timeout_s`` bounds each
             python tool call instead.
     """
     if dataset is not None and dataset not in DATASETS:
@@ -242,7 +249,7 @@ def make_code_env(
         max_turns=max_turns,
         system_prompt=SYSTEM_PROMPT if system_prompt is None else system_prompt,
         partial_credit=partial_credit,
-        test_progress_reward=test_progress_reward,
+        test_progress=test_progress,
         timeout_s=test_timeout_s,
         memory_mb=memory_mb,
         attempts=attempts,
