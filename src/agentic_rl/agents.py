@@ -328,7 +328,6 @@ def _steps(
     checkpointed every ``checkpoint_every`` steps."""
     from contextlib import nullcontext
 
-    from agentic_rl.models.lora import refresh_snapshot
     from agentic_rl.tracking.sinks import MultiSink, make_sinks
     from agentic_rl.training.checkpoint import save_checkpoint
     from agentic_rl.training.rl_metrics import ENV_TOOL_METRICS
@@ -345,8 +344,6 @@ def _steps(
     with sinks:
         while trainer.steps_done < config.rl.steps:
             metrics, _ = trainer.step()
-            if "snapshot" in config.lora.roles.values() and trainer.steps_done % config.lora.snapshot_every == 0:
-                refresh_snapshot(trainer.model)  # snapshot roles play the policy as of now
             metrics = {key: value for key, value in metrics.items() if key not in ENV_TOOL_METRICS}
             result.steps.append(metrics)
             if run is not None:

@@ -227,7 +227,7 @@ class LoraConfig(Section):
     )
     """Module names that get adapters."""
     roles: dict[str, Literal["own", "frozen", "snapshot"]] = Field(default_factory=dict)
-    """Agent programs' roles (the ``model`` each call names) with a policy of their own: ``own`` = an adapter of its own on the shared base, trained on that role's samples only; ``frozen`` = the base model with no adapter, served and never trained (an opponent, a fixed tool agent); ``snapshot`` = the shared policy as of its last copy (every ``snapshot_every`` steps), served and never trained (self-play against a past self). Roles not named share the ``default`` adapter."""
+    """Roles with a policy of their own (an agent program's: the ``model`` each call names; an env's: its declared roles): ``own`` = an adapter of its own on the shared base, trained on that role's samples only; ``frozen`` = the base model with no adapter, served and never trained (an opponent, a fixed tool agent); ``snapshot`` = the shared policy as of its last copy (every ``snapshot_every`` steps), served and never trained (self-play against a past self). Roles not named share the ``default`` adapter."""
     snapshot_every: int = Field(10, ge=1)
     """Steps between copies of the shared adapter into the one ``snapshot`` roles play (it starts as the shared one: the base)."""
 

@@ -9,7 +9,7 @@ batching and KV reuse across the turns of a trajectory.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -56,6 +56,9 @@ class HFBackend(SharedWeights):
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.staged = StagedWeights(self._load_version)
         """Weights another thread handed over (``stage_weights``), applied between decode steps."""
+        self.adapter_for: Callable[[str | None], str] | None = None
+        """``lora.roles`` with an env's roles: a role -> the LoRA adapter that samples its turns
+        (the schedulers route each episode's turn by its role); None: one policy for all."""
 
     @property
     def separate_weights(self) -> bool:

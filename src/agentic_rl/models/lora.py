@@ -89,16 +89,34 @@ def frozen(lora: LoraConfig) -> list[str]:
     return [role for role, kind in lora.roles.items() if kind in ("frozen", "snapshot")]
 
 
+def snapshot_due(lora: LoraConfig, steps_done: int) -> bool:
+    """Whether the snapshot roles' adapter takes a copy of the shared one after step
+    ``steps_done`` (1-based): every ``lora.snapshot_every`` steps, with a snapshot role."""
+    return "snapshot" in lora.roles.values() and steps_done % lora.snapshot_every == 0
+
+
 def refresh_snapshot(model) -> int:
     """Copy the shared adapter's weights into the snapshot adapter (the policy ``snapshot``
     roles play from now on); returns how many tensors were copied (0: no snapshot adapter)."""
+    return copy_adapter(model, SHARED_ADAPTER, SNAPSHOT_ADAPTER)
+
+
+def seed_role_adapters(model, lora: LoraConfig) -> int:
+    """After a cold start trained the shared adapter: every ``own`` and ``snapshot`` role
+    starts from it (the frozen roles stay the base). Returns the tensors copied."""
+    names = {adapter_for_role(lora.roles, role) for role, kind in lora.roles.items() if kind != "frozen"}
+    return sum(copy_adapter(model, SHARED_ADAPTER, name) for name in sorted(names - {SHARED_ADAPTER}))
+
+
+def copy_adapter(model, source: str, target: str) -> int:
+    """Copy adapter ``source``'s LoRA weights into adapter ``target``; returns how many tensors."""
     parameters = dict(model.named_parameters())
     copied = 0
     for key, parameter in parameters.items():
-        if ".lora_" in key and f".{SHARED_ADAPTER}." in key:
-            target = parameters.get(key.replace(f".{SHARED_ADAPTER}.", f".{SNAPSHOT_ADAPTER}."))
-            if target is not None:
+        if ".lora_" in key and f".{source}." in key:
+            into = parameters.get(key.replace(f".{source}.", f".{target}."))
+            if into is not None:
                 with torch.no_grad():
-                    target.copy_(parameter)
+                    into.copy_(parameter)
                 copied += 1
     return copied

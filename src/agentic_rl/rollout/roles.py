@@ -58,6 +58,7 @@ def role_groups(
                 continue  # the role did not act in this episode
             for sample in trajectory.samples:
                 sample.group_id = group.group_id
+                sample.info["role"] = role  # what the trainer reads a sample's adapter from (lora.roles)
             group.trajectories.append(trajectory)
         groups.append(group)
     return groups

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import itertools
 import queue
 import threading
@@ -34,7 +35,10 @@ Scheduler = Callable[[list[Episode], object, SamplingParams, ThreadPoolExecutor]
 
 def scheduler_for(backend, *, continuous_batching: bool) -> Scheduler:
     """The continuous scheduler for token engines with decode sessions (unless turned off),
-    else the per-turn one."""
+    else the per-turn one (always with an adapter per role: each turn's batch is split by
+    adapter, a decode session holds one)."""
+    if getattr(backend, "adapter_for", None) is not None:
+        return run_per_turn
     if continuous_batching and backend.interface == "tokens" and callable(getattr(backend, "session", None)):
         return run_continuous
     return run_per_turn
@@ -55,13 +59,7 @@ def run_per_turn(episodes: list[Episode], backend, sampling: SamplingParams, poo
                 return_entropy=sampling.return_entropy,
                 row_seeds=[e.seed for e in active],
             )
-            renderer = active[0].renderer
-            completions = backend.generate(
-                [e.trajectory.token_ids for e in active],
-                turn_sampling,
-                stop_token_ids=renderer.stop_token_ids,
-                max_new_tokens=[e.budget() for e in active],
-            )
+            completions = _generate(backend, active, turn_sampling)
             sampled = []
             for episode, completion in zip(active, completions):
                 if completion.error is not None:  # the engine failed this turn: an infrastructure error
@@ -98,6 +96,32 @@ def run_per_turn(episodes: list[Episode], backend, sampling: SamplingParams, poo
                 still_active.append(episode)
         active = still_active
         turn_index += 1
+
+
+def _generate(backend, active: list[Episode], sampling: SamplingParams) -> list:
+    """One completion per active episode: one ``generate`` call, or with an adapter per role
+    (``backend.adapter_for``) one per adapter over its episodes (each row draws from its
+    own seed, so the split does not change what is sampled)."""
+    stop = active[0].renderer.stop_token_ids
+    adapter_for = getattr(backend, "adapter_for", None)
+    by_adapter: dict[str | None, list[int]] = {}
+    for row, episode in enumerate(active):
+        adapter = adapter_for(episode.cast.role if episode.cast else None) if adapter_for else None
+        by_adapter.setdefault(adapter, []).append(row)
+    completions: list = [None] * len(active)
+    for adapter, rows in by_adapter.items():
+        if adapter is not None:
+            backend.select_adapter(adapter)
+        part = dataclasses.replace(sampling, row_seeds=[sampling.row_seeds[row] for row in rows])
+        outputs = backend.generate(
+            [active[row].trajectory.token_ids for row in rows],
+            part,
+            stop_token_ids=stop,
+            max_new_tokens=[active[row].budget() for row in rows],
+        )
+        for row, completion in zip(rows, outputs, strict=True):
+            completions[row] = completion
+    return completions
 
 
 def _raise_timeout():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from agentic_rl.distributed import DEFAULT_TIMEOUT_S, DistContext, init_distribu
 from agentic_rl.distributed.shared_server import shared_server_backend
 from agentic_rl.engines.factory import build_backend
 from agentic_rl.models import load, resolve_device
-from agentic_rl.models.lora import apply_lora
+from agentic_rl.models.lora import adapter_for_role, add_role_adapters, apply_lora
 from agentic_rl.models.precision import apply_precision
 from agentic_rl.training.checkpoint import usable_checkpoint
 from agentic_rl.training.pre_rl_stages import restore_filter, run_dpo, run_filter, run_sft
@@ -259,8 +260,10 @@ def _train(
         "precision.json", {"setting": config.precision, "precision": precision.precision, "reason": precision.reason}
     )
     events.on_stage(f"precision: {precision.precision} ({precision.reason})")
-    model = apply_lora(model, config.lora)
+    model = add_role_adapters(apply_lora(model, config.lora), config.lora)
     backend = _engine(config, (model, tokenizer), precision.precision, dist, events)
+    if config.lora.roles:  # each role's turns sampled with its adapter (an env's roles)
+        backend.adapter_for = partial(adapter_for_role, config.lora.roles)
     try:
         state = RunState(
             config,

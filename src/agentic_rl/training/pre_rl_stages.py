@@ -10,6 +10,7 @@ forward to the next stage.
 from __future__ import annotations
 
 from agentic_rl.config import ConfigError, TrainConfig
+from agentic_rl.models.lora import seed_role_adapters
 from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.jsonl import JsonlWriter
 from agentic_rl.training.stages import RunState, sft_env_options
@@ -103,6 +104,8 @@ def run_sft(state: RunState) -> None:
             if str(error).startswith("max_length:"):
                 raise ConfigError(f"sft.train.{error}") from None
             raise
+    if config.lora.roles:  # the cold start trained the shared adapter: each role's starts from it
+        seed_role_adapters(state.model, config.lora)
     state.backend.sync_weights(state.model)
     events.on_stage(
         f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} ({result.wall_time_s:.0f} s)"

@@ -42,11 +42,6 @@ def preflight(config: TrainConfig, *, check_model: bool = True) -> Preflight:
     """Run every check (see the module docstring); raises ``ConfigError`` on the first failure."""
     from agentic_rl.tools.python_tool import check_sandbox_for
 
-    if config.lora.roles:
-        raise ConfigError(
-            "lora.roles: roles with adapters of their own train agent programs (agents.train, agentic-rl "
-            "train-agent); an env's roles share the policy"
-        )
     train_env = env_factory(config.env.name, config.env.options, split="train")
     env_factory(config.env.name, eval_env_options(config), split="test")
     if config.sft.enabled and config.sft.env:
@@ -76,7 +71,15 @@ def preflight(config: TrainConfig, *, check_model: bool = True) -> Preflight:
 
 def check_roles(config: TrainConfig, roles: tuple[str, ...]) -> None:
     """An env with roles trains with independent group samples on one engine per process:
-    the settings that assume one conversation per episode stop with one line."""
+    the settings that assume one conversation per episode stop with one line; ``lora.roles``
+    names roles of the env and runs in one trainer process."""
+    if config.lora.roles:
+        unknown = next((role for role in config.lora.roles if role not in roles), None)
+        if unknown is not None:
+            have = f"its roles: {', '.join(roles)}" if roles else "it has one role (lora.roles is for envs with roles)"
+            raise ConfigError(f"lora.roles.{unknown}: not a role of env {config.env.name} ({have})")
+        if config.trainer.strategy == "fsdp2":  # its engine holds a merged full copy: one policy
+            raise ConfigError("trainer.strategy: not with lora.roles (fsdp2's engine samples one full copy)")
     if not roles:
         return
     refused = {

@@ -19,6 +19,7 @@ from agentic_rl.anatomy import split_model
 from agentic_rl.config import TrainConfig, check_world_size
 from agentic_rl.distributed import DistContext, make_strategy
 from agentic_rl.envs.base import Env
+from agentic_rl.models.lora import refresh_snapshot, snapshot_due
 from agentic_rl.models.precision import compute_precision
 from agentic_rl.seeds import derive_seed
 from agentic_rl.tracking.diagnostics import step_diagnostics
@@ -248,6 +249,8 @@ class RLTrainer:
         metrics["skipped_infra"] = float(failed_fraction > config.rl.max_failed_fraction)
         if scored.trajectories and not metrics["skipped_infra"]:
             metrics.update(self.update(scored))
+            if snapshot_due(config.lora, self.step_index + 1):
+                refresh_snapshot(self.model)  # lora.roles snapshot roles play the policy as of now
             sync_started = time.monotonic()  # the next rollouts sample from the new weights
             self.backend.sync_weights(self.strategy.full_weights(self.model))
             metrics["weight_sync_time_s"] = time.monotonic() - sync_started

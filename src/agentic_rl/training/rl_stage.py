@@ -10,6 +10,7 @@ It reads and updates the run's shared ``RunState`` (training/stages.py).
 from __future__ import annotations
 
 from agentic_rl.config import ConfigError
+from agentic_rl.models.lora import adapter_for_role
 from agentic_rl.tracking.jsonl import JsonlWriter
 from agentic_rl.training.run_checkpoints import TrainingStopped, checkpoint_run, resume_trainer
 from agentic_rl.training.stages import NoProgress, RunState
@@ -39,6 +40,11 @@ def run_rl(state: RunState) -> None:
         if rollouts is not None:
             rollouts.close()
         raise ConfigError(str(exc)) from None
+    if config.lora.roles:  # each role's samples train (and are scored by) its own adapter
+        if state.dist.distributed:
+            state.trainer.close()
+            raise ConfigError("lora.roles: one trainer process for now (ranks would train other adapters in lockstep)")
+        state.trainer.adapter_of = lambda t: adapter_for_role(config.lora.roles, t.info.get("role"))
     try:
         _run_rl_steps(state)
     finally:

@@ -144,6 +144,7 @@ def run_final(state: RunState) -> None:
     """final/ (a Hugging Face folder, plus the critic when there is one) and summary.json."""
     from safetensors.torch import save_file
 
+    from agentic_rl.models.lora import save_role_adapters
     from agentic_rl.training.final_model import final_dtype, save_final
 
     final = state.run.file("final")
@@ -157,6 +158,7 @@ def run_final(state: RunState) -> None:
     if gathered is not None and hasattr(model, "merge_and_unload"):
         # Sharded LoRA: peft merges an unsharded model; the engine's full copy holds the same weights.
         model, gathered = state.backend.model, None
+    save_role_adapters(model, state.config.lora, final / "adapters")  # lora.roles: each role's adapter
     save_final(
         model,
         state.tokenizer,
