@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import types
 
 import pytest
@@ -154,6 +155,10 @@ def test_tensorboard_resume_purges_steps_logged_after_the_checkpoint(tmp_path) -
     for step in range(4):
         first.log({"loss": float(step)}, step)
     first.close()  # "crash" after step 3; the checkpoint was at step 2
+    # A resumed run starts in a later second (a new process), so its event file sorts after
+    # the crashed one's. Within one second the process's writer counter decides, compared
+    # as text ("10" sorts before "9"): the order then depends on how many writers came first.
+    time.sleep(1.0 - time.time() % 1.0 + 0.01)
     resumed = make_sinks(tmp_path, ["tensorboard"], start_step=2)[0]
     for step in (2, 3):
         resumed.log({"loss": 10.0 + step}, step)
