@@ -12,7 +12,7 @@ from agentic_rl.accel import set_linear_kernel, tune_malloc
 from agentic_rl.cache import cache_dir
 from agentic_rl.errors import ConfigError
 from agentic_rl.models import embedded
-from agentic_rl.models.attention import use_ungrouped_fp32_attention
+from agentic_rl.models.attention import route_attention
 from agentic_rl.models.tiny import build_tiny_model
 
 MODEL_NAMES: dict[str, str] = {
@@ -127,8 +127,7 @@ def load(
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     model = model.to(target).eval()
     set_linear_kernel(model, linear_kernel)
-    if target.type == "cuda":
-        use_ungrouped_fp32_attention(model)
+    route_attention(model)
     return model, tokenizer
 
 

@@ -72,13 +72,25 @@ def padding_batch(pad_token_id: int, per_token: Sequence[str] = ()) -> TokenBatc
     )
 
 
-MICRO_BATCH_OVERHEAD_TOKENS = 64
-"""The fixed cost of one more forward/backward pass, counted in padded tokens (~30
-layers x dozens of kernel launches each way; about 0.1-0.2 s on a 2-core CPU)."""
+MICRO_BATCH_OVERHEAD_TOKENS = {"fp32": 64, "bf16-mixed": 192}
+"""The fixed cost of one more forward/backward pass, counted in padded tokens, by the
+model's compute precision (~30 layers x dozens of kernel launches each way, and under
+bf16 autocast the weights cast again: about 0.3-0.5 s on a 2-core CPU). Measured with
+``benchmarks/micro_batch_cost.py`` (SmolLM2-135M, 2-core AMX Xeon): fp32 0.51 s + 4.3 ms
+a token (71 tokens), bf16-mixed 0.38 s + 1.5 ms a token (207 tokens)."""
+
+
+def micro_batch_overhead(precision: str) -> int:
+    """:data:`MICRO_BATCH_OVERHEAD_TOKENS` of a compute precision (fp32's for any other)."""
+    return MICRO_BATCH_OVERHEAD_TOKENS.get(precision, MICRO_BATCH_OVERHEAD_TOKENS["fp32"])
 
 
 def length_buckets(
-    lengths: Sequence[int], max_tokens: int, max_sequences: int, *, overhead_tokens: int = MICRO_BATCH_OVERHEAD_TOKENS
+    lengths: Sequence[int],
+    max_tokens: int,
+    max_sequences: int,
+    *,
+    overhead_tokens: int = MICRO_BATCH_OVERHEAD_TOKENS["fp32"],
 ) -> list[list[int]]:
     """Group indices into micro-batches of similar length, each within ``max_tokens``
     padded tokens and ``max_sequences`` rows (a longer single sequence gets its own).
@@ -111,7 +123,12 @@ def length_buckets(
 
 
 def keyed_length_buckets(
-    keys: Sequence[Hashable], lengths: Sequence[int], max_tokens: int, max_sequences: int
+    keys: Sequence[Hashable],
+    lengths: Sequence[int],
+    max_tokens: int,
+    max_sequences: int,
+    *,
+    overhead_tokens: int = MICRO_BATCH_OVERHEAD_TOKENS["fp32"],
 ) -> list[tuple[Hashable, list[int]]]:
     """``(key, bucket)``: :func:`length_buckets` within each key's indices (keys in the
     order first seen), so that no micro-batch mixes keys (e.g. the LoRA adapters of roles)."""
@@ -121,5 +138,7 @@ def keyed_length_buckets(
     return [
         (key, [members[j] for j in bucket])
         for key, members in groups.items()
-        for bucket in length_buckets([lengths[i] for i in members], max_tokens, max_sequences)
+        for bucket in length_buckets(
+            [lengths[i] for i in members], max_tokens, max_sequences, overhead_tokens=overhead_tokens
+        )
     ]

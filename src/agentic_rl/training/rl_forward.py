@@ -19,7 +19,8 @@ from agentic_rl.algorithms import kl_penalty
 from agentic_rl.config import TrainConfig
 from agentic_rl.distributed import DistContext
 from agentic_rl.models.lora import select_adapter
-from agentic_rl.training.batch import TokenBatch, collate, keyed_length_buckets, padding_batch
+from agentic_rl.models.precision import compute_precision
+from agentic_rl.training.batch import TokenBatch, collate, keyed_length_buckets, micro_batch_overhead, padding_batch
 from agentic_rl.training.reference import ReferencePolicy
 from agentic_rl.training.value import Critic
 from agentic_rl.types import Trajectory
@@ -98,7 +99,13 @@ class TrajectoryForwards:
     def buckets(self, trajectories: list[Trajectory], lengths: list[int]) -> list[tuple[str | None, list[int]]]:
         """Length-bucketed micro-batches of ``trajectories``, each of one adapter (``adapter_of``)."""
         keys = [self.adapter_of(t) if self.adapter_of else None for t in trajectories]
-        return keyed_length_buckets(keys, lengths, self.config.rl.micro_batch_tokens, len(trajectories))
+        return keyed_length_buckets(
+            keys,
+            lengths,
+            self.config.rl.micro_batch_tokens,
+            len(trajectories),
+            overhead_tokens=micro_batch_overhead(compute_precision(self.model)),
+        )
 
     def use_adapter(self, adapter: str | None, bucket: list[int]) -> list[int]:
         if adapter is not None:

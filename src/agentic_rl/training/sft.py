@@ -16,8 +16,9 @@ from agentic_rl.chat import ChatRenderer
 from agentic_rl.config import SFTConfig
 from agentic_rl.data.conversations import render_example, validate_example
 from agentic_rl.distributed import DistContext
+from agentic_rl.models.precision import compute_precision
 from agentic_rl.parsers import ToolCallParser, get_parser
-from agentic_rl.training.batch import collate, length_buckets
+from agentic_rl.training.batch import collate, length_buckets, micro_batch_overhead
 from agentic_rl.training.supervised import Forward, train_supervised
 
 Tokenized = tuple[list[int], list[int]]  # (token ids, loss mask)
@@ -66,6 +67,8 @@ class SFTObjective:
     micro_batch_tokens: int
     max_sequences: int
     """Rows per micro-batch at most (the batch size)."""
+    overhead_tokens: int
+    """One more micro-batch's fixed cost in padded tokens (batch.micro_batch_overhead)."""
     metric_names = ("step", "epoch", "loss", "lr", "grad_norm", "tokens")
     nonfinite_hint = "lower sft.lr or check the data"
 
@@ -75,7 +78,9 @@ class SFTObjective:
 
     def micro_batches(self, share: list[int]) -> list[list[int]]:
         lengths = [len(self.sequences[i][0]) for i in share]
-        buckets = length_buckets(lengths, self.micro_batch_tokens, max_sequences=self.max_sequences)
+        buckets = length_buckets(
+            lengths, self.micro_batch_tokens, max_sequences=self.max_sequences, overhead_tokens=self.overhead_tokens
+        )
         return [[share[j] for j in bucket] for bucket in buckets]
 
     def micro_loss(self, forward: Forward, members: list[int], normaliser: int) -> tuple[torch.Tensor, None]:
@@ -115,7 +120,8 @@ def train_sft(
         )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
-    objective = SFTObjective(sequences, pad_id, device, config.micro_batch_tokens, config.batch_size)
+    overhead = micro_batch_overhead(compute_precision(model))
+    objective = SFTObjective(sequences, pad_id, device, config.micro_batch_tokens, config.batch_size, overhead)
     run = train_supervised(
         model,
         len(sequences),
