@@ -8,6 +8,8 @@ For each precision: the seconds of one forward + backward of the trainer's log-p
 their difference over the token difference, the fixed cost the small batch's time less its
 tokens. The fixed cost in tokens is what the length bucketing weighs one more micro-batch
 at (``training.batch.MICRO_BATCH_OVERHEAD_TOKENS``); an 8 x 100 batch checks the model.
+``--compare-attention``: the 16 x 180 batch also with the float32 training attention of
+models/attention.py turned off (bf16 attention under bf16-mixed), rounds alternating.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16-mixed"])
+    parser.add_argument("--compare-attention", action="store_true")
     args = parser.parse_args()
     from agentic_rl.models import load
     from agentic_rl.models.precision import set_compute_precision
@@ -58,6 +61,23 @@ def main() -> None:
             f" {fixed:.3f} s a micro-batch = {fixed / per_token:.0f} tokens (the trainer weighs"
             f" {micro_batch_overhead(precision)}); 8x100 {check:.3f} s, predicted {fixed + 800 * per_token:.3f} s"
         )
+        if args.compare_attention:
+            compare_attention(model, precision)
+
+
+def compare_attention(model, precision: str, rounds: int = 3) -> None:
+    from agentic_rl.models import attention
+
+    routed = attention.float32_here
+    times: dict[str, list[float]] = {"float32 attention": [], "transformers' attention": []}
+    try:
+        for _ in range(rounds):
+            for name, choice in (("float32 attention", routed), ("transformers' attention", lambda query: False)):
+                attention.float32_here = choice
+                times[name].append(seconds(model, 16, 180, repeats=1))
+    finally:
+        attention.float32_here = routed
+    print(f"{precision:>10}: 16x180 " + ", ".join(f"{k} {min(v):.3f} s" for k, v in times.items()))
 
 
 if __name__ == "__main__":

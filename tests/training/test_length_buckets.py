@@ -70,3 +70,16 @@ def test_keyed_buckets_never_mix_keys_and_match_the_plain_split_for_one_key() ->
     assert [key for key, _ in keyed] == ["a", "b"]  # keys in first-seen order
     assert all({keys[i] for i in bucket} == {key} for key, bucket in keyed)
     assert sorted(i for _, bucket in keyed for i in bucket) == list(range(6))
+
+
+def test_bf16_mixed_weighs_a_micro_batch_more_than_fp32():
+    from agentic_rl.training.batch import micro_batch_overhead
+
+    assert micro_batch_overhead("fp32") == 64
+    assert micro_batch_overhead("bf16-mixed") == 192
+    assert micro_batch_overhead("something else") == 64
+    # Two short rows among long ones: worth their own micro-batch at fp32's cost
+    # (2 x 117 + 64 < 2 x 182 padded), not at bf16-mixed's (2 x 117 + 192 > 2 x 182).
+    lengths = [62, 117] + [182] * 14
+    assert len(length_buckets(lengths, 10_000, 16, overhead_tokens=micro_batch_overhead("fp32"))) == 2
+    assert len(length_buckets(lengths, 10_000, 16, overhead_tokens=micro_batch_overhead("bf16-mixed"))) == 1

@@ -76,8 +76,8 @@ MICRO_BATCH_OVERHEAD_TOKENS = {"fp32": 64, "bf16-mixed": 192}
 """The fixed cost of one more forward/backward pass, counted in padded tokens, by the
 model's compute precision (~30 layers x dozens of kernel launches each way, and under
 bf16 autocast the weights cast again: about 0.3-0.5 s on a 2-core CPU). Measured with
-``benchmarks/micro_batch_cost.py`` (SmolLM2-135M, 2-core AMX Xeon): fp32 0.51 s + 4.3 ms
-a token (71 tokens), bf16-mixed 0.38 s + 1.5 ms a token (207 tokens)."""
+``benchmarks/micro_batch_cost.py`` (SmolLM2-135M, 2-core AMX Xeon): fp32 0.33 s + 4.2 ms
+a token (78 tokens), bf16-mixed 0.31-0.34 s + 1.45-1.52 ms a token (213-225 tokens)."""
 
 
 def micro_batch_overhead(precision: str) -> int:
