@@ -263,7 +263,7 @@ def train(
         from agentic_rl.models.lora import save_role_adapters
         from agentic_rl.training.final_model import save_final
 
-        save_role_adapters(model, config.lora, run.file("final") / "adapters")
+        save_role_adapters(model, config.lora, run.file("final") / "adapters", base=config.model.name)
         save_final(model, tokenizer, run.file("final"))
     return result
 

@@ -18,14 +18,15 @@ def _eval(args: argparse.Namespace) -> int:
         without_env_metrics,
     )
 
-    data: dict = {"model": {"name": args.model}, "env": {"name": args.env}}
-    for key in ("num_tasks", "k", "num_samples", "seed", "output"):
+    data: dict = {"model": {"name": args.model} if args.model else {}, "env": {"name": args.env}}
+    for key in ("num_tasks", "k", "num_samples", "seed", "output", "adapters"):
         if getattr(args, key) is not None:
             data[key] = getattr(args, key)
     if args.base_url:
         data["backend"] = {"kind": "openai", "base_url": args.base_url}
     config = build(EvalConfig, apply_assignments(data, args.set or []))
     prepared = prepare(config)
+    config = prepared.config  # --adapters: the model is the base the run trained
     console.print(
         f"evaluating [bold]{config.model.name}[/] on [bold]{config.env.name}[/] ({config.num_tasks} tasks x {config.samples_per_task} samples)"
     )
@@ -50,7 +51,8 @@ def _eval(args: argparse.Namespace) -> int:
 def register(commands) -> None:
     evaluate = commands.add_parser("eval", help="evaluate a model as an agent on an environment")
     evaluate.add_argument(
-        "--model", default="smollm2-135m", help="built-in name, local folder or hub id (default: smollm2-135m)"
+        "--model",
+        help="built-in name, local folder or hub id (default: smollm2-135m; with --adapters, the base the run trained)",
     )
     evaluate.add_argument("--env", default="arithmetic", help="registered env name (see `agentic-rl envs`)")
     evaluate.add_argument("--num-tasks", type=int, help="held-out tasks to evaluate (default 32)")
@@ -58,6 +60,9 @@ def register(commands) -> None:
     evaluate.add_argument("--num-samples", type=int, help="samples per task (default k)")
     evaluate.add_argument("--seed", type=int, help="sampling seed (default 0)")
     evaluate.add_argument("--output", help="write the JSON result to this file")
+    evaluate.add_argument(
+        "--adapters", help="a run's final/adapters folder (lora.roles): each role sampled by the adapter it trained"
+    )
     evaluate.add_argument("--base-url", help="evaluate a remote OpenAI-compatible endpoint instead of a local model")
     evaluate.add_argument(
         "--set",

@@ -183,11 +183,19 @@ class EvalConfig(Section):
     """Write the JSON result here."""
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     """What the sandbox running model-written code must guarantee."""
+    adapters: str | None = None
+    """A run's ``final/adapters`` folder (a run with ``lora.roles``): each of the env's roles sampled by the adapter it trained, on the run's base model (``model.name``, by default the one the folder names); frozen roles play the base. None: ``model.name`` plays every role."""
 
     @model_validator(mode="after")
     def _samples_cover_k(self) -> EvalConfig:
         if self.num_samples is not None and self.num_samples < self.k:
             raise ValueError(f"num_samples ({self.num_samples}) must be at least k ({self.k})")
+        return self
+
+    @model_validator(mode="after")
+    def _adapters_on_hf(self) -> EvalConfig:
+        if self.adapters is not None and self.backend.kind != "hf":
+            raise ValueError(f"adapters: sampled by the hf engine only, not backend.kind {self.backend.kind}")
         return self
 
     @property

@@ -13,6 +13,7 @@ from agentic_rl import envs
 from agentic_rl.config import ConfigError, EvalConfig, build, redact_secrets
 from agentic_rl.distributed import DistContext
 from agentic_rl.engines.factory import build_backend
+from agentic_rl.envs.base import env_roles
 from agentic_rl.evaluation.metrics import aggregate_metrics
 from agentic_rl.models.loading import resolve_auto_parser, resolve_device
 from agentic_rl.models.precision import resolve_precision
@@ -163,11 +164,51 @@ def prepare(config: EvalConfig | dict[str, Any] | None = None, *, loaded=None, b
         raise ConfigError(
             f"num_tasks: the env has {probe.num_tasks} tasks in split {config.split!r}, asked for {config.num_tasks}"
         )
-    if backend is None:
+    if backend is None and config.adapters is not None:
+        config, backend = _role_adapters_backend(config, env_roles(probe))
+    elif backend is None:
         backend = build_backend(
             config.backend, config.model, loaded=loaded, precision=_sampling_precision(config, loaded)
         )
     return PreparedEval(config, make_env, backend, tasks=tasks, weights=mix.weights if mix is not None else None)
+
+
+def _role_adapters_backend(config: EvalConfig, roles_of_env: tuple[str, ...]):
+    """``config.adapters``: the run's base with every role's adapter, each role's turns
+    routed to its adapter as in training; the config with ``model.name`` the folder's base
+    unless one was given. Roles the env does not have stop before the model loads."""
+    import warnings
+    from functools import partial
+
+    import torch
+
+    from agentic_rl.engines.hf import HFBackend
+    from agentic_rl.models import load
+    from agentic_rl.models.lora import adapter_for_role, load_role_adapters, read_roles_manifest
+
+    manifest = read_roles_manifest(config.adapters)
+    unknown = next((role for role in manifest["roles"] if role not in roles_of_env), None)
+    if unknown is not None:
+        have = f"its roles: {', '.join(roles_of_env)}" if roles_of_env else "it has one role"
+        raise ConfigError(
+            f"adapters: role {unknown} of {config.adapters} is not a role of env {config.env.name} ({have})"
+        )
+    if "name" not in config.model.model_fields_set:
+        config = config.model_copy(update={"model": config.model.model_copy(update={"name": manifest["base"]})})
+    elif config.model.name != manifest["base"]:
+        warnings.warn(
+            f"adapters: trained on {manifest['base']}, sampled on model.name {config.model.name}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    dtype = torch.bfloat16 if _sampling_precision(config, None) == "bf16-mixed" else None
+    policy, tokenizer = load(
+        config.model.name, device=config.model.device, linear_kernel=config.model.linear_kernel, dtype=dtype
+    )
+    model, roles = load_role_adapters(policy, config.adapters)
+    backend = HFBackend(model, tokenizer, batch_size=config.backend.batch_size)
+    backend.adapter_for = partial(adapter_for_role, roles)
+    return config, backend
 
 
 def _check_sandbox(config: EvalConfig, make_env) -> None:

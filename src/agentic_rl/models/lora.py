@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
-from agentic_rl.config import LoraConfig
+from agentic_rl.config import ConfigError, LoraConfig
 
 
 def apply_lora(model, lora: LoraConfig):
@@ -72,15 +75,66 @@ def _all_trainable(model) -> None:
             parameter.requires_grad_(True)
 
 
-def save_role_adapters(model, lora: LoraConfig, folder) -> None:
-    """Every role's adapter in peft's folder format (``folder`` holds the shared one,
-    ``folder/<role>`` each ``own`` role's: ``PeftModel.from_pretrained(base, folder /
-    role)``), then the shared adapter active again (what a merged export writes); nothing
+ROLES_FILE = "roles.json"
+"""Beside a run's saved role adapters: the base model's name and ``lora.roles`` (which role
+plays which adapter), what :func:`load_role_adapters` needs to sample as training did."""
+
+
+def save_role_adapters(model, lora: LoraConfig, folder, *, base: str) -> None:
+    """Every adapter a role plays, in peft's folder format (``folder`` holds the shared one,
+    ``folder/<role>`` each ``own`` role's, ``folder/snapshot`` the snapshot roles' current
+    copy: ``PeftModel.from_pretrained(base, folder / role)``) and :data:`ROLES_FILE` naming
+    ``base``, then the shared adapter active again (what a merged export writes); nothing
     without ``lora.roles``."""
     if not lora.roles:
         return
-    model.save_pretrained(str(folder), selected_adapters=[SHARED_ADAPTER, *sorted(set(lora.roles) - set(frozen(lora)))])
+    names = {adapter_for_role(lora.roles, role) for role in lora.roles} - {SHARED_ADAPTER, FROZEN_ADAPTER}
+    model.save_pretrained(str(folder), selected_adapters=[SHARED_ADAPTER, *sorted(names)])
+    manifest = {"base": base, "roles": dict(lora.roles)}
+    (Path(folder) / ROLES_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     select_adapter(model, SHARED_ADAPTER)
+
+
+def read_roles_manifest(folder) -> dict:
+    """:data:`ROLES_FILE` of a role-adapters folder: ``{"base": name, "roles": {role: kind}}``."""
+    path = Path(folder) / ROLES_FILE
+    if not path.is_file():
+        raise ConfigError(f"adapters: {folder} has no {ROLES_FILE} (expected a run's final/adapters, from lora.roles)")
+    try:
+        manifest = json.loads(path.read_text())
+        kinds = set(manifest["roles"].values())
+        base = manifest["base"]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ConfigError(f"adapters: {path} is not a roles file (expected base and roles)") from None
+    if not isinstance(base, str) or not kinds <= {"own", "frozen", "snapshot"}:
+        raise ConfigError(f"adapters: {path} is not a roles file (expected base and roles)")
+    return manifest
+
+
+def load_role_adapters(model, folder):
+    """A base ``model`` (what the run trained on) with a run's role adapters
+    (:func:`save_role_adapters`' folder): a peft model holding every adapter a role plays,
+    the shared one active, and the role -> kind map (``lora.roles``) that
+    :func:`adapter_for_role` routes by. Frozen roles play a zero adapter: the base. The
+    adapters take the base's dtype, as in the bf16 copy a run samples with."""
+    from peft import PeftModel
+
+    roles = read_roles_manifest(folder)["roles"]
+    folder = Path(folder)
+    names = {adapter_for_role(roles, role) for role in roles} - {SHARED_ADAPTER, FROZEN_ADAPTER}
+    missing = [name for name in sorted(names) if not (folder / name / "adapter_config.json").is_file()]
+    if missing:
+        raise ConfigError(f"adapters: {folder} lacks the adapter of {', '.join(missing)} (a folder each)")
+    peft_model = PeftModel.from_pretrained(
+        model, str(folder), adapter_name=SHARED_ADAPTER, autocast_adapter_dtype=False
+    )
+    for name in sorted(names):
+        peft_model.load_adapter(str(folder / name), adapter_name=name, autocast_adapter_dtype=False)
+    if FROZEN_ADAPTER in {adapter_for_role(roles, role) for role in roles}:
+        config = peft_model.peft_config[SHARED_ADAPTER]
+        peft_model.add_adapter(FROZEN_ADAPTER, config, autocast_adapter_dtype=False)  # B = 0: the base
+    peft_model.set_adapter(SHARED_ADAPTER)
+    return peft_model, roles
 
 
 def frozen(lora: LoraConfig) -> list[str]:

@@ -158,7 +158,7 @@ def run_final(state: RunState) -> None:
     if gathered is not None and hasattr(model, "merge_and_unload"):
         # Sharded LoRA: peft merges an unsharded model; the engine's full copy holds the same weights.
         model, gathered = state.backend.model, None
-    save_role_adapters(model, state.config.lora, final / "adapters")  # lora.roles: each role's adapter
+    save_role_adapters(model, state.config.lora, final / "adapters", base=state.config.model.name)  # lora.roles
     save_final(
         model,
         state.tokenizer,
