@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -229,6 +229,10 @@ class AlgorithmConfig(Section):
     """A learned value function (a plain string is its kind)."""
     correction: CorrectionConfig = Field(default_factory=CorrectionConfig)
     """The rollout correction between the sampler's and the trainer's log-probs."""
+    role_weights: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] | Literal["balanced"] = Field(
+        default_factory=dict
+    )
+    """Episodes with several roles: how much each role's samples weigh in the policy loss (its advantages are scaled by the weight). {role: weight}: roles not named weigh 1; balanced: every role weighs as much in all as every other whatever its length (under token-mean a planner's 10-token replies otherwise count a sixth of a solver's 60): a role's weight is the roles' mean count of what the aggregation averages over (tokens; sequences for seq-mean-token-mean) divided by its own, so the total is unchanged; {}: every token weighs the same. Metrics: role_weight@<role>."""
     old_logprobs: Literal["auto", "recompute", "sampler"] = "auto"
     """The pre-update log-probs that the ratio of a batch's second and later updates divides by (the first update's are the current ones): recompute = one more forward pass over the batch before updating; sampler = the log-probs the sampler recorded with each token (the same numbers when it samples with the trainer's own weights at the trainer's precision: no extra pass); auto = sampler exactly in that case (the in-process hf engine without its own copy, not bf16-mixed), else recompute."""
 

@@ -72,12 +72,16 @@ def preflight(config: TrainConfig, *, check_model: bool = True) -> Preflight:
 def check_roles(config: TrainConfig, roles: tuple[str, ...]) -> None:
     """An env with roles trains with independent group samples on one engine per process:
     the settings that assume one conversation per episode stop with one line; ``lora.roles``
-    names roles of the env and runs in one trainer process."""
-    if config.lora.roles:
-        unknown = next((role for role in config.lora.roles if role not in roles), None)
+    names roles of the env and runs in one trainer process; ``algorithm.role_weights``
+    names roles of the env."""
+    weights = config.algorithm.role_weights
+    for key, named in (("lora.roles", config.lora.roles), ("algorithm.role_weights", weights)):
+        if named and not roles:
+            raise ConfigError(f"{key}: for envs with roles; env {config.env.name} has one role")
+        unknown = next((role for role in named if role not in roles), None) if isinstance(named, dict) else None
         if unknown is not None:
-            have = f"its roles: {', '.join(roles)}" if roles else "it has one role (lora.roles is for envs with roles)"
-            raise ConfigError(f"lora.roles.{unknown}: not a role of env {config.env.name} ({have})")
+            raise ConfigError(f"{key}.{unknown}: not a role of env {config.env.name} (its roles: {', '.join(roles)})")
+    if config.lora.roles:
         if config.trainer.strategy == "fsdp2":  # its engine holds a merged full copy: one policy
             raise ConfigError("trainer.strategy: not with lora.roles (fsdp2's engine samples one full copy)")
     if not roles:

@@ -228,6 +228,7 @@ class RLTrainer:
         rollout_time = time.monotonic() - started
         scored, rewards, reward_kl = self.score_groups(kept, groups)
         metrics = rollout_metrics(groups, rewards, excluded=scored.excluded)
+        metrics.update({f"role_weight@{role}": weight for role, weight in scored.role_weights.items()})
         metrics.update(sampling_metrics)
         if self.task_pools is not None:
             metrics.update(per_env_metrics(groups, rewards, self._label_of, list(self.task_pools.pools)))

@@ -34,6 +34,7 @@ class ScoredBatch:
     frac_zero_std_groups: float = 0.0
     returns: list[list[float]] | None = None  # critic targets per token (with a critic)
     old_values: list[list[float]] | None = None  # critic values at sampling time (with a critic)
+    role_weights: dict[str, float] = field(default_factory=dict)  # algorithm.role_weights as applied
 
 
 def usable_trajectories(groups: list[TrajectoryGroup]) -> list[Trajectory]:
@@ -147,6 +148,38 @@ def score(
         _, returns = gae(inputs.token_rewards, inputs.values, inputs.response_mask, **algorithm.return_params())
         scored.returns = [returns[row, : len(t.token_ids)].tolist() for row, t in enumerate(usable)]
         scored.old_values = [list(values) for values in token_values]
+    return weigh_roles(scored, algorithm)
+
+
+def role_weights(trajectories: list[Trajectory], setting: dict[str, float] | str, aggregation: str) -> dict[str, float]:
+    """``algorithm.role_weights`` for this batch: each role present -> its weight. A dict
+    names weights (1 for roles it leaves out); ``balanced`` weighs a role by the roles' mean
+    count of what ``aggregation`` averages over (sampled tokens; sequences for
+    seq-mean-token-mean) over its own, so every role's total counts the same and the sum is
+    unchanged. Samples without a role keep weight 1."""
+    counts: dict[str, int] = {}
+    for t in trajectories:
+        role = t.info.get("role")
+        if role is not None:
+            counts[role] = counts.get(role, 0) + (1 if aggregation == "seq-mean-token-mean" else sum(t.loss_mask))
+    if setting != "balanced":
+        return {role: float(setting.get(role, 1.0)) for role in counts}
+    present = [count for count in counts.values() if count]
+    mean = sum(present) / max(len(present), 1)
+    return {role: mean / count if count else 1.0 for role, count in counts.items()}
+
+
+def weigh_roles(scored: ScoredBatch, algorithm: AlgorithmConfig) -> ScoredBatch:
+    """``scored`` with each role's advantages scaled by its ``algorithm.role_weights``
+    weight (a policy loss linear in the advantage: the role's share of the loss)."""
+    if not algorithm.role_weights:
+        return scored
+    weights = role_weights(scored.trajectories, algorithm.role_weights, algorithm.aggregation)
+    scored.role_weights = weights
+    scored.advantages = [
+        [value * weights.get(t.info.get("role"), 1.0) for value in row]
+        for t, row in zip(scored.trajectories, scored.advantages, strict=True)
+    ]
     return scored
 
 
@@ -204,9 +237,10 @@ def _score_with_segments(
             samples.append(sample)
             rows.append([value * mask for mask in sample.loss_mask])
             sample_rewards.append(float(rewards[row]))
-    return ScoredBatch(
+    scored = ScoredBatch(
         samples, torch.tensor(sample_rewards), rows, excluded, zero_std_group_fraction(rewards, group_index)
     )
+    return weigh_roles(scored, algorithm)
 
 
 def first_tasks(groups: list[TrajectoryGroup], count: int) -> tuple[list[TrajectoryGroup], int]:
