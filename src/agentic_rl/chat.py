@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 _PROBE = "\u2063PROBE\u2063"  # text that never occurs in a template, to locate content
 _TOOLS_VARIABLE = re.compile(r"\btools\b")
+TURN_END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|call|>", "<|return|>")
+"""The families' end-of-message tokens (as one token where a vocabulary has them)."""
 
 
 def template_renders_tools(tokenizer) -> bool:
@@ -49,7 +51,10 @@ class ChatRenderer:
             raise ValueError("tokenizer has no chat template; multi-turn rollouts need one")
         self.template_tools = template_renders_tools(tokenizer)
         """The chat template describes tools passed to it (see ``render_tools``)."""
+        self.turn_end_token_ids = self._turn_end_token_ids()
+        """Every token a template may end an assistant message with (see ``stop_token_ids``)."""
         self.stop_token_ids = self._stop_token_ids()
+        """The tokens sampling stops at."""
         specials = {token.content for token in getattr(tokenizer, "added_tokens_decoder", {}).values() if token.special}
         specials |= set(tokenizer.all_special_tokens)
         # Longest first, so a token that extends another one wins (none at all: a pattern that never matches).
@@ -81,13 +86,41 @@ class ChatRenderer:
         """Whether the template frames tool output as ``parser`` would (``parser.framed_by``)."""
         return parser.framed_by(self.tool_output_template)
 
-    def _stop_token_ids(self) -> list[int]:
-        """The eos token and the end-of-turn tokens of the families that have one (Gemma's
-        <end_of_turn>, gpt-oss's <|call|> / <|return|>), which a tokenizer's eos_token may not be."""
-        ids = {self.tokenizer.eos_token_id}
-        for token in ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|call|>", "<|return|>"):
-            ids.add(self._token_id(token))
+    def _turn_end_token_ids(self) -> list[int]:
+        """The eos token and the tokens the families' templates end an assistant message
+        with (Gemma's <end_of_turn>, Phi's and gpt-oss's <|end|>, gpt-oss's <|call|> /
+        <|return|>), which a tokenizer's eos_token may not be."""
+        ids = {self.tokenizer.eos_token_id, *map(self._token_id, TURN_END_TOKENS)}
         return sorted(i for i in ids if i is not None)
+
+    def _stop_token_ids(self) -> list[int]:
+        """Where sampling stops: every turn end, except harmony's <|end|> (a vocabulary with
+        <|return|>), which closes one message of a turn that goes on (its analysis, then a
+        call or the final answer) until <|call|> or <|return|>."""
+        message_end = self._token_id("<|end|>") if self._token_id("<|return|>") is not None else None
+        return [i for i in self.turn_end_token_ids if i != message_end]
+
+    def end_of_turn_id(self, content: str | None = None) -> int:
+        """The stop token that ends an assistant turn with ``content`` (None: any turn) as
+        the model samples it: the one the template writes after that content
+        (``<|im_end|>`` for SmolLM2; harmony's <|call|> after a call), or, where the template
+        writes a turn end sampling does not stop at (harmony's <|end|>, which stands for a
+        sampled <|return|> in history), the tokenizer's eos token."""
+        suffix = self.assistant_suffix
+        if content:
+            probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": content}]
+            rendered = self._render(probe, add_generation_prompt=False)
+            if content in rendered:  # templates that rewrite the content keep the generic suffix
+                suffix = rendered[rendered.rindex(content) + len(content) :]
+        starts = [
+            i for i in self.turn_end_token_ids if (text := self.tokenizer.decode([i])) and suffix.startswith(text)
+        ]
+        stop = next((i for i in starts if i in self.stop_token_ids), None)
+        if stop is None and starts and self.tokenizer.eos_token_id in self.stop_token_ids:
+            stop = self.tokenizer.eos_token_id
+        if stop is not None:
+            return stop
+        raise ValueError(f"no stop token starts the template's end of assistant turn {suffix!r}")
 
     def _token_id(self, token: str) -> int | None:
         """The id of a token the vocabulary has as one token, else None."""
@@ -151,8 +184,10 @@ class ChatRenderer:
                 "chat template renders earlier messages differently once more follow; cannot append observations"
             )
         remainder = self.assistant_suffix
-        if stopped:
-            stop_texts = [self.tokenizer.decode([i]) for i in self.stop_token_ids]
+        if (
+            stopped
+        ):  # the sampled stop token stands for the template's turn end (harmony: <|call|> or <|return|> for <|end|>)
+            stop_texts = [self.tokenizer.decode([i]) for i in self.turn_end_token_ids]
             matched = next((s for s in stop_texts if remainder.startswith(s)), None)
             remainder = remainder[len(matched) :] if matched else remainder
         return remainder + after[len(before) :]

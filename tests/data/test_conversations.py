@@ -8,7 +8,7 @@ import pytest
 
 from agentic_rl.chat import ChatRenderer
 from agentic_rl.data import read_jsonl, render_example, trajectory_to_example, write_jsonl
-from agentic_rl.data.conversations import end_of_turn_id, validate_example
+from agentic_rl.data.conversations import validate_example
 from agentic_rl.parsers import HermesParser
 from agentic_rl.parsers.messages import unwrap_observation
 from agentic_rl.types import ToolCall, ToolResult, Trajectory
@@ -72,7 +72,7 @@ def test_render_matches_chat_template_and_masks_assistant_tokens(tokenizer, rend
     assert ids == template_ids(renderer, TEXT_ONLY)
     assert len(mask) == len(ids)
     # mask 1 exactly on assistant content + <|im_end|>
-    im_end = end_of_turn_id(renderer)
+    im_end = renderer.end_of_turn_id()
     assert tokenizer.decode([im_end]) == "<|im_end|>"
     assistant_ids = []
     for message in TEXT_ONLY:
@@ -98,7 +98,7 @@ def test_weight_zero_turns_are_prompt(tokenizer, renderer):
     ids, mask = render_example(leading, renderer, PARSER)
     prompt = renderer.prompt_ids(TEXT_ONLY[:5])[:-3]  # up to the generation prompt of the second assistant turn
     assert ids == template_ids(renderer, TEXT_ONLY) and not any(mask[: len(prompt)])
-    im_end = end_of_turn_id(renderer)
+    im_end = renderer.end_of_turn_id()
     trained = (
         renderer.encode_text(TEXT_ONLY[5]["content"])
         + [im_end]

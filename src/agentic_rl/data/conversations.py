@@ -181,15 +181,6 @@ def _call_arguments(arguments: Any) -> dict[str, Any]:
 # --- stored example -> tokens ----------------------------------------------------
 
 
-def end_of_turn_id(renderer: ChatRenderer) -> int:
-    """The stop token the chat template ends an assistant turn with (``<|im_end|>`` for SmolLM2)."""
-    for token_id in renderer.stop_token_ids:
-        text = renderer.tokenizer.decode([token_id])
-        if text and renderer.assistant_suffix.startswith(text):
-            return token_id
-    raise ValueError(f"no stop token starts the template's end of assistant turn {renderer.assistant_suffix!r}")
-
-
 def _text_message(message: Message, parser: ToolCallParser, framed: bool = False) -> Message:
     """A stored message as the text-only message the env would have produced (``framed``:
     tool output left bare for the chat template to frame)."""
@@ -235,7 +226,6 @@ def render_example(
     texts = [_text_message(m, parser, framed=in_template and renderer.frames_tool_output(parser)) for m in messages]
     first = next(i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("weight", 1) == 1)
     assistant_at = [i for i, m in enumerate(texts) if m["role"] == "assistant" and i >= first]
-    eot = end_of_turn_id(renderer)
     opening = texts[:first]
     if in_template:
         ids = renderer.prompt_ids(opening, tools=offered)
@@ -243,7 +233,7 @@ def render_example(
         ids = renderer.prompt_ids(parser.with_tools_prompt(opening, offered))
     mask = [0] * len(ids)
     for i, next_i in zip(assistant_at, assistant_at[1:] + [None]):
-        turn = renderer.encode_untrusted(texts[i]["content"]) + [eot]
+        turn = renderer.encode_untrusted(texts[i]["content"]) + [renderer.end_of_turn_id(texts[i]["content"])]
         ids += turn
         mask += [messages[i].get("weight", 1)] * len(turn)
         if next_i is not None:

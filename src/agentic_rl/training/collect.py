@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from agentic_rl import envs
 from agentic_rl.config import CollectConfig, ConfigError, RolloutConfig
-from agentic_rl.data.conversations import end_of_turn_id, trajectory_to_example
+from agentic_rl.data.conversations import trajectory_to_example
 from agentic_rl.distributed import DistContext
 from agentic_rl.engines.base import Completion
 from agentic_rl.rollout.engine import rollout
@@ -178,14 +178,13 @@ def play_expert(
     plays whichever role's turn it is). An env failure raises: the expert's own env must not fail."""
     group = TrajectoryGroup(task_id=str(task_index), group_id=f"expert-{task_index}")
     episode = Episode.reset(make_env, task_index, group, limits=limits, renderer=renderer, on_finish=None)
-    eot = end_of_turn_id(renderer) if renderer is not None else None
     while not episode.finished:
         env = episode.env
         text = env.expert_summary() if episode.summarizing else env.expert_reply()
         if renderer is None:
             turn, message = episode.take_reply(text, "stop")
         else:
-            ids = renderer.encode_untrusted(text) + [eot]
+            ids = renderer.encode_untrusted(text) + [renderer.end_of_turn_id(text)]
             turn, message = episode.take_completion(
                 Completion(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
             )
