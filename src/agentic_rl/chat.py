@@ -20,6 +20,7 @@ turn's content, a query) goes through ``encode_untrusted``.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from collections.abc import Callable
@@ -36,12 +37,41 @@ TURN_END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of
 """The families' end-of-message tokens (as one token where a vocabulary has them)."""
 
 
-def template_renders_tools(tokenizer) -> bool:
-    """Whether the tokenizer's chat template (any of them, when it has several) uses a
-    ``tools`` variable, i.e. describes tools passed to ``apply_chat_template``."""
+def template_tools_mode(tokenizer) -> str | None:
+    """How the tokenizer's chat template (any of them, when it has several) describes tools:
+    ``"argument"``: it reads a ``tools`` variable (``apply_chat_template(tools=...)``);
+    ``"system"``: it reads a ``tools`` key of a message (Phi-4-mini's shipped template: a
+    JSON string on the system message); None: it lists none. Read from the template's
+    syntax tree, so comments and text that mention tools do not count."""
     template = getattr(tokenizer, "chat_template", None)
-    sources = template.values() if isinstance(template, dict) else [template]
-    return any(isinstance(source, str) and _TOOLS_VARIABLE.search(source) for source in sources)
+    sources = [s for s in (template.values() if isinstance(template, dict) else [template]) if isinstance(s, str)]
+    modes = {_tools_mode(source) for source in sources}
+    return "argument" if "argument" in modes else "system" if "system" in modes else None
+
+
+def _tools_mode(source: str) -> str | None:
+    import jinja2
+    from jinja2 import meta, nodes
+
+    try:
+        tree = jinja2.Environment(extensions=["jinja2.ext.loopcontrols", "jinja2.ext.do"]).parse(source)
+    except jinja2.TemplateSyntaxError:  # a tag plain Jinja lacks (e.g. transformers' {% generation %}): the text
+        return "argument" if _TOOLS_VARIABLE.search(source) else None
+    if "tools" in meta.find_undeclared_variables(tree):
+        return "argument"
+    keys = [node.arg.value for node in tree.find_all(nodes.Getitem) if isinstance(node.arg, nodes.Const)]
+    keys += [node.attr for node in tree.find_all(nodes.Getattr)]
+    return "system" if "tools" in keys else None
+
+
+def with_system_tools(messages: list[Message], tools: list[dict]) -> list[Message]:
+    """``messages`` with ``tools`` (their function schemas as one JSON list) on the system
+    message, where templates like Phi-4-mini's read them (an empty system message first
+    when there is none)."""
+    functions = json.dumps([tool["function"] for tool in openai_tools(tools)], ensure_ascii=False)
+    if messages and messages[0]["role"] == "system":
+        return [{**messages[0], "tools": functions}, *messages[1:]]
+    return [{"role": "system", "content": "", "tools": functions}, *messages]
 
 
 class ChatRenderer:
@@ -49,8 +79,12 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("tokenizer has no chat template; multi-turn rollouts need one")
-        self.template_tools = template_renders_tools(tokenizer)
+        self._closing = ""
+        self.tools_mode = template_tools_mode(tokenizer)
+        """How the template takes tools (:func:`template_tools_mode`): the renderer passes them so."""
+        self.template_tools = self.tools_mode is not None
         """The chat template describes tools passed to it (see ``render_tools``)."""
+        self._closing = self._closing_text()
         self.turn_end_token_ids = self._turn_end_token_ids()
         """Every token a template may end an assistant message with (see ``stop_token_ids``)."""
         self.stop_token_ids = self._stop_token_ids()
@@ -135,11 +169,30 @@ class ChatRenderer:
         return self.template_tools and parser.template_tools
 
     def _render(self, messages: list[Message], *, add_generation_prompt: bool, tools: list[dict] | None = None) -> str:
+        if tools and self.tools_mode == "system":
+            messages, tools = with_system_tools(messages, tools), None
         if tools:
-            return self.tokenizer.apply_chat_template(
+            text = self.tokenizer.apply_chat_template(
                 messages, tools=openai_tools(tools), tokenize=False, add_generation_prompt=add_generation_prompt
             )
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        else:
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+        if self._closing and not add_generation_prompt and text.endswith(self._closing):
+            text = text[: -len(self._closing)]
+        return text
+
+    def _closing_text(self) -> str:
+        """What the template writes after the last message of a render without a generation
+        prompt only, and not once more messages follow (Phi-4-mini's shipped template appends
+        its eos_token): the end of a conversation, not of a turn, so renders leave it out."""
+        eos = self.tokenizer.eos_token
+        user = {"role": "user", "content": "u"}
+        one = self._render([user], add_generation_prompt=False)
+        two = self._render([user, {"role": "assistant", "content": "a"}], add_generation_prompt=False)
+        closing = eos if eos and one.endswith(eos) and not two.startswith(one) else ""
+        return closing if two.startswith(one[: len(one) - len(closing)]) else ""
 
     def encode_text(self, text: str) -> list[int]:
         """Tokens of template text (trusted: special-token strings become special tokens);

@@ -9,7 +9,7 @@ import json
 import re
 
 from agentic_rl import envs
-from agentic_rl.chat import ChatRenderer, template_renders_tools
+from agentic_rl.chat import ChatRenderer, template_tools_mode
 from agentic_rl.config import RolloutConfig
 from agentic_rl.data import render_example, trajectory_to_example
 from agentic_rl.engines.scripted import ScriptedBackend
@@ -53,9 +53,30 @@ def run(tokenizer, **config):
 
 
 def test_detecting_templates_that_render_tools(tokenizer, tools_tokenizer) -> None:
-    assert not template_renders_tools(tokenizer) and not ChatRenderer(tokenizer).render_tools(PARSER)
-    assert template_renders_tools(tools_tokenizer) and ChatRenderer(tools_tokenizer).render_tools(PARSER)
+    assert template_tools_mode(tokenizer) is None and not ChatRenderer(tokenizer).render_tools(PARSER)
+    assert template_tools_mode(tools_tokenizer) == "argument" and ChatRenderer(tools_tokenizer).render_tools(PARSER)
     assert not ChatRenderer(tools_tokenizer).render_tools(get_parser("search_r1"))  # a tag format describes itself
+
+
+def test_tools_are_read_from_the_templates_syntax_not_its_text(tokenizer) -> None:
+    """A comment or text that mentions tools does not make a template render them; a
+    template that reads a message's ``tools`` key (Phi-4-mini's) takes them on the system message."""
+    import copy
+
+    def with_template(source: str):
+        other = copy.deepcopy(tokenizer)
+        other.chat_template = source
+        return other
+
+    loop = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    assert template_tools_mode(with_template("{# tools are not supported #}" + loop)) is None
+    assert template_tools_mode(with_template("You have no tools." + loop)) is None
+    assert template_tools_mode(with_template("{% if tools %}{{ tools | tojson }}{% endif %}" + loop)) == "argument"
+    reads_key = "{% for m in messages %}{{ m.content }}{% if m['tools'] %}[{{ m['tools'] }}]{% endif %}{% endfor %}"
+    assert template_tools_mode(with_template(reads_key)) == "system"
+    renderer = ChatRenderer(with_template(reads_key))
+    shown = renderer.prompt_text([{"role": "user", "content": "hi"}], tools=SCHEMAS)
+    assert shown.startswith('[[{"name": "calculator"') and shown.endswith("hi")
 
 
 def test_smollm2_keeps_the_tools_prompt_in_the_system_message_byte_for_byte(tokenizer) -> None:

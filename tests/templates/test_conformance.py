@@ -121,6 +121,8 @@ def check_cell(family: Family, fmt: str, thinking: str, tokenizer) -> None:
     )
     [trajectory] = group.trajectories
     assert trajectory.correct and trajectory.num_turns == 3, trajectory.termination_reason
+    opening = decoded_text(renderer, trajectory.token_ids[: trajectory.turns[0].response_start])
+    assert "Evaluate an arithmetic expression" in opening  # the tool is described, wherever the template puts it
     results = trajectory.tool_results
     assert len(results) == 2 and all(r.ok and not r.malformed for r in results)  # the family's calls parse
     drift = trajectory.info.get("template_drift_tokens", 0)
