@@ -23,6 +23,7 @@ from agentic_rl.models.lora import (
 )
 from agentic_rl.rollout import rollout
 from agentic_rl.rollout.roles import ROLE_SEPARATOR
+from agentic_rl.rollout.schedulers import run_continuous, scheduler_for
 from agentic_rl.training.preflight import check_roles
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -154,3 +155,50 @@ def test_a_run_with_an_adapter_per_env_role_saves_each_roles_adapter(tmp_path) -
     assert (adapters / "adapter_config.json").is_file()  # the shared one
     assert {p.name for p in adapters.iterdir() if p.is_dir()} == {"planner", "solver"}
     assert len(result.steps) == 1 and set(result.evals) == {"before", "after"}
+
+
+class WriteAndReview:
+    """Two roles, any text accepted: a writer's turn, then a reviewer's (its own
+    conversation), so that a random model plays both."""
+
+    roles = ("writer", "reviewer")
+    num_tasks = 8
+
+    def reset(self, *, seed=None, options=None):
+        self.task, self.draft = (options or {}).get("task_index", 0), None
+        return [{"role": "user", "content": f"Write line {self.task}."}], {"role": "writer"}
+
+    def step(self, message):
+        if self.draft is None:
+            self.draft = message["content"]
+            review = [{"role": "user", "content": f"Review this line: {self.draft}"}]
+            return review, 0.0, False, False, {"role": "reviewer", "new_conversation": True}
+        return [], 1.0, True, False, {}
+
+
+def test_continuous_batching_samples_each_role_with_its_adapter_as_the_per_turn_path_does(tiny) -> None:
+    """One decode session per adapter: the same tokens as the per-turn path's split turns
+    (each row keeps its own seed), and other tokens than the shared adapter alone samples."""
+    from agentic_rl.engines.hf import HFBackend
+
+    roles = {"writer": "own", "reviewer": "frozen"}
+    lora = build(TrainConfig, {"lora": {"enabled": True, "roles": roles}}).lora
+    model = add_role_adapters(apply_lora(load("tiny-random", device="cpu")[0].float(), lora), lora)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # the shared and the writer's adapters sample differently from each other and the base
+        for key, parameter in model.named_parameters():
+            if ".lora_B." in key and ".frozen." not in key:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator))
+
+    def sample(*, continuous: bool, routed: bool = True) -> list[list[int]]:
+        backend = HFBackend(model, tiny[1], batch_size=4)
+        backend.adapter_for = partial(adapter_for_role, roles) if routed else None
+        assert (scheduler_for(backend, continuous_batching=continuous) is run_continuous) == continuous
+        limits = RolloutConfig(max_new_tokens=6, max_total_tokens=1024, continuous_batching=continuous)
+        groups = rollout(backend, WriteAndReview, [0, 1, 2], group_size=2, config=limits, seed=0)
+        assert {t.info["role"] for g in groups for t in g.trajectories} == {"writer", "reviewer"}
+        return [t.token_ids for g in groups for t in g.trajectories]
+
+    continuous = sample(continuous=True)
+    assert continuous == sample(continuous=False)
+    assert continuous != sample(continuous=True, routed=False)

@@ -35,10 +35,7 @@ Scheduler = Callable[[list[Episode], object, SamplingParams, ThreadPoolExecutor]
 
 def scheduler_for(backend, *, continuous_batching: bool) -> Scheduler:
     """The continuous scheduler for token engines with decode sessions (unless turned off),
-    else the per-turn one (always with an adapter per role: each turn's batch is split by
-    adapter, a decode session holds one)."""
-    if getattr(backend, "adapter_for", None) is not None:
-        return run_per_turn
+    else the per-turn one."""
     if continuous_batching and backend.interface == "tokens" and callable(getattr(backend, "session", None)):
         return run_continuous
     return run_per_turn
@@ -137,7 +134,8 @@ def run_continuous(
     incoming: queue.Queue | None = None,
     stop: threading.Event | None = None,
 ) -> None:
-    """Run ``episodes`` (token level) to the end in one continuous-batching decode session.
+    """Run ``episodes`` (token level) to the end in one continuous-batching decode session
+    (with an adapter per role, one per adapter: :class:`_Sessions`).
 
     Service mode (a rollout worker): with ``incoming``, episodes put on that queue (seeds
     set) join the running session as they arrive, and the session lives until ``stop`` is
@@ -151,27 +149,22 @@ def run_continuous(
     if not any(not e.finished for e in episodes) and incoming is None:
         return
     with contextlib.ExitStack() as scope:
-        session = None
+        sessions = _Sessions(backend, sampling, scope)
 
         def admit(episode: Episode) -> None:
             if not episode.finished:
                 pending.append(episode)
 
         def start_pending() -> None:
-            nonlocal session
             while pending:
-                if session is None:
-                    session = scope.enter_context(
-                        backend.session(sampling, stop_token_ids=pending[0].renderer.stop_token_ids)
-                    )
-                slots = getattr(session, "max_slots", None)
+                slots = sessions.max_slots(pending[0])
                 if slots is not None and len(active) >= slots:
                     return
                 episode = pending.popleft()
                 episode.start_clock()
                 key = next(keys)
                 active[key] = episode
-                session.submit(key, episode.trajectory.token_ids, episode.budget(), episode.seed)
+                sessions.submit(key, episode)
 
         for episode in episodes:
             admit(episode)
@@ -181,7 +174,7 @@ def run_continuous(
                 for episode in _arrivals(incoming):
                     admit(episode)
             start_pending()
-            busy = session is not None and session.busy
+            busy = sessions.busy
             if not busy and not stepping:
                 if incoming is None or stop.is_set():
                     return
@@ -191,17 +184,70 @@ def run_continuous(
                     pass
                 continue
             if busy:
-                stepping.update(_start_env_steps(session, active, pool))
+                stepping.update(_start_env_steps(sessions, active, pool))
             if not stepping:
                 continue
-            done = _wait_for_env_steps(session, active, stepping, service=incoming is not None)
+            done = _wait_for_env_steps(sessions, active, stepping, service=incoming is not None)
             now = time.monotonic()
             for future in list(stepping):
                 key, turn = stepping[future]
                 if future not in done and now < active[key].deadline:
                     continue
                 del stepping[future]
-                _apply_env_step(session, active, key, turn, future.result if future in done else _raise_timeout)
+                _apply_env_step(sessions, active, key, turn, future.result if future in done else _raise_timeout)
+
+
+class _Sessions:
+    """The decode sessions of a continuous run: one, or with an adapter per role
+    (``backend.adapter_for``) one per adapter, since a session's sequences share its
+    weights and KV cache. Each episode decodes in its current role's; a role change starts
+    a new sequence anyway (``Episode.new_segment``), so it moves then. A step selects each
+    busy session's adapter before stepping it; rows keep their own seeds, so the split
+    samples what one session would."""
+
+    def __init__(self, backend, sampling: SamplingParams, scope: contextlib.ExitStack) -> None:
+        self.backend, self.sampling, self.scope = backend, sampling, scope
+        self.adapter_for = getattr(backend, "adapter_for", None)
+        self.by_adapter: dict[str | None, object] = {}
+        self.adapter_of: dict[int, str | None] = {}
+
+    def _session(self, episode: Episode):
+        adapter = self.adapter_for(episode.cast.role if episode.cast else None) if self.adapter_for else None
+        if adapter not in self.by_adapter:
+            stop = episode.renderer.stop_token_ids
+            self.by_adapter[adapter] = self.scope.enter_context(
+                self.backend.session(self.sampling, stop_token_ids=stop)
+            )
+        return adapter, self.by_adapter[adapter]
+
+    def max_slots(self, episode: Episode) -> int | None:
+        """Sequences at most in flight across the sessions (None: no limit)."""
+        return getattr(self._session(episode)[1], "max_slots", None)
+
+    @property
+    def busy(self) -> bool:
+        return any(session.busy for session in self.by_adapter.values())
+
+    def submit(self, key: int, episode: Episode) -> None:
+        adapter, session = self._session(episode)
+        self.adapter_of[key] = adapter
+        session.submit(key, episode.trajectory.token_ids, episode.budget(), episode.seed)
+
+    def extend(self, key: int, token_ids: list[int], budget: int) -> None:
+        self.by_adapter[self.adapter_of[key]].extend(key, token_ids, budget)
+
+    def release(self, key: int) -> None:
+        self.by_adapter[self.adapter_of.pop(key)].release(key)
+
+    def step(self) -> list:
+        """One decode step of every busy session: (key, completion) of the turns that ended."""
+        finished = []
+        for adapter, session in self.by_adapter.items():
+            if session.busy:
+                if adapter is not None:
+                    self.backend.select_adapter(adapter)
+                finished += session.step()
+        return finished
 
 
 def _arrivals(incoming: queue.Queue) -> Iterator[Episode]:
@@ -213,15 +259,17 @@ def _arrivals(incoming: queue.Queue) -> Iterator[Episode]:
             return
 
 
-def _start_env_steps(session, active: dict[int, Episode], pool: ThreadPoolExecutor) -> dict[Future, tuple[int, Turn]]:
-    """One decode step of ``session``: each finished turn's env step, submitted to ``pool``
+def _start_env_steps(
+    sessions: _Sessions, active: dict[int, Episode], pool: ThreadPoolExecutor
+) -> dict[Future, tuple[int, Turn]]:
+    """One decode step of the sessions: each finished turn's env step, submitted to ``pool``
     (future -> (episode key, turn)); an episode whose turn the engine failed fails and
-    leaves the session."""
+    leaves its session."""
     stepping: dict[Future, tuple[int, Turn]] = {}
-    for key, completion in session.step():
+    for key, completion in sessions.step():
         if completion.error is not None:  # the engine failed this turn: an infrastructure error
             active.pop(key).fail(completion.error)
-            session.release(key)
+            sessions.release(key)
             continue
         turn, message = active[key].take_completion(completion)
         stepping[pool.submit(active[key].env_step(message))] = (key, turn)
@@ -229,31 +277,31 @@ def _start_env_steps(session, active: dict[int, Episode], pool: ThreadPoolExecut
 
 
 def _wait_for_env_steps(
-    session, active: dict[int, Episode], stepping: dict[Future, tuple[int, Turn]], *, service: bool
+    sessions: _Sessions, active: dict[int, Episode], stepping: dict[Future, tuple[int, Turn]], *, service: bool
 ) -> set[Future]:
     """The env steps of ``stepping`` that are done: while others decode, those done now;
     otherwise after sleeping until one is, or until the earliest episode deadline (briefly,
     in ``service`` mode, when new work may arrive)."""
     deadline = min(active[key].deadline for key, _ in stepping.values())
-    timeout = 0.0 if session.busy else max(deadline - time.monotonic(), 0.0)
+    timeout = 0.0 if sessions.busy else max(deadline - time.monotonic(), 0.0)
     if service:
         timeout = min(timeout, 0.05)
     done, _ = wait(list(stepping), timeout=timeout, return_when=FIRST_COMPLETED)
     return done
 
 
-def _apply_env_step(session, active: dict[int, Episode], key: int, turn: Turn, result: StepResult) -> None:
-    """Apply episode ``key``'s env step ``result``; then the episode decodes on in ``session``
-    (its new tokens appended, or, when its context was rebuilt, its new prompt submitted
-    afresh), or, when it ended, leaves it."""
+def _apply_env_step(sessions: _Sessions, active: dict[int, Episode], key: int, turn: Turn, result: StepResult) -> None:
+    """Apply episode ``key``'s env step ``result``; then the episode decodes on (its new
+    tokens appended, or, when its context was rebuilt or its role changed, its new prompt
+    submitted afresh, in its role's session), or, when it ended, leaves its session."""
     episode = active[key]
     if episode.apply_step(turn, result):
-        if episode.new_segment:  # the context was rebuilt: a new sequence, its prompt encoded afresh
+        if episode.new_segment:  # a new sequence (context rebuilt, or another role's turn): encoded afresh
             episode.new_segment = False
-            session.release(key)
-            session.submit(key, episode.trajectory.token_ids, episode.budget(), episode.seed)
+            sessions.release(key)
+            sessions.submit(key, episode)
         else:
-            session.extend(key, episode.trajectory.token_ids[turn.response_end :], episode.budget())
+            sessions.extend(key, episode.trajectory.token_ids[turn.response_end :], episode.budget())
     else:
         del active[key]
-        session.release(key)
+        sessions.release(key)
