@@ -4,7 +4,9 @@ loss and the updated weights (rank 0) to OUT.pt.
 
     python parity_worker.py STRATEGY OUT.pt [VARIANT]     (under torchrun for ddp / fsdp2)
 
-VARIANT: lora (adapters only, KL to the adapters-off base), critic-shared / critic-separate
+VARIANT: lora (adapters only, KL to the adapters-off base), lora-roles (an adapter per
+role, ``lora.roles``: the groups alternate between two roles, so each rank's micro-batches
+train one adapter or the other), critic-shared / critic-separate
 (PPO with GAE and a value head on the policy / on its own copy), kl-reward (REINFORCE++:
 the KL to the reference is in the reward, computed before the update), sft (two SFT
 steps of five conversations each: uneven shares, several micro-batches per rank), dpo
@@ -29,6 +31,7 @@ from agentic_rl.training.rl import RLTrainer
 ALGORITHMS = {
     "": {"preset": "grpo-tcr", "kl": {"coef": 0.01}},
     "lora": {"preset": "grpo-tcr", "kl": {"coef": 0.01}},
+    "lora-roles": {"preset": "grpo-tcr"},
     "critic-shared": {"preset": "ppo", "critic": {"lr": 1e-3}},
     "critic-separate": {"preset": "ppo", "critic": {"kind": "separate", "lr": 1e-3}},
     "kl-reward": {"preset": "reinforce++"},
@@ -101,7 +104,8 @@ def main(strategy: str, out: str, variant: str = "") -> None:
         return sft(out)
     if variant == "dpo":
         return dpo(out)
-    lora = variant == "lora"
+    lora = variant in ("lora", "lora-roles")
+    roles = {"planner": "own", "solver": "own"} if variant == "lora-roles" else {}
     torch.set_num_threads(1)
     dist = init_distributed(timeout_s=120)
     config = TrainConfig.model_validate(
@@ -121,7 +125,7 @@ def main(strategy: str, out: str, variant: str = "") -> None:
             "optim": {"lr": 1e-3},
             "checkpoint_every": 0,
             "algorithm": ALGORITHMS[variant],
-            "lora": {"enabled": lora, "r": 4},
+            "lora": {"enabled": lora, "r": 4, "roles": roles},
         }
     )
     model, tokenizer = load("tiny-random", device="cpu")
@@ -132,13 +136,19 @@ def main(strategy: str, out: str, variant: str = "") -> None:
     for group in groups:  # rewards with variance, so every group has advantages
         for j, trajectory in enumerate(group.trajectories):
             trajectory.reward = float(j)
+            if roles:  # planner, solver, planner: each role's samples train its own adapter
+                trajectory.info["role"] = ("planner", "solver")[groups.index(group) % 2]
     if lora:
-        from agentic_rl.models.lora import apply_lora
+        from agentic_rl.models.lora import add_role_adapters, apply_lora
 
         torch.manual_seed(0)  # the adapters' initialisation, the same in every process
-        model = apply_lora(model, config.lora)
+        model = add_role_adapters(apply_lora(model, config.lora), config.lora)
     backend = HFBackend(model, tokenizer, own_copy=strategy == "fsdp2")
     trainer = RLTrainer(config, model, tokenizer, backend, make_env, [0, 1, 2], dist=dist)
+    if roles:
+        from agentic_rl.models.lora import adapter_for_role
+
+        trainer.adapter_of = lambda t: adapter_for_role(roles, t.info.get("role"))
     scored, _, _ = trainer.score_groups(groups)  # with the critic's values / the reward KL where the variant uses them
     metrics = trainer.update(scored)
     weights = trainer.strategy.full_weights(model)

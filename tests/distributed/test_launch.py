@@ -361,3 +361,24 @@ def test_sft_then_rl_on_two_ranks_equals_one_process(strategy: str, tmp_path) ->
     expected, got = load_file(one / "final" / "model.safetensors"), load_file(two / "final" / "model.safetensors")
     for name, value in expected.items():
         torch.testing.assert_close(got[name], value, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_role_adapters_on_two_ranks_equal_one_process(tmp_path) -> None:
+    """An env's roles each with an adapter (``lora.roles``) on two DDP ranks: every role's
+    saved adapter equals the one-process run's (the ranks' micro-batches train different
+    adapters; their gradients are averaged once per step). The random model earns no
+    reward, so what moves is weight decay, on the adapters a sample used: the shared one,
+    which no role plays, must stay as it is on both (tests/distributed/test_parity.py checks
+    the gradient steps)."""
+    roles = ("--set", "env.name=arithmetic-team", "--set", "lora.enabled=true", "--set", "checkpoint_every=0")
+    roles += ("--set", "lora.roles={planner: own, solver: own}", *FORWARD_ALL, *MOVING)
+    one, two = tmp_path / "one", tmp_path / "two"
+    _cli("smoke", *FP32, *roles, "--output-dir", str(one))
+    _cli("smoke", *FP32, *roles, "--nproc", "2", "--output-dir", str(two))
+    for adapter in ("adapter_model.safetensors", "planner/adapter_model.safetensors"):
+        expected = load_file(one / "final" / "adapters" / adapter)
+        got = load_file(two / "final" / "adapters" / adapter)
+        assert expected.keys() == got.keys() and expected
+        for name, value in expected.items():
+            torch.testing.assert_close(got[name], value, rtol=0, atol=1e-5)

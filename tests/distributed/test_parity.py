@@ -105,6 +105,24 @@ def test_lora_updates_like_one_process(strategy: str, single_lora: dict, tmp_pat
 
 
 @pytest.mark.slow
+def test_role_adapters_update_like_one_process(tmp_path) -> None:
+    """An adapter per role (``lora.roles``) under DDP: each rank's micro-batches train one
+    adapter or the other, so gradients accumulate locally and are averaged once per step;
+    the weights are one process's, and each role's adapter moved on its own samples."""
+    single = _run("single", tmp_path / "single.pt", 1, "lora-roles")
+    ranks = _run("ddp", tmp_path / "ranks.pt", 2, "lora-roles")
+    assert ranks["metrics"]["loss"] == pytest.approx(single["metrics"]["loss"], rel=1e-5, abs=1e-7)
+    for name, value in single["weights"].items():
+        torch.testing.assert_close(ranks["weights"][name], value, rtol=0, atol=WEIGHT_TOLERANCE)
+    moved = {
+        role: max(float(v.abs().max()) for k, v in single["weights"].items() if f".lora_B.{role}." in k)
+        for role in ("planner", "solver", "default")
+    }
+    assert min(moved["planner"], moved["solver"]) > 20 * WEIGHT_TOLERANCE  # measured 4e-3 and 2e-3
+    assert moved["default"] == 0.0  # no sample without a role: the shared adapter is untouched
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("strategy", "variant"),
     [

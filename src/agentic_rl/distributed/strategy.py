@@ -56,6 +56,10 @@ class Strategy:
         (sharded strategies) its full parameters gathered on every rank, by name."""
         return model
 
+    def synchronize(self, module: nn.Module) -> None:
+        """After a step's last backward: make ``module``'s gradients the ranks' average where
+        the wrapper did not (nothing here: one process, or a wrapper that syncs in backward)."""
+
     def average_gradients(self, params: list[nn.Parameter]) -> None:
         """Average the gradients of replicated ``params`` that no wrapper syncs (e.g. a
         critic beside the policy) over the ranks, as DDP does: one flat all-reduce (a
@@ -81,10 +85,19 @@ class Strategy:
 
 class DDPStrategy(Strategy):
     name = "ddp"
+    local_sync = False
+    """Gradients accumulate locally and are averaged once after the step's last backward
+    (:meth:`synchronize`) instead of by DDP's reducer: for a model with several LoRA
+    adapters (``lora.roles``), whose ranks' micro-batches train different adapters, so
+    each backward leaves other parameters unused (DDP expects every rank to use the same
+    ones in its synced backward)."""
 
     def wrap(self, root: nn.Module, layers: list[nn.Module]) -> nn.Module:
         from torch.nn.parallel import DistributedDataParallel
 
+        if any(len(getattr(module, "peft_config", None) or {}) > 1 for module in root.modules()):
+            self.local_sync = True
+            return root
         device = next(root.parameters()).device
         # No buffer sync in the forward: rotary tables are constant, and a broadcast in every
         # forward would make gradient-free forwards (old log-probs) collective too. PyTorch
@@ -96,8 +109,21 @@ class DDPStrategy(Strategy):
 
     @contextlib.contextmanager
     def accumulating(self, module: nn.Module) -> Iterator[None]:
-        with module.no_sync():
+        with contextlib.nullcontext() if self.local_sync else module.no_sync():
             yield
+
+    def synchronize(self, module: nn.Module) -> None:
+        """Average the gradients of the parameters some rank used; one no rank used keeps no
+        gradient, as in one process (AdamW leaves it and its moments alone: an adapter whose
+        role made no sample this step)."""
+        if not self.local_sync:
+            return
+        import torch.distributed as torch_dist
+
+        params = [p for p in module.parameters() if p.requires_grad]
+        used = torch.tensor([float(p.grad is not None) for p in params], device=params[0].device)
+        torch_dist.all_reduce(used)
+        self.average_gradients([p for p, count in zip(params, used.tolist(), strict=True) if count > 0])
 
 
 class FSDP2Strategy(Strategy):

@@ -41,9 +41,6 @@ def run_rl(state: RunState) -> None:
             rollouts.close()
         raise ConfigError(str(exc)) from None
     if config.lora.roles:  # each role's samples train (and are scored by) its own adapter
-        if state.dist.distributed:
-            state.trainer.close()
-            raise ConfigError("lora.roles: one trainer process for now (ranks would train other adapters in lockstep)")
         state.trainer.adapter_of = lambda t: adapter_for_role(config.lora.roles, t.info.get("role"))
     try:
         _run_rl_steps(state)

@@ -220,6 +220,7 @@ class PolicyUpdate:
                     sums, float(batch.loss_mask.sum()), members, entropy, [lengths[j] for j in bucket], maxima
                 )
                 yield loss
+        self.strategy.synchronize(forwards.policy)  # role adapters on several ranks: averaged here
         if self.critic is not None and not self.critic.sharded:
             # All backwards are done: a replicated critic (a DDP copy, a shared head) lives
             # outside the policy's wrapper; its gradients are averaged here.

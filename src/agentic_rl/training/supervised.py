@@ -146,6 +146,7 @@ def _micro_losses(
             loss, detail = objective.micro_loss(replica.forward, members, normaliser)
             details.append(detail)
             yield loss
+    replica.strategy.synchronize(replica.forward)  # role adapters on several ranks: averaged here
 
 
 def train_supervised(
