@@ -392,6 +392,47 @@ def test_a_lora_policy_is_served_as_its_base_and_pushes_only_its_adapters(fake_v
         backend.close()
 
 
+def test_role_adapters_are_served_each_under_its_own_name(fake_vllm) -> None:
+    """``lora.roles``: every adapter of the model is pushed and served under its own name
+    (the server started for as many), and a request names the adapter selected when it
+    was built (a role's turns are sampled by its adapter)."""
+    from agentic_rl.config import TrainConfig, build
+    from agentic_rl.models.lora import add_role_adapters, apply_lora
+
+    lora = build(TrainConfig, {"lora": {"enabled": True, "r": 4, "roles": {"planner": "own", "judge": "frozen"}}}).lora
+    model, tokenizer = load("tiny-random", device="cpu")
+    model = add_role_adapters(apply_lora(model, lora), lora)
+    backend = build_vllm_backend(BackendConfig(kind="vllm", python=fake_vllm), "tiny-random", loaded=(model, tokenizer))
+    try:
+        command = backend.server.command()
+        assert command[command.index("--max-loras") + 1] == "3"  # the shared one, the planner's, the frozen one
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if ".lora_B.planner." in name:
+                    parameter.fill_(0.01)
+        assert backend.sync_weights(model) == 1
+        state, folder = _state(backend), backend.weights_folder / "adapter-1"
+        assert state["adapters"] == {
+            "policy-lora": str(folder),
+            "policy-lora-frozen": str(folder / "frozen"),
+            "policy-lora-planner": str(folder / "planner"),
+        }
+
+        def adapter_sum(adapter: str) -> float:
+            return sum(float(p.detach().double().sum()) for n, p in model.named_parameters() if f".{adapter}." in n)
+
+        for adapter in ("default", "planner", "frozen"):
+            served = "policy-lora" if adapter == "default" else f"policy-lora-{adapter}"
+            assert state["lora_sums"][served] == pytest.approx(adapter_sum(adapter), rel=1e-9), adapter
+        sampling = SamplingParams(max_new_tokens=2, seed=1)
+        for adapter, served in (("planner", "policy-lora-planner"), ("default", "policy-lora")):
+            backend.select_adapter(adapter)
+            backend.generate([[5, 6]], sampling, stop_token_ids=[STOP])
+            assert _state(backend)["requests"][-1]["model"] == served
+    finally:
+        backend.close()
+
+
 def test_a_server_started_without_lora_is_named_as_the_problem(backend, lora_tiny, tmp_path) -> None:
     from agentic_rl.engines.http import BackendError
 
@@ -427,7 +468,10 @@ def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path,
     monkeypatch.setattr(
         VLLMBackend,
         "load_adapter",
-        lambda self, folder: (pushes.__setitem__("adapter", pushes["adapter"] + 1), load_adapter(self, folder))[1],
+        lambda self, folder, *name: (
+            pushes.__setitem__("adapter", pushes["adapter"] + 1),
+            load_adapter(self, folder, *name),
+        )[1],
     )
 
     config = {

@@ -266,13 +266,15 @@ def test_the_gateway_serves_through_vllm(served) -> None:
 
 @pytest.fixture(scope="module")
 def served_lora():
-    """The embedded model with rank-8 adapters on a server started for LoRA (its own server:
-    ``--enable-lora`` is a start-up flag)."""
+    """The embedded model with rank-8 adapters, the shared one and a planner role's, on a
+    server started for LoRA (its own server: ``--enable-lora`` and ``--max-loras`` are
+    start-up flags)."""
     from agentic_rl.config import LoraConfig
-    from agentic_rl.models.lora import apply_lora
+    from agentic_rl.models.lora import add_role_adapters, apply_lora
 
     model, tokenizer = load("smollm2-135m", device="cpu")
-    model = apply_lora(model, LoraConfig(enabled=True, r=8))
+    lora = LoraConfig(enabled=True, r=8, roles={"planner": "own"})
+    model = add_role_adapters(apply_lora(model, lora), lora)
     backend = build_vllm_backend(BackendConfig(kind="vllm", python=PYTHON), "smollm2-135m", loaded=(model, tokenizer))
     yield model, tokenizer, backend
     backend.close()
@@ -309,6 +311,37 @@ def test_the_server_follows_the_trainers_lora_adapters(served_lora) -> None:
         ].weight_version
         == version
     )
+
+
+def test_each_role_adapter_is_served_under_its_own_name(served_lora) -> None:
+    """``lora.roles`` on vLLM: the server holds every adapter (multi-LoRA); a request built
+    after ``select_adapter("planner")`` is sampled by the planner's, whose log-probs are the
+    trainer's planner adapter's and not the shared one's."""
+    from agentic_rl.models.lora import SHARED_ADAPTER, select_adapter
+
+    model, tokenizer, backend = served_lora
+    prompt = _prompt(tokenizer)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".lora_B.planner." in name:
+                parameter.normal_(0, 0.1)
+    backend.sync_weights(model)
+    backend.select_adapter("planner")
+    try:
+        assert backend.model_name == "policy-lora-planner"
+        sampling = SamplingParams(temperature=0, max_new_tokens=16)
+        completion = backend.generate([prompt], sampling, stop_token_ids=[tokenizer.eos_token_id])[0]
+        assert completion.error is None and len(completion.token_ids) > 4
+        select_adapter(model, "planner")
+        planner = _trainer_logprobs(model, prompt, completion.token_ids)
+        select_adapter(model, SHARED_ADAPTER)
+        shared = _trainer_logprobs(model, prompt, completion.token_ids)
+        served = _server_logprobs(backend, prompt, completion.token_ids)
+        assert (served - planner).abs().mean() < 0.1 and (served - planner).abs().max() < 2 * BF16_TOLERANCE
+        assert (served - shared).abs().max() > 4 * BF16_TOLERANCE  # the planner's adapter answered
+    finally:
+        backend.select_adapter(SHARED_ADAPTER)
 
 
 def test_two_fsdp2_ranks_train_on_one_server(served, tmp_path) -> None:

@@ -67,7 +67,7 @@ def test_one_adapter_per_own_role_one_frozen_and_all_trainable() -> None:
         ({"lora": {"roles": {"planner": "own"}}}, "lora.roles: the roles' adapters .* need lora.enabled"),
         ({"lora": {"enabled": True, "roles": {"default": "own"}}}, "role 'default'"),
         ({"lora": {"enabled": True, "roles": {"a.b": "frozen"}}}, "role 'a.b'"),
-        ({"lora": {"enabled": True, "roles": {"p": "own"}}, "backend": {"kind": "vllm"}}, "backend.kind vllm"),
+        ({"lora": {"enabled": True, "roles": {"p": "own"}}, "backend": {"kind": "sglang"}}, "backend.kind sglang"),
     ],
 )
 def test_bad_role_settings_are_one_line(data, message) -> None:

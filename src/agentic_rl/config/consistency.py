@@ -17,13 +17,14 @@ def check_consistent(config: TrainConfig) -> None:
 
 
 def _roles(config: TrainConfig) -> None:
-    """Roles with their own adapters live on a LoRA model, served by the in-process engine."""
+    """Roles with their own adapters live on a LoRA model, served by the in-process engine or
+    by vLLM (each adapter under its own name)."""
     if not config.lora.roles:
         return
     if not config.lora.enabled:
         raise ValueError("lora.roles: the roles' adapters (and the frozen base) need lora.enabled: true")
-    if config.backend.kind != "hf":
-        raise ValueError(f"lora.roles: backend.kind {config.backend.kind} serves one adapter; use hf for now")
+    if config.backend.kind not in ("hf", "vllm"):
+        raise ValueError(f"lora.roles: backend.kind {config.backend.kind} serves one adapter; use hf or vllm")
 
 
 def _engines(config: TrainConfig) -> None:

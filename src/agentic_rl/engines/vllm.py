@@ -19,7 +19,9 @@ trainer's weights pushed into it after every optimizer step.
   blocks hold keys and values computed by the old weights.
 - With LoRA (a peft model) the server holds the frozen base and only the adapters are
   pushed: peft's adapter folder, loaded in place through ``/v1/load_lora_adapter``
-  (engines/adapters.py); requests then name the adapter.
+  (engines/adapters.py); requests then name the adapter. A model with an adapter per role
+  (``lora.roles``) has each served under its own name (vLLM's multi-LoRA batching) and
+  each request names the one ``select_adapter`` chose when it was built.
 - A request that fails for good (the server died, a timeout) ends its episode as an
   infrastructure error; a managed server that died is restarted before the next request.
 - Every request carries the server's key (``Authorization: Bearer``): a managed server's
@@ -54,9 +56,16 @@ from agentic_rl.engines.remote import (
 from agentic_rl.engines.vllm_guard import KEY_VARIABLE
 from agentic_rl.engines.vllm_server import VLLMServer
 from agentic_rl.engines.weight_sync import CollectiveWeightSender, http_rpc, resolve_weight_sync
+from agentic_rl.models.lora import SHARED_ADAPTER
 
 LORA_NAME = "policy-lora"
-"""The name the pushed adapter is served under (requests name it once it is loaded)."""
+"""The name the pushed (shared) adapter is served under (requests name it once it is loaded);
+another adapter of the model is served as ``policy-lora-<adapter>`` (:func:`served_name`)."""
+
+
+def served_name(adapter: str) -> str:
+    """The name the server knows peft adapter ``adapter`` by."""
+    return LORA_NAME if adapter == SHARED_ADAPTER else f"{LORA_NAME}-{adapter}"
 
 
 class VLLMBackend(RemoteTokenBackend):
@@ -103,10 +112,14 @@ class VLLMBackend(RemoteTokenBackend):
             raise BackendError(f"{error}: the server needs its key (backend.api_key or ${KEY_VARIABLE})") from None
         if not models:
             raise BackendError(f"{self.base_url}/v1/models lists no served model")
-        self.model_name = str(models[0]["id"])
-        """The model requests name: the served base, or the adapter once one is pushed."""
-        self.adapter: Path | None = None
-        """The newest pushed LoRA adapter folder (re-loaded into a restarted server)."""
+        self.base_model_name = str(models[0]["id"])
+        """The served base model."""
+        self.adapters: dict[str, Path] = {}
+        """Each pushed LoRA adapter's newest folder, by peft adapter name (re-loaded into a restarted server)."""
+        self.selected = SHARED_ADAPTER
+        """The adapter requests built from now on name (``select_adapter``; a role's policy)."""
+        self.adapter_for: Any = None
+        """``lora.roles``: a role -> the adapter that samples its turns (the schedulers route by it)."""
         self.weight_sync = weight_sync
         self.last_transport: str | None = None
         """How the newest push went: collective, files or adapter."""
@@ -117,6 +130,15 @@ class VLLMBackend(RemoteTokenBackend):
         """Why this server takes no broadcast (None: it does, or it was not asked yet)."""
         self._broadcast_source: Any = None
         """What the newest broadcast came from, to push again into a restarted server."""
+
+    @property
+    def model_name(self) -> str:
+        """The model a request built now names: the selected adapter once it is pushed, else the served base."""
+        return served_name(self.selected) if self.selected in self.adapters else self.base_model_name
+
+    def select_adapter(self, name: str) -> None:
+        """Requests built from now on are sampled by adapter ``name`` (a role's policy)."""
+        self.selected = name
 
     def request_body(
         self,
@@ -233,26 +255,28 @@ class VLLMBackend(RemoteTokenBackend):
 
     def push_adapter(self, source: Any) -> None:
         # A new folder per version: the server reads it while loading, and a restart re-loads the newest.
+        # peft writes the shared adapter at the top and every other one in a folder of its name.
         folder = write_adapter(source, self.weights_folder / f"adapter-{self.weight_version + 1}")
         self.before_request()
-        self.load_adapter(folder)
+        for name in adapter_names(source):
+            self.load_adapter(folder if name == SHARED_ADAPTER else folder / name, name)
         self.last_transport = "adapter"
         for old in self.weights_folder.glob("adapter-*"):
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)
 
-    def load_adapter(self, folder: Path) -> None:
-        """Load (or replace in place) the served adapter from ``folder``; requests name it from now on."""
-        body = {"lora_name": LORA_NAME, "lora_path": str(folder), "load_inplace": True}
+    def load_adapter(self, folder: Path, name: str = SHARED_ADAPTER) -> None:
+        """Load (or replace in place) adapter ``name`` from ``folder``; requests for it name it from now on."""
+        body = {"lora_name": served_name(name), "lora_path": str(folder), "load_inplace": True}
         try:
             post_json(self.client, f"{self.base_url}/v1/load_lora_adapter", body, max_retries=self.max_retries)
         except BackendError as error:
             raise BackendError(
                 f"lora.enabled: the vLLM server at {self.base_url} did not load the adapter ({error}); a server you start needs "
-                "--enable-lora --max-lora-rank N (N >= lora.r) and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"
+                "--enable-lora --max-lora-rank N (N >= lora.r), --max-loras M (M >= the adapters: one per own role, "
+                "the shared one, one for frozen and one for snapshot roles) and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"
             ) from None
-        self.adapter = folder
-        self.model_name = LORA_NAME
+        self.adapters[name] = folder
 
     def before_request(self) -> None:
         """Restart a managed server that died (it serves the newest weights file, and gets the newest adapter back)."""
@@ -265,8 +289,8 @@ class VLLMBackend(RemoteTokenBackend):
                 self.sender.close()  # its workers are gone
                 if self._broadcast_source is not None:  # the folder holds older weights than the server had
                     self.broadcast(resolve_source(self._broadcast_source, self.weight_version))
-                if self.adapter is not None:
-                    self.load_adapter(self.adapter)
+                for name, folder in list(self.adapters.items()):
+                    self.load_adapter(folder, name)
 
     def close(self) -> None:
         self.sender.close()
@@ -274,6 +298,12 @@ class VLLMBackend(RemoteTokenBackend):
         if self.server is not None:
             self.server.stop()
         super().close()
+
+
+def adapter_names(model: Any) -> list[str]:
+    """A peft model's adapters, the shared one first."""
+    names = list(getattr(model, "peft_config", {}) or {})
+    return sorted(names, key=lambda name: (name != SHARED_ADAPTER, name))
 
 
 def weak_source(source: Any) -> Any:
@@ -334,6 +364,7 @@ def build_vllm_backend(
     folder = scratch_folder()
     serve_folder(*loaded, folder / "model", dtype)
     max_lora_rank = vllm_max_lora_rank(lora_rank(loaded[0])) if lora else None
+    max_loras = len(adapter_names(loaded[0])) if lora else None
     server = VLLMServer(
         folder / "model",
         python=config.python,
@@ -342,6 +373,7 @@ def build_vllm_backend(
         startup_timeout_s=config.startup_timeout_s,
         log_path=folder / "server.log",
         max_lora_rank=max_lora_rank,
+        max_loras=max_loras,
     )
     try:
         server.start()

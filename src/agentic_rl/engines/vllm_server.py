@@ -98,6 +98,7 @@ class VLLMServer:
         startup_timeout_s: float = 900.0,
         log_path: Path | None = None,
         max_lora_rank: int | None = None,
+        max_loras: int | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)
         self.python = python or sys.executable
@@ -109,7 +110,9 @@ class VLLMServer:
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path or self.model_dir.parent / "vllm-server.log"
         self.max_lora_rank = max_lora_rank
-        """Serve one LoRA adapter of up to this rank, loaded at run time (None: no LoRA)."""
+        """Serve LoRA adapters of up to this rank, loaded at run time (None: no LoRA)."""
+        self.max_loras = max_loras or 1
+        """How many adapters it serves at once (one per role's adapter with ``lora.roles``)."""
         if any(arg.split("=")[0] == "--api-key" for arg in self.extra_args):
             raise ConfigError("backend.vllm_args: --api-key is set by the managed server itself (a random key)")
         self.api_key = secrets.token_urlsafe(32)
@@ -144,7 +147,7 @@ class VLLMServer:
             "--logprobs-mode",
             "processed_logprobs",
             *(
-                ("--enable-lora", "--max-loras", "1", "--max-lora-rank", str(self.max_lora_rank))
+                ("--enable-lora", "--max-loras", str(self.max_loras), "--max-lora-rank", str(self.max_lora_rank))
                 if self.max_lora_rank
                 else ()
             ),

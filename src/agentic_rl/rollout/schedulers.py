@@ -228,12 +228,18 @@ class _Sessions:
     def busy(self) -> bool:
         return any(session.busy for session in self.by_adapter.values())
 
+    def _select(self, adapter: str | None) -> None:
+        if adapter is not None:  # before anything that may run or launch (a server's request names it) a forward
+            self.backend.select_adapter(adapter)
+
     def submit(self, key: int, episode: Episode) -> None:
         adapter, session = self._session(episode)
         self.adapter_of[key] = adapter
+        self._select(adapter)
         session.submit(key, episode.trajectory.token_ids, episode.budget(), episode.seed)
 
     def extend(self, key: int, token_ids: list[int], budget: int) -> None:
+        self._select(self.adapter_of[key])
         self.by_adapter[self.adapter_of[key]].extend(key, token_ids, budget)
 
     def release(self, key: int) -> None:
@@ -244,8 +250,7 @@ class _Sessions:
         finished = []
         for adapter, session in self.by_adapter.items():
             if session.busy:
-                if adapter is not None:
-                    self.backend.select_adapter(adapter)
+                self._select(adapter)
                 finished += session.step()
         return finished
 

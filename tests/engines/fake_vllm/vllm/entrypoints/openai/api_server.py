@@ -11,8 +11,9 @@ depend on the prompt and the seed, then the first stop token (finish "stop"), or
 
 LoRA as vLLM serves it: with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``,
 ``POST /v1/load_lora_adapter`` reads peft's adapter folder (``lora_path``; a name already
-loaded needs ``load_inplace``); ``/fake/state`` reports the loads, the adapter tensors'
-sum and the ``--max-lora-rank``. A completion naming the adapter has log-prob ``-0.125``.
+loaded needs ``load_inplace``; no more names than ``--max-loras``); ``/fake/state`` reports
+the loads, the last adapter's tensor sum, each name's (``lora_sums``) and the
+``--max-lora-rank``. A completion naming a loaded adapter has log-prob ``-0.125``.
 
 ``"stream": true`` answers as server-sent events, one token per event (``token_ids`` and
 ``logprobs`` per event, the finish reason on the last, then ``[DONE]``), as vLLM does.
@@ -97,6 +98,8 @@ class State:
         self.adapters: dict[str, str] = {}
         self.lora_loads = 0
         self.lora_sum = None
+        self.lora_sums: dict[str, float] = {}
+        self.max_loras = 1
         self.reload_delay_s = 0.0
         self.reloading = False
         self.during_reload = 0
@@ -188,6 +191,8 @@ def make_handler(state: State, keys: list[str], middlewares: list):
                             "aborted": state.aborted,
                             "lora_loads": state.lora_loads,
                             "lora_sum": state.lora_sum,
+                            "lora_sums": state.lora_sums,
+                            "max_loras": state.max_loras,
                             "adapters": state.adapters,
                             "max_lora_rank": state.max_lora_rank,
                             "during_reload": state.during_reload,
@@ -251,6 +256,9 @@ def make_handler(state: State, keys: list[str], middlewares: list):
                         400, {"error": {"message": f"The lora adapter '{body['lora_name']}' has already been loaded."}}
                     )
                     return
+                if body["lora_name"] not in state.adapters and len(state.adapters) >= state.max_loras:
+                    self._send(400, {"error": {"message": f"more adapters than --max-loras {state.max_loras}"}})
+                    return
                 from safetensors.torch import load_file
 
                 folder = Path(body["lora_path"])
@@ -260,6 +268,7 @@ def make_handler(state: State, keys: list[str], middlewares: list):
                     state.adapters[body["lora_name"]] = str(folder)
                     state.lora_loads += 1
                     state.lora_sum = float(sum(float(t.double().sum()) for t in tensors.values()))
+                    state.lora_sums[body["lora_name"]] = state.lora_sum
                 self._send(200, {})
                 return
             if self.path == "/v1/completions":
@@ -313,11 +322,12 @@ def main() -> None:
     parser.add_argument("--logprobs-mode", default="raw_logprobs")
     parser.add_argument("--enable-lora", action="store_true")
     parser.add_argument("--max-lora-rank", type=int, default=None)
+    parser.add_argument("--max-loras", type=int, default=1)
     parser.add_argument("--api-key", action="append", default=None)
     parser.add_argument("--middleware", action="append", default=[])
     args, _ = parser.parse_known_args()
     state = State(args.model, args.served_model_name or args.model)
-    state.lora_enabled, state.max_lora_rank = args.enable_lora, args.max_lora_rank
+    state.lora_enabled, state.max_lora_rank, state.max_loras = args.enable_lora, args.max_lora_rank, args.max_loras
     keys = [key for key in (args.api_key or [os.environ.get("VLLM_API_KEY")]) if key]
     middlewares = []
     for name in args.middleware:
