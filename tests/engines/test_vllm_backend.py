@@ -451,15 +451,18 @@ def test_vllm_with_several_trainer_processes_but_not_lora_yet() -> None:
         check_world_size(TrainConfig.model_validate({"backend": {"kind": "vllm"}, "lora": {"enabled": True}}), 2)
 
 
-@pytest.mark.parametrize("lora", [False, True])
-def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path, monkeypatch, lora: bool) -> None:
+@pytest.mark.parametrize("variant", ["full", "lora", "roles"])
+def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path, monkeypatch, variant: str) -> None:
     """The pipeline end to end on the vllm backend (fake server, tiny model): rollouts come
     from the server, every optimizer step is pushed into it (full weights, or the LoRA
-    adapters), the server is stopped at the end."""
+    adapters: with ``lora.roles`` every role's, and each role's turns name its own), the
+    server is stopped at the end."""
     from agentic_rl.training.pipeline import train
 
+    lora = variant != "full"
     pushes = {"full": 0, "adapter": 0}
-    reload, load_adapter = VLLMBackend.reload, VLLMBackend.load_adapter
+    named: list[str] = []
+    reload, load_adapter, request_body = VLLMBackend.reload, VLLMBackend.load_adapter, VLLMBackend.request_body
     monkeypatch.setattr(
         VLLMBackend,
         "reload",
@@ -472,6 +475,11 @@ def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path,
             pushes.__setitem__("adapter", pushes["adapter"] + 1),
             load_adapter(self, folder, *name),
         )[1],
+    )
+    monkeypatch.setattr(
+        VLLMBackend,
+        "request_body",
+        lambda self, *args, **kw: (named.append(self.model_name), request_body(self, *args, **kw))[1],
     )
 
     config = {
@@ -486,11 +494,17 @@ def test_a_training_run_pushes_its_weights_after_every_step(fake_vllm, tmp_path,
         "output_dir": str(tmp_path / "run"),
         "lora": {"enabled": lora, "r": 4},
     }
+    if variant == "roles":  # the planner's turns end the episode here (the fake server writes no expression)
+        config["env"] = {"name": "arithmetic-team", "max_turns": 2}
+        config["lora"]["roles"] = {"planner": "own", "solver": "own"}
     result = train(config)
     assert [step["weight_sync_time_s"] > 0 for step in result.steps] == [True, True]
     assert (
-        pushes["adapter" if lora else "full"] >= 2 and pushes["full" if lora else "adapter"] == 0
-    )  # LoRA moves adapters only
+        pushes["adapter" if lora else "full"] >= (6 if variant == "roles" else 2)
+        and pushes["full" if lora else "adapter"] == 0
+    )  # LoRA moves adapters only; with roles three of them (shared, planner, solver) per push
+    if variant == "roles":
+        assert "policy-lora-planner" in named and "policy" in named  # before the first push: the base
     import json
 
     rows = [json.loads(line) for line in (result.run_dir / "rollouts.jsonl").read_text().splitlines()]
