@@ -94,7 +94,7 @@ def test_eval_with_a_runs_adapters_reproduces_its_held_out_evaluation(tmp_path, 
     assert again["metrics"] == after["metrics"]
 
 
-def test_the_base_plays_every_role_without_adapters_and_differs_from_them(tmp_path) -> None:
+def test_the_folders_base_is_the_model_and_each_role_routes_to_its_adapter(tmp_path) -> None:
     lora = build(TrainConfig, {"lora": {"enabled": True, "roles": {"planner": "own"}}}).lora
     model = add_role_adapters(apply_lora(load("tiny-random", device="cpu")[0].float(), lora), lora)
     save_role_adapters(model, lora, tmp_path, base="tiny-random")
